@@ -1,0 +1,230 @@
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <optional>
+
+#include "attnsuite/error.hpp"
+#include "attnsuite/registry.hpp"
+#include "bench/sweep.hpp"
+#include "commands.hpp"
+#include "report/sinks.hpp"
+
+namespace attnsuite::cli {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_interrupt(int) {
+  g_interrupted.store(true);
+  // A second signal ends the process at once, with the default action.
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+struct BenchFlags {
+  std::string suite = "default";
+  std::vector<std::string> backends, dtypes, models, generators, causal;
+  std::vector<int> batches, seqs, seq_kvs, heads, kv_heads, head_dims, window;
+  std::optional<int> tokens, min_reps, max_reps, warmup;
+  std::optional<std::int64_t> seed;
+  std::optional<double> noise, max_time_ms, reference_gflop;
+  std::optional<std::string> layout;
+  bool hot = false;
+  std::string out;
+  bool resume = false, force = false, quiet = false;
+};
+
+// The flags as a suite overlay, so that flags and suite files go through one validator.
+nlohmann::json overrides_from(const BenchFlags& f) {
+  nlohmann::json o = nlohmann::json::object();
+  if (!f.backends.empty()) o["backends"] = f.backends;
+  if (!f.dtypes.empty()) o["dtype"] = f.dtypes;
+  if (!f.batches.empty()) o["batch"] = f.batches;
+  if (f.tokens) o["tokens_per_batch"] = *f.tokens;
+  if (!f.seqs.empty()) o["seq"] = f.seqs;
+  if (!f.seq_kvs.empty()) o["seq_kv"] = f.seq_kvs;
+  if (!f.models.empty()) o["model"] = f.models;
+  if (!f.heads.empty()) o["heads"] = f.heads;
+  if (!f.kv_heads.empty()) o["kv_heads"] = f.kv_heads;
+  if (!f.head_dims.empty()) o["head_dim"] = f.head_dims;
+  if (!f.causal.empty()) {
+    nlohmann::json values = nlohmann::json::array();
+    for (const auto& c : f.causal) {
+      if (c == "both") {
+        values.push_back(false);
+        values.push_back(true);
+      } else if (c == "true" || c == "1" || c == "yes") {
+        values.push_back(true);
+      } else if (c == "false" || c == "0" || c == "no") {
+        values.push_back(false);
+      } else {
+        throw Error(ErrorKind::Usage, fmt::format("--causal {} is not allowed: true, false or both", c));
+      }
+    }
+    o["causal"] = values;
+  }
+  if (!f.generators.empty()) o["generator"] = f.generators;
+  if (f.layout) o["layout"] = *f.layout;
+  if (!f.window.empty()) o["window"] = f.window;
+  if (f.seed) o["seed"] = *f.seed;
+  if (f.min_reps) o["timing"]["min_reps"] = *f.min_reps;
+  if (f.max_reps) o["timing"]["max_reps"] = *f.max_reps;
+  if (f.warmup) o["timing"]["warmup"] = *f.warmup;
+  if (f.noise) o["timing"]["noise"] = *f.noise;
+  if (f.max_time_ms) o["timing"]["max_time_ms"] = *f.max_time_ms;
+  if (f.hot) o["timing"]["cold"] = false;
+  if (f.reference_gflop) o["accuracy"]["reference_gflop"] = *f.reference_gflop;
+  return o;
+}
+
+std::string format_duration(double seconds) {
+  const long total = static_cast<long>(seconds + 0.5);
+  return total >= 3600 ? fmt::format("{}:{:02}:{:02}", total / 3600, total / 60 % 60, total % 60)
+                       : fmt::format("{}:{:02}", total / 60, total % 60);
+}
+
+std::string describe_case(const bench::Case& c) {
+  return fmt::format("{} {}", c.backend, c.problem.describe());
+}
+
+class Progress {
+ public:
+  Progress(bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {}
+  ~Progress() { clear(); }
+
+  void update(const bench::SweepProgress& p) {
+    if (quiet_) return;
+    if (tty_) {
+      const int width = 24;
+      const int filled = p.total ? static_cast<int>(width * p.done / p.total) : width;
+      const std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
+      const std::string eta = p.eta_seconds >= 0 ? "ETA " + format_duration(p.eta_seconds) : "ETA --:--";
+      const std::string what = p.current ? describe_case(*p.current) : "";
+      std::string line = fmt::format("\r[{}] {}/{} {} {}", bar, p.done, p.total, eta, what);
+      if (line.size() > 118) line.resize(118);
+      fmt::print(stderr, "{}\x1b[K", line);
+      dirty_ = true;
+    } else if (p.finished != nullptr) {
+      const auto& r = *p.finished;
+      std::string result = r.status == bench::CaseStatus::Ok && r.ms_median
+                               ? fmt::format("{:.4g} ms", *r.ms_median)
+                               : fmt::format("{}: {}", bench::to_string(r.status), r.reason);
+      fmt::print(stderr, "[{}/{}] {} {}: {}\n", p.done, p.total, r.backend, report::shape_summary(r), result);
+    }
+  }
+  void clear() {
+    if (dirty_) fmt::print(stderr, "\r\x1b[K");
+    dirty_ = false;
+  }
+
+ private:
+  bool quiet_, tty_, dirty_ = false;
+};
+
+}  // namespace
+
+bool interrupt_requested() { return g_interrupted.load(); }
+
+void install_interrupt_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+Action add_bench(CLI::App& app) {
+  auto f = std::make_shared<BenchFlags>();
+  app.add_option("--suite", f->suite, "Suite name (bench/suites/NAME) or a .json/.toml file")->capture_default_str();
+  app.add_option("-b,--backends", f->backends, "Backends to run (comma-separated; see `attnsuite list`)")->delimiter(',');
+  app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16 (comma-separated)")->delimiter(',');
+  app.add_option("--batch", f->batches, "Batch sizes")->delimiter(',');
+  app.add_option("--tokens", f->tokens, "Tokens per batch: batch = tokens / seq (overrides --batch)");
+  app.add_option("--seq", f->seqs, "Sequence lengths (queries; keys too unless --seq-kv)")->delimiter(',');
+  app.add_option("--seq-kv", f->seq_kvs, "Key/value sequence lengths")->delimiter(',');
+  app.add_option("--model", f->models, "Model presets that set the head axes (see `attnsuite list`)")->delimiter(',');
+  app.add_option("--heads", f->heads, "Query heads")->delimiter(',');
+  app.add_option("--kv-heads", f->kv_heads, "Key/value heads (GQA/MQA; default = --heads)")->delimiter(',');
+  app.add_option("--head-dim", f->head_dims, "Head dims")->delimiter(',');
+  app.add_option("--causal", f->causal, "true, false or both")->delimiter(',');
+  app.add_option("--generator", f->generators, "Input generators (randn, uniform)")->delimiter(',');
+  app.add_option("--layout", f->layout, "bshd or bhsd");
+  app.add_option("--window", f->window, "Sliding window LEFT,RIGHT (-1 = unbounded)")->delimiter(',')->expected(2);
+  app.add_option("--seed", f->seed, "Input seed");
+  app.add_option("--noise", f->noise, "Stop repeating when the median's relative error is under this (0.01 = 1%)");
+  app.add_option("--min-reps", f->min_reps, "Fewest measured repetitions");
+  app.add_option("--max-reps", f->max_reps, "Most measured repetitions");
+  app.add_option("--warmup", f->warmup, "Warm-up runs");
+  app.add_option("--max-time-ms", f->max_time_ms, "Time budget per case for the measured repetitions");
+  app.add_option("--reference-gflop", f->reference_gflop, "Max GFLOP of fp64 reference per shape (else heads are sampled)");
+  app.add_flag("--hot", f->hot, "Keep caches warm between samples (default: flush the last-level cache)");
+  app.add_option("-o,--out", f->out, "Output directory (default: results/<suite>-<time>)");
+  app.add_flag("--resume", f->resume, "Finish an interrupted sweep in --out, skipping finished cases");
+  app.add_flag("--force", f->force, "Overwrite results already in --out");
+  app.add_flag("-q,--quiet", f->quiet, "No progress output");
+
+  return [f]() -> int {
+    nlohmann::json overrides = overrides_from(*f);
+    nlohmann::json suite_json;
+    std::string source = f->suite;
+    const std::filesystem::path saved = f->out.empty() ? std::filesystem::path() : std::filesystem::path(f->out) / bench::kSuiteFile;
+    if (f->resume && !f->out.empty() && std::filesystem::exists(saved)) {
+      // Resuming: the sweep's own saved suite, with any flags given now on top.
+      suite_json = bench::load_suite_json(saved.string());
+      source = saved.string();
+    } else {
+      if (f->resume && f->out.empty()) throw Error(ErrorKind::Usage, "--resume needs --out DIR: the directory of the sweep to finish");
+      suite_json = bench::load_suite_json(f->suite);
+    }
+    if (!overrides.empty()) {
+      suite_json = bench::merge_suite(std::move(suite_json), overrides);
+      source += " + flags";
+    }
+    const bench::SweepSpec spec = bench::parse_suite(suite_json, source);
+    Registry& registry = Registry::global();
+    for (const auto& name : spec.backends) (void)registry.find(name);  // unknown names fail before the sweep
+
+    bench::SweepOptions options;
+    options.out_dir = f->out.empty() ? std::filesystem::path("results") /
+                                           fmt::format("{}-{}", spec.name, bench::utc_now_iso8601().substr(0, 19))
+                                     : std::filesystem::path(f->out);
+    if (f->out.empty()) {
+      std::string dir = options.out_dir.string();
+      std::replace(dir.begin(), dir.end(), ':', '-');
+      options.out_dir = dir;
+    }
+    options.resume = f->resume;
+    options.force = f->force;
+    options.suite_json = suite_json;
+    options.cancelled = interrupt_requested;
+    Progress progress(f->quiet);
+    options.on_progress = [&](const bench::SweepProgress& p) { progress.update(p); };
+    install_interrupt_handlers();
+
+    const bench::SweepOutcome outcome = bench::run_sweep(spec, options, registry);
+    progress.clear();
+
+    std::size_t failed = 0, skipped = 0;
+    for (const auto& row : outcome.rows) {
+      failed += row.status == bench::CaseStatus::Failed;
+      skipped += row.status == bench::CaseStatus::Skipped;
+    }
+    fmt::print("{}", report::summary_terminal(outcome.rows));
+    fmt::print("\n{} cases: {} ok, {} skipped, {} failed{}. Results in {}/ ({}, {}, {}, {})\n", outcome.rows.size(),
+               outcome.rows.size() - failed - skipped, skipped, failed,
+               outcome.resumed ? fmt::format(" ({} resumed)", outcome.resumed) : "", outcome.out_dir.string(),
+               bench::kCsvFile, bench::kJsonFile, bench::kMarkdownFile, bench::kRowsFile);
+    if (outcome.interrupted) {
+      fmt::print(stderr, "attnsuite: interrupted; finish with: attnsuite bench --resume --out {}\n",
+                 outcome.out_dir.string());
+      return kExitInterrupted;
+    }
+    return failed > 0 ? kExitFailed : kExitOk;
+  };
+}
+
+}  // namespace attnsuite::cli

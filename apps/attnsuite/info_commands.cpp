@@ -1,0 +1,96 @@
+// `attnsuite list` and `attnsuite info`.
+#include <CLI/Version.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "attnsuite/registry.hpp"
+#include "bench/plan.hpp"
+#include "commands.hpp"
+#include "core/host_info.hpp"
+#include "core/presets.hpp"
+#include "cpu/peak.hpp"
+#include "report/table.hpp"
+
+extern "C" char* openblas_get_config();
+
+namespace attnsuite::cli {
+
+namespace {
+
+// A small problem each backend is asked about, so `list` can say whether it runs here.
+AttentionProblem probe_problem(Device device) {
+  AttentionProblem p;
+  p.batch = 1;
+  p.heads_q = p.heads_kv = 1;
+  p.seq_q = p.seq_kv = 128;
+  p.head_dim = 64;
+  p.dtype = device.type == DeviceType::Cpu ? DType::F32 : DType::F16;
+  return p;
+}
+
+}  // namespace
+
+Action add_list(CLI::App&) {
+  return [] {
+    Registry& registry = Registry::global();
+    report::TextTable backends({{"backend"}, {"device"}, {"what it is"}, {"here"}, {"supports"}});
+    for (const auto& name : registry.names()) {
+      Backend& backend = registry.find(name);
+      const Support support = backend.supports(probe_problem(backend.device()));
+      std::string what(backend.display_name());
+      if (!backend.peer_of().empty()) what += fmt::format(" [peer: {}]", backend.peer_of());
+      backends.add_row({name, std::string(to_string(backend.device().type)), what,
+                        support ? "yes" : "no: " + support.reason, backend.capabilities()});
+    }
+    fmt::print("Backends\n{}\n", backends.terminal());
+    report::TextTable models({{"model"}, {"hidden", report::Align::Right}, {"q heads", report::Align::Right}, {"kv heads", report::Align::Right}, {"head dim", report::Align::Right}, {"note"}});
+    for (const auto& m : model_presets())
+      models.add_row({m.name, std::to_string(m.hidden), std::to_string(m.heads_q), std::to_string(m.heads_kv),
+                      std::to_string(m.head_dim), m.note});
+    fmt::print("Model presets (--model)\n{}\n", models.terminal());
+    std::string suites;
+    for (const auto& s : bench::embedded_suite_names()) suites += (suites.empty() ? "" : ", ") + s;
+    fmt::print("Suites (--suite): {}\n", suites);
+    return kExitOk;
+  };
+}
+
+Action add_info(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  app.add_flag("--json", *json, "Print as JSON");
+  return [json] {
+    const HostInfo& host = host_info();
+    const double peak = cpu::measure_fp32_fma_peak_gflops();
+    nlohmann::json info = {
+        {"attnsuite", ATTNSUITE_VERSION},
+        {"cpu", host.cpu_model},
+        {"threads", host.threads},
+        {"simd", host.simd},
+        {"llc_mib", host.llc_bytes / 1048576.0},
+        {"memory_gib", host.total_memory_bytes / 1073741824.0},
+        {"fp32_fma_peak_gflops_measured", peak},
+        {"openblas", openblas_get_config()},
+        {"cuda_build", static_cast<bool>(ATTNSUITE_HAVE_CUDA)},
+        {"libraries",
+         {{"fmt", fmt::format("{}.{}.{}", FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100)},
+          {"nlohmann_json", fmt::format("{}.{}.{}", NLOHMANN_JSON_VERSION_MAJOR, NLOHMANN_JSON_VERSION_MINOR,
+                                        NLOHMANN_JSON_VERSION_PATCH)},
+          {"CLI11", CLI11_VERSION}}},
+    };
+    if (*json) {
+      fmt::print("{}\n", info.dump(2));
+      return kExitOk;
+    }
+    fmt::print("attnsuite {}\n", ATTNSUITE_VERSION);
+    fmt::print("CPU        {} ({} threads; SIMD: {}; last-level cache {:.0f} MiB; memory {:.1f} GiB)\n", host.cpu_model,
+               host.threads, host.simd, host.llc_bytes / 1048576.0, host.total_memory_bytes / 1073741824.0);
+    fmt::print("fp32 peak  {:.1f} GFLOP/s measured (independent AVX2 FMA chains on every thread)\n", peak);
+    fmt::print("OpenBLAS   {}\n", openblas_get_config());
+    fmt::print("CUDA       {}\n", ATTNSUITE_HAVE_CUDA ? "built in" : "not built (ATTNSUITE_CUDA=OFF or no nvcc)");
+    fmt::print("Libraries  fmt {}, nlohmann_json {}, CLI11 {}\n", info["libraries"]["fmt"].get<std::string>(),
+               info["libraries"]["nlohmann_json"].get<std::string>(), CLI11_VERSION);
+    return kExitOk;
+  };
+}
+
+}  // namespace attnsuite::cli

@@ -1,0 +1,22 @@
+# ATTNSUITE_CUDA=AUTO builds the CUDA backends when a CUDA compiler is found, ON requires one,
+# OFF never looks. Architectures are always explicit (never "native"): 80 is the portable
+# mma.sync path (A100, and it runs on every later GPU), 90a is Hopper with wgmma/TMA.
+set(ATTNSUITE_HAVE_CUDA OFF)
+if(NOT ATTNSUITE_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES "90a;80")
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(ATTNSUITE_HAVE_CUDA ON)
+  elseif(ATTNSUITE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "ATTNSUITE_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER)")
+  endif()
+endif()
+message(STATUS "attnsuite: CUDA backends ${ATTNSUITE_HAVE_CUDA}")

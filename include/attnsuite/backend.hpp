@@ -1,0 +1,54 @@
+// The one interface every attention implementation sits behind, ours and the peers'.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "attnsuite/problem.hpp"
+#include "attnsuite/tensor.hpp"
+
+namespace attnsuite {
+
+// supports(): ok, or a human-readable reason why not ("head dim 96 not supported; allowed: 64, 128").
+struct Support {
+  bool ok = true;
+  std::string reason;
+  static Support yes() { return {}; }
+  static Support no(std::string why) { return {false, std::move(why)}; }
+  explicit operator bool() const { return ok; }
+};
+
+struct AttentionArgs {
+  TensorView q;  // (batch, seq_q, heads_q, head_dim)
+  TensorView k;  // (batch, seq_kv, heads_kv, head_dim)
+  TensorView v;  // (batch, seq_kv, heads_kv, head_dim_v)
+  TensorView o;  // (batch, seq_q, heads_q, head_dim_v), same dtype as q
+  LseView lse;   // optional: natural-log log-sum-exp of the scaled scores, (batch, heads_q, seq_q)
+  void* workspace = nullptr;  // workspace_bytes(problem) bytes on the backend's device
+};
+
+// An opaque stream handle: cudaStream_t for CUDA backends, unused on the CPU.
+using Stream = void*;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Registry name, e.g. "cpu-flash" or "torch-flash".
+  virtual std::string_view name() const = 0;
+  // What it is, e.g. "FlashAttention-2 (PyTorch flash backend)". Peers keep their own names.
+  virtual std::string_view display_name() const = 0;
+  // Empty for attnsuite's own backends; the project it comes from for a peer ("PyTorch", "cuDNN").
+  virtual std::string_view peer_of() const { return {}; }
+  virtual Device device() const = 0;
+  // One line on what it supports, shown by `attnsuite list`.
+  virtual std::string capabilities() const = 0;
+
+  virtual Support supports(const AttentionProblem& problem) const = 0;
+  virtual std::size_t workspace_bytes(const AttentionProblem&) const { return 0; }
+  // Writes args.o (and args.lse when given). Throws Error on failure.
+  virtual void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) = 0;
+};
+
+}  // namespace attnsuite

@@ -1,0 +1,292 @@
+#include "bench/plan.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <toml++/toml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "attnsuite/error.hpp"
+#include "bench/embedded_suites.hpp"
+#include "bench/generators.hpp"
+#include "core/presets.hpp"
+
+namespace attnsuite::bench {
+
+namespace {
+
+constexpr int kMaxSize = 1 << 30;
+
+using Json = nlohmann::json;
+
+[[noreturn]] void bad(const std::string& source, const std::string& key, const std::string& what) {
+  throw Error(ErrorKind::Usage, fmt::format("suite '{}': '{}' {}", source, key, what));
+}
+
+// A key may hold one value or a list of values.
+std::vector<Json> as_list(const Json& value) {
+  if (value.is_array()) return std::vector<Json>(value.begin(), value.end());
+  return {value};
+}
+
+std::vector<int> int_list(const Json& value, const std::string& source, const std::string& key, int min = 1,
+                          int max = kMaxSize) {
+  std::vector<int> out;
+  for (const auto& item : as_list(value)) {
+    if (!item.is_number_integer() && !item.is_number_unsigned())
+      bad(source, key, fmt::format("must be an integer or a list of integers between {} and {}, got {}", min, max,
+                                   item.dump()));
+    const auto number = item.get<std::int64_t>();
+    if (number < min || number > max)
+      bad(source, key, fmt::format("= {} is out of range: allowed {}..{}", number, min, max));
+    out.push_back(static_cast<int>(number));
+  }
+  if (out.empty()) bad(source, key, "is an empty list");
+  return out;
+}
+
+std::vector<std::string> string_list(const Json& value, const std::string& source, const std::string& key) {
+  std::vector<std::string> out;
+  for (const auto& item : as_list(value)) {
+    if (!item.is_string()) bad(source, key, fmt::format("must be a string or a list of strings, got {}", item.dump()));
+    out.push_back(item.get<std::string>());
+  }
+  if (out.empty()) bad(source, key, "is an empty list");
+  return out;
+}
+
+double number_in(const Json& value, const std::string& source, const std::string& key, double min, double max) {
+  if (!value.is_number()) bad(source, key, fmt::format("must be a number, got {}", value.dump()));
+  const double number = value.get<double>();
+  if (!(number >= min && number <= max)) bad(source, key, fmt::format("= {} is out of range: allowed {}..{}", number, min, max));
+  return number;
+}
+
+void check_keys(const Json& object, const std::string& source, const std::string& where,
+                const std::set<std::string>& allowed) {
+  if (!object.is_object()) bad(source, where, fmt::format("must be an object, got {}", object.dump()));
+  for (const auto& [key, value] : object.items()) {
+    if (!allowed.contains(key))
+      throw Error(ErrorKind::Usage, fmt::format("suite '{}': unknown key '{}{}'; allowed: {}", source,
+                                                where.empty() ? "" : where + ".", key, fmt::join(allowed, ", ")));
+  }
+}
+
+Json toml_to_json(const toml::node& node) {
+  if (const auto* table = node.as_table()) {
+    Json out = Json::object();
+    for (const auto& [key, value] : *table) out[std::string(key.str())] = toml_to_json(value);
+    return out;
+  }
+  if (const auto* array = node.as_array()) {
+    Json out = Json::array();
+    for (const auto& value : *array) out.push_back(toml_to_json(value));
+    return out;
+  }
+  if (const auto* value = node.as_string()) return value->get();
+  if (const auto* value = node.as_integer()) return value->get();
+  if (const auto* value = node.as_floating_point()) return value->get();
+  if (const auto* value = node.as_boolean()) return value->get();
+  throw Error(ErrorKind::Usage, "suite: dates and times are not allowed in a suite file");
+}
+
+Json parse_text(const std::string& text, const std::string& extension, const std::string& source) {
+  if (extension == ".toml") {
+    try {
+      return toml_to_json(toml::parse(text, source));
+    } catch (const toml::parse_error& error) {
+      throw Error(ErrorKind::Usage, fmt::format("suite '{}': malformed TOML at line {}: {}", source,
+                                                error.source().begin.line, error.description()));
+    }
+  }
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& error) {
+    throw Error(ErrorKind::Usage, fmt::format("suite '{}': malformed JSON: {}", source, error.what()));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> embedded_suite_names() {
+  std::vector<std::string> names;
+  for (const auto& suite : embedded_suites()) names.emplace_back(suite.name);
+  return names;
+}
+
+Json load_suite_json(const std::string& name_or_path) {
+  for (const auto& suite : embedded_suites())
+    if (suite.name == name_or_path) return parse_text(std::string(suite.text), std::string(suite.extension), name_or_path);
+  const std::filesystem::path path(name_or_path);
+  const std::string extension = path.extension().string();
+  if (extension != ".json" && extension != ".toml")
+    throw Error(ErrorKind::Usage, fmt::format("unknown suite '{}'; give a .json or .toml file or one of: {}",
+                                              name_or_path, fmt::join(embedded_suite_names(), ", ")));
+  std::ifstream in(path);
+  if (!in) throw Error(ErrorKind::Usage, fmt::format("suite file '{}' cannot be read", name_or_path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_text(text.str(), extension, name_or_path);
+}
+
+Json merge_suite(Json base, const Json& overrides) {
+  if (!base.is_object()) base = Json::object();
+  for (const auto& [key, value] : overrides.items()) {
+    if (key == "timing" || key == "accuracy") {
+      for (const auto& [inner, inner_value] : value.items()) base[key][inner] = inner_value;
+    } else if (key == "model") {
+      base.erase("heads");
+      base.erase("kv_heads");
+      base.erase("head_dim");
+      base[key] = value;
+    } else if (key == "heads" || key == "kv_heads" || key == "head_dim") {
+      base.erase("model");
+      base[key] = value;
+    } else {
+      base[key] = value;
+    }
+  }
+  return base;
+}
+
+SweepSpec parse_suite(const Json& suite, const std::string& source) {
+  check_keys(suite, source, "",
+             {"name", "description", "backends", "dtype", "batch", "tokens_per_batch", "seq", "seq_kv", "model",
+              "heads", "kv_heads", "head_dim", "causal", "generator", "layout", "window", "seed", "timing",
+              "accuracy"});
+  SweepSpec spec;
+  if (suite.contains("name")) spec.name = string_list(suite["name"], source, "name").front();
+  if (suite.contains("description")) spec.description = string_list(suite["description"], source, "description").front();
+  if (!suite.contains("backends")) bad(source, "backends", "is missing: name at least one backend");
+  spec.backends = string_list(suite["backends"], source, "backends");
+  if (suite.contains("dtype")) {
+    spec.dtypes.clear();
+    for (const auto& name : string_list(suite["dtype"], source, "dtype")) {
+      const auto dtype = parse_dtype(name);
+      if (!dtype) bad(source, "dtype", fmt::format("= '{}' is not a dtype; allowed: fp32, fp16, bf16", name));
+      spec.dtypes.push_back(*dtype);
+    }
+  }
+  if (suite.contains("batch")) spec.batches = int_list(suite["batch"], source, "batch");
+  if (suite.contains("tokens_per_batch"))
+    spec.tokens_per_batch = int_list(suite["tokens_per_batch"], source, "tokens_per_batch").front();
+  if (suite.contains("seq")) spec.seq_q = int_list(suite["seq"], source, "seq");
+  if (suite.contains("seq_kv")) spec.seq_kv = int_list(suite["seq_kv"], source, "seq_kv");
+
+  if (suite.contains("model")) {
+    if (suite.contains("heads") || suite.contains("kv_heads") || suite.contains("head_dim"))
+      bad(source, "model", "cannot be combined with heads / kv_heads / head_dim: the model sets them");
+    spec.heads.clear();
+    for (const auto& name : string_list(suite["model"], source, "model")) {
+      const auto& preset = find_model(name);
+      spec.heads.push_back({preset.heads_q, preset.heads_kv, preset.head_dim, preset.name});
+    }
+  } else if (suite.contains("heads") || suite.contains("kv_heads") || suite.contains("head_dim")) {
+    const auto heads = suite.contains("heads") ? int_list(suite["heads"], source, "heads") : std::vector<int>{16};
+    const auto dims = suite.contains("head_dim") ? int_list(suite["head_dim"], source, "head_dim")
+                                                 : std::vector<int>{64};
+    std::vector<int> kv_heads;
+    if (suite.contains("kv_heads")) kv_heads = int_list(suite["kv_heads"], source, "kv_heads");
+    spec.heads.clear();
+    for (int h : heads)
+      for (int kv : kv_heads.empty() ? std::vector<int>{h} : kv_heads)
+        for (int d : dims) spec.heads.push_back({h, kv, d, ""});
+  }
+  if (suite.contains("causal")) {
+    spec.causal.clear();
+    for (const auto& item : as_list(suite["causal"])) {
+      if (!item.is_boolean()) bad(source, "causal", fmt::format("must be true, false or a list of them, got {}", item.dump()));
+      spec.causal.push_back(item.get<bool>());
+    }
+    if (spec.causal.empty()) bad(source, "causal", "is an empty list");
+  }
+  if (suite.contains("generator")) {
+    spec.generators = string_list(suite["generator"], source, "generator");
+  }
+  if (suite.contains("layout")) {
+    const auto layout = string_list(suite["layout"], source, "layout");
+    if (layout.size() != 1 || (layout[0] != "bshd" && layout[0] != "bhsd"))
+      bad(source, "layout", fmt::format("= {} is not allowed: one of bshd, bhsd", suite["layout"].dump()));
+    spec.layout = layout[0] == "bshd" ? Layout::BSHD : Layout::BHSD;
+  }
+  if (suite.contains("window")) {
+    const auto window = int_list(suite["window"], source, "window", -1);
+    if (window.size() != 2) bad(source, "window", "must be [left, right] (-1 for unbounded)");
+    spec.window_left = window[0];
+    spec.window_right = window[1];
+  }
+  if (suite.contains("seed")) spec.seed = static_cast<std::uint64_t>(int_list(suite["seed"], source, "seed", 0, std::numeric_limits<int>::max()).front());
+  if (suite.contains("timing")) {
+    const auto& timing = suite["timing"];
+    check_keys(timing, source, "timing",
+               {"warmup", "warmup_ms", "min_reps", "max_reps", "noise", "min_time_ms", "max_time_ms", "timeout_ms",
+                "cold"});
+    auto& m = spec.timing.measure;
+    if (timing.contains("warmup")) m.warmup_reps = int_list(timing["warmup"], source, "timing.warmup", 0, 1000000).front();
+    if (timing.contains("warmup_ms")) m.warmup_ms = number_in(timing["warmup_ms"], source, "timing.warmup_ms", 0, 6e5);
+    if (timing.contains("min_reps")) m.min_reps = int_list(timing["min_reps"], source, "timing.min_reps", 1, 1000000).front();
+    if (timing.contains("max_reps")) m.max_reps = int_list(timing["max_reps"], source, "timing.max_reps", 1, 100000000).front();
+    if (timing.contains("noise")) m.noise_target = number_in(timing["noise"], source, "timing.noise", 1e-6, 1.0);
+    if (timing.contains("min_time_ms")) m.min_time_ms = number_in(timing["min_time_ms"], source, "timing.min_time_ms", 0, 3.6e6);
+    if (timing.contains("max_time_ms")) m.max_time_ms = number_in(timing["max_time_ms"], source, "timing.max_time_ms", 0, 3.6e6);
+    if (timing.contains("timeout_ms")) m.timeout_ms = number_in(timing["timeout_ms"], source, "timing.timeout_ms", 1, 3.6e7);
+    if (timing.contains("cold")) {
+      if (!timing["cold"].is_boolean()) bad(source, "timing.cold", "must be true or false");
+      spec.timing.cold = timing["cold"].get<bool>();
+    }
+    if (m.max_reps < m.min_reps) bad(source, "timing.max_reps", "must be >= timing.min_reps");
+  }
+  if (suite.contains("accuracy")) {
+    check_keys(suite["accuracy"], source, "accuracy", {"reference_gflop"});
+    if (suite["accuracy"].contains("reference_gflop"))
+      spec.reference_gflop = number_in(suite["accuracy"]["reference_gflop"], source, "accuracy.reference_gflop", 0, 1e6);
+  }
+  // Names are checked here so that a typo fails before the sweep starts.
+  for (const auto& name : spec.generators) (void)find_generator(name);
+  return spec;
+}
+
+std::vector<Case> expand(const SweepSpec& spec) {
+  std::vector<Case> cases;
+  for (const auto& generator : spec.generators)
+    for (DType dtype : spec.dtypes)
+      for (const auto& heads : spec.heads)
+        for (bool causal : spec.causal)
+          for (int seq_q : spec.seq_q)
+            for (int seq_kv : spec.seq_kv.empty() ? std::vector<int>{seq_q} : spec.seq_kv)
+              for (int batch : spec.tokens_per_batch > 0 ? std::vector<int>{std::max(1, spec.tokens_per_batch / seq_q)}
+                                                         : spec.batches)
+                for (const auto& backend : spec.backends) {
+                  Case c;
+                  auto& p = c.problem;
+                  p.batch = batch;
+                  p.heads_q = heads.heads_q;
+                  p.heads_kv = heads.heads_kv;
+                  p.seq_q = seq_q;
+                  p.seq_kv = seq_kv;
+                  p.head_dim = heads.head_dim;
+                  p.dtype = dtype;
+                  p.layout = spec.layout;
+                  p.causal = causal;
+                  p.window_left = spec.window_left;
+                  p.window_right = spec.window_right;
+                  c.backend = backend;
+                  c.generator = generator;
+                  c.seed = spec.seed;
+                  c.model = heads.model;
+                  try {
+                    p.validate();
+                  } catch (const Error& error) {
+                    c.invalid_reason = error.what();
+                  }
+                  cases.push_back(std::move(c));
+                }
+  return cases;
+}
+
+}  // namespace attnsuite::bench

@@ -1,0 +1,71 @@
+// A sweep: the cartesian product of named axes, from a suite file and/or CLI flags.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "attnsuite/problem.hpp"
+#include "bench/statistics.hpp"
+
+namespace attnsuite::bench {
+
+struct HeadConfig {
+  int heads_q = 16;
+  int heads_kv = 16;
+  int head_dim = 64;
+  std::string model;  // preset name when it came from one
+};
+
+struct TimingOptions {
+  MeasureOptions measure;
+  bool cold = true;  // flush the last-level cache before every sample
+};
+
+struct SweepSpec {
+  std::string name = "custom";
+  std::string description;
+  std::vector<std::string> backends;
+  std::vector<DType> dtypes{DType::F16};
+  std::vector<int> batches{1};
+  int tokens_per_batch = 0;   // > 0: batch = max(1, tokens_per_batch / seq_q), batches ignored
+  std::vector<int> seq_q{1024};
+  std::vector<int> seq_kv;    // empty: the same as seq_q (self-attention)
+  std::vector<HeadConfig> heads{HeadConfig{}};
+  std::vector<bool> causal{false};
+  std::vector<std::string> generators{"randn"};
+  Layout layout = Layout::BSHD;
+  int window_left = -1, window_right = -1;
+  std::uint64_t seed = 0;
+  TimingOptions timing;
+  // Accuracy against the fp64 reference is computed on all (batch, head) slices while that
+  // costs at most this many GFLOP, else on an evenly spaced sample of slices that fits.
+  double reference_gflop = 4.0;
+};
+
+struct Case {
+  AttentionProblem problem;
+  std::string backend;
+  std::string generator;
+  std::uint64_t seed = 0;
+  std::string model;
+  std::string invalid_reason;  // non-empty: the axes combine into an impossible problem
+};
+
+// Cases in run order: every shape once, with the backends innermost so that backends are
+// interleaved in time (drift of clocks and temperature spreads over all of them alike).
+std::vector<Case> expand(const SweepSpec& spec);
+
+// Parses a suite (JSON text, or the JSON form of a TOML file). Strict: unknown keys, wrong
+// types and values out of range throw Error(Usage) naming the source, the key and what is allowed.
+SweepSpec parse_suite(const nlohmann::json& suite, const std::string& source);
+// Reads a suite by name (bench/suites/<name>.json|.toml, embedded in the binary) or by path.
+nlohmann::json load_suite_json(const std::string& name_or_path);
+std::vector<std::string> embedded_suite_names();
+// Overlays `overrides` (keys as in a suite file) onto `base`: a key present in overrides wins.
+nlohmann::json merge_suite(nlohmann::json base, const nlohmann::json& overrides);
+
+}  // namespace attnsuite::bench

@@ -1,0 +1,355 @@
+#include "bench/runner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "attnsuite/error.hpp"
+#include "bench/generators.hpp"
+#include "cpu/cpu_backends.hpp"
+
+namespace attnsuite::bench {
+
+void AccuracyAccumulator::add(double out, double ref) {
+  if (!std::isfinite(out)) {
+    ++non_finite_;
+    return;
+  }
+  const double diff = out - ref;
+  max_abs_ = std::max(max_abs_, std::abs(diff));
+  sum_sq_diff_ += diff * diff;
+  sum_sq_ref_ += ref * ref;
+  sum_sq_out_ += out * out;
+  sum_abs_diff_ += std::abs(diff);
+  sum_abs_ref_ += std::abs(ref);
+  sum_dot_ += out * ref;
+  ++count_;
+}
+
+AccuracyStats AccuracyAccumulator::finish() const {
+  AccuracyStats s;
+  s.compared = count_;
+  s.non_finite = non_finite_;
+  s.max_abs_err = max_abs_;
+  s.rel_l2 = sum_sq_ref_ > 0 ? std::sqrt(sum_sq_diff_ / sum_sq_ref_) : std::sqrt(sum_sq_diff_);
+  s.rel_l1 = sum_abs_ref_ > 0 ? sum_abs_diff_ / sum_abs_ref_ : sum_abs_diff_;
+  // Both all-zero (every row fully masked): identical, cosine 1.
+  const double norms = std::sqrt(sum_sq_out_) * std::sqrt(sum_sq_ref_);
+  s.cos_sim = norms > 0 ? sum_dot_ / norms : (sum_sq_out_ == 0 && sum_sq_ref_ == 0 ? 1.0 : 0.0);
+  s.rmse = count_ > 0 ? std::sqrt(sum_sq_diff_ / count_) : 0.0;
+  return s;
+}
+
+namespace {
+
+std::string device_string(Device device) {
+  return device.type == DeviceType::Cpu ? "cpu" : fmt::format("cuda:{}", device.index);
+}
+
+// Runs body(i) for i in [0, count) on every hardware thread.
+template <class Body>
+void parallel_for(std::size_t count, Body body) {
+  const std::size_t threads = std::min<std::size_t>(std::max(1u, std::thread::hardware_concurrency()), count);
+  if (threads <= 1) {
+    for (std::size_t i = 0; i < count; ++i) body(i);
+    return;
+  }
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (std::size_t i = next++; i < count; i = next++) body(i);
+    });
+  for (auto& thread : pool) thread.join();
+}
+
+struct HostTensor {
+  std::vector<unsigned char> bytes;
+  TensorView view;
+};
+
+HostTensor make_host_tensor(const std::vector<float>& dense_bshd, std::array<std::int64_t, 4> shape, DType dtype,
+                            Layout layout) {
+  HostTensor t;
+  t.bytes.resize(dense_bshd.size() * size_of(dtype));
+  t.view.data = t.bytes.data();
+  t.view.dtype = dtype;
+  t.view.shape = shape;
+  t.view.strides = TensorView::dense_strides(shape, layout);
+  if (layout == Layout::BSHD) {
+    convert_from_float(dense_bshd.data(), t.bytes.data(), dtype, dense_bshd.size());
+    return t;
+  }
+  const std::int64_t d = shape[3];
+  std::int64_t source = 0;
+  for (std::int64_t b = 0; b < shape[0]; ++b)
+    for (std::int64_t s = 0; s < shape[1]; ++s)
+      for (std::int64_t h = 0; h < shape[2]; ++h, source += d) {
+        auto* dst = t.bytes.data() + t.view.offset(b, s, h, 0) * size_of(dtype);
+        convert_from_float(dense_bshd.data() + source, dst, dtype, static_cast<std::size_t>(d));
+      }
+  return t;
+}
+
+}  // namespace
+
+struct Runner::Prepared {
+  std::string shape_key;
+  AttentionProblem problem;
+  HostTensor q, k, v;
+  std::vector<int> slices;  // b * heads_q + h of every compared slice
+  std::vector<double> reference_out;  // per slice: seq_q × dim_v
+  std::vector<double> reference_lse;  // per slice: seq_q
+};
+
+Runner::Runner(SweepSpec spec, Registry& registry) : spec_(std::move(spec)), registry_(registry) {}
+Runner::~Runner() = default;
+
+DeviceContext& Runner::context_for(Device device) {
+  auto& slot = contexts_[{static_cast<int>(device.type), device.index}];
+  if (!slot) slot = make_device_context(device);
+  return *slot;
+}
+
+ResultRow row_for_case(const Case& c, Backend* backend) {
+  ResultRow row;
+  const auto& p = c.problem;
+  row.backend = c.backend;
+  if (backend != nullptr) {
+    row.display_name = std::string(backend->display_name());
+    row.peer_of = std::string(backend->peer_of());
+    row.device = device_string(backend->device());
+  }
+  row.dtype = std::string(to_string(p.dtype));
+  row.layout = std::string(to_string(p.layout));
+  row.batch = p.batch;
+  row.heads_q = p.heads_q;
+  row.heads_kv = p.heads_kv;
+  row.seq_q = p.seq_q;
+  row.seq_kv = p.seq_kv;
+  row.head_dim = p.head_dim;
+  row.causal = p.causal;
+  row.window_left = p.window_left;
+  row.window_right = p.window_right;
+  row.generator = c.generator;
+  row.seed = c.seed;
+  return row;
+}
+
+const Runner::Prepared& Runner::prepare(const Case& c) {
+  ResultRow probe = row_for_case(c, nullptr);
+  const std::string key = probe.shape_key();
+  if (prepared_ && prepared_->shape_key == key) return *prepared_;
+  prepared_.reset();
+
+  auto prepared = std::make_unique<Prepared>();
+  const auto& p = c.problem;
+  prepared->shape_key = key;
+  prepared->problem = p;
+  const std::array<std::int64_t, 4> q_shape{p.batch, p.seq_q, p.heads_q, p.head_dim};
+  const std::array<std::int64_t, 4> k_shape{p.batch, p.seq_kv, p.heads_kv, p.head_dim};
+  const std::array<std::int64_t, 4> v_shape{p.batch, p.seq_kv, p.heads_kv, p.dim_v()};
+  auto numel = [](const std::array<std::int64_t, 4>& s) { return static_cast<std::size_t>(s[0] * s[1] * s[2] * s[3]); };
+  {
+    std::vector<float> q(numel(q_shape)), k(numel(k_shape)), v(numel(v_shape));
+    find_generator(c.generator).fill(p, c.seed, q, k, v);
+    prepared->q = make_host_tensor(q, q_shape, p.dtype, p.layout);
+    prepared->k = make_host_tensor(k, k_shape, p.dtype, p.layout);
+    prepared->v = make_host_tensor(v, v_shape, p.dtype, p.layout);
+  }
+
+  // Which (batch, head) slices the reference covers: all while within the GFLOP budget, else an
+  // evenly spaced sample that includes the first and the last slice.
+  const int total_slices = p.batch * p.heads_q;
+  const double slice_gflop = p.flops() / total_slices * 1e-9;
+  int count = total_slices;
+  if (slice_gflop * total_slices > spec_.reference_gflop)
+    count = std::clamp(static_cast<int>(spec_.reference_gflop / std::max(slice_gflop, 1e-12)), 1, total_slices);
+  for (int i = 0; i < count; ++i)
+    prepared->slices.push_back(count == 1 ? 0
+                                          : static_cast<int>(static_cast<std::int64_t>(i) * (total_slices - 1) / (count - 1)));
+  prepared->slices.erase(std::unique(prepared->slices.begin(), prepared->slices.end()), prepared->slices.end());
+
+  const std::size_t out_size = static_cast<std::size_t>(p.seq_q) * p.dim_v();
+  prepared->reference_out.resize(prepared->slices.size() * out_size);
+  prepared->reference_lse.resize(prepared->slices.size() * static_cast<std::size_t>(p.seq_q));
+  AttentionArgs args;
+  args.q = prepared->q.view;
+  args.k = prepared->k.view;
+  args.v = prepared->v.view;
+  parallel_for(prepared->slices.size(), [&](std::size_t i) {
+    const int slice = prepared->slices[i];
+    cpu::reference_head_f64(p, args, slice / p.heads_q, slice % p.heads_q, prepared->reference_out.data() + i * out_size,
+                            prepared->reference_lse.data() + i * static_cast<std::size_t>(p.seq_q));
+  });
+  prepared_ = std::move(prepared);
+  return *prepared_;
+}
+
+std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>& cancelled) {
+  Backend* backend = nullptr;
+  ResultRow row = row_for_case(c, nullptr);
+  try {
+    backend = &registry_.find(c.backend);
+    row = row_for_case(c, backend);
+  } catch (const Error& error) {
+    row.status = CaseStatus::Failed;
+    row.reason = error.what();
+    return row;
+  }
+  if (!c.invalid_reason.empty()) {
+    row.status = CaseStatus::Skipped;
+    row.reason = c.invalid_reason;
+    return row;
+  }
+  const auto& p = c.problem;
+  const Support support = backend->supports(p);
+  if (!support) {
+    row.status = CaseStatus::Skipped;
+    row.reason = support.reason;
+    return row;
+  }
+
+  try {
+    DeviceContext& ctx = context_for(backend->device());
+    row.gpu = ctx.device_name();
+    const Prepared& in = prepare(c);
+
+    // Refuse before allocating what cannot fit.
+    const std::size_t out_bytes = static_cast<std::size_t>(p.batch) * p.seq_q * p.heads_q * p.dim_v() * size_of(p.dtype);
+    const std::size_t lse_bytes = static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q * sizeof(float);
+    const std::size_t workspace = backend->workspace_bytes(p);
+    const std::size_t needed = in.q.bytes.size() + in.k.bytes.size() + in.v.bytes.size() + out_bytes + lse_bytes + workspace;
+    const std::size_t available = ctx.free_bytes();
+    if (available > 0 && needed > available)
+      throw Error(ErrorKind::OutOfMemory, fmt::format("out of memory: the case needs {:.2f} GiB on {}, {:.2f} GiB free",
+                                                      needed / 1073741824.0, device_string(backend->device()),
+                                                      available / 1073741824.0));
+
+    auto q = ctx.allocate(in.q.bytes.size());
+    auto k = ctx.allocate(in.k.bytes.size());
+    auto v = ctx.allocate(in.v.bytes.size());
+    auto o = ctx.allocate(out_bytes);
+    auto lse = ctx.allocate(lse_bytes);
+    ctx.copy_to_device(q->data(), in.q.bytes.data(), in.q.bytes.size());
+    ctx.copy_to_device(k->data(), in.k.bytes.data(), in.k.bytes.size());
+    ctx.copy_to_device(v->data(), in.v.bytes.data(), in.v.bytes.size());
+
+    AttentionArgs args;
+    const Device device = backend->device();
+    auto on_device = [&](TensorView view, void* data) {
+      view.data = data;
+      view.device = device;
+      return view;
+    };
+    args.q = on_device(in.q.view, q->data());
+    args.k = on_device(in.k.view, k->data());
+    args.v = on_device(in.v.view, v->data());
+    TensorView o_view;
+    o_view.dtype = p.dtype;
+    o_view.shape = {p.batch, p.seq_q, p.heads_q, p.dim_v()};
+    o_view.strides = TensorView::dense_strides(o_view.shape, p.layout);
+    args.o = on_device(o_view, o->data());
+    args.lse = {static_cast<float*>(lse->data()), device};
+
+    const double clock_start = ctx.clock_mhz();
+
+    // The accuracy run: poisoned outputs, peak extra memory measured around it.
+    ctx.poison(o->data(), out_bytes);
+    ctx.poison(lse->data(), lse_bytes);
+    ctx.synchronize();
+    ctx.reset_peak_memory();
+    std::unique_ptr<DeviceAllocation> workspace_buffer;
+    if (workspace > 0) {
+      workspace_buffer = ctx.allocate(workspace);
+      args.workspace = workspace_buffer->data();
+    }
+    backend->forward(p, args, ctx.stream());
+    ctx.synchronize();
+    row.peak_mem_mib = static_cast<double>(ctx.peak_memory_since_reset()) / 1048576.0;
+
+    std::vector<unsigned char> host_o(out_bytes);
+    std::vector<float> host_lse(lse_bytes / sizeof(float));
+    ctx.copy_to_host(host_o.data(), o->data(), out_bytes);
+    ctx.copy_to_host(host_lse.data(), lse->data(), lse_bytes);
+    const std::size_t out_size = static_cast<std::size_t>(p.seq_q) * p.dim_v();
+    AccuracyAccumulator accuracy;
+    std::int64_t lse_mismatches = 0;
+    for (std::size_t i = 0; i < in.slices.size(); ++i) {
+      const int b = in.slices[i] / p.heads_q, h = in.slices[i] % p.heads_q;
+      const double* ref = in.reference_out.data() + i * out_size;
+      for (int s = 0; s < p.seq_q; ++s) {
+        for (int d = 0; d < p.dim_v(); ++d)
+          accuracy.add(load_as_float(host_o.data(), p.dtype, o_view.offset(b, s, h, d)), ref[static_cast<std::size_t>(s) * p.dim_v() + d]);
+        const double ref_lse = in.reference_lse[i * p.seq_q + s];
+        const float got = host_lse[(static_cast<std::size_t>(b) * p.heads_q + h) * p.seq_q + s];
+        const bool both_empty = std::isinf(ref_lse) && std::isinf(got) && got < 0;
+        if (!both_empty && !(std::abs(got - ref_lse) <= 1e-2 + 1e-3 * std::abs(ref_lse))) ++lse_mismatches;
+      }
+    }
+    const AccuracyStats stats = accuracy.finish();
+    row.max_abs_err = stats.max_abs_err;
+    row.rel_l2 = stats.rel_l2;
+    row.rel_l1 = stats.rel_l1;
+    row.cos_sim = stats.cos_sim;
+    row.rmse = stats.rmse;
+    row.accuracy_fraction = static_cast<double>(in.slices.size()) / (static_cast<double>(p.batch) * p.heads_q);
+    if (stats.non_finite > 0) {
+      row.status = CaseStatus::Failed;
+      row.reason = fmt::format("output has {} NaN/Inf values among the compared elements", stats.non_finite);
+      return row;
+    }
+    if (lse_mismatches > 0) row.reason = fmt::format("log-sum-exp differs from the reference in {} rows", lse_mismatches);
+
+    // Timing.
+    auto timer = ctx.make_timer();
+    const bool cold = spec_.timing.cold;
+    auto run_once = [&] { backend->forward(p, args, ctx.stream()); };
+    auto sample = [&] {
+      if (cold) ctx.flush_cache();
+      timer->start();
+      backend->forward(p, args, ctx.stream());
+      timer->stop();
+      return timer->elapsed_ms();
+    };
+    const Measurement m = measure(
+        [&] {
+          run_once();
+          ctx.synchronize();
+        },
+        sample, spec_.timing.measure, cancelled);
+    if (cancelled && cancelled()) return std::nullopt;
+    const double clock_end = ctx.clock_mhz();
+
+    const Statistics& st = m.stats;
+    row.reps = st.count;
+    row.ms_median = st.median;
+    row.ms_mean = st.mean;
+    row.ms_p05 = st.p05;
+    row.ms_p95 = st.p95;
+    row.ms_min = st.min;
+    row.ms_stddev = st.stddev;
+    const double seconds = st.median * 1e-3;
+    row.tokens_per_s = static_cast<double>(p.batch) * p.seq_q / seconds;
+    row.tflops = p.flops() / seconds * 1e-12;
+    row.gbps = p.min_bytes() / seconds * 1e-9;
+    if (clock_start > 0) row.clock_mhz = clock_start;
+    auto note = [&](const std::string& text) { row.reason += (row.reason.empty() ? "" : "; ") + text; };
+    if (clock_start > 0 && clock_end > 0 && clock_end < 0.9 * clock_start)
+      note(fmt::format("SM clock dropped from {:.0f} to {:.0f} MHz during the case", clock_start, clock_end));
+    if (!m.converged)
+      note(fmt::format("noise target {:.1f}% not reached in the time budget (median ±{:.1f}%)",
+                       spec_.timing.measure.noise_target * 100, st.relative_median_error() * 100));
+  } catch (const Error& error) {
+    row.status = CaseStatus::Failed;
+    row.reason = error.what();
+  } catch (const std::bad_alloc&) {
+    row.status = CaseStatus::Failed;
+    row.reason = "out of host memory (std::bad_alloc)";
+  }
+  return row;
+}
+
+}  // namespace attnsuite::bench

@@ -1,0 +1,61 @@
+// Runs one case: support check, inputs, accuracy run against the fp64 reference, timing.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnsuite/registry.hpp"
+#include "bench/device_context.hpp"
+#include "bench/plan.hpp"
+#include "bench/result.hpp"
+
+namespace attnsuite::bench {
+
+// Accuracy of an output against the reference over the compared elements.
+struct AccuracyStats {
+  double max_abs_err = 0, rel_l2 = 0, rel_l1 = 0, cos_sim = 0, rmse = 0;
+  std::int64_t compared = 0;
+  std::int64_t non_finite = 0;  // NaN or Inf in the output: never passes
+};
+
+// Accumulates the statistics over pairs (output, reference); merge for parallel sums.
+class AccuracyAccumulator {
+ public:
+  void add(double out, double ref);
+  AccuracyStats finish() const;
+
+ private:
+  double max_abs_ = 0, sum_sq_diff_ = 0, sum_sq_ref_ = 0, sum_sq_out_ = 0, sum_abs_diff_ = 0, sum_abs_ref_ = 0,
+         sum_dot_ = 0;
+  std::int64_t count_ = 0, non_finite_ = 0;
+};
+
+// The row fields that identify a case (no results yet).
+ResultRow row_for_case(const Case& c, Backend* backend);
+
+class Runner {
+ public:
+  Runner(SweepSpec spec, Registry& registry);
+  ~Runner();
+
+  // Runs one case and returns its row: ok, skipped (unsupported, with the reason) or failed
+  // (with the error). Returns nullopt when `cancelled` became true mid-case: the case did not
+  // finish and must not be recorded.
+  std::optional<ResultRow> run(const Case& c, const std::function<bool()>& cancelled = {});
+
+ private:
+  struct Prepared;
+  DeviceContext& context_for(Device device);
+  const Prepared& prepare(const Case& c);
+
+  SweepSpec spec_;
+  Registry& registry_;
+  std::map<std::pair<int, int>, std::unique_ptr<DeviceContext>> contexts_;
+  std::unique_ptr<Prepared> prepared_;  // inputs and reference of the current shape
+};
+
+}  // namespace attnsuite::bench

@@ -1,0 +1,149 @@
+#include "bench/sweep.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <set>
+
+#include "attnsuite/error.hpp"
+#include "bench/runner.hpp"
+#include "core/host_info.hpp"
+#include "report/atomic_file.hpp"
+#include "report/jsonl.hpp"
+#include "report/sinks.hpp"
+
+
+namespace attnsuite::bench {
+
+namespace fs = std::filesystem;
+
+std::string utc_now_iso8601() {
+  const std::time_t now = std::time(nullptr);
+  std::tm parts{};
+  gmtime_r(&now, &parts);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &parts);
+  return text;
+}
+
+namespace {
+
+std::string git_commit() {
+#ifdef ATTNSUITE_SOURCE_DIR
+  const std::string command = fmt::format("git -C '{}' rev-parse --short=12 HEAD 2>/dev/null", ATTNSUITE_SOURCE_DIR);
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[64] = {};
+    const bool got = std::fgets(buffer, sizeof(buffer), pipe) != nullptr;
+    pclose(pipe);
+    std::string commit = got ? buffer : "";
+    while (!commit.empty() && (commit.back() == '\n' || commit.back() == '\r')) commit.pop_back();
+    if (!commit.empty()) return commit;
+  }
+#endif
+  return "unknown";
+}
+
+nlohmann::json settings_of(const SweepSpec& spec) {
+  const auto& m = spec.timing.measure;
+  return {{"cold_cache", spec.timing.cold},     {"warmup_reps", m.warmup_reps},   {"min_reps", m.min_reps},
+          {"max_reps", m.max_reps},             {"noise_target", m.noise_target}, {"min_time_ms", m.min_time_ms},
+          {"max_time_ms", m.max_time_ms},       {"timeout_ms", m.timeout_ms},     {"seed", spec.seed},
+          {"reference_gflop", spec.reference_gflop}};
+}
+
+}  // namespace
+
+RunHeader make_run_header(const SweepSpec& spec) {
+  RunHeader header;
+  header.tool_version = ATTNSUITE_VERSION;
+  header.git_commit = git_commit();
+  header.started_at = utc_now_iso8601();
+  const auto& host = host_info();
+  header.hostname = host.hostname;
+  header.cpu_model = host.cpu_model;
+  header.cpu_threads = host.threads;
+  header.simd = host.simd;
+  header.suite = spec.name;
+  header.settings = settings_of(spec);
+  return header;
+}
+
+SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Registry& registry) {
+  SweepOutcome outcome;
+  outcome.out_dir = options.out_dir;
+  outcome.header = make_run_header(spec);
+  report::ensure_writable_directory(options.out_dir);
+
+  const fs::path rows_path = options.out_dir / kRowsFile;
+  const bool has_rows = fs::exists(rows_path) && fs::file_size(rows_path) > 0;
+  if (has_rows && !options.resume && !options.force)
+    throw Error(ErrorKind::Usage,
+                fmt::format("output directory '{}' already holds results ({}); use --resume to finish that sweep "
+                            "or --force to overwrite it",
+                            options.out_dir.string(), kRowsFile));
+  if (has_rows && options.force && !options.resume) {
+    for (const char* name : {kRowsFile, kCsvFile, kJsonFile, kMarkdownFile}) fs::remove(options.out_dir / name);
+  }
+
+  std::set<std::string> finished;
+  if (options.resume && fs::exists(rows_path)) {
+    std::vector<std::string> warnings;
+    outcome.rows = report::read_jsonl(rows_path, &warnings);
+    // Rewrite the file without a torn last line so that appends start on a fresh line.
+    std::string clean;
+    for (const auto& row : outcome.rows) clean += to_json(row).dump() + "\n";
+    report::write_file_atomic(rows_path, clean);
+    for (const auto& row : outcome.rows) finished.insert(row.case_key());
+    outcome.resumed = outcome.rows.size();
+  }
+  if (!options.suite_json.is_null()) report::write_file_atomic(options.out_dir / kSuiteFile, options.suite_json.dump(2) + "\n");
+
+  const std::vector<Case> cases = expand(spec);
+  std::vector<const Case*> todo;
+  for (const auto& c : cases) {
+    if (!finished.contains(row_for_case(c, nullptr).case_key())) todo.push_back(&c);
+  }
+
+  report::JsonlWriter writer(rows_path);
+  Runner runner(spec, registry);
+  SweepProgress progress;
+  progress.total = cases.size();
+  progress.done = cases.size() - todo.size();
+  const auto started = std::chrono::steady_clock::now();
+  std::size_t ran = 0;
+  for (const Case* c : todo) {
+    if (options.cancelled && options.cancelled()) {
+      outcome.interrupted = true;
+      break;
+    }
+    progress.current = c;
+    progress.finished = nullptr;
+    if (options.on_progress) options.on_progress(progress);
+    std::optional<ResultRow> row = runner.run(*c, options.cancelled);
+    if (!row) {
+      outcome.interrupted = true;
+      break;
+    }
+    writer.append(*row);
+    outcome.rows.push_back(std::move(*row));
+    ++ran;
+    ++progress.done;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    progress.eta_seconds = elapsed / static_cast<double>(ran) * static_cast<double>(todo.size() - ran);
+    progress.current = nullptr;
+    progress.finished = &outcome.rows.back();
+    if (options.on_progress) options.on_progress(progress);
+  }
+
+  outcome.header.finished_at = utc_now_iso8601();
+  outcome.header.interrupted = outcome.interrupted;
+  report::fill_relative_to_vanilla(outcome.rows);
+  report::write_file_atomic(options.out_dir / kCsvFile, report::to_csv(outcome.rows));
+  report::write_file_atomic(options.out_dir / kJsonFile, report::to_results_json(outcome.header, outcome.rows).dump(2) + "\n");
+  report::write_file_atomic(options.out_dir / kMarkdownFile, report::summary_markdown(outcome.rows));
+  return outcome;
+}
+
+}  // namespace attnsuite::bench

@@ -1,0 +1,121 @@
+#include "attnsuite/dtype.hpp"
+
+#include <cmath>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+namespace attnsuite {
+
+std::string_view to_string(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "fp32";
+    case DType::F16: return "fp16";
+    case DType::BF16: return "bf16";
+  }
+  return "?";
+}
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  if (name == "fp32" || name == "float32" || name == "f32") return DType::F32;
+  if (name == "fp16" || name == "float16" || name == "f16" || name == "half") return DType::F16;
+  if (name == "bf16" || name == "bfloat16") return DType::BF16;
+  return std::nullopt;
+}
+
+// IEEE binary16 with round-to-nearest-even, written out so it does not depend on compiler
+// support for _Float16.
+std::uint16_t float_to_fp16_bits(float value) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  const std::uint32_t sign = (bits >> 16) & 0x8000u;
+  std::uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (magnitude >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow, inf
+  if (magnitude < 0x38800000u) {  // subnormal or zero in fp16
+    if (magnitude < 0x33000000u) return static_cast<std::uint16_t>(sign);
+    const std::uint32_t exponent = magnitude >> 23;
+    const std::uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = 126u - exponent;  // 14 + (112 - exponent + 1) - 1
+    std::uint32_t half = mantissa >> shift;
+    const std::uint32_t remainder = mantissa & ((1u << shift) - 1u);
+    const std::uint32_t halfway = 1u << (shift - 1u);
+    if (remainder > halfway || (remainder == halfway && (half & 1u))) ++half;
+    return static_cast<std::uint16_t>(sign | half);
+  }
+  magnitude -= 0x38000000u;  // rebias exponent 127 -> 15
+  magnitude += 0xfffu + ((magnitude >> 13) & 1u);
+  return static_cast<std::uint16_t>(sign | (magnitude >> 13));
+}
+
+float fp16_bits_to_float(std::uint16_t half) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(half & 0x8000u) << 16;
+  std::uint32_t exponent = (half >> 10) & 0x1fu;
+  std::uint32_t mantissa = half & 0x3ffu;
+  std::uint32_t bits;
+  if (exponent == 0x1fu) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {
+      const float value = std::ldexp(static_cast<float>(mantissa), -24);
+      std::memcpy(&bits, &value, 4);
+      bits |= sign;
+    }
+  } else {
+    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  }
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+void convert_to_float(const void* src, DType dtype, float* dst, std::size_t count) {
+  switch (dtype) {
+    case DType::F32: std::memcpy(dst, src, count * 4); return;
+    case DType::BF16: {
+      const auto* in = static_cast<const std::uint16_t*>(src);
+      for (std::size_t i = 0; i < count; ++i) dst[i] = bf16_bits_to_float(in[i]);
+      return;
+    }
+    case DType::F16: {
+      const auto* in = static_cast<const std::uint16_t*>(src);
+      std::size_t i = 0;
+#if defined(__F16C__)
+      for (; i + 8 <= count; i += 8) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+      }
+#endif
+      for (; i < count; ++i) dst[i] = fp16_bits_to_float(in[i]);
+      return;
+    }
+  }
+}
+
+void convert_from_float(const float* src, void* dst, DType dtype, std::size_t count) {
+  switch (dtype) {
+    case DType::F32: std::memcpy(dst, src, count * 4); return;
+    case DType::BF16: {
+      auto* out = static_cast<std::uint16_t*>(dst);
+      for (std::size_t i = 0; i < count; ++i) out[i] = float_to_bf16_bits(src[i]);
+      return;
+    }
+    case DType::F16: {
+      auto* out = static_cast<std::uint16_t*>(dst);
+      std::size_t i = 0;
+#if defined(__F16C__)
+      for (; i + 8 <= count; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+      }
+#endif
+      for (; i < count; ++i) out[i] = float_to_fp16_bits(src[i]);
+      return;
+    }
+  }
+}
+
+}  // namespace attnsuite

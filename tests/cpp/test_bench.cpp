@@ -1,0 +1,304 @@
+// The harness: statistics, suite parsing, the runner on fake backends, the sweep with resume.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "attnsuite/error.hpp"
+#include "attnsuite/registry.hpp"
+#include "bench/plan.hpp"
+#include "bench/runner.hpp"
+#include "bench/statistics.hpp"
+#include "bench/sweep.hpp"
+#include "cpu/cpu_backends.hpp"
+#include "report/jsonl.hpp"
+
+namespace fs = std::filesystem;
+using namespace attnsuite;
+using namespace attnsuite::bench;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("attnsuite_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  return dir;
+}
+
+// A backend whose behaviour a test chooses: exact (fp64 reference per slice), unwritten output,
+// unsupported, or throwing out-of-memory.
+class FakeBackend final : public Backend {
+ public:
+  enum class Mode { Exact, LeaveUnwritten, Unsupported, OutOfMemory };
+  FakeBackend(std::string name, Mode mode, std::atomic<int>* calls) : name_(std::move(name)), mode_(mode), calls_(calls) {}
+  std::string_view name() const override { return name_; }
+  std::string_view display_name() const override { return name_; }
+  Device device() const override { return {}; }
+  std::string capabilities() const override { return "test"; }
+  Support supports(const AttentionProblem&) const override {
+    return mode_ == Mode::Unsupported ? Support::no("fake: never supported") : Support::yes();
+  }
+  void forward(const AttentionProblem& p, const AttentionArgs& args, Stream) override {
+    if (calls_) ++*calls_;
+    if (mode_ == Mode::OutOfMemory) throw Error(ErrorKind::OutOfMemory, "fake: out of memory, needs 9 GiB, 1 GiB free");
+    if (mode_ == Mode::LeaveUnwritten) return;
+    std::vector<double> out(static_cast<std::size_t>(p.seq_q) * p.dim_v()), lse(p.seq_q);
+    for (int b = 0; b < p.batch; ++b)
+      for (int h = 0; h < p.heads_q; ++h) {
+        cpu::reference_head_f64(p, args, b, h, out.data(), lse.data());
+        for (int s = 0; s < p.seq_q; ++s) {
+          for (int d = 0; d < p.dim_v(); ++d)
+            store_from_float(args.o.data, p.dtype, args.o.offset(b, s, h, d), static_cast<float>(out[s * p.dim_v() + d]));
+          if (!args.lse.empty()) args.lse.data[(static_cast<std::size_t>(b) * p.heads_q + h) * p.seq_q + s] = static_cast<float>(lse[s]);
+        }
+      }
+  }
+
+ private:
+  std::string name_;
+  Mode mode_;
+  std::atomic<int>* calls_;
+};
+
+SweepSpec small_spec(std::vector<std::string> backends) {
+  SweepSpec spec;
+  spec.name = "test";
+  spec.backends = std::move(backends);
+  spec.dtypes = {DType::F32};
+  spec.batches = {1, 2};
+  spec.seq_q = {7, 33};
+  spec.heads = {{2, 1, 32, ""}};
+  spec.timing.cold = false;
+  spec.timing.measure.warmup_reps = 0;
+  spec.timing.measure.min_reps = 2;
+  spec.timing.measure.max_reps = 3;
+  return spec;
+}
+
+}  // namespace
+
+TEST(Statistics, SummaryOfKnownSamples) {
+  const Statistics s = summarize({5, 1, 4, 2, 3});
+  EXPECT_EQ(s.count, 5);
+  EXPECT_DOUBLE_EQ(s.min, 1);
+  EXPECT_DOUBLE_EQ(s.max, 5);
+  EXPECT_DOUBLE_EQ(s.median, 3);
+  EXPECT_DOUBLE_EQ(s.mean, 3);
+  EXPECT_NEAR(s.stddev, std::sqrt(2.5), 1e-12);
+  EXPECT_NEAR(s.p05, 1.2, 1e-12);  // numpy.percentile([1..5], 5)
+  EXPECT_NEAR(s.p95, 4.8, 1e-12);
+}
+
+TEST(Statistics, ConstantTimerStopsAtMinReps) {
+  MeasureOptions options;
+  options.warmup_reps = 2;
+  options.min_reps = 7;
+  int warmups = 0;
+  const Measurement m = measure([&] { ++warmups; }, [] { return 1.0; }, options);
+  EXPECT_EQ(warmups, 2);
+  EXPECT_EQ(m.stats.count, 7);
+  EXPECT_TRUE(m.converged);
+  EXPECT_DOUBLE_EQ(m.stats.median, 1.0);
+}
+
+TEST(Statistics, NoisyTimerRunsUntilTheBudget) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<double> noise(0.5, 1.5);
+  MeasureOptions options;
+  options.noise_target = 1e-5;  // unreachable
+  options.max_time_ms = 100;    // samples of ~1 ms: stops near 100 samples
+  const Measurement m = measure([] {}, [&] { return noise(rng); }, options);
+  EXPECT_FALSE(m.converged);
+  EXPECT_GE(m.stats.count, 60);
+  EXPECT_LE(m.stats.count, 200);
+}
+
+TEST(Statistics, NoisyTimerConvergesToTheNoiseTarget) {
+  std::mt19937 rng(2);
+  std::normal_distribution<double> noise(10.0, 0.5);  // 5% spread per sample
+  MeasureOptions options;
+  options.noise_target = 0.005;
+  options.max_time_ms = 1e9;
+  const Measurement m = measure([] {}, [&] { return noise(rng); }, options);
+  EXPECT_TRUE(m.converged);
+  EXPECT_LT(m.stats.relative_median_error(), 0.005);
+  EXPECT_GE(m.stats.count, 100);  // (1.25 · 0.05 / 0.005)² ≈ 156
+}
+
+TEST(Plan, ParsesAndExpandsWithBackendsInnermost) {
+  const auto spec = parse_suite(nlohmann::json::parse(R"({"backends": ["a", "b"], "dtype": ["fp16", "bf16"],
+      "batch": [1, 4], "seq": [128, 256], "model": "llama-3.2-1b", "causal": [false, true]})"), "t");
+  const auto cases = expand(spec);
+  ASSERT_EQ(cases.size(), 2u * 2 * 2 * 2 * 2);
+  EXPECT_EQ(cases[0].backend, "a");
+  EXPECT_EQ(cases[1].backend, "b");
+  EXPECT_EQ(cases[0].problem.heads_q, 32);
+  EXPECT_EQ(cases[0].problem.heads_kv, 8);
+  EXPECT_EQ(cases[0].problem.head_dim, 64);
+  EXPECT_EQ(cases[0].model, "llama-3.2-1b");
+}
+
+TEST(Plan, TokensPerBatchSetsTheBatch) {
+  const auto spec = parse_suite(nlohmann::json::parse(R"({"backends": "a", "tokens_per_batch": 16384,
+      "seq": [512, 16384, 32768]})"), "t");
+  const auto cases = expand(spec);
+  ASSERT_EQ(cases.size(), 3u);
+  EXPECT_EQ(cases[0].problem.batch, 32);
+  EXPECT_EQ(cases[1].problem.batch, 1);
+  EXPECT_EQ(cases[2].problem.batch, 1);
+}
+
+TEST(Plan, ImpossibleCombinationIsRecordedNotDropped) {
+  const auto spec = parse_suite(nlohmann::json::parse(R"({"backends": "a", "heads": 6, "kv_heads": 4})"), "t");
+  const auto cases = expand(spec);
+  ASSERT_EQ(cases.size(), 1u);
+  EXPECT_NE(cases[0].invalid_reason.find("not divisible"), std::string::npos);
+}
+
+TEST(Plan, BadSuitesGiveOneClearError) {
+  auto error_of = [](const std::string& text) -> std::string {
+    try {
+      (void)parse_suite(nlohmann::json::parse(text), "s");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Usage);
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(error_of(R"({"backends": "a", "bacth": [1]})").find("unknown key 'bacth'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"backends": "a", "batch": [0]})").find("'batch' = 0 is out of range"), std::string::npos);
+  EXPECT_NE(error_of(R"({"backends": "a", "batch": ["x"]})").find("must be an integer"), std::string::npos);
+  EXPECT_NE(error_of(R"({"backends": "a", "batch": [1e300]})").find("must be an integer"), std::string::npos);
+  EXPECT_NE(error_of(R"({"backends": "a", "seq": 99999999999})").find("out of range"), std::string::npos);
+  EXPECT_NE(error_of(R"({"backends": "a", "dtype": "fp8"})").find("allowed: fp32, fp16, bf16"), std::string::npos);
+  EXPECT_NE(error_of(R"({"backends": "a", "model": "gpt-9"})").find("unknown model 'gpt-9'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"backends": "a", "generator": "zeros"})").find("unknown input generator"), std::string::npos);
+  EXPECT_NE(error_of(R"({"dtype": "fp16"})").find("'backends' is missing"), std::string::npos);
+  EXPECT_NE(error_of(R"([1, 2])").find("must be an object"), std::string::npos);
+  EXPECT_NE(error_of(R"({"backends": "a", "timing": {"noise": -1}})").find("timing.noise"), std::string::npos);
+}
+
+TEST(Plan, MalformedAndTomlFiles) {
+  const fs::path dir = fresh_dir("suites");
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir / "bad.json") << "{\"backends\": [\"a\",";
+    std::ofstream(dir / "ok.toml") << "backends = [\"cpu-flash\"]\nbatch = [1, 2]\nseq = 64\n[timing]\nnoise = 0.05\n";
+    std::ofstream(dir / "bad.toml") << "backends = [\"a\"\nbatch = \n";
+  }
+  try {
+    (void)load_suite_json((dir / "bad.json").string());
+    FAIL() << "malformed JSON accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("malformed JSON"), std::string::npos);
+  }
+  try {
+    (void)load_suite_json((dir / "bad.toml").string());
+    FAIL() << "malformed TOML accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("malformed TOML"), std::string::npos);
+  }
+  const auto spec = parse_suite(load_suite_json((dir / "ok.toml").string()), "ok.toml");
+  EXPECT_EQ(spec.batches, (std::vector<int>{1, 2}));
+  EXPECT_EQ(spec.seq_q, (std::vector<int>{64}));
+  EXPECT_DOUBLE_EQ(spec.timing.measure.noise_target, 0.05);
+  EXPECT_THROW((void)load_suite_json("no-such-suite"), Error);
+  fs::remove_all(dir);
+}
+
+TEST(Plan, EverySuiteInTheRepoParses) {
+  for (const auto& name : embedded_suite_names()) {
+    SCOPED_TRACE(name);
+    const auto spec = parse_suite(load_suite_json(name), name);
+    EXPECT_FALSE(expand(spec).empty());
+  }
+}
+
+TEST(Runner, OkSkippedAndFailedRows) {
+  Registry registry;
+  registry.add("exact", [] { return std::make_unique<FakeBackend>("exact", FakeBackend::Mode::Exact, nullptr); });
+  registry.add("unwritten", [] { return std::make_unique<FakeBackend>("unwritten", FakeBackend::Mode::LeaveUnwritten, nullptr); });
+  registry.add("never", [] { return std::make_unique<FakeBackend>("never", FakeBackend::Mode::Unsupported, nullptr); });
+  registry.add("oom", [] { return std::make_unique<FakeBackend>("oom", FakeBackend::Mode::OutOfMemory, nullptr); });
+  SweepSpec spec = small_spec({"exact", "unwritten", "never", "oom", "missing"});
+  spec.batches = {1};
+  spec.seq_q = {33};
+  Runner runner(spec, registry);
+  std::vector<ResultRow> rows;
+  for (const auto& c : expand(spec)) rows.push_back(*runner.run(c));
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[0].status, CaseStatus::Ok) << rows[0].reason;
+  EXPECT_LT(*rows[0].rel_l2, 1e-6);
+  EXPECT_NEAR(*rows[0].cos_sim, 1.0, 1e-9);
+  EXPECT_GT(*rows[0].tflops, 0.0);
+  EXPECT_EQ(rows[1].status, CaseStatus::Failed);  // poisoned output never written: NaN never passes
+  EXPECT_NE(rows[1].reason.find("NaN"), std::string::npos);
+  EXPECT_EQ(rows[2].status, CaseStatus::Skipped);
+  EXPECT_EQ(rows[2].reason, "fake: never supported");
+  EXPECT_EQ(rows[3].status, CaseStatus::Failed);
+  EXPECT_NE(rows[3].reason.find("out of memory"), std::string::npos);
+  EXPECT_EQ(rows[4].status, CaseStatus::Failed);
+  EXPECT_NE(rows[4].reason.find("unknown backend 'missing'"), std::string::npos);
+}
+
+TEST(Runner, SamplesHeadsForLargeReferences) {
+  Registry registry;
+  registry.add("exact", [] { return std::make_unique<FakeBackend>("exact", FakeBackend::Mode::Exact, nullptr); });
+  SweepSpec spec = small_spec({"exact"});
+  spec.batches = {2};
+  spec.seq_q = {64};
+  spec.heads = {{8, 8, 32, ""}};
+  spec.reference_gflop = 4.0 * 64 * 64 * 32 * 4 * 1e-9;  // room for 4 of the 16 slices
+  Runner runner(spec, registry);
+  const auto row = *runner.run(expand(spec).front());
+  ASSERT_EQ(row.status, CaseStatus::Ok) << row.reason;
+  EXPECT_DOUBLE_EQ(*row.accuracy_fraction, 4.0 / 16.0);
+}
+
+TEST(Sweep, InterruptedThenResumedRunsEachCaseOnce) {
+  std::atomic<int> calls{0};
+  Registry registry;
+  registry.add("exact", [&] { return std::make_unique<FakeBackend>("exact", FakeBackend::Mode::Exact, &calls); });
+  const SweepSpec spec = small_spec({"exact"});
+  const std::size_t total = expand(spec).size();
+  ASSERT_EQ(total, 4u);
+  const fs::path dir = fresh_dir("resume");
+
+  SweepOptions options;
+  options.out_dir = dir;
+  std::size_t finished = 0;
+  options.on_progress = [&](const SweepProgress& p) { finished += p.finished != nullptr; };
+  options.cancelled = [&] { return finished >= 2; };
+  const auto first = run_sweep(spec, options, registry);
+  EXPECT_TRUE(first.interrupted);
+  EXPECT_EQ(first.rows.size(), 2u);
+  EXPECT_EQ(report::read_jsonl(dir / kRowsFile, nullptr).size(), 2u);
+  EXPECT_TRUE(fs::exists(dir / kJsonFile));
+
+  // Without --resume or --force the directory is refused.
+  SweepOptions again;
+  again.out_dir = dir;
+  EXPECT_THROW(run_sweep(spec, again, registry), Error);
+
+  const int calls_before = calls.load();
+  SweepOptions resume;
+  resume.out_dir = dir;
+  resume.resume = true;
+  const auto second = run_sweep(spec, resume, registry);
+  EXPECT_FALSE(second.interrupted);
+  EXPECT_EQ(second.resumed, 2u);
+  EXPECT_EQ(second.rows.size(), total);
+  // Each new case: one accuracy run + max 3 timed runs; the 2 finished cases were not rerun.
+  EXPECT_LE(calls.load() - calls_before, 2 * 4);
+  const auto rows = report::read_jsonl(dir / kRowsFile, nullptr);
+  ASSERT_EQ(rows.size(), total);
+  std::set<std::string> keys;
+  for (const auto& r : rows) keys.insert(r.case_key());
+  EXPECT_EQ(keys.size(), total);
+  const auto json = nlohmann::json::parse(std::ifstream(dir / kJsonFile));
+  EXPECT_EQ(json["rows"].size(), total);
+  fs::remove_all(dir);
+}
