@@ -49,6 +49,18 @@ class Backend {
   virtual std::size_t workspace_bytes(const AttentionProblem&) const { return 0; }
   // Writes args.o (and args.lse when given). Throws Error on failure.
   virtual void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) = 0;
+
+  // --- For peers whose API does not fit the calls above (PyTorch SDPA) -------------------------
+  // A backend whose library returns a fresh output (and allocates it) instead of writing into
+  // ours: the harness then passes empty args.o / args.lse and, after forward(), reads the
+  // output from produced_output() / produced_lse(), valid until the next forward().
+  virtual bool produces_own_output() const { return false; }
+  virtual TensorView produced_output() const { return {}; }
+  virtual LseView produced_lse() const { return {}; }
+  // A backend that allocates through its own allocator (PyTorch's caching allocator) reports
+  // that allocator's peak here; the harness adds it to what its tracking allocator saw.
+  virtual void reset_own_peak_memory() {}
+  virtual std::size_t own_peak_memory_bytes() const { return 0; }
 };
 
 }  // namespace attnsuite

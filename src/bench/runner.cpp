@@ -231,8 +231,6 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     auto q = ctx.allocate(in.q.bytes.size());
     auto k = ctx.allocate(in.k.bytes.size());
     auto v = ctx.allocate(in.v.bytes.size());
-    auto o = ctx.allocate(out_bytes);
-    auto lse = ctx.allocate(lse_bytes);
     ctx.copy_to_device(q->data(), in.q.bytes.data(), in.q.bytes.size());
     ctx.copy_to_device(k->data(), in.k.bytes.data(), in.k.bytes.size());
     ctx.copy_to_device(v->data(), in.v.bytes.data(), in.v.bytes.size());
@@ -251,29 +249,50 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     o_view.dtype = p.dtype;
     o_view.shape = {p.batch, p.seq_q, p.heads_q, p.dim_v()};
     o_view.strides = TensorView::dense_strides(o_view.shape, p.layout);
-    args.o = on_device(o_view, o->data());
-    args.lse = {static_cast<float*>(lse->data()), device};
 
     const double clock_start = ctx.clock_mhz();
 
-    // The accuracy run: poisoned outputs, peak extra memory measured around it.
-    ctx.poison(o->data(), out_bytes);
-    ctx.poison(lse->data(), lse_bytes);
+    // The accuracy run, with the peak extra memory measured around it: everything allocated for
+    // the forward beyond the inputs Q, K, V — the output and LSE included, as PyTorch's allocator
+    // statistics count them for the peers.
     ctx.synchronize();
     ctx.reset_peak_memory();
-    std::unique_ptr<DeviceAllocation> workspace_buffer;
+    backend->reset_own_peak_memory();
+    const bool own_output = backend->produces_own_output();
+    std::unique_ptr<DeviceAllocation> o, lse, workspace_buffer;
+    if (!own_output) {
+      o = ctx.allocate(out_bytes);
+      lse = ctx.allocate(lse_bytes);
+      ctx.poison(o->data(), out_bytes);
+      ctx.poison(lse->data(), lse_bytes);
+      args.o = on_device(o_view, o->data());
+      args.lse = {static_cast<float*>(lse->data()), device};
+    }
     if (workspace > 0) {
       workspace_buffer = ctx.allocate(workspace);
       args.workspace = workspace_buffer->data();
     }
     backend->forward(p, args, ctx.stream());
     ctx.synchronize();
-    row.peak_mem_mib = static_cast<double>(ctx.peak_memory_since_reset()) / 1048576.0;
+    row.peak_mem_mib =
+        static_cast<double>(ctx.peak_memory_since_reset() + backend->own_peak_memory_bytes()) / 1048576.0;
 
+    TensorView result = own_output ? backend->produced_output() : args.o;
+    LseView result_lse = own_output ? backend->produced_lse() : args.lse;
+    ATTNSUITE_CHECK(!result.empty() && result.dtype == p.dtype && result.shape == o_view.shape, ErrorKind::Internal,
+                    fmt::format("backend '{}' produced no output of the expected dtype and shape", c.backend));
+    o_view = result;
     std::vector<unsigned char> host_o(out_bytes);
-    std::vector<float> host_lse(lse_bytes / sizeof(float));
-    ctx.copy_to_host(host_o.data(), o->data(), out_bytes);
-    ctx.copy_to_host(host_lse.data(), lse->data(), lse_bytes);
+    // Reads the output through its strides: copy the dense span it covers, then index.
+    std::int64_t span = 1;
+    for (int dim = 0; dim < 4; ++dim) span += (result.shape[dim] - 1) * result.strides[dim];
+    host_o.resize(static_cast<std::size_t>(span) * size_of(p.dtype));
+    ctx.copy_to_host(host_o.data(), result.data, host_o.size());
+    std::vector<float> host_lse;
+    if (!result_lse.empty()) {
+      host_lse.resize(lse_bytes / sizeof(float));
+      ctx.copy_to_host(host_lse.data(), result_lse.data, lse_bytes);
+    }
     const std::size_t out_size = static_cast<std::size_t>(p.seq_q) * p.dim_v();
     AccuracyAccumulator accuracy;
     std::int64_t lse_mismatches = 0;
@@ -283,6 +302,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
       for (int s = 0; s < p.seq_q; ++s) {
         for (int d = 0; d < p.dim_v(); ++d)
           accuracy.add(load_as_float(host_o.data(), p.dtype, o_view.offset(b, s, h, d)), ref[static_cast<std::size_t>(s) * p.dim_v() + d]);
+        if (host_lse.empty()) continue;
         const double ref_lse = in.reference_lse[i * p.seq_q + s];
         const float got = host_lse[(static_cast<std::size_t>(b) * p.heads_q + h) * p.seq_q + s];
         const bool both_empty = std::isinf(ref_lse) && std::isinf(got) && got < 0;
