@@ -207,6 +207,7 @@ Action add_bench(CLI::App& app) {
 
     const bench::SweepOutcome outcome = bench::run_sweep(spec, options, registry);
     progress.clear();
+    for (const auto& warning : outcome.warnings) fmt::print(stderr, "attnsuite: warning: {}\n", warning);
 
     std::size_t failed = 0, skipped = 0;
     for (const auto& row : outcome.rows) {

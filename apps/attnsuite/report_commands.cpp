@@ -57,12 +57,8 @@ Action add_compare(CLI::App& app) {
     const auto a = load_existing(f->a);
     const auto b = load_existing(f->b);
     const report::Comparison comparison = report::compare_runs(a.rows, b.rows);
-    fmt::print("A = {}\nB = {}\nratio = A median / B median (> 1: B is faster); flagged beyond 2x the measured noise\n{}",
+    fmt::print("A = {}\nB = {}\nflagged faster/slower beyond 2x the measured noise\n{}",
                f->a, f->b, comparison.terminal);
-    fmt::print("\n{} faster, {} slower, {} within noise, {} not comparable, {} only in A, {} only in B{}\n",
-               comparison.faster, comparison.slower, comparison.same, comparison.not_comparable, comparison.only_in_a,
-               comparison.only_in_b,
-               comparison.accuracy_worse ? fmt::format("; accuracy worse in {}", comparison.accuracy_worse) : "");
     if (!f->markdown.empty()) report::write_file_atomic(f->markdown, comparison.markdown);
     return kExitOk;
   };

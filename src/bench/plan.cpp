@@ -140,12 +140,12 @@ Json merge_suite(Json base, const Json& overrides) {
     if (key == "timing" || key == "accuracy") {
       for (const auto& [inner, inner_value] : value.items()) base[key][inner] = inner_value;
     } else if (key == "model") {
-      base.erase("heads");
-      base.erase("kv_heads");
-      base.erase("head_dim");
+      for (const char* head_key : {"heads", "kv_heads", "head_dim", "hidden"}) base.erase(head_key);
       base[key] = value;
-    } else if (key == "heads" || key == "kv_heads" || key == "head_dim") {
+    } else if (key == "heads" || key == "kv_heads" || key == "head_dim" || key == "hidden") {
       base.erase("model");
+      if (key == "heads") base.erase("hidden");
+      if (key == "hidden") base.erase("heads");
       base[key] = value;
     } else {
       base[key] = value;
@@ -157,7 +157,7 @@ Json merge_suite(Json base, const Json& overrides) {
 SweepSpec parse_suite(const Json& suite, const std::string& source) {
   check_keys(suite, source, "",
              {"name", "description", "backends", "dtype", "batch", "tokens_per_batch", "seq", "seq_kv", "model",
-              "heads", "kv_heads", "head_dim", "causal", "generator", "layout", "window", "seed", "timing",
+              "heads", "kv_heads", "head_dim", "hidden", "causal", "generator", "layout", "window", "seed", "timing",
               "accuracy"});
   SweepSpec spec;
   if (suite.contains("name")) spec.name = string_list(suite["name"], source, "name").front();
@@ -179,12 +179,24 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
   if (suite.contains("seq_kv")) spec.seq_kv = int_list(suite["seq_kv"], source, "seq_kv");
 
   if (suite.contains("model")) {
-    if (suite.contains("heads") || suite.contains("kv_heads") || suite.contains("head_dim"))
-      bad(source, "model", "cannot be combined with heads / kv_heads / head_dim: the model sets them");
+    if (suite.contains("heads") || suite.contains("kv_heads") || suite.contains("head_dim") || suite.contains("hidden"))
+      bad(source, "model", "cannot be combined with heads / kv_heads / head_dim / hidden: the model sets them");
     spec.heads.clear();
     for (const auto& name : string_list(suite["model"], source, "model")) {
       const auto& preset = find_model(name);
       spec.heads.push_back({preset.heads_q, preset.heads_kv, preset.head_dim, preset.name});
+    }
+  } else if (suite.contains("hidden")) {
+    // hidden = heads × head_dim: one head count per head dim (the fa3-grid convention).
+    if (suite.contains("heads")) bad(source, "hidden", "cannot be combined with heads: hidden / head_dim sets them");
+    const int hidden = int_list(suite["hidden"], source, "hidden").front();
+    const auto dims = suite.contains("head_dim") ? int_list(suite["head_dim"], source, "head_dim") : std::vector<int>{64};
+    std::vector<int> kv_heads;
+    if (suite.contains("kv_heads")) kv_heads = int_list(suite["kv_heads"], source, "kv_heads");
+    spec.heads.clear();
+    for (int d : dims) {
+      if (hidden % d != 0) bad(source, "hidden", fmt::format("= {} is not a multiple of head_dim {}", hidden, d));
+      for (int kv : kv_heads.empty() ? std::vector<int>{hidden / d} : kv_heads) spec.heads.push_back({hidden / d, kv, d, ""});
     }
   } else if (suite.contains("heads") || suite.contains("kv_heads") || suite.contains("head_dim")) {
     const auto heads = suite.contains("heads") ? int_list(suite["heads"], source, "heads") : std::vector<int>{16};

@@ -89,12 +89,8 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Regis
 
   std::set<std::string> finished;
   if (options.resume && fs::exists(rows_path)) {
-    std::vector<std::string> warnings;
-    outcome.rows = report::read_jsonl(rows_path, &warnings);
-    // Rewrite the file without a torn last line so that appends start on a fresh line.
-    std::string clean;
-    for (const auto& row : outcome.rows) clean += to_json(row).dump() + "\n";
-    report::write_file_atomic(rows_path, clean);
+    // A torn last line (the interrupted write) is skipped here and cut off by JsonlWriter.
+    outcome.rows = report::read_jsonl(rows_path, &outcome.warnings);
     for (const auto& row : outcome.rows) finished.insert(row.case_key());
     outcome.resumed = outcome.rows.size();
   }
@@ -106,7 +102,9 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Regis
     if (!finished.contains(row_for_case(c, nullptr).case_key())) todo.push_back(&c);
   }
 
+  const bool fresh = !fs::exists(rows_path) || fs::file_size(rows_path) == 0;
   report::JsonlWriter writer(rows_path);
+  if (fresh) writer.append_header(outcome.header);  // the JSONL file describes itself
   Runner runner(spec, registry);
   SweepProgress progress;
   progress.total = cases.size();

@@ -38,6 +38,7 @@ struct SweepOutcome {
   std::filesystem::path out_dir;
   std::size_t resumed = 0;
   bool interrupted = false;
+  std::vector<std::string> warnings;  // e.g. a torn last line of an interrupted results.jsonl
 };
 
 // File names inside the output directory.

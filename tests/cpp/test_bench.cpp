@@ -151,6 +151,14 @@ TEST(Plan, TokensPerBatchSetsTheBatch) {
   EXPECT_EQ(cases[2].problem.batch, 1);
 }
 
+TEST(Plan, HiddenSetsHeadsPerHeadDim) {
+  const auto spec = parse_suite(nlohmann::json::parse(R"({"backends": "a", "hidden": 2048, "head_dim": [64, 128]})"), "t");
+  ASSERT_EQ(spec.heads.size(), 2u);
+  EXPECT_EQ(spec.heads[0].heads_q, 32);
+  EXPECT_EQ(spec.heads[1].heads_q, 16);
+  EXPECT_EQ(spec.heads[1].heads_kv, 16);
+}
+
 TEST(Plan, ImpossibleCombinationIsRecordedNotDropped) {
   const auto spec = parse_suite(nlohmann::json::parse(R"({"backends": "a", "heads": 6, "kv_heads": 4})"), "t");
   const auto cases = expand(spec);
