@@ -12,6 +12,10 @@
 #include "commands.hpp"
 #include "report/sinks.hpp"
 
+#if ATTNSUITE_HAVE_CUDA
+#include "cuda/cuda_backends.hpp"
+#endif
+
 namespace attnsuite::cli {
 
 namespace {
@@ -26,7 +30,7 @@ extern "C" void on_interrupt(int) {
 }
 
 struct BenchFlags {
-  std::string suite = "default";
+  std::string suite;  // empty: "headline" where a CUDA GPU is visible, else "default" (CPU)
   std::vector<std::string> backends, dtypes, models, generators, causal;
   std::vector<int> batches, seqs, seq_kvs, heads, kv_heads, head_dims, window;
   std::optional<int> tokens, min_reps, max_reps, warmup;
@@ -125,6 +129,14 @@ class Progress {
   bool quiet_, tty_, dirty_ = false;
 };
 
+// Without --suite: the GPU headline table where a CUDA GPU is visible, else the CPU suite.
+std::string default_suite_name() {
+#if ATTNSUITE_HAVE_CUDA
+  if (cuda::cuda_device_count() > 0) return "headline";
+#endif
+  return "default";
+}
+
 }  // namespace
 
 bool interrupt_requested() { return g_interrupted.load(); }
@@ -139,7 +151,8 @@ void install_interrupt_handlers() {
 
 Action add_bench(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
-  app.add_option("--suite", f->suite, "Suite name (bench/suites/NAME) or a .json/.toml file")->capture_default_str();
+  app.add_option("--suite", f->suite,
+                 "Suite name (bench/suites/NAME) or a .json/.toml file (default: headline with a GPU, else default)");
   app.add_option("-b,--backends", f->backends, "Backends to run (comma-separated; see `attnsuite list`)")->delimiter(',');
   app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16 (comma-separated)")->delimiter(',');
   app.add_option("--batch", f->batches, "Batch sizes")->delimiter(',');
@@ -168,6 +181,7 @@ Action add_bench(CLI::App& app) {
   app.add_flag("-q,--quiet", f->quiet, "No progress output");
 
   return [f]() -> int {
+    if (f->suite.empty()) f->suite = default_suite_name();
     nlohmann::json overrides = overrides_from(*f);
     nlohmann::json suite_json;
     std::string source = f->suite;

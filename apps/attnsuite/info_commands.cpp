@@ -11,6 +11,10 @@
 #include "cpu/peak.hpp"
 #include "report/table.hpp"
 
+#if ATTNSUITE_HAVE_CUDA
+#include "cuda/cuda_backends.hpp"
+#endif
+
 extern "C" char* openblas_get_config();
 
 namespace attnsuite::cli {
@@ -77,6 +81,17 @@ Action add_info(CLI::App& app) {
                                         NLOHMANN_JSON_VERSION_PATCH)},
           {"CLI11", CLI11_VERSION}}},
     };
+#if ATTNSUITE_HAVE_CUDA
+    nlohmann::json gpus = nlohmann::json::array();
+    for (int i = 0; i < cuda::cuda_device_count(); ++i) {
+      const cuda::CudaDeviceInfo d = cuda::query_cuda_device(i);
+      gpus.push_back({{"index", i}, {"name", d.name}, {"driver", d.driver_version}, {"cuda_runtime", d.runtime_version},
+                      {"compute_capability", d.compute_capability()}, {"sms", d.sm_count},
+                      {"l2_mib", d.l2_bytes / 1048576.0}, {"memory_gib", d.memory_bytes / 1073741824.0}});
+    }
+    info["gpus"] = gpus;
+    if (gpus.empty()) info["gpu_unavailable"] = cuda::cuda_unavailable_reason();
+#endif
     if (*json) {
       fmt::print("{}\n", info.dump(2));
       return kExitOk;
@@ -86,7 +101,16 @@ Action add_info(CLI::App& app) {
                host.threads, host.simd, host.llc_bytes / 1048576.0, host.total_memory_bytes / 1073741824.0);
     fmt::print("fp32 peak  {:.1f} GFLOP/s measured (independent AVX2 FMA chains on every thread)\n", peak);
     fmt::print("OpenBLAS   {}\n", openblas_get_config());
-    fmt::print("CUDA       {}\n", ATTNSUITE_HAVE_CUDA ? "built in" : "not built (ATTNSUITE_CUDA=OFF or no nvcc)");
+#if ATTNSUITE_HAVE_CUDA
+    for (const auto& g : info["gpus"])
+      fmt::print("GPU {}      {} (sm_{}, {} SMs, {:.0f} MiB L2, {:.1f} GiB; driver {}, CUDA runtime {})\n",
+                 g["index"].get<int>(), g["name"].get<std::string>(), g["compute_capability"].get<int>(),
+                 g["sms"].get<int>(), g["l2_mib"].get<double>(), g["memory_gib"].get<double>(),
+                 g["driver"].get<std::string>(), g["cuda_runtime"].get<int>());
+    if (info["gpus"].empty()) fmt::print("GPU        none: {}\n", info["gpu_unavailable"].get<std::string>());
+#else
+    fmt::print("CUDA       not built (ATTNSUITE_CUDA=OFF or no nvcc)\n");
+#endif
     fmt::print("Libraries  fmt {}, nlohmann_json {}, CLI11 {}\n", info["libraries"]["fmt"].get<std::string>(),
                info["libraries"]["nlohmann_json"].get<std::string>(), CLI11_VERSION);
     return kExitOk;

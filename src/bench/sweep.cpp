@@ -14,6 +14,10 @@
 #include "report/jsonl.hpp"
 #include "report/sinks.hpp"
 
+#if ATTNSUITE_HAVE_CUDA
+#include "cuda/cuda_backends.hpp"
+#endif
+
 
 namespace attnsuite::bench {
 
@@ -67,6 +71,14 @@ RunHeader make_run_header(const SweepSpec& spec) {
   header.simd = host.simd;
   header.suite = spec.name;
   header.settings = settings_of(spec);
+#if ATTNSUITE_HAVE_CUDA
+  if (cuda::cuda_device_count() > 0) {
+    const cuda::CudaDeviceInfo info = cuda::query_cuda_device(0);
+    header.gpu_name = info.name;
+    header.gpu_driver = info.driver_version;
+    header.cuda_version = fmt::format("{}.{}", info.runtime_version / 1000, info.runtime_version % 1000 / 10);
+  }
+#endif
   return header;
 }
 
