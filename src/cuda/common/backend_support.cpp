@@ -1,0 +1,78 @@
+#include "cuda/common/backend_support.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdint>
+
+#include "attnsuite/error.hpp"
+#include "cuda/cuda_backends.hpp"
+
+namespace attnsuite::cuda {
+
+Support supports_problem_common(std::string_view backend, const AttentionProblem& problem) {
+  try {
+    problem.validate();
+  } catch (const Error& error) {
+    return Support::no(error.what());
+  }
+  if (problem.dtype != DType::F16 && problem.dtype != DType::BF16) {
+    return Support::no(fmt::format("dtype {} not supported by {}; allowed: fp16, bf16",
+                                   to_string(problem.dtype), backend));
+  }
+  return Support::yes();
+}
+
+Support supports_device(std::string_view backend) {
+  const std::string reason = cuda_unavailable_reason();
+  if (!reason.empty()) return Support::no("no CUDA device available: " + reason);
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return Support::no("no CUDA device available: could not query the current device");
+  }
+  if (major < 8) {
+    return Support::no(fmt::format("compute capability {}.{} not supported by {}; needs 8.0 or newer",
+                                   major, minor, backend));
+  }
+  return Support::yes();
+}
+
+namespace {
+
+void check_view(std::string_view backend, const char* what, const TensorView& view,
+                const std::array<std::int64_t, 4>& shape, DType dtype) {
+  ATTNSUITE_REQUIRE(!view.empty(), fmt::format("{}: {} is missing", backend, what));
+  ATTNSUITE_REQUIRE(view.device.type == DeviceType::Cuda,
+                    fmt::format("{}: {} is on the {}, needs a CUDA device", backend, what,
+                                to_string(view.device.type)));
+  ATTNSUITE_REQUIRE(view.shape == shape,
+                    fmt::format("{}: {} has shape ({}, {}, {}, {}), the problem needs ({}, {}, {}, {})",
+                                backend, what, view.shape[0], view.shape[1], view.shape[2],
+                                view.shape[3], shape[0], shape[1], shape[2], shape[3]));
+  ATTNSUITE_REQUIRE(view.dtype == dtype, fmt::format("{}: {} is {}, the problem is {}", backend, what,
+                                                     to_string(view.dtype), to_string(dtype)));
+  if (view.strides[3] != 1) {
+    throw Error(ErrorKind::Unsupported,
+                fmt::format("{}: {} has last-dim stride {}; {} needs a contiguous last dim", backend,
+                            what, view.strides[3], backend));
+  }
+}
+
+}  // namespace
+
+void check_cuda_args(std::string_view backend, const AttentionProblem& problem, const AttentionArgs& args) {
+  const std::int64_t b = problem.batch, hq = problem.heads_q, hkv = problem.heads_kv;
+  check_view(backend, "q", args.q, {b, problem.seq_q, hq, problem.head_dim}, problem.dtype);
+  check_view(backend, "k", args.k, {b, problem.seq_kv, hkv, problem.head_dim}, problem.dtype);
+  check_view(backend, "v", args.v, {b, problem.seq_kv, hkv, problem.dim_v()}, problem.dtype);
+  check_view(backend, "o", args.o, {b, problem.seq_q, hq, problem.dim_v()}, problem.dtype);
+  ATTNSUITE_REQUIRE(args.lse.empty() || args.lse.device.type == DeviceType::Cuda,
+                    fmt::format("{}: lse is on the {}, needs a CUDA device", backend,
+                                to_string(args.lse.device.type)));
+}
+
+}  // namespace attnsuite::cuda

@@ -1,0 +1,21 @@
+// Rules and argument checks that every attnsuite CUDA backend shares.
+#pragma once
+
+#include <string_view>
+
+#include "attnsuite/backend.hpp"
+
+namespace attnsuite::cuda {
+
+// The problem-only rules (testable without a GPU): a valid problem in fp16 or bf16.
+Support supports_problem_common(std::string_view backend, const AttentionProblem& problem);
+// The device rule: a CUDA device is current and has compute capability >= 8.0 (mma.sync with
+// bf16, cp.async). "no CUDA device available: ..." without one.
+Support supports_device(std::string_view backend);
+
+// forward()'s checks: the views match the problem (shapes, dtypes, CUDA device, O like Q, LSE
+// on the device when given) and each has a contiguous last dim. Throws Error(Usage) for a
+// mismatch, Error(Unsupported) for a non-contiguous last dim.
+void check_cuda_args(std::string_view backend, const AttentionProblem& problem, const AttentionArgs& args);
+
+}  // namespace attnsuite::cuda

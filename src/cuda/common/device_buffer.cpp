@@ -1,0 +1,55 @@
+#include "cuda/common/device_buffer.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "attnsuite/error.hpp"
+#include "attnsuite/memory.hpp"
+#include "cuda/common/check.hpp"
+
+namespace attnsuite::cuda {
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes) {
+  if (bytes == 0) return;
+  const cudaError_t status = cudaMalloc(&data_, bytes);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    std::size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    data_ = nullptr;
+    throw Error(ErrorKind::OutOfMemory,
+                fmt::format("out of device memory: could not allocate {:.1f} MiB ({:.1f} MiB free of {:.1f} MiB)",
+                            bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0));
+  }
+  ATTNSUITE_CUDA_CHECK(status);
+  bytes_ = bytes;
+  MemoryTracker::for_device(DeviceType::Cuda).on_alloc(bytes_);
+}
+
+void DeviceBuffer::release() noexcept {
+  if (data_ == nullptr) return;
+  MemoryTracker::for_device(DeviceType::Cuda).on_free(bytes_);
+  ATTNSUITE_CUDA_CHECK_NOTHROW(cudaFree(data_));
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+DeviceBuffer::~DeviceBuffer() { release(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept : data_(other.data_), bytes_(other.bytes_) {
+  other.data_ = nullptr;
+  other.bytes_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = other.data_;
+    bytes_ = other.bytes_;
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+}  // namespace attnsuite::cuda

@@ -1,0 +1,66 @@
+// What the CUDA device is, and whether there is one at all.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "attnsuite/error.hpp"
+#include "cuda/common/check.hpp"
+#include "cuda/common/nvml.hpp"
+#include "cuda/cuda_backends.hpp"
+
+namespace attnsuite::cuda {
+
+int cuda_device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::string cuda_unavailable_reason() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    return fmt::format("cudaGetDeviceCount failed: {}", cudaGetErrorString(status));
+  }
+  return count > 0 ? std::string() : std::string("no CUDA device visible");
+}
+
+void require_cuda_device(int device_index) {
+  const std::string reason = cuda_unavailable_reason();
+  if (!reason.empty()) throw Error(ErrorKind::Device, "no CUDA device: " + reason);
+  const int count = cuda_device_count();
+  if (device_index < 0 || device_index >= count) {
+    throw Error(ErrorKind::Device, fmt::format("no CUDA device: index {} asked for, {} visible (0..{})",
+                                               device_index, count, count - 1));
+  }
+}
+
+CudaDeviceInfo query_cuda_device(int device_index) {
+  require_cuda_device(device_index);
+  cudaDeviceProp props{};
+  ATTNSUITE_CUDA_CHECK(cudaGetDeviceProperties(&props, device_index));
+  CudaDeviceInfo info;
+  info.index = device_index;
+  info.name = props.name;
+  info.cc_major = props.major;
+  info.cc_minor = props.minor;
+  info.sm_count = props.multiProcessorCount;
+  info.l2_bytes = static_cast<std::size_t>(props.l2CacheSize);
+  info.memory_bytes = props.totalGlobalMem;
+  info.max_shared_memory_per_block = props.sharedMemPerBlockOptin;
+  char bus_id[32] = {};
+  if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_index) == cudaSuccess) info.pci_bus_id = bus_id;
+  ATTNSUITE_CUDA_CHECK(cudaDriverGetVersion(&info.cuda_driver_version));
+  ATTNSUITE_CUDA_CHECK(cudaRuntimeGetVersion(&info.runtime_version));
+  info.driver_version = nvml::driver_version();
+  if (info.driver_version.empty()) {
+    info.driver_version = fmt::format("CUDA driver API {}.{}", info.cuda_driver_version / 1000,
+                                      info.cuda_driver_version % 1000 / 10);
+  }
+  return info;
+}
+
+}  // namespace attnsuite::cuda

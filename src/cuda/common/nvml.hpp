@@ -1,0 +1,15 @@
+// NVML, loaded with dlopen on first use. Linking libnvidia-ml would make every attnsuite binary
+// fail to start on a machine without the NVIDIA driver (this toolkit ships no NVML stub either),
+// so NVML is optional at run time: every query answers 0 / "" when it is missing or fails.
+#pragma once
+
+#include <string>
+
+namespace attnsuite::cuda::nvml {
+
+// Current SM clock in MHz of the GPU with this PCI bus id; 0 when unknown.
+unsigned sm_clock_mhz(const std::string& pci_bus_id) noexcept;
+// The NVIDIA driver's version, e.g. "580.159.04"; empty when unknown.
+std::string driver_version() noexcept;
+
+}  // namespace attnsuite::cuda::nvml

@@ -1,0 +1,51 @@
+// The CUDA side of attnsuite as the rest of the library sees it: backend registration, the
+// harness's device context, and what the device is. Host-only header (no CUDA headers), so
+// host code that includes it builds with the host compiler alone.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "attnsuite/registry.hpp"
+#include "bench/device_context.hpp"
+
+namespace attnsuite::cuda {
+
+// Registers "cuda-vanilla" then "flash2". Needs no GPU: without one, their supports() answer
+// "no CUDA device available: ...".
+void register_cuda_backends(Registry& registry);
+
+// The harness's context for CUDA device `device_index`: its own non-blocking stream, event
+// timers, tracked allocations, an L2 flush and NVML clocks. Throws Error(Device,
+// "no CUDA device: ...") when there is no such device.
+std::unique_ptr<bench::DeviceContext> make_cuda_context(int device_index);
+
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;            // "NVIDIA H200"
+  std::string pci_bus_id;      // "0000:19:00.0"
+  std::string driver_version;  // NVIDIA driver "580.159.04" (NVML), else the CUDA driver API "13.0"
+  int cuda_driver_version = 0;  // cudaDriverGetVersion, e.g. 13000
+  int runtime_version = 0;      // cudaRuntimeGetVersion, e.g. 13000
+  int cc_major = 0;
+  int cc_minor = 0;
+  int sm_count = 0;
+  std::size_t l2_bytes = 0;
+  std::size_t memory_bytes = 0;
+  std::size_t max_shared_memory_per_block = 0;  // opt-in limit (227 KiB on Hopper)
+
+  int compute_capability() const { return cc_major * 10 + cc_minor; }  // 90 for Hopper
+};
+
+// Number of visible CUDA devices; 0 (never throws) when there is no driver or no GPU.
+int cuda_device_count() noexcept;
+// Why no CUDA device can be used ("cudaGetDeviceCount failed: no CUDA-capable device is
+// detected" or "no CUDA device visible"); empty when at least one is.
+std::string cuda_unavailable_reason();
+// Throws Error(Device, "no CUDA device: ...") unless device_index names a visible device.
+void require_cuda_device(int device_index);
+// Throws like require_cuda_device.
+CudaDeviceInfo query_cuda_device(int device_index);
+
+}  // namespace attnsuite::cuda

@@ -1,0 +1,102 @@
+// `flash2`: attnsuite's FlashAttention-2-class fused forward (kernel.cuh), as a Backend.
+// Host side only: the supports() rules and the params the kernel reads.
+#include "cuda/flash2/flash2.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+
+#include "attnsuite/error.hpp"
+#include "cuda/common/backend_support.hpp"
+#include "cuda/flash2/launch.hpp"
+
+namespace attnsuite::cuda {
+namespace {
+
+// cp.async moves 16-byte chunks: every row start must be 16-byte aligned.
+bool rows_aligned(const TensorView& view) {
+  constexpr std::int64_t kElementsPer16Bytes = 8;
+  return reinterpret_cast<std::uintptr_t>(view.data) % 16 == 0 &&
+         view.strides[0] % kElementsPer16Bytes == 0 && view.strides[1] % kElementsPer16Bytes == 0 &&
+         view.strides[2] % kElementsPer16Bytes == 0;
+}
+
+class Flash2Backend final : public Backend {
+ public:
+  std::string_view name() const override { return "flash2"; }
+  std::string_view display_name() const override { return "flash2 (attnsuite FlashAttention-2-class kernel)"; }
+  Device device() const override { return {DeviceType::Cuda, 0}; }
+  std::string capabilities() const override {
+    return "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
+           "BSHD/BHSD, LSE; sm80+ (mma.sync)";
+  }
+
+  Support supports(const AttentionProblem& problem) const override {
+    Support support = supports_problem_common(name(), problem);
+    if (!support) return support;
+    if (std::find(std::begin(flash2::kSupportedHeadDims), std::end(flash2::kSupportedHeadDims),
+                  problem.head_dim) == std::end(flash2::kSupportedHeadDims)) {
+      return Support::no(fmt::format("head dim {} not supported by flash2; allowed: 64, 128, 256", problem.head_dim));
+    }
+    if (problem.dim_v() != problem.head_dim) {
+      return Support::no(fmt::format("head_dim_v {} != head_dim {} not supported by flash2; needs equal head dims",
+                                     problem.dim_v(), problem.head_dim));
+    }
+    if (problem.heads_q > 65535 || problem.batch > 65535) {
+      return Support::no(fmt::format("batch {} × heads {} not supported by flash2; at most 65535 each",
+                                     problem.batch, problem.heads_q));
+    }
+    return supports_device(name());
+  }
+
+  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
+    const Support support = supports(problem);
+    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
+    check_cuda_args(name(), problem, args);
+    for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o}) {
+      if (!rows_aligned(*view)) {
+        throw Error(ErrorKind::Unsupported,
+                    "flash2: every row of Q, K, V and O must start 16-byte aligned (base pointer, and "
+                    "batch/seq/head strides multiples of 8 elements)");
+      }
+    }
+
+    flash2::Params params;
+    params.q = args.q.data;
+    params.k = args.k.data;
+    params.v = args.v.data;
+    params.o = args.o.data;
+    params.lse = args.lse.data;
+    auto strides = [](const TensorView& view, std::int64_t& batch, std::int64_t& row, std::int64_t& head) {
+      batch = view.strides[0];
+      row = view.strides[1];
+      head = view.strides[2];
+    };
+    strides(args.q, params.q_batch_stride, params.q_row_stride, params.q_head_stride);
+    strides(args.k, params.k_batch_stride, params.k_row_stride, params.k_head_stride);
+    strides(args.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
+    strides(args.o, params.o_batch_stride, params.o_row_stride, params.o_head_stride);
+    params.batch = problem.batch;
+    params.heads_q = problem.heads_q;
+    params.heads_kv = problem.heads_kv;
+    params.group_size = problem.group_size();
+    params.seq_q = problem.seq_q;
+    params.seq_kv = problem.seq_kv;
+    params.head_dim = problem.head_dim;
+    params.scale = problem.softmax_scale();
+    params.scale_log2 = params.scale * std::numbers::log2e_v<float>;
+    params.window_left = problem.window_left;
+    params.window_right = problem.window_right;
+    if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
+    flash2::launch_forward(params, problem.dtype, stream);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_flash2_backend() { return std::make_unique<Flash2Backend>(); }
+
+}  // namespace attnsuite::cuda

@@ -1,0 +1,6 @@
+// flash2 forward, fp16, head dim 64: one instantiation per translation unit.
+#include "cuda/flash2/launch_template.cuh"
+
+namespace attnsuite::cuda::flash2 {
+template void run_forward<__half, 64>(const Params& params, cudaStream_t stream);
+}  // namespace attnsuite::cuda::flash2

@@ -1,0 +1,377 @@
+// flash2's fused forward kernel (device code only): FlashAttention-2's algorithm on mma.sync.
+//
+// Per CTA: kTileM query rows of one (batch, q head). Q is loaded once (cp.async → swizzled
+// shared memory, then ldmatrix into registers when kQInRegisters, else per K tile); K/V tiles
+// of kTileN keys stream through a kStages-deep cp.async ring; per tile, S = Q·Kᵀ (fp32), the
+// online softmax (running row max and sum, exp2 with the scale folded into log2(e)), P rounded
+// to the input dtype, O += P·V (fp32). Only the
+// tiles a row range can see are visited (causal / window early exit); the element mask is
+// applied only to tiles that cross a mask boundary or the end of the keys.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/flash2/params.hpp"
+#include "cuda/flash2/primitives.cuh"
+
+namespace attnsuite::cuda::flash2 {
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a [rows][kHeadDim] shared tile.
+// XOR-ing the chunk with the row's low 3 bits puts the 8 rows that one ldmatrix 8×8 matrix
+// reads (same chunk, 8 consecutive rows) into 8 different bank groups: conflict-free.
+template <int kHeadDim>
+__device__ __forceinline__ int swizzled_offset(int row, int chunk) {
+  return row * kHeadDim + ((chunk ^ (row & 7)) << 3);
+}
+
+// ldmatrix row addresses without per-load index arithmetic. A lane's 8×8-matrix row is always
+// `lane_row` (+ multiples of 8 rows) and its chunk `2·step + lane_chunk`; with the XOR swizzle
+// the chunk lands at 8·(step / 4) + ((2·(step % 4)) ^ (lane_chunk ^ (lane_row & 7))). So four
+// per-lane offsets (one per step % 4) plus compile-time constants address every fragment, and
+// the loads become [register + immediate] instead of keeping one address register per load.
+template <int kHeadDim>
+struct FragmentAddresses {
+  std::uint32_t lane_offset[4];  // bytes, for step % 4 = 0..3
+  __device__ __forceinline__ FragmentAddresses(int lane_row, int lane_chunk) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int chunk = (2 * j) ^ (lane_chunk ^ (lane_row & 7));
+      lane_offset[j] = static_cast<std::uint32_t>((lane_row * kHeadDim + chunk * 8) * 2);
+    }
+  }
+  // Byte address of the fragment at row block `row16` (16 rows each) and k-step `step`.
+  __device__ __forceinline__ std::uint32_t at(std::uint32_t tile_address, int row16, int step) const {
+    return tile_address + lane_offset[step % 4] +
+           static_cast<std::uint32_t>((row16 * 16 * kHeadDim + (step / 4) * 64) * 2);
+  }
+};
+
+// Issues the cp.async copies of a [kRows][kHeadDim] tile whose first row is `rows` (row
+// stride in elements). Rows >= valid_rows are zero-filled and read nothing.
+template <class Traits, int kRows>
+__device__ __forceinline__ void load_tile_async(typename Traits::Element* tile,
+                                                const typename Traits::Element* rows,
+                                                std::int64_t row_stride, int valid_rows,
+                                                const typename Traits::Element* safe_address) {
+  constexpr int kChunks = Traits::kChunksPerRow;
+  constexpr int kPerThread = kRows * kChunks / Traits::kThreads;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int index = i * Traits::kThreads + static_cast<int>(threadIdx.x);
+    const int row = index / kChunks, chunk = index % kChunks;
+    const bool valid = row < valid_rows;
+    const auto* src = valid ? rows + row * row_stride + chunk * 8 : safe_address;
+    copy_16_bytes_async(tile + swizzled_offset<Traits::kHeadDim>(row, chunk), src, valid);
+  }
+}
+
+// Keys [begin, end) that query `row` sees, clamped to [0, seq_kv].
+struct KeyRange {
+  int begin;
+  int end;
+};
+__device__ __forceinline__ KeyRange key_range(const Params& params, std::int64_t row) {
+  const std::int64_t diag = row + params.seq_kv - params.seq_q;
+  std::int64_t begin = 0, end = params.seq_kv;
+  if (params.window_left >= 0) begin = diag - params.window_left;
+  if (params.window_right >= 0) end = diag + params.window_right + 1;
+  begin = begin < 0 ? 0 : (begin > params.seq_kv ? params.seq_kv : begin);
+  end = end < 0 ? 0 : (end > params.seq_kv ? params.seq_kv : end);
+  return {static_cast<int>(begin), static_cast<int>(end)};
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
+    flash2_forward_kernel(const __grid_constant__ Params params) {
+  using Element = typename Traits::Element;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kTileM = Traits::kTileM, kTileN = Traits::kTileN;
+  constexpr int kStages = Traits::kStages;
+  constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
+  constexpr int kKSteps = Traits::kKSteps, kRowsPerWarp = Traits::kRowsPerWarp;
+  constexpr int kChunks = Traits::kChunksPerRow;
+
+  extern __shared__ __align__(128) unsigned char shared_bytes[];
+  Element* smem_q = reinterpret_cast<Element*>(shared_bytes);
+  Element* smem_k = smem_q + Traits::kQTileElements;
+  Element* smem_v = smem_k + kStages * Traits::kKVTileElements;
+
+  // Heavy (late, causal) row tiles first, so the short ones fill the tail of the grid.
+  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
+  const int kv_head = head / params.group_size;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int quad_row = lane / 4, quad_col = lane % 4;  // mma fragment coordinates
+  const int row_begin = m_block * kTileM;
+  const int row_last = min(row_begin + kTileM, params.seq_q) - 1;
+
+  const auto* q_head = static_cast<const Element*>(params.q) + batch * params.q_batch_stride +
+                       head * params.q_head_stride;
+  const auto* k_head = static_cast<const Element*>(params.k) + batch * params.k_batch_stride +
+                       kv_head * params.k_head_stride;
+  const auto* v_head = static_cast<const Element*>(params.v) + batch * params.v_batch_stride +
+                       kv_head * params.v_head_stride;
+  auto* o_head = static_cast<Element*>(params.o) + batch * params.o_batch_stride + head * params.o_head_stride;
+  float* lse_head = params.lse != nullptr
+                        ? params.lse + (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q
+                        : nullptr;
+
+  // Keys any row of this tile sees: [first row's begin, last row's end). Rows are monotone.
+  const KeyRange first_row_keys = key_range(params, row_begin);
+  const KeyRange last_row_keys = key_range(params, row_last);
+  const int n_block_min = first_row_keys.begin / kTileN;
+  const int n_block_max = (last_row_keys.end + kTileN - 1) / kTileN;
+
+  if (n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
+    // No row of the tile sees a key: O = 0, LSE = -inf.
+    for (int index = static_cast<int>(threadIdx.x); index < kTileM * kChunks; index += Traits::kThreads) {
+      const int row = index / kChunks, chunk = index % kChunks;
+      if (row_begin + row < params.seq_q) {
+        *reinterpret_cast<uint4*>(o_head + (row_begin + row) * params.o_row_stride + chunk * 8) =
+            make_uint4(0, 0, 0, 0);
+      }
+    }
+    if (lse_head != nullptr) {
+      for (int row = static_cast<int>(threadIdx.x); row < kTileM; row += Traits::kThreads)
+        if (row_begin + row < params.seq_q) lse_head[row_begin + row] = -INFINITY;
+    }
+    return;
+  }
+  // Tiles fully inside every row's range need no element mask.
+  const int unmasked_key_begin = last_row_keys.begin;
+  const int unmasked_key_end = first_row_keys.end;
+
+  auto load_kv_tile = [&](int n_block) {
+    const int stage = (n_block - n_block_min) % kStages;
+    const int key_begin = n_block * kTileN;
+    load_tile_async<Traits, kTileN>(smem_k + stage * Traits::kKVTileElements, k_head + key_begin * params.k_row_stride,
+                                    params.k_row_stride, params.seq_kv - key_begin, k_head);
+    load_tile_async<Traits, kTileN>(smem_v + stage * Traits::kKVTileElements, v_head + key_begin * params.v_row_stride,
+                                    params.v_row_stride, params.seq_kv - key_begin, v_head);
+  };
+
+  // Prologue: Q, then the first kStages - 1 K/V tiles, one commit group each.
+  load_tile_async<Traits, kTileM>(smem_q, q_head + row_begin * params.q_row_stride, params.q_row_stride,
+                                  params.seq_q - row_begin, q_head);
+  commit_async_copies();
+#pragma unroll
+  for (int stage = 0; stage < kStages - 1; ++stage) {
+    if (n_block_min + stage < n_block_max) load_kv_tile(n_block_min + stage);
+    commit_async_copies();
+  }
+
+  const int warp_row = warp * kRowsPerWarp;  // first row of this warp within the tile
+  // ldmatrix row addresses: for A (Q) lanes 0-15 give rows 0-15 of chunk 2k, 16-31 of chunk
+  // 2k+1; for B (K) lanes 0-7/8-15 give keys 0-7 of chunks 2k/2k+1, lanes 16-31 keys 8-15;
+  // for Vᵀ (transposed loads) lanes 0-15 give keys 0-15 of chunk 2d, lanes 16-31 of chunk 2d+1.
+  const int a_row = (lane % 8) + 8 * ((lane / 8) % 2), a_chunk = lane / 16;
+  const int b_row = (lane % 8) + 8 * (lane / 16), b_chunk = (lane / 8) % 2;
+  const FragmentAddresses<kHeadDim> q_addresses(warp_row + a_row, a_chunk);
+  const FragmentAddresses<kHeadDim> k_addresses(b_row, b_chunk);
+  const FragmentAddresses<kHeadDim> v_addresses(a_row, a_chunk);
+  const std::uint32_t smem_q_address = shared_address(smem_q);
+  const std::uint32_t smem_k_address = shared_address(smem_k);
+  const std::uint32_t smem_v_address = shared_address(smem_v);
+  constexpr std::uint32_t kKVTileBytes = Traits::kKVTileElements * 2;
+
+  std::uint32_t q_frag[Traits::kQInRegisters ? kMTiles : 1][Traits::kQInRegisters ? kKSteps : 1][4];
+  if constexpr (Traits::kQInRegisters) {
+    wait_async_copies<kStages - 1>();
+    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks)
+        load_matrix_x4(q_frag[mt][ks], q_addresses.at(smem_q_address, mt, ks));
+  }
+
+  float acc_o[kMTiles][kDTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.0f;
+  // Per fragment row (mt, half): half 0 is row quad_row, half 1 is row quad_row + 8.
+  float row_max[kMTiles][2], row_sum[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      row_max[mt][half] = -INFINITY;
+      row_sum[mt][half] = 0.0f;
+    }
+
+  for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+    wait_async_copies<kStages - 2>();
+    __syncthreads();  // tile n_block visible to all; the stage computed last iteration is free
+    if (n_block + kStages - 1 < n_block_max) load_kv_tile(n_block + kStages - 1);
+    commit_async_copies();
+
+    const int stage = (n_block - n_block_min) % kStages;
+    const std::uint32_t k_tile = smem_k_address + stage * kKVTileBytes;
+    const std::uint32_t v_tile = smem_v_address + stage * kKVTileBytes;
+
+    // S = Q·Kᵀ for this warp's rows and the tile's kTileN keys (unscaled, fp32).
+    float acc_s[kMTiles][kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      std::uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        if constexpr (Traits::kQInRegisters) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt][ks][e];
+        } else {
+          load_matrix_x4(a[mt], q_addresses.at(smem_q_address, mt, ks));
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        std::uint32_t b[4];
+        load_matrix_x4(b, k_addresses.at(k_tile, np, ks));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16x8x16<Element>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
+          mma_16x8x16<Element>(acc_s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    const int key_begin = n_block * kTileN;
+    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const KeyRange keys = key_range(params, row_begin + warp_row + mt * 16 + quad_row + 8 * half);
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = key_begin + nt * 8 + 2 * quad_col + e;
+              if (key < keys.begin || key >= keys.end) acc_s[mt][nt][2 * half + e] = -INFINITY;
+            }
+        }
+    }
+
+    // Online softmax: rescale the running O and sum by 2^((old max − new max)·scale·log2e).
+    float correction[kMTiles][2];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+          tile_max = fmaxf(tile_max, fmaxf(acc_s[mt][nt][2 * half], acc_s[mt][nt][2 * half + 1]));
+        const float new_max = fmaxf(row_max[mt][half], quad_max(tile_max));
+        // A row that has seen no key yet keeps max -inf; subtracting 0 then keeps its p at 0
+        // (2^-inf) instead of NaN (-inf − -inf).
+        const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * params.scale_log2;
+        correction[mt][half] = exp2_approx(row_max[mt][half] * params.scale_log2 - max_scaled);
+        row_max[mt][half] = new_max;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = exp2_approx(fmaf(acc_s[mt][nt][2 * half + e], params.scale_log2, -max_scaled));
+            acc_s[mt][nt][2 * half + e] = p;
+            sum += p;
+          }
+        row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] + sum;
+      }
+    // Once the running maxima settle (after a few tiles on most data) no row of the warp
+    // changes its max, and the kDTiles·4 multiplies per row of O can be skipped (a warp-uniform
+    // branch; multiplying by exactly 1 would not change O either).
+    bool max_changed = false;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) max_changed |= correction[mt][0] != 1.0f || correction[mt][1] != 1.0f;
+    if (__any_sync(0xffffffffu, max_changed)) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] *= correction[mt][e / 2];
+    }
+
+    // O += P·V: S's accumulator layout for key tiles 2j, 2j+1 is the A fragment of k-step j.
+#pragma unroll
+    for (int kk = 0; kk < kTileN / 16; ++kk) {
+      std::uint32_t p[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        p[mt][0] = pack_pair<Element>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
+        p[mt][1] = pack_pair<Element>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
+        p[mt][2] = pack_pair<Element>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
+        p[mt][3] = pack_pair<Element>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        std::uint32_t b[4];
+        load_matrix_x4_transposed(b, v_addresses.at(v_tile, kk, dp));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16x8x16<Element>(acc_o[mt][2 * dp], p[mt], b[0], b[1]);
+          mma_16x8x16<Element>(acc_o[mt][2 * dp + 1], p[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+  wait_async_copies<0>();  // only empty groups can be left; keep the count clean
+
+  // Epilogue: O /= row sum, LSE = max·scale + ln(sum); rows that saw no key: O = 0, LSE = -inf.
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float sum = quad_sum(row_sum[mt][half]);
+      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        acc_o[mt][dt][2 * half] *= inverse;
+        acc_o[mt][dt][2 * half + 1] *= inverse;
+      }
+      const int row = row_begin + warp_row + mt * 16 + quad_row + 8 * half;
+      if (lse_head != nullptr && quad_col == 0 && row < params.seq_q) {
+        lse_head[row] = sum > 0.0f ? row_max[mt][half] * params.scale + logf(sum) : -INFINITY;
+      }
+    }
+
+  // Stage this warp's O rows through its own rows of the Q tile (only this warp ever read
+  // them), then store 16-byte chunks: full rows are contiguous runs in global memory.
+  __syncwarp();
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp_row + mt * 16 + quad_row + 8 * half;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        *reinterpret_cast<std::uint32_t*>(smem_q + swizzled_offset<kHeadDim>(row, dt) + 2 * quad_col) =
+            pack_pair<Element>(acc_o[mt][dt][2 * half], acc_o[mt][dt][2 * half + 1]);
+      }
+    }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp * kChunks / 32; ++i) {
+    const int index = i * 32 + lane;
+    const int row = warp_row + index / kChunks, chunk = index % kChunks;
+    if (row_begin + row < params.seq_q) {
+      *reinterpret_cast<uint4*>(o_head + (row_begin + row) * params.o_row_stride + chunk * 8) =
+          *reinterpret_cast<const uint4*>(smem_q + swizzled_offset<kHeadDim>(row, chunk));
+    }
+  }
+}
+
+}  // namespace attnsuite::cuda::flash2

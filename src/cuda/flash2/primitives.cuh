@@ -1,0 +1,101 @@
+// The few PTX instructions flash2 is built from, named after what they do. sm_80+ only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace attnsuite::cuda::flash2 {
+
+__device__ __forceinline__ std::uint32_t shared_address(const void* pointer) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+// 16 bytes global → shared without passing through registers. With valid == false nothing is
+// read (src-size 0) and the 16 bytes are zero-filled: edge rows cost no branch and feed zeros.
+__device__ __forceinline__ void copy_16_bytes_async(void* shared_dst, const void* global_src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared_dst)),
+               "l"(global_src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void commit_async_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most kPending of this thread's committed copy groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wait_async_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Four 8×8 b16 matrices from shared memory; lane i gives the row address (a shared-window
+// byte address) of matrix i / 8.
+__device__ __forceinline__ void load_matrix_x4(std::uint32_t (&frag)[4], std::uint32_t row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(frag[0]), "=r"(frag[1]), "=r"(frag[2]), "=r"(frag[3])
+               : "r"(row_address));
+}
+// The same, each matrix transposed (V as the k-major B operand of P·V).
+__device__ __forceinline__ void load_matrix_x4_transposed(std::uint32_t (&frag)[4], std::uint32_t row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(frag[0]), "=r"(frag[1]), "=r"(frag[2]), "=r"(frag[3])
+               : "r"(row_address));
+}
+
+// acc (16×8 fp32) += A (16×16, row-major fragment) · B (16×8, k-major fragment).
+template <class Element>
+__device__ __forceinline__ void mma_16x8x16(float (&acc)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                            std::uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma_16x8x16<__half>(float (&acc)[4], const std::uint32_t (&a)[4],
+                                                    std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma_16x8x16<__nv_bfloat16>(float (&acc)[4], const std::uint32_t (&a)[4],
+                                                           std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to the 16-bit type, packed low-first (the mma fragment order).
+template <class Element>
+__device__ __forceinline__ std::uint32_t pack_pair(float low, float high);
+
+template <>
+__device__ __forceinline__ std::uint32_t pack_pair<__half>(float low, float high) {
+  const __half2 pair = __floats2half2_rn(low, high);
+  return *reinterpret_cast<const std::uint32_t*>(&pair);
+}
+
+template <>
+__device__ __forceinline__ std::uint32_t pack_pair<__nv_bfloat16>(float low, float high) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  return *reinterpret_cast<const std::uint32_t*>(&pair);
+}
+
+// 2^x with the SFU (ex2.approx, 2 ulp); 2^-inf = 0, which masked scores rely on.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Reductions over the 4 lanes of a quad: they hold the same fragment row.
+__device__ __forceinline__ float quad_max(float value) {
+  value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
+  return fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 2));
+}
+__device__ __forceinline__ float quad_sum(float value) {
+  value += __shfl_xor_sync(0xffffffffu, value, 1);
+  return value + __shfl_xor_sync(0xffffffffu, value, 2);
+}
+
+}  // namespace attnsuite::cuda::flash2

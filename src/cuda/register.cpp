@@ -1,0 +1,14 @@
+#include "attnsuite/registry.hpp"
+#include "cuda/cuda_backends.hpp"
+#include "cuda/flash2/flash2.hpp"
+#include "cuda/vanilla/vanilla.hpp"
+
+namespace attnsuite::cuda {
+
+// The baseline first, then the fused kernels; nothing here touches the GPU.
+void register_cuda_backends(Registry& registry) {
+  registry.add("cuda-vanilla", make_cuda_vanilla_backend);
+  registry.add("flash2", make_flash2_backend);
+}
+
+}  // namespace attnsuite::cuda

@@ -1,0 +1,100 @@
+// cuda-vanilla's softmax: one block per score row, three passes over the row (max, sum, write)
+// in fp32, P rounded to the scores' dtype in place, as PyTorch's softmax on a 16-bit tensor.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "attnsuite/error.hpp"
+#include "cuda/common/check.hpp"
+#include "cuda/vanilla/softmax.hpp"
+
+namespace attnsuite::cuda::vanilla {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float to_float(__half value) { return __half2float(value); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
+template <class Element>
+__device__ __forceinline__ Element from_float(float value);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float value) { return __float2half_rn(value); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
+  return __float2bfloat16_rn(value);
+}
+
+template <bool kIsMax>
+__device__ float block_reduce(float value, float* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, value, offset);
+    value = kIsMax ? fmaxf(value, other) : value + other;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // scratch may still be read by the previous reduction
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  value = lane < kThreads / 32 ? scratch[lane] : (kIsMax ? -INFINITY : 0.0f);
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, value, offset);
+    value = kIsMax ? fmaxf(value, other) : value + other;
+  }
+  return value;
+}
+
+template <class Element>
+__global__ void __launch_bounds__(kThreads) masked_softmax_kernel(const SoftmaxParams params) {
+  __shared__ float scratch[kThreads / 32];
+  const std::int64_t row_index = blockIdx.x;
+  Element* row = static_cast<Element*>(params.scores) + row_index * params.seq_kv;
+  const std::int64_t query = row_index % params.seq_q;
+  const std::int64_t diag = query + params.seq_kv - params.seq_q;
+  std::int64_t begin = 0, end = params.seq_kv;
+  if (params.window_left >= 0) begin = max(begin, diag - params.window_left);
+  if (params.window_right >= 0) end = min(end, diag + params.window_right + 1);
+  const int key_begin = static_cast<int>(begin);
+  const int key_end = static_cast<int>(max(end, begin));
+
+  float row_max = -INFINITY;
+  for (int j = key_begin + threadIdx.x; j < key_end; j += kThreads) row_max = fmaxf(row_max, to_float(row[j]));
+  row_max = block_reduce<true>(row_max, scratch);
+  float row_sum = 0.0f;
+  for (int j = key_begin + threadIdx.x; j < key_end; j += kThreads) row_sum += expf(to_float(row[j]) - row_max);
+  row_sum = block_reduce<false>(row_sum, scratch);
+
+  const float inverse = row_sum > 0.0f ? 1.0f / row_sum : 0.0f;
+  for (int j = threadIdx.x; j < params.seq_kv; j += kThreads) {
+    const bool kept = j >= key_begin && j < key_end;
+    row[j] = from_float<Element>(kept ? expf(to_float(row[j]) - row_max) * inverse : 0.0f);
+  }
+  if (params.lse != nullptr && threadIdx.x == 0) {
+    params.lse[row_index] = row_sum > 0.0f ? row_max + logf(row_sum) : -INFINITY;
+  }
+}
+
+}  // namespace
+
+void launch_masked_softmax(const SoftmaxParams& params, DType dtype, void* stream) {
+  if (params.rows == 0) return;
+  ATTNSUITE_CHECK(params.rows <= 0x7fffffff, ErrorKind::Unsupported,
+                  "cuda-vanilla: more than 2^31-1 score rows");
+  const dim3 grid(static_cast<unsigned>(params.rows));
+  auto cuda_stream = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case DType::F16:
+      masked_softmax_kernel<__half><<<grid, kThreads, 0, cuda_stream>>>(params);
+      break;
+    case DType::BF16:
+      masked_softmax_kernel<__nv_bfloat16><<<grid, kThreads, 0, cuda_stream>>>(params);
+      break;
+    default:
+      throw Error(ErrorKind::Unsupported,
+                  std::string("cuda-vanilla softmax: dtype ") + std::string(to_string(dtype)) +
+                      " not supported; allowed: fp16, bf16");
+  }
+  ATTNSUITE_CUDA_CHECK_LAUNCH("masked_softmax_kernel");
+}
+
+}  // namespace attnsuite::cuda::vanilla

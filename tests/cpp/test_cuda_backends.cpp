@@ -1,0 +1,486 @@
+// The CUDA backends (cuda-vanilla, flash2) against an fp64 CPU reference written here, on
+// fresh random inputs, every element compared. The bound is dtype-aware: a backend may be off
+// the fp64 result by at most twice what a naive implementation in the same dtype is off (inputs
+// in that dtype, fp32 accumulation, P rounded to the dtype before P·V, output rounded; scores
+// rounded too for cuda-vanilla, which materializes them in the dtype by design), plus a floor of
+// a few output ulps. Outputs are poisoned with NaN before every run; NaN never passes.
+//
+// Tests that need a GPU skip with "no CUDA device: <reason>" where there is none; the
+// supports() refusals and the no-device behaviour run everywhere.
+#if ATTNSUITE_HAVE_CUDA
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attnsuite/attnsuite.hpp"
+#include "bench/device_context.hpp"
+#include "cuda/cuda_backends.hpp"
+
+namespace attnsuite {
+namespace {
+
+std::string cuda_device_missing() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(status);
+  }
+  return count == 0 ? "cudaGetDeviceCount returned 0" : "";
+}
+
+#define SKIP_WITHOUT_CUDA_DEVICE()                                         \
+  do {                                                                     \
+    const std::string missing = cuda_device_missing();                     \
+    if (!missing.empty()) GTEST_SKIP() << "no CUDA device: " << missing;   \
+  } while (0)
+
+// Runs body(i) for i in [0, count) on the machine's cores (the references are O(N²·D)).
+template <class Body>
+void parallel_rows(std::int64_t count, const Body& body) {
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (std::int64_t i = t; i < count; i += threads) body(i);
+    });
+  }
+  for (auto& thread : pool) thread.join();
+}
+
+float round_to(DType dtype, float value) {
+  if (dtype == DType::F16) return fp16_bits_to_float(float_to_fp16_bits(value));
+  if (dtype == DType::BF16) return bf16_bits_to_float(float_to_bf16_bits(value));
+  return value;
+}
+
+// A 16-bit tensor on the host, in the problem's layout, as TensorView-compatible strides.
+struct HostTensor {
+  std::vector<std::uint16_t> bits;
+  std::array<std::int64_t, 4> shape{};
+  std::array<std::int64_t, 4> strides{};
+
+  HostTensor(std::array<std::int64_t, 4> shape_, Layout layout)
+      : bits(static_cast<std::size_t>(shape_[0] * shape_[1] * shape_[2] * shape_[3])),
+        shape(shape_),
+        strides(TensorView::dense_strides(shape_, layout)) {}
+  std::int64_t offset(std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) const {
+    return b * strides[0] + s * strides[1] + h * strides[2] + d * strides[3];
+  }
+  float at(DType dtype, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) const {
+    return load_as_float(bits.data(), dtype, offset(b, s, h, d));
+  }
+  std::size_t bytes() const { return bits.size() * 2; }
+};
+
+struct Inputs {
+  HostTensor q, k, v;
+};
+
+Inputs random_inputs(const AttentionProblem& p, std::uint64_t seed) {
+  Inputs in{HostTensor({p.batch, p.seq_q, p.heads_q, p.head_dim}, p.layout),
+            HostTensor({p.batch, p.seq_kv, p.heads_kv, p.head_dim}, p.layout),
+            HostTensor({p.batch, p.seq_kv, p.heads_kv, p.dim_v()}, p.layout)};
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (HostTensor* t : {&in.q, &in.k, &in.v})
+    for (auto& value : t->bits)
+      value = p.dtype == DType::F16 ? float_to_fp16_bits(normal(rng)) : float_to_bf16_bits(normal(rng));
+  return in;
+}
+
+// Output in (batch, heads_q, seq_q, dim_v) order plus LSE in (batch, heads_q, seq_q).
+struct Result {
+  std::vector<double> out;
+  std::vector<double> lse;
+};
+
+std::int64_t out_index(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::int64_t i) {
+  return ((b * p.heads_q + h) * p.seq_q + i) * p.dim_v();
+}
+
+// Plain loops in double over the same (16-bit) input values.
+Result reference_f64(const AttentionProblem& p, const Inputs& in) {
+  Result r{std::vector<double>(static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q * p.dim_v()),
+           std::vector<double>(static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q)};
+  const double scale = p.softmax_scale();
+  parallel_rows(static_cast<std::int64_t>(p.batch) * p.heads_q * p.seq_q, [&](std::int64_t row) {
+    const std::int64_t i = row % p.seq_q, h = row / p.seq_q % p.heads_q, b = row / p.seq_q / p.heads_q;
+    const std::int64_t kvh = p.kv_head_of(static_cast<int>(h));
+    const std::int64_t begin = p.key_begin(i), end = p.key_end(i);
+    double* out = &r.out[out_index(p, b, h, i)];
+    std::fill(out, out + p.dim_v(), 0.0);
+    if (begin >= end) {
+      r.lse[row] = -std::numeric_limits<double>::infinity();
+      return;
+    }
+    std::vector<double> s(end - begin);
+    double max = -std::numeric_limits<double>::infinity();
+    for (std::int64_t j = begin; j < end; ++j) {
+      double dot = 0.0;
+      for (int d = 0; d < p.head_dim; ++d) dot += double(in.q.at(p.dtype, b, i, h, d)) * in.k.at(p.dtype, b, j, kvh, d);
+      s[j - begin] = dot * scale;
+      max = std::max(max, s[j - begin]);
+    }
+    double sum = 0.0;
+    for (auto& value : s) sum += (value = std::exp(value - max));
+    for (std::int64_t j = begin; j < end; ++j)
+      for (int d = 0; d < p.dim_v(); ++d) out[d] += s[j - begin] / sum * in.v.at(p.dtype, b, j, kvh, d);
+    r.lse[row] = max + std::log(sum);
+  });
+  return r;
+}
+
+// The naive same-dtype implementation that sets the error bound (see the file comment).
+Result naive_same_dtype(const AttentionProblem& p, const Inputs& in, bool round_scores) {
+  Result r{std::vector<double>(static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q * p.dim_v()),
+           std::vector<double>(static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q)};
+  const float scale = p.softmax_scale();
+  parallel_rows(static_cast<std::int64_t>(p.batch) * p.heads_q * p.seq_q, [&](std::int64_t row) {
+    const std::int64_t i = row % p.seq_q, h = row / p.seq_q % p.heads_q, b = row / p.seq_q / p.heads_q;
+    const std::int64_t kvh = p.kv_head_of(static_cast<int>(h));
+    const std::int64_t begin = p.key_begin(i), end = p.key_end(i);
+    double* out = &r.out[out_index(p, b, h, i)];
+    std::fill(out, out + p.dim_v(), 0.0);
+    if (begin >= end) {
+      r.lse[row] = -std::numeric_limits<double>::infinity();
+      return;
+    }
+    std::vector<float> s(end - begin);
+    float max = -std::numeric_limits<float>::infinity();
+    for (std::int64_t j = begin; j < end; ++j) {
+      float dot = 0.0f;
+      for (int d = 0; d < p.head_dim; ++d) dot += in.q.at(p.dtype, b, i, h, d) * in.k.at(p.dtype, b, j, kvh, d);
+      s[j - begin] = round_scores ? round_to(p.dtype, dot * scale) : dot * scale;
+      max = std::max(max, s[j - begin]);
+    }
+    float sum = 0.0f;
+    for (auto& value : s) sum += (value = std::exp(value - max));
+    std::vector<float> acc(p.dim_v(), 0.0f);
+    for (std::int64_t j = begin; j < end; ++j) {
+      const float prob = round_to(p.dtype, s[j - begin] / sum);
+      for (int d = 0; d < p.dim_v(); ++d) acc[d] += prob * in.v.at(p.dtype, b, j, kvh, d);
+    }
+    for (int d = 0; d < p.dim_v(); ++d) out[d] = round_to(p.dtype, acc[d]);
+    r.lse[row] = max + std::log(sum);
+  });
+  return r;
+}
+
+struct DeviceRun {
+  std::vector<std::uint16_t> out_bits;  // in the layout of Q
+  std::vector<float> lse;
+};
+
+// Copies the inputs to the GPU, poisons O and LSE, runs the backend, copies back.
+DeviceRun run_on_device(const std::string& backend_name, const AttentionProblem& p, const Inputs& in) {
+  auto context = cuda::make_cuda_context(0);
+  Backend& backend = Registry::global().find(backend_name);
+  const HostTensor o_layout({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.layout);
+  auto q = context->allocate(in.q.bytes()), k = context->allocate(in.k.bytes()),
+       v = context->allocate(in.v.bytes()), o = context->allocate(o_layout.bytes());
+  const std::size_t lse_bytes = sizeof(float) * p.batch * p.heads_q * p.seq_q;
+  auto lse = context->allocate(lse_bytes);
+  context->copy_to_device(q->data(), in.q.bits.data(), in.q.bytes());
+  context->copy_to_device(k->data(), in.k.bits.data(), in.k.bytes());
+  context->copy_to_device(v->data(), in.v.bits.data(), in.v.bytes());
+  context->poison(o->data(), o_layout.bytes());
+  context->poison(lse->data(), lse_bytes);
+
+  const Device device = context->device();
+  auto view = [&](void* data, const HostTensor& t) { return TensorView{data, p.dtype, device, t.shape, t.strides}; };
+  AttentionArgs args;
+  args.q = view(q->data(), in.q);
+  args.k = view(k->data(), in.k);
+  args.v = view(v->data(), in.v);
+  args.o = view(o->data(), o_layout);
+  args.lse = LseView{static_cast<float*>(lse->data()), device};
+  backend.forward(p, args, context->stream());
+  context->synchronize();
+
+  DeviceRun run{std::vector<std::uint16_t>(o_layout.bits.size()), std::vector<float>(p.batch * p.heads_q * p.seq_q)};
+  context->copy_to_host(run.out_bits.data(), o->data(), o_layout.bytes());
+  context->copy_to_host(run.lse.data(), lse->data(), lse_bytes);
+  return run;
+}
+
+struct ErrorStats {
+  double max_abs = 0.0;
+  double mean_abs = 0.0;
+  std::int64_t nan_count = 0;
+  std::int64_t worst_index = -1;
+};
+
+ErrorStats compare(const std::vector<double>& got, const std::vector<double>& want) {
+  ErrorStats stats;
+  double total = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(got[i])) {
+      ++stats.nan_count;
+      continue;
+    }
+    const double err = std::abs(got[i] - want[i]);
+    total += err;
+    if (err > stats.max_abs || stats.worst_index < 0) {
+      stats.max_abs = std::max(stats.max_abs, err);
+      stats.worst_index = static_cast<std::int64_t>(i);
+    }
+  }
+  stats.mean_abs = want.empty() ? 0.0 : total / static_cast<double>(want.size());
+  return stats;
+}
+
+double max_abs(const std::vector<double>& values) {
+  double m = 0.0;
+  for (double value : values)
+    if (std::isfinite(value)) m = std::max(m, std::abs(value));
+  return m;
+}
+
+// Checks one backend on one problem with fresh random inputs.
+void check_backend(const std::string& backend_name, const AttentionProblem& p) {
+  const std::uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(backend_name + " " + p.describe() + " seed " + std::to_string(seed));
+  Backend& backend = Registry::global().find(backend_name);
+  const Support support = backend.supports(p);
+  ASSERT_TRUE(support.ok) << support.reason;
+
+  const Inputs in = random_inputs(p, seed);
+  const DeviceRun run = run_on_device(backend_name, p, in);
+  const Result ref = reference_f64(p, in);
+  const Result naive = naive_same_dtype(p, in, /*round_scores=*/backend_name == "cuda-vanilla");
+
+  // The device output, read through Q's layout into (b, h, i, d) order.
+  const HostTensor o_layout({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.layout);
+  std::vector<double> got(ref.out.size());
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t i = 0; i < p.seq_q; ++i)
+        for (std::int64_t d = 0; d < p.dim_v(); ++d)
+          got[out_index(p, b, h, i) + d] = load_as_float(run.out_bits.data(), p.dtype, o_layout.offset(b, i, h, d));
+
+  const ErrorStats err = compare(got, ref.out);
+  const ErrorStats naive_err = compare(naive.out, ref.out);
+  // Two ulps of the output dtype at the largest |output| (matters only where the naive error
+  // is ~0, e.g. one key per row).
+  const double epsilon = p.dtype == DType::F16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+  const double floor = 2.0 * epsilon * std::exp2(std::floor(std::log2(std::max(max_abs(ref.out), 1.0 / 16))));
+  const double bound = 2.0 * naive_err.max_abs + floor;
+  EXPECT_EQ(err.nan_count, 0) << "NaN (poison never overwritten, or computed) in O";
+  EXPECT_LE(err.max_abs, bound) << "O max abs err " << err.max_abs << " (mean " << err.mean_abs
+                                << ") at flat index " << err.worst_index << "; naive " << to_string(p.dtype)
+                                << " max err " << naive_err.max_abs << ", floor " << floor;
+
+  // LSE: -inf exactly where the row sees no key, else within the same kind of bound.
+  std::vector<double> lse_got(run.lse.begin(), run.lse.end());
+  std::int64_t inf_mismatch = 0;
+  for (std::size_t i = 0; i < ref.lse.size(); ++i) {
+    const bool ref_empty = std::isinf(ref.lse[i]);
+    const bool got_empty = std::isinf(lse_got[i]) && lse_got[i] < 0;
+    if (ref_empty != got_empty) ++inf_mismatch;
+    if (ref_empty && got_empty) lse_got[i] = ref.lse[i];
+  }
+  std::vector<double> naive_lse = naive.lse;
+  for (std::size_t i = 0; i < ref.lse.size(); ++i)
+    if (std::isinf(ref.lse[i])) naive_lse[i] = ref.lse[i];
+  EXPECT_EQ(inf_mismatch, 0) << "rows whose LSE is -inf in one of reference and backend only";
+  std::vector<double> finite_ref = ref.lse, finite_got = lse_got, finite_naive = naive_lse;
+  for (std::size_t i = 0; i < ref.lse.size(); ++i)
+    if (std::isinf(ref.lse[i])) finite_ref[i] = finite_got[i] = finite_naive[i] = 0.0;
+  const ErrorStats lse_err = compare(finite_got, finite_ref);
+  const ErrorStats naive_lse_err = compare(finite_naive, finite_ref);
+  const double lse_bound = 2.0 * naive_lse_err.max_abs + 1e-4 * std::max(1.0, max_abs(finite_ref));
+  EXPECT_EQ(lse_err.nan_count, 0) << "NaN in LSE";
+  EXPECT_LE(lse_err.max_abs, lse_bound) << "LSE max abs err " << lse_err.max_abs << " at row "
+                                        << lse_err.worst_index << "; naive " << naive_lse_err.max_abs;
+  std::printf("  %-13s %-58s O max err %.3g (naive %.3g, bound %.3g)  LSE max err %.3g\n", backend_name.c_str(),
+              p.describe().c_str(), err.max_abs, naive_err.max_abs, bound, lse_err.max_abs);
+}
+
+AttentionProblem make_problem(int batch, int heads_q, int heads_kv, int seq_q, int seq_kv, int head_dim, DType dtype,
+                              Layout layout, bool causal) {
+  AttentionProblem p;
+  p.batch = batch;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.seq_q = seq_q;
+  p.seq_kv = seq_kv;
+  p.head_dim = head_dim;
+  p.dtype = dtype;
+  p.layout = layout;
+  p.causal = causal;
+  return p;
+}
+
+class CudaBackendTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaBackendTest, SequenceLengths) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (int seq : {1, 7, 33, 1000, 4097})
+    for (bool causal : {false, true})
+      check_backend(GetParam(), make_problem(seq > 1000 ? 1 : 2, 2, 2, seq, seq, 64, DType::F16, Layout::BSHD, causal));
+}
+
+TEST_P(CudaBackendTest, HeadDimsAndDtypes) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (DType dtype : {DType::F16, DType::BF16})
+    for (int head_dim : {64, 128, 256})
+      for (int seq : {33, 300})
+        check_backend(GetParam(), make_problem(2, 2, 2, seq, seq, head_dim, dtype, Layout::BSHD, seq == 300));
+}
+
+TEST_P(CudaBackendTest, CausalWithDifferentQueryAndKeyLengths) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  // seq_q < seq_kv: every row sees a prefix longer than itself; seq_q > seq_kv: the first
+  // seq_q - seq_kv rows see no key at all (O = 0, LSE = -inf).
+  check_backend(GetParam(), make_problem(2, 2, 2, 100, 300, 128, DType::BF16, Layout::BSHD, true));
+  check_backend(GetParam(), make_problem(2, 2, 2, 300, 100, 128, DType::BF16, Layout::BSHD, true));
+  check_backend(GetParam(), make_problem(1, 2, 2, 77, 1000, 64, DType::F16, Layout::BHSD, true));
+  check_backend(GetParam(), make_problem(1, 2, 2, 1000, 77, 256, DType::F16, Layout::BSHD, false));
+}
+
+TEST_P(CudaBackendTest, GroupedAndMultiQueryHeads) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_backend(GetParam(), make_problem(2, 8, 2, 257, 257, 64, DType::F16, Layout::BSHD, false));
+  check_backend(GetParam(), make_problem(2, 8, 2, 257, 257, 128, DType::BF16, Layout::BHSD, true));
+  check_backend(GetParam(), make_problem(2, 4, 1, 190, 190, 128, DType::F16, Layout::BSHD, true));
+  check_backend(GetParam(), make_problem(1, 4, 1, 65, 130, 256, DType::BF16, Layout::BHSD, false));
+}
+
+TEST_P(CudaBackendTest, BhsdLayout) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_backend(GetParam(), make_problem(2, 3, 3, 513, 513, 128, DType::BF16, Layout::BHSD, true));
+  check_backend(GetParam(), make_problem(3, 2, 2, 200, 333, 64, DType::F16, Layout::BHSD, false));
+}
+
+TEST_P(CudaBackendTest, SlidingWindowWithFullyMaskedRows) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  // diag = i - 50: rows 0..45 have diag + 4 < 0 and see no key.
+  AttentionProblem p = make_problem(2, 2, 2, 200, 150, 64, DType::F16, Layout::BSHD, false);
+  p.window_left = 16;
+  p.window_right = 4;
+  check_backend(GetParam(), p);
+  // A two-sided window on a long sequence: tiles on both sides of the band are skipped.
+  p = make_problem(1, 2, 2, 1000, 1000, 128, DType::BF16, Layout::BSHD, false);
+  p.window_left = 100;
+  p.window_right = 37;
+  check_backend(GetParam(), p);
+  // Causal plus a left window (local attention), GQA.
+  p = make_problem(1, 4, 2, 700, 700, 64, DType::BF16, Layout::BHSD, true);
+  p.window_left = 129;
+  check_backend(GetParam(), p);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaBackendTest, ::testing::Values("cuda-vanilla", "flash2"),
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           return param_info.param == "flash2" ? std::string("flash2") : std::string("vanilla");
+                         });
+
+TEST(CudaFlash2, Deterministic) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  AttentionProblem p = make_problem(2, 4, 2, 1000, 1000, 128, DType::BF16, Layout::BSHD, true);
+  const Inputs in = random_inputs(p, std::random_device{}());
+  const DeviceRun first = run_on_device("flash2", p, in);
+  const DeviceRun second = run_on_device("flash2", p, in);
+  EXPECT_EQ(std::memcmp(first.out_bits.data(), second.out_bits.data(), first.out_bits.size() * 2), 0);
+  EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * 4), 0);
+}
+
+TEST(CudaFlash2, RefusesWhatItDoesNotSupport) {
+  Backend& flash2 = Registry::global().find("flash2");
+  AttentionProblem p = make_problem(1, 2, 2, 128, 128, 96, DType::F16, Layout::BSHD, false);
+  Support support = flash2.supports(p);
+  EXPECT_FALSE(support.ok);
+  EXPECT_EQ(support.reason, "head dim 96 not supported by flash2; allowed: 64, 128, 256");
+
+  p.head_dim = 64;
+  p.dtype = DType::F32;
+  support = flash2.supports(p);
+  EXPECT_FALSE(support.ok);
+  EXPECT_NE(support.reason.find("dtype fp32 not supported by flash2"), std::string::npos) << support.reason;
+
+  p.dtype = DType::BF16;
+  p.head_dim = 128;
+  p.head_dim_v = 64;
+  support = flash2.supports(p);
+  EXPECT_FALSE(support.ok);
+  EXPECT_NE(support.reason.find("head_dim_v 64 != head_dim 128"), std::string::npos) << support.reason;
+
+  p.head_dim_v = 0;
+  p.heads_kv = 3;  // not a divisor of heads_q
+  EXPECT_FALSE(flash2.supports(p).ok);
+}
+
+TEST(CudaBackends, RegisteredInOrderWithoutNeedingAGpu) {
+  const auto names = Registry::global().names();
+  const auto vanilla = std::find(names.begin(), names.end(), "cuda-vanilla");
+  const auto flash2 = std::find(names.begin(), names.end(), "flash2");
+  ASSERT_NE(vanilla, names.end());
+  ASSERT_NE(flash2, names.end());
+  EXPECT_LT(vanilla, flash2);
+  EXPECT_EQ(Registry::global().find("flash2").display_name(), "flash2 (attnsuite FlashAttention-2-class kernel)");
+}
+
+TEST(CudaBackends, WithoutADeviceSupportsSaysWhyAndContextThrows) {
+  if (cuda_device_missing().empty()) GTEST_SKIP() << "a CUDA device is present; this checks the no-device path";
+  const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::F16, Layout::BSHD, false);
+  for (const char* name : {"cuda-vanilla", "flash2"}) {
+    const Support support = Registry::global().find(name).supports(p);
+    EXPECT_FALSE(support.ok);
+    EXPECT_EQ(support.reason.rfind("no CUDA device available", 0), 0u) << support.reason;
+  }
+  try {
+    cuda::make_cuda_context(0);
+    ADD_FAILURE() << "make_cuda_context succeeded without a device";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Device);
+    EXPECT_EQ(std::string(error.what()).rfind("no CUDA device", 0), 0u) << error.what();
+  }
+  EXPECT_THROW(cuda::query_cuda_device(0), Error);
+}
+
+TEST(CudaContext, AllocatesTrackedMemoryAndTimes) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  auto context = cuda::make_cuda_context(0);
+  const cuda::CudaDeviceInfo info = cuda::query_cuda_device(0);
+  EXPECT_FALSE(info.name.empty());
+  EXPECT_GT(info.sm_count, 0);
+  EXPECT_GT(info.l2_bytes, 0u);
+  std::printf("  device: %s, cc %d.%d, %d SMs, L2 %zu MiB, %zu MiB, driver %s, runtime %d, clock %.0f MHz\n",
+              info.name.c_str(), info.cc_major, info.cc_minor, info.sm_count, info.l2_bytes >> 20,
+              info.memory_bytes >> 20, info.driver_version.c_str(), info.runtime_version, context->clock_mhz());
+
+  context->reset_peak_memory();
+  {
+    auto buffer = context->allocate(std::size_t{64} << 20);
+    EXPECT_GE(context->peak_memory_since_reset(), std::size_t{64} << 20);
+    context->poison(buffer->data(), buffer->bytes());
+    std::uint16_t first = 0;
+    context->copy_to_host(&first, buffer->data(), 2);
+    EXPECT_EQ(first, 0xFFFF);
+    auto timer = context->make_timer();
+    context->flush_cache();
+    timer->start();
+    context->flush_cache();
+    timer->stop();
+    EXPECT_GT(timer->elapsed_ms(), 0.0);
+  }
+  EXPECT_GT(context->free_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace attnsuite
+
+#endif  // ATTNSUITE_HAVE_CUDA

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The one command for a GPU-machine call: configure + build (Release, CUDA archs 90a;80, ninja,
+# -j16), the GPU tests, compute-sanitizer on small cases of our kernels, then the benchmark
+# suites through the harness itself (`attnsuite bench`), logs and result files under $OUT, and a
+# short table last. Installs nothing: the GPU image lacks the Debian -dev packages the host code
+# builds against, so run tools/device/pack-deps.sh here once and carry them:
+#   run(command="bash tools/device/run.sh", carry=[".device-build/deps"])
+# Options: --no-tests, --no-sanitize, --no-bench, --suites=a,b (default: headline,fa3-grid).
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+# Everything is written to a scratch folder; at the end the result files and one archive of the
+# logs go to $OUT (a device call brings back at most 8 files).
+final=${OUT:-$root/out/device}
+out=$(mktemp -d)
+mkdir -p "$final"
+build="$root/.device-build/build"
+deps="$root/.device-build/deps"
+run_tests=1 run_bench=1 run_sanitize=1 suites="headline,fa3-grid"
+for arg in "$@"; do
+  case "$arg" in
+    --no-tests) run_tests=0 ;;
+    --no-bench) run_bench=0 ;;
+    --no-sanitize) run_sanitize=0 ;;
+    --suites=*) suites=${arg#--suites=} ;;
+    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b)" >&2; exit 2 ;;
+  esac
+done
+declare -a summary
+export NCCL_NVLS_ENABLE=0
+
+{
+  echo "## $(date -u)"; nvidia-smi; nvcc --version; cmake --version; ninja --version
+  c++ --version; cat /etc/os-release; python3 -c 'import torch; print("torch", torch.__version__)'
+} >"$out/env.txt" 2>&1
+summary+=("gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader 2>/dev/null | head -1)")
+
+cmake_args=(-DCMAKE_BUILD_TYPE=Release -DATTNSUITE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=90a;80")
+if [ -d "$deps/usr" ]; then
+  arch_lib="$deps/usr/lib/x86_64-linux-gnu"
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$deps/usr")
+  # OpenBLAS's own dependencies (libgfortran, libquadmath) are not on the binaries' RUNPATH.
+  export LD_LIBRARY_PATH="$arch_lib:$arch_lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
+start=$(date +%s)
+if cmake -S "$root" -B "$build" -G Ninja "${cmake_args[@]}" >"$out/configure.log" 2>&1 &&
+   cmake --build "$build" -j 16 >"$out/build.log" 2>&1; then
+  summary+=("build: ok in $(( $(date +%s) - start )) s (configure + build, -j16)")
+else
+  summary+=("build: FAILED after $(( $(date +%s) - start )) s; see configure.log / build.log")
+  grep -E "error|Error|FAILED" "$out/configure.log" "$out/build.log" | head -30
+  printf '%s\n' "${summary[@]}"
+  tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
+  exit 1
+fi
+grep -E "attnsuite: (CUDA|peer)" "$out/configure.log" | while read -r line; do echo "$line"; done >"$out/features.txt"
+summary+=("features: $(tr '\n' ';' <"$out/features.txt")")
+tests="$build/tests/cpp/attnsuite_tests"
+cli="$build/attnsuite"
+
+if [ $run_tests = 1 ]; then
+  start=$(date +%s)
+  "$tests" --gtest_output="xml:$out/gtest.xml" >"$out/tests.log" 2>&1
+  status=$?
+  summary+=("tests (all, GPU included): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests.log" | tr '\n' ' ')exit $status, $(( $(date +%s) - start )) s")
+  grep -E "^\[  FAILED|Failure" -A4 "$out/tests.log" | head -40
+fi
+
+if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 3 "$tests" \
+      --gtest_filter='Cuda/CudaBackendTest.CausalWithDifferentQueryAndKeyLengths/*' >"$out/sanitize-$tool.log" 2>&1
+    status=$?
+    summary+=("compute-sanitizer $tool (our kernels, small causal cases): exit $status; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1)")
+  done
+fi
+
+if [ $run_bench = 1 ]; then
+  "$cli" info >"$out/info.txt" 2>&1
+  IFS=',' read -r -a suite_list <<<"$suites"
+  for suite in "${suite_list[@]}"; do
+    start=$(date +%s)
+    "$cli" bench --suite "$suite" --out "$out/bench-$suite" --force >"$out/bench-$suite.txt" 2>"$out/bench-$suite.log"
+    status=$?
+    cp "$out/bench-$suite/results.json" "$final/$suite.json" 2>/dev/null
+    cp "$out/bench-$suite/summary.md" "$final/$suite.md" 2>/dev/null
+    summary+=("bench $suite: exit $status in $(( $(date +%s) - start )) s")
+  done
+fi
+printf '%s\n' "${summary[@]}" >"$out/summary.txt"
+tar czf "$final/logs.tar.gz" -C "$out" --exclude='results.jsonl' . 2>/dev/null
+
+echo
+echo "=== attnsuite device run ==="
+printf '%s\n' "${summary[@]}"
+for suite in ${suites//,/ }; do
+  [ $run_bench = 1 ] && [ -f "$out/bench-$suite.txt" ] && { echo; echo "## $suite"; cat "$out/bench-$suite.txt"; }
+done
+exit 0
