@@ -20,5 +20,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
 
+# cuDNN's SDPA peer is built against the cudnn-frontend headers, which come from PyPI; only
+# worth fetching where CUDA can be built.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  if ! python3 -c "import importlib.metadata as m; m.distribution('nvidia-cudnn-frontend')" 2>/dev/null; then
+    echo "setup: installing nvidia-cudnn-frontend (headers for the cudnn peer)" >&2
+    python3 -m pip install -q --no-deps nvidia-cudnn-frontend==1.32.0 >&2
+  fi
+fi
+
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >&2
 cmake --build "$build" -j "$(nproc)" >&2

@@ -17,6 +17,9 @@
 #if ATTNSUITE_HAVE_CUDA
 #include "cuda/cuda_backends.hpp"
 #endif
+#if ATTNSUITE_HAVE_PEERS
+#include "peers/peers.hpp"
+#endif
 
 
 namespace attnsuite::bench {
@@ -78,6 +81,11 @@ RunHeader make_run_header(const SweepSpec& spec) {
     header.gpu_driver = info.driver_version;
     header.cuda_version = fmt::format("{}.{}", info.runtime_version / 1000, info.runtime_version % 1000 / 10);
   }
+#endif
+#if ATTNSUITE_HAVE_PEERS
+  const peers::PeerVersions versions = peers::peer_versions();
+  header.cudnn_version = versions.cudnn;
+  header.torch_version = versions.torch;
 #endif
   return header;
 }

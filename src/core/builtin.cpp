@@ -4,6 +4,9 @@
 #if ATTNSUITE_HAVE_CUDA
 #include "cuda/cuda_backends.hpp"
 #endif
+#if ATTNSUITE_HAVE_PEERS
+#include "peers/peers.hpp"
+#endif
 
 namespace attnsuite {
 
@@ -13,6 +16,9 @@ void register_builtin_backends(Registry& registry) {
   cpu::register_cpu_backends(registry);
 #if ATTNSUITE_HAVE_CUDA
   cuda::register_cuda_backends(registry);
+#endif
+#if ATTNSUITE_HAVE_PEERS
+  peers::register_peer_backends(registry);
 #endif
 }
 

@@ -24,4 +24,9 @@ find "$dest" \( -name 'libopenblas*.a' -o -name 'liblapack*' -o -name 'libblas*'
 arch_lib="$dest/usr/lib/x86_64-linux-gnu"
 ln -sf openblas-pthread/libopenblas.so.0 "$arch_lib/libopenblas.so.0"
 ln -sf libopenblas.so.0 "$arch_lib/libopenblas.so"
-du -sh "$dest"
+# cudnn-frontend's headers (PyPI nvidia-cudnn-frontend) for the cudnn peer: the GPU image has
+# cuDNN but not the frontend.
+python3 -m pip download -q --no-deps --only-binary=:all: nvidia-cudnn-frontend==1.32.0 -d "$work"
+rm -rf "$root/.device-build/cudnn-frontend"
+unzip -q "$work"/nvidia_cudnn_frontend-*.whl 'include/*' -d "$root/.device-build/cudnn-frontend"
+du -sh "$dest" "$root/.device-build/cudnn-frontend"

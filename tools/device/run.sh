@@ -4,7 +4,7 @@
 # suites through the harness itself (`attnsuite bench`), logs and result files under $OUT, and a
 # short table last. Installs nothing: the GPU image lacks the Debian -dev packages the host code
 # builds against, so run tools/device/pack-deps.sh here once and carry them:
-#   run(command="bash tools/device/run.sh", carry=[".device-build/deps"])
+#   run(command="bash tools/device/run.sh", carry=[".device-build/deps", ".device-build/cudnn-frontend"])
 # Options: --no-tests, --no-sanitize, --no-bench, --suites=a,b (default: headline,fa3-grid).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -43,6 +43,8 @@ if [ -d "$deps/usr" ]; then
   export LD_LIBRARY_PATH="$arch_lib:$arch_lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
+[ -d "$root/.device-build/cudnn-frontend/include" ] &&
+  cmake_args+=("-DCUDNN_FRONTEND_INCLUDE_DIR=$root/.device-build/cudnn-frontend/include")
 start=$(date +%s)
 if cmake -S "$root" -B "$build" -G Ninja "${cmake_args[@]}" >"$out/configure.log" 2>&1 &&
    cmake --build "$build" -j 16 >"$out/build.log" 2>&1; then
@@ -54,7 +56,7 @@ else
   tar czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
   exit 1
 fi
-grep -E "attnsuite: (CUDA|peer)" "$out/configure.log" | while read -r line; do echo "$line"; done >"$out/features.txt"
+grep -E "attnsuite: " "$out/configure.log" | while read -r line; do echo "$line"; done >"$out/features.txt"
 summary+=("features: $(tr '\n' ';' <"$out/features.txt")")
 tests="$build/tests/cpp/attnsuite_tests"
 cli="$build/attnsuite"

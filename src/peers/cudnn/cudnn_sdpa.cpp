@@ -1,0 +1,344 @@
+// `cudnn`: cuDNN's fused scaled-dot-product attention forward (its flash-attention engines),
+// built through the cuDNN graph API with the header-only cudnn-frontend (PyPI
+// nvidia-cudnn-frontend), the way PyTorch's cuDNN backend builds it.
+//
+// One graph per (device, problem, Q/K/V/O strides, LSE wanted): building one — heuristics,
+// then a plan that may compile a kernel at run time — costs milliseconds to seconds, so graphs
+// are cached in an unordered_map and the first forward of a shape pays it (outside the timed
+// loop: the harness's accuracy run comes first). Our views are (batch, seq, heads, dim) with
+// element strides; cuDNN's tensors are (batch, heads, seq, dim), so the strides are permuted,
+// never the data: BSHD and BHSD both run without copies. GQA/MQA are native (K/V with fewer
+// heads). The statistics output is cuDNN's natural-log LSE in float, (B, H, Sq, 1) dense — the
+// memory of our (B, H, Sq) LSE view.
+//
+// Workspace: workspace_bytes(problem) is the graph's workspace for dense strides of the
+// problem's layout with LSE, and the harness allocates it. A forward whose graph needs more
+// (other strides) allocates its workspace itself, through the tracking allocator, for that call.
+#include "peers/cudnn/cudnn_sdpa.hpp"
+
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <cudnn_frontend.h>
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "attnsuite/error.hpp"
+#include "cuda/common/backend_support.hpp"
+#include "cuda/common/check.hpp"
+#include "cuda/common/device_buffer.hpp"
+
+namespace attnsuite::peers {
+namespace {
+
+namespace fe = cudnn_frontend;
+
+// Tensor ids in the variant pack.
+enum Uid : std::int64_t { kUidQ = 1, kUidK, kUidV, kUidO, kUidStats };
+
+void check_cudnn(cudnnStatus_t status, const char* call) {
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  throw Error(ErrorKind::Device, fmt::format("cudnn: {} failed: {}", call, cudnnGetErrorString(status)));
+}
+
+// Thrown inside graph building; supports() turns it into its reason, forward() into Unsupported.
+void check_graph(fe::error_t status, const char* step) {
+  if (status.is_good()) return;
+  throw Error(ErrorKind::Unsupported, fmt::format("cuDNN SDPA graph {}: {}", step, status.get_message()));
+}
+
+std::string cudnn_version_string() {
+  const std::size_t version = cudnnGetVersion();  // 91900 for 9.19.0
+  return fmt::format("{}.{}.{}", version / 10000, version / 100 % 100, version % 100);
+}
+
+using Strides = std::array<std::int64_t, 4>;
+
+// Everything a graph depends on.
+struct GraphKey {
+  int device = 0;
+  int batch = 0, heads_q = 0, heads_kv = 0, seq_q = 0, seq_kv = 0, head_dim = 0, head_dim_v = 0;
+  DType dtype = DType::F16;
+  bool causal = false;
+  float scale = 0.0f;
+  bool stats = false;
+  Strides q{}, k{}, v{}, o{};
+  friend bool operator==(const GraphKey&, const GraphKey&) = default;
+};
+
+struct GraphKeyHash {
+  std::size_t operator()(const GraphKey& key) const {
+    std::size_t seed = 0;
+    auto mix = [&seed](auto value) {
+      seed ^= std::hash<decltype(value)>{}(value) + 0x9e3779b97f4a7c15ull + (seed << 6) + (seed >> 2);
+    };
+    for (int value :
+         {key.device, key.batch, key.heads_q, key.heads_kv, key.seq_q, key.seq_kv, key.head_dim, key.head_dim_v,
+          static_cast<int>(key.dtype), static_cast<int>(key.causal), static_cast<int>(key.stats)})
+      mix(value);
+    mix(key.scale);
+    for (const Strides* strides : {&key.q, &key.k, &key.v, &key.o})
+      for (std::int64_t stride : *strides) mix(stride);
+    return seed;
+  }
+};
+
+// A built graph, or why cuDNN refused it (kept too: a refused build costs as much as a good one).
+struct CachedGraph {
+  std::shared_ptr<fe::graph::Graph> graph;
+  std::int64_t workspace_bytes = 0;
+  std::string refusal;
+};
+
+// Our (b, s, h, d) element strides as cuDNN's (b, h, s, d).
+std::vector<std::int64_t> cudnn_strides(const Strides& ours) { return {ours[0], ours[2], ours[1], ours[3]}; }
+
+GraphKey key_for(const AttentionProblem& p, int device, const Strides& q, const Strides& k, const Strides& v,
+                 const Strides& o, bool stats) {
+  GraphKey key;
+  key.device = device;
+  key.batch = p.batch;
+  key.heads_q = p.heads_q;
+  key.heads_kv = p.heads_kv;
+  key.seq_q = p.seq_q;
+  key.seq_kv = p.seq_kv;
+  key.head_dim = p.head_dim;
+  key.head_dim_v = p.dim_v();
+  key.dtype = p.dtype;
+  key.causal = p.causal;
+  key.scale = p.softmax_scale();
+  key.stats = stats;
+  key.q = q;
+  key.k = k;
+  key.v = v;
+  key.o = o;
+  return key;
+}
+
+// The key for dense tensors in the problem's layout, with LSE: what the harness passes.
+GraphKey dense_key_for(const AttentionProblem& p, int device) {
+  auto dense = [&](std::int64_t seq, std::int64_t heads, std::int64_t dim) {
+    return TensorView::dense_strides({p.batch, seq, heads, dim}, p.layout);
+  };
+  return key_for(p, device, dense(p.seq_q, p.heads_q, p.head_dim), dense(p.seq_kv, p.heads_kv, p.head_dim),
+                 dense(p.seq_kv, p.heads_kv, p.dim_v()), dense(p.seq_q, p.heads_q, p.dim_v()), true);
+}
+
+CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
+  auto graph = std::make_shared<fe::graph::Graph>();
+  graph->set_io_data_type(key.dtype == DType::F16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto tensor = [&](const char* name, Uid uid, std::int64_t heads, std::int64_t seq, std::int64_t dim,
+                    const Strides& strides) {
+    return graph->tensor(fe::graph::Tensor_attributes()
+                             .set_name(name)
+                             .set_uid(uid)
+                             .set_dim({key.batch, heads, seq, dim})
+                             .set_stride(cudnn_strides(strides)));
+  };
+  auto q = tensor("Q", kUidQ, key.heads_q, key.seq_q, key.head_dim, key.q);
+  auto k = tensor("K", kUidK, key.heads_kv, key.seq_kv, key.head_dim, key.k);
+  auto v = tensor("V", kUidV, key.heads_kv, key.seq_kv, key.head_dim_v, key.v);
+
+  auto options =
+      fe::graph::SDPA_attributes().set_name("attnsuite_sdpa").set_generate_stats(key.stats).set_attn_scale(key.scale);
+  if (key.causal) {
+    // Keys j <= i + (seq_kv - seq_q): the band's right bound 0 from the diagonal, which starts
+    // at the bottom-right corner. For square problems top-left is the same mask and the
+    // alignment more engines were built for.
+    options
+        .set_diagonal_alignment(key.seq_q == key.seq_kv ? fe::DiagonalAlignment_t::TOP_LEFT
+                                                        : fe::DiagonalAlignment_t::BOTTOM_RIGHT)
+        .set_diagonal_band_right_bound(0);
+  }
+  auto [o, stats] = graph->sdpa(q, k, v, options);
+  o->set_output(true)
+      .set_uid(kUidO)
+      .set_dim({key.batch, key.heads_q, key.seq_q, key.head_dim_v})
+      .set_stride(cudnn_strides(key.o));
+  if (key.stats) {
+    const std::int64_t rows = static_cast<std::int64_t>(key.heads_q) * key.seq_q;
+    stats->set_output(true)
+        .set_uid(kUidStats)
+        .set_data_type(fe::DataType_t::FLOAT)
+        .set_dim({key.batch, key.heads_q, key.seq_q, 1})
+        .set_stride({rows, key.seq_q, 1, 1});
+  }
+
+  check_graph(graph->validate(), "validation");
+  check_graph(graph->build_operation_graph(handle), "operation graph");
+  check_graph(graph->create_execution_plans({fe::HeurMode_t::A}), "heuristics");
+  check_graph(graph->check_support(handle), "support check");
+  check_graph(graph->build_plans(handle), "plan build");
+  CachedGraph cached;
+  cached.graph = std::move(graph);
+  check_graph(cached.graph->get_workspace_size(cached.workspace_bytes), "workspace size");
+  return cached;
+}
+
+class CudnnSdpaBackend final : public Backend {
+ public:
+  CudnnSdpaBackend()
+      : display_name_(fmt::format("cuDNN SDPA (cuDNN {} fused flash attention)", cudnn_version_string())) {}
+  ~CudnnSdpaBackend() override {
+    for (auto& [device, handle] : handles_) {
+      if (cudaSetDevice(device) == cudaSuccess) cudnnDestroy(handle);
+    }
+  }
+  CudnnSdpaBackend(const CudnnSdpaBackend&) = delete;
+  CudnnSdpaBackend& operator=(const CudnnSdpaBackend&) = delete;
+
+  std::string_view name() const override { return "cudnn"; }
+  std::string_view display_name() const override { return display_name_; }
+  std::string_view peer_of() const override { return "cuDNN"; }
+  Device device() const override { return {DeviceType::Cuda, 0}; }
+  std::string capabilities() const override {
+    return "fp16/bf16, head dims <= 256 and multiples of 8 (d_v too), causal (bottom-right; seq_q <= seq_kv), "
+           "GQA/MQA, BSHD/BHSD via strides, LSE; sm80+; one cached graph per shape and strides";
+  }
+
+  Support supports(const AttentionProblem& problem) const override {
+    try {
+      problem.validate();
+    } catch (const Error& error) {
+      return Support::no(error.what());
+    }
+    if (problem.dtype != DType::F16 && problem.dtype != DType::BF16)
+      return Support::no("cudnn SDPA needs fp16 or bf16");
+    for (int dim : {problem.head_dim, problem.dim_v()}) {
+      if (dim > 256 || dim % 8 != 0) {
+        return Support::no(fmt::format(
+            "head dim {} not supported by cudnn SDPA; allowed: multiples of 8 up to 256 (head_dim and head_dim_v)",
+            dim));
+      }
+    }
+    if (problem.window_left >= 0 || problem.window_right >= 0)
+      return Support::no("sliding window not supported by the cudnn peer (only causal masking is wired)");
+    if (problem.causal && problem.seq_q > problem.seq_kv) {
+      return Support::no(fmt::format(
+          "causal with seq_q {} > seq_kv {} not supported by cuDNN {} SDPA: its bottom-right causal mask needs "
+          "seq_q <= seq_kv",
+          problem.seq_q, problem.seq_kv, cudnn_version_string()));
+    }
+    Support device_support = cuda::supports_device(name());
+    if (!device_support) return device_support;
+    try {
+      std::lock_guard lock(mutex_);
+      graph_for(dense_key_for(problem, current_device()));
+    } catch (const std::exception& error) {
+      return Support::no(error.what());
+    }
+    return Support::yes();
+  }
+
+  std::size_t workspace_bytes(const AttentionProblem& problem) const override {
+    if (!supports(problem)) return 0;
+    std::lock_guard lock(mutex_);
+    return static_cast<std::size_t>(graph_for(dense_key_for(problem, current_device())).workspace_bytes);
+  }
+
+  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
+    const Support support = supports(problem);
+    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("cudnn: {}", support.reason));
+    cuda::check_cuda_args(name(), problem, args);
+    // The engines move Q/K/V/O with 16-byte vector loads and TMA; the frontend checks the
+    // strides against that alignment but not the pointers.
+    for (const void* data : {args.q.data, args.k.data, args.v.data, args.o.data}) {
+      if (reinterpret_cast<std::uintptr_t>(data) % 16 != 0)
+        throw Error(ErrorKind::Unsupported, "cudnn: Q, K, V and O must start 16-byte aligned");
+    }
+
+    try {
+      run(problem, args, static_cast<cudaStream_t>(stream));
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& error) {  // cudnn-frontend's own exceptions
+      throw Error(ErrorKind::Device, fmt::format("cudnn: {}", error.what()));
+    }
+  }
+
+ private:
+  void run(const AttentionProblem& problem, const AttentionArgs& args, cudaStream_t stream) {
+    std::lock_guard lock(mutex_);
+    const int device = current_device();
+    const bool stats = !args.lse.empty();
+    const CachedGraph& cached =
+        graph_for(key_for(problem, device, args.q.strides, args.k.strides, args.v.strides, args.o.strides, stats));
+    cudnnHandle_t handle = handle_for(device);
+    check_cudnn(cudnnSetStream(handle, stream), "cudnnSetStream");
+
+    // The harness's workspace covers the dense-strides graph; a graph that needs more gets its
+    // own buffer for this call (tracked, and freed only after the stream has finished with it).
+    const std::int64_t provided =
+        args.workspace != nullptr ? graph_for(dense_key_for(problem, device)).workspace_bytes : 0;
+    cuda::DeviceBuffer own_workspace;
+    void* workspace = args.workspace;
+    if (cached.workspace_bytes > provided) {
+      own_workspace = cuda::DeviceBuffer(static_cast<std::size_t>(cached.workspace_bytes));
+      workspace = own_workspace.data();
+    }
+
+    std::unordered_map<std::int64_t, void*> pack{
+        {kUidQ, args.q.data}, {kUidK, args.k.data}, {kUidV, args.v.data}, {kUidO, args.o.data}};
+    if (stats) pack.emplace(kUidStats, args.lse.data);
+    fe::error_t status = cached.graph->execute(handle, pack, workspace);
+    if (status.is_bad())
+      throw Error(ErrorKind::Device, fmt::format("cudnn: SDPA execution failed: {}", status.get_message()));
+    if (own_workspace.data() != nullptr) ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
+  static int current_device() {
+    int device = 0;
+    ATTNSUITE_CUDA_CHECK(cudaGetDevice(&device));
+    return device;
+  }
+
+  // The handle of a device, made on first use there.
+  cudnnHandle_t handle_for(int device) const {
+    auto found = handles_.find(device);
+    if (found != handles_.end()) return found->second;
+    cudnnHandle_t handle = nullptr;
+    check_cudnn(cudnnCreate(&handle), "cudnnCreate");
+    handles_.emplace(device, handle);
+    return handle;
+  }
+
+  // The graph for a key, built on first use; throws Error(Unsupported) with cuDNN's reason when
+  // it refused. Callers hold mutex_.
+  const CachedGraph& graph_for(const GraphKey& key) const {
+    auto found = graphs_.find(key);
+    if (found == graphs_.end()) {
+      CachedGraph cached;
+      try {
+        cached = build_graph(key, handle_for(key.device));
+      } catch (const Error& error) {
+        if (error.kind() != ErrorKind::Unsupported) throw;
+        cached.refusal = error.what();
+      }
+      found = graphs_.emplace(key, std::move(cached)).first;
+    }
+    if (!found->second.refusal.empty()) throw Error(ErrorKind::Unsupported, found->second.refusal);
+    return found->second;
+  }
+
+  std::string display_name_;
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<int, cudnnHandle_t> handles_;
+  mutable std::unordered_map<GraphKey, CachedGraph, GraphKeyHash> graphs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cudnn_sdpa_backend() { return std::make_unique<CudnnSdpaBackend>(); }
+
+std::string cudnn_version() { return cudnn_version_string(); }
+
+}  // namespace attnsuite::peers

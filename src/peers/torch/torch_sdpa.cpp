@@ -1,0 +1,485 @@
+// The PyTorch peers through libtorch (ATen's C++ API): PyTorch's own backend choice, and each of
+// its four SDPA backends forced by calling the op that backend is:
+//
+//   torch-sdpa       at::scaled_dot_product_attention: PyTorch picks (flash, efficient, cuDNN
+//                    or math), as a user calling F.scaled_dot_product_attention gets.
+//   torch-flash      at::_scaled_dot_product_flash_attention (PyTorch's FlashAttention-2).
+//   torch-efficient  at::_efficient_attention_forward (xFormers' memory-efficient kernel).
+//   torch-cudnn      at::_scaled_dot_product_cudnn_attention.
+//   torch-math       at::_scaled_dot_product_attention_math (matmul, softmax, matmul).
+//
+// Calling the op is what makes the named backend the one that runs: there is no fallback below
+// it, a refusal is an error. supports() asks PyTorch's own gate for the backend
+// (sdp::can_use_flash_attention & co., the functions SDPA's dispatch calls, with their reasons
+// captured from TORCH_WARN), on metadata-only tensors of the problem's shapes and strides.
+//
+// Causal masking: attnsuite's is bottom-right aligned; PyTorch's is_causal is top-left. They
+// agree when seq_q == seq_kv. Otherwise torch-flash passes is_causal to the flash op (FA2 aligns
+// bottom-right), torch-efficient passes xFormers' CausalFromBottomRight mask type, torch-math a
+// materialized bool mask — what torch.nn.attention.bias.causal_lower_right does — and
+// torch-sdpa and torch-cudnn refuse.
+//
+// Inputs are wrapped with from_blob (no copies): our (b, s, h, d) views become PyTorch's
+// (B, H, S, D) by a transpose of the strides. Every op returns a fresh output (and LSE), which
+// the backend keeps alive and exposes through produced_output()/produced_lse(); the memory
+// they take is read from PyTorch's caching allocator statistics.
+#include "peers/torch/torch_sdpa.hpp"
+
+#include <ATen/Context.h>
+#include <torch/version.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/native/transformers/cuda/sdp_utils.h>
+#include <ATen/ops/_efficient_attention_forward.h>
+#include <ATen/ops/_scaled_dot_product_attention_math.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "attnsuite/error.hpp"
+#include "cuda/common/backend_support.hpp"
+#include "cuda/common/check.hpp"
+#include "cuda/cuda_backends.hpp"
+
+namespace attnsuite::peers {
+namespace {
+
+// No fmt here: libtorch ships its own fmt headers (another major version, not exported from its
+// libraries), and its include directory comes before the system one in this file.
+template <class... Parts>
+std::string concat(const Parts&... parts) {
+  std::ostringstream text;
+  (text << ... << parts);
+  return text.str();
+}
+
+enum class Kind { Sdpa, Flash, Efficient, Cudnn, Math };
+
+struct KindInfo {
+  std::string_view name;
+  std::string_view display_name;
+  std::string_view capabilities;
+};
+
+KindInfo info_of(Kind kind) {
+  switch (kind) {
+    case Kind::Sdpa:
+      return {"torch-sdpa", "PyTorch SDPA (default backend choice)",
+              "PyTorch picks flash, efficient, cuDNN or math; fp32/fp16/bf16, GQA/MQA (enable_gqa), causal only "
+              "with seq_q == seq_kv (PyTorch's is_causal is top-left); no LSE"};
+    case Kind::Flash:
+      return {"torch-flash", "FlashAttention-2 (PyTorch flash backend)",
+              "fp16/bf16, head dim a multiple of 8 up to 256 (head_dim_v equal), causal bottom-right for any "
+              "seq_q/seq_kv, GQA/MQA native, BSHD/BHSD, LSE; sm80+"};
+    case Kind::Efficient:
+      return {"torch-efficient", "xFormers memory-efficient (PyTorch efficient backend)",
+              "fp32/fp16/bf16, head dims 16-byte aligned, causal bottom-right (CausalFromBottomRight), "
+              "GQA/MQA by repeat_interleave of K and V (2·B·Skv·Hq·D extra memory, counted), LSE"};
+    case Kind::Cudnn:
+      return {"torch-cudnn", "cuDNN attention (PyTorch cuDNN backend)",
+              "fp16/bf16, causal only with seq_q == seq_kv (PyTorch's is_causal is top-left), GQA/MQA native, LSE; "
+              "PyTorch's own graph cache"};
+    case Kind::Math:
+      return {"torch-math", "PyTorch math backend (materialized)",
+              "any dtype and head dim; materializes B·Hq·Sq·Skv scores (fp16/bf16 computed in fp32); causal "
+              "(bottom-right) and windows by a materialized bool mask when not square; GQA/MQA by enable_gqa "
+              "(repeat_interleave); no LSE"};
+  }
+  return {};
+}
+
+// Collects the TORCH_WARN messages PyTorch's can_use_* gates give with debug = true.
+class WarningCollector final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  std::vector<std::string> messages;
+};
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string joined;
+  for (const auto& part : parts) joined += (joined.empty() ? "" : "; ") + part;
+  return joined;
+}
+
+at::ScalarType scalar_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return at::kFloat;
+    case DType::F16:
+      return at::kHalf;
+    case DType::BF16:
+      return at::kBFloat16;
+  }
+  return at::kFloat;
+}
+
+// A (b, s, h, d) tensor over data with the view's strides. from_blob with the device given
+// does not query the pointer; nothing here reads it either.
+at::Tensor wrap(void* data, DType dtype, c10::DeviceIndex device, const std::array<std::int64_t, 4>& shape,
+                const std::array<std::int64_t, 4>& strides) {
+  return at::for_blob(data, shape)
+      .strides(strides)
+      .options(at::TensorOptions().dtype(scalar_type_of(dtype)).device(at::kCUDA, device))
+      .target_device(at::Device(at::kCUDA, device))
+      .make_tensor();
+}
+
+// (b, h, s, d) → (b, s, h, d) strides of a TensorView over a PyTorch output.
+TensorView view_of_bhsd(const at::Tensor& out, DType dtype, c10::DeviceIndex device) {
+  TensorView view;
+  view.data = out.data_ptr();
+  view.dtype = dtype;
+  view.device = {DeviceType::Cuda, device};
+  view.shape = {out.size(0), out.size(2), out.size(1), out.size(3)};
+  view.strides = {out.stride(0), out.stride(2), out.stride(1), out.stride(3)};
+  return view;
+}
+
+// Keys that query row i sees as a (seq_q, seq_kv) bool mask: the problem's causal and window
+// bounds around the bottom-right diagonal i + (seq_kv - seq_q).
+at::Tensor materialized_mask(const AttentionProblem& p, c10::DeviceIndex device) {
+  const auto options = at::TensorOptions().dtype(at::kLong).device(at::kCUDA, device);
+  const at::Tensor diagonal = at::arange(p.seq_q, options).add(p.seq_kv - p.seq_q).unsqueeze(1);
+  const at::Tensor keys = at::arange(p.seq_kv, options).unsqueeze(0);
+  const int right = p.causal ? 0 : p.window_right;
+  at::Tensor allowed = right >= 0 ? keys.le(diagonal.add(right)) : keys.ge(0).expand({p.seq_q, p.seq_kv});
+  if (p.window_left >= 0) allowed = allowed.logical_and(keys.ge(diagonal.add(-p.window_left)));
+  return allowed;
+}
+
+struct ProblemHash {
+  std::size_t operator()(const AttentionProblem& p) const {
+    std::size_t seed = std::hash<float>{}(p.scale);
+    for (int value :
+         {p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_kv, p.head_dim, p.head_dim_v, static_cast<int>(p.dtype),
+          static_cast<int>(p.layout), static_cast<int>(p.causal), p.window_left, p.window_right})
+      seed ^= std::hash<int>{}(value) + 0x9e3779b97f4a7c15ull + (seed << 6) + (seed >> 2);
+    return seed;
+  }
+};
+
+void check_input(std::string_view backend, const char* what, const TensorView& view,
+                 const std::array<std::int64_t, 4>& shape, DType dtype) {
+  ATTNSUITE_REQUIRE(!view.empty(), concat(backend, ": ", what, " is missing"));
+  ATTNSUITE_REQUIRE(view.device.type == DeviceType::Cuda,
+                    concat(backend, ": ", what, " is on the ", to_string(view.device.type), ", needs a CUDA device"));
+  ATTNSUITE_REQUIRE(view.shape == shape && view.dtype == dtype,
+                    concat(backend, ": ", what, " does not match the problem's shape and dtype"));
+  if (view.strides[3] != 1) {
+    throw Error(ErrorKind::Unsupported, concat(backend, ": ", what, " has last-dim stride ", view.strides[3],
+                                               "; PyTorch's attention needs a contiguous last dim"));
+  }
+}
+
+class TorchBackend final : public Backend {
+ public:
+  explicit TorchBackend(Kind kind) : kind_(kind), info_(info_of(kind)) {}
+
+  std::string_view name() const override { return info_.name; }
+  std::string_view display_name() const override { return info_.display_name; }
+  std::string_view peer_of() const override { return "PyTorch"; }
+  Device device() const override { return {DeviceType::Cuda, 0}; }
+  std::string capabilities() const override { return std::string(info_.capabilities); }
+
+  Support supports(const AttentionProblem& problem) const override {
+    std::lock_guard lock(mutex_);
+    auto found = support_cache_.find(problem);
+    if (found != support_cache_.end()) return found->second;
+    Support support = decide(problem);
+    // "No device" is not cached: it is cheap to ask again and may be a transient driver state.
+    if (support || support.reason.rfind("no CUDA device", 0) != 0) support_cache_.emplace(problem, support);
+    return support;
+  }
+
+  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
+    const Support support = supports(problem);
+    if (!support) throw Error(ErrorKind::Unsupported, concat(name(), ": ", support.reason));
+    const std::int64_t b = problem.batch;
+    check_input(name(), "q", args.q, {b, problem.seq_q, problem.heads_q, problem.head_dim}, problem.dtype);
+    check_input(name(), "k", args.k, {b, problem.seq_kv, problem.heads_kv, problem.head_dim}, problem.dtype);
+    check_input(name(), "v", args.v, {b, problem.seq_kv, problem.heads_kv, problem.dim_v()}, problem.dtype);
+
+    release_results();
+    problem_ = problem;
+    device_ = static_cast<c10::DeviceIndex>(args.q.device.index);
+    stream_ = static_cast<cudaStream_t>(stream);
+    try {
+      c10::InferenceMode inference;
+      c10::cuda::CUDAStreamGuard stream_guard(c10::cuda::getStreamFromExternal(stream_, device_));
+      run(problem, args);
+    } catch (const c10::OutOfMemoryError& error) {
+      release_results();
+      throw Error(ErrorKind::OutOfMemory, concat(name(), ": ", error.what_without_backtrace()));
+    } catch (const c10::AcceleratorError& error) {
+      release_results();
+      throw Error(ErrorKind::Device, concat(name(), ": ", error.what_without_backtrace()));
+    } catch (const c10::Error& error) {  // a TORCH_CHECK of the op: a case it does not take
+      release_results();
+      throw Error(ErrorKind::Unsupported, concat(name(), ": ", error.what_without_backtrace()));
+    }
+  }
+
+  bool produces_own_output() const override { return true; }
+  TensorView produced_output() const override { return output_view_; }
+
+  // PyTorch's LSE as attnsuite's: dense float (B, H, Sq), -inf where a row sees no key. The
+  // kernels' own forms differ (efficient pads Sq to a multiple of 32, cuDNN adds a trailing 1,
+  // flash writes +inf for empty rows), so a dense copy is made here, outside the timed forward.
+  LseView produced_lse() const override {
+    if (!lse_.defined()) return {};
+    if (!lse_dense_.defined()) {
+      try {
+        c10::InferenceMode inference;
+        c10::cuda::CUDAStreamGuard stream_guard(c10::cuda::getStreamFromExternal(stream_, device_));
+        at::Tensor lse = lse_.dim() == 4 ? lse_.select(3, 0) : lse_;
+        lse = lse.narrow(2, 0, problem_.seq_q);
+        lse_dense_ = lse.masked_fill(lse.isposinf(), -std::numeric_limits<double>::infinity()).contiguous();
+      } catch (const c10::Error& error) {
+        throw Error(ErrorKind::Device, concat(name(), ": LSE: ", error.what_without_backtrace()));
+      }
+      ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    return {lse_dense_.data_ptr<float>(), {DeviceType::Cuda, device_}};
+  }
+
+  // PyTorch's caching allocator: its peak of allocated bytes from now on, minus what is
+  // allocated now. The last results are released first so that they are not in the baseline.
+  void reset_own_peak_memory() override {
+    release_results();
+    stats_device_ = -1;
+    if (cuda::cuda_device_count() == 0) return;
+    int device = 0;
+    ATTNSUITE_CUDA_CHECK(cudaGetDevice(&device));
+    try {
+      at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+      c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+      stats_device_ = static_cast<c10::DeviceIndex>(device);
+      baseline_bytes_ = allocated_bytes().current;
+    } catch (const c10::Error& error) {
+      stats_device_ = -1;
+      throw Error(ErrorKind::Device,
+                  concat(name(), ": caching allocator statistics: ", error.what_without_backtrace()));
+    }
+  }
+
+  std::size_t own_peak_memory_bytes() const override {
+    if (stats_device_ < 0) return 0;
+    try {
+      return static_cast<std::size_t>(std::max<std::int64_t>(0, allocated_bytes().peak - baseline_bytes_));
+    } catch (const c10::Error& error) {
+      throw Error(ErrorKind::Device,
+                  concat(name(), ": caching allocator statistics: ", error.what_without_backtrace()));
+    }
+  }
+
+ private:
+  c10::CachingAllocator::Stat allocated_bytes() const {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(stats_device_);
+    return stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  }
+
+  void release_results() {
+    output_.reset();
+    lse_.reset();
+    lse_dense_.reset();
+    output_view_ = {};
+  }
+
+  Support decide(const AttentionProblem& p) const {
+    try {
+      p.validate();
+    } catch (const Error& error) {
+      return Support::no(error.what());
+    }
+    const bool low_precision = p.dtype == DType::F16 || p.dtype == DType::BF16;
+    if ((kind_ == Kind::Flash || kind_ == Kind::Cudnn) && !low_precision)
+      return Support::no(concat(name(), " needs fp16 or bf16"));
+    if (kind_ != Kind::Math && (p.window_left >= 0 || p.window_right >= 0)) {
+      return Support::no(concat("sliding window not supported by ", name(),
+                                ": PyTorch's SDPA takes no window (torch-math runs it with a mask)"));
+    }
+    if ((kind_ == Kind::Sdpa || kind_ == Kind::Cudnn) && p.causal && p.seq_q != p.seq_kv) {
+      return Support::no(concat("causal with seq_q ", p.seq_q, " != seq_kv ", p.seq_kv, " not supported by ", name(),
+                                ": PyTorch's is_causal is top-left aligned, attnsuite's bottom-right"));
+    }
+    if (kind_ == Kind::Flash) {
+      if (p.dim_v() != p.head_dim)
+        return Support::no(
+            concat("head_dim_v ", p.dim_v(), " != head_dim ", p.head_dim, " not supported by torch-flash"));
+      if (p.head_dim % 8 != 0 || p.head_dim > 256) {
+        return Support::no(
+            concat("head dim ", p.head_dim, " not supported by torch-flash; allowed: multiples of 8 up to 256"));
+      }
+    }
+    if (kind_ == Kind::Math) {
+      const std::string missing = cuda::cuda_unavailable_reason();
+      if (!missing.empty()) return Support::no("no CUDA device available: " + missing);
+      return Support::yes();
+    }
+    Support device_support = cuda::supports_device(name());
+    if (!device_support) return device_support;
+    if (kind_ == Kind::Sdpa) return Support::yes();  // PyTorch always has math to fall back on
+    try {
+      return pytorch_gate(p);
+    } catch (const c10::Error& error) {
+      return Support::no(concat(name(), ": ", error.what_without_backtrace()));
+    }
+  }
+
+  // PyTorch's own verdict for the forced backend on tensors shaped as forward() passes them.
+  // The tensors are metadata only: their address is never dereferenced.
+  Support pytorch_gate(const AttentionProblem& p) const {
+    c10::InferenceMode inference;
+    int current = 0;
+    ATTNSUITE_CUDA_CHECK(cudaGetDevice(&current));
+    const auto device = static_cast<c10::DeviceIndex>(current);
+    void* const never_read = reinterpret_cast<void*>(std::uintptr_t{1} << 12);
+    const bool repeat_kv = kind_ == Kind::Efficient && p.heads_kv != p.heads_q;
+    const int kv_heads = repeat_kv ? p.heads_q : p.heads_kv;
+    auto tensor = [&](int seq, int heads, int dim, Layout layout) {
+      const std::array<std::int64_t, 4> shape{p.batch, seq, heads, dim};
+      return wrap(never_read, p.dtype, device, shape, TensorView::dense_strides(shape, layout)).transpose(1, 2);
+    };
+    // repeat_interleave's result is dense (b, s, h, d), whatever the input's layout.
+    const Layout kv_layout = repeat_kv ? Layout::BSHD : p.layout;
+    // The flash and efficient ops align is_causal bottom-right, which is the mask wanted; PyTorch's
+    // gate refuses is_causal with seq_q != seq_kv because SDPA's is_causal means top-left, so it
+    // is asked about the unmasked problem then, as causal_lower_right does.
+    const bool gate_causal = p.causal && p.seq_q == p.seq_kv;
+    sdp::sdp_params params{tensor(p.seq_q, p.heads_q, p.head_dim, p.layout),
+                           tensor(p.seq_kv, kv_heads, p.head_dim, kv_layout),
+                           tensor(p.seq_kv, kv_heads, p.dim_v(), kv_layout),
+                           std::nullopt,
+                           0.0,
+                           kind_ == Kind::Cudnn ? p.causal : gate_causal,
+                           kv_heads != p.heads_q};
+    WarningCollector collector;
+    bool ok = false;
+    {
+      c10::WarningUtils::WarningHandlerGuard guard(&collector);
+      switch (kind_) {
+        case Kind::Flash:
+          ok = sdp::can_use_flash_attention(params, /*debug=*/true);
+          break;
+        case Kind::Efficient:
+          ok = sdp::can_use_mem_efficient_attention(params, /*debug=*/true);
+          break;
+        case Kind::Cudnn:
+          ok = sdp::can_use_cudnn_attention(params, /*debug=*/true);
+          break;
+        case Kind::Sdpa:
+        case Kind::Math:
+          ok = true;
+          break;
+      }
+    }
+    if (ok) return Support::yes();
+    const std::string reason = join(collector.messages);
+    return Support::no(concat("PyTorch refuses ", name(), ": ", reason.empty() ? "no reason given" : reason));
+  }
+
+  // Under the inference mode and stream guard of forward().
+  void run(const AttentionProblem& p, const AttentionArgs& args) {
+    const at::Tensor q = wrap(args.q.data, p.dtype, device_, args.q.shape, args.q.strides);
+    const at::Tensor k = wrap(args.k.data, p.dtype, device_, args.k.shape, args.k.strides);
+    const at::Tensor v = wrap(args.v.data, p.dtype, device_, args.v.shape, args.v.strides);
+    const std::optional<double> scale = p.softmax_scale();
+    const bool grouped = p.heads_kv != p.heads_q;
+    switch (kind_) {
+      case Kind::Sdpa:
+        output_ = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                   std::nullopt, 0.0, p.causal, scale, grouped);
+        break;
+      case Kind::Flash: {
+        auto result = at::_scaled_dot_product_flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                              0.0, p.causal, /*return_debug_mask=*/false, scale);
+        output_ = std::get<0>(result);
+        lse_ = std::get<1>(result);
+        break;
+      }
+      case Kind::Efficient: {
+        // xFormers' kernel takes (b, s, h, d) and needs as many K/V heads as Q heads.
+        const at::Tensor key = grouped ? k.repeat_interleave(p.group_size(), 2) : k;
+        const at::Tensor value = grouped ? v.repeat_interleave(p.group_size(), 2) : v;
+        constexpr std::int64_t kNoMask = 0, kCausalFromBottomRight = 2;
+        auto result =
+            at::_efficient_attention_forward(q, key, value, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                             std::nullopt, 0.0, p.causal ? kCausalFromBottomRight : kNoMask,
+                                             /*compute_log_sumexp=*/true, scale);
+        output_ = std::get<0>(result).transpose(1, 2);
+        lse_ = std::get<1>(result);
+        break;
+      }
+      case Kind::Cudnn: {
+        auto result = at::_scaled_dot_product_cudnn_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                              std::nullopt, /*compute_log_sumexp=*/true, 0.0, p.causal,
+                                                              /*return_debug_mask=*/false, scale);
+        output_ = std::get<0>(result);
+        lse_ = std::get<1>(result);
+        break;
+      }
+      case Kind::Math: {
+        const bool masked = p.window_left >= 0 || p.window_right >= 0 || (p.causal && p.seq_q != p.seq_kv);
+        std::optional<at::Tensor> mask;
+        if (masked) mask = materialized_mask(p, device_);
+        output_ = std::get<0>(at::_scaled_dot_product_attention_math(q.transpose(1, 2), k.transpose(1, 2),
+                                                                     v.transpose(1, 2), mask, 0.0, p.causal && !masked,
+                                                                     std::nullopt, scale, grouped));
+        break;
+      }
+    }
+    const std::array<std::int64_t, 4> expected{p.batch, p.heads_q, p.seq_q, p.dim_v()};
+    ATTNSUITE_CHECK(output_.dim() == 4 && std::equal(expected.begin(), expected.end(), output_.sizes().begin()) &&
+                        output_.scalar_type() == scalar_type_of(p.dtype),
+                    ErrorKind::Internal, concat(name(), ": PyTorch returned an output of another shape or dtype"));
+    output_view_ = view_of_bhsd(output_, p.dtype, device_);
+  }
+
+  Kind kind_;
+  KindInfo info_;
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<AttentionProblem, Support, ProblemHash> support_cache_;
+
+  // The last forward's results, valid until the next forward() or reset_own_peak_memory().
+  AttentionProblem problem_;
+  c10::DeviceIndex device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  at::Tensor output_;  // (B, H, Sq, Dv), PyTorch's strides
+  at::Tensor lse_;     // as the op returned it
+  mutable at::Tensor lse_dense_;
+  TensorView output_view_;
+
+  c10::DeviceIndex stats_device_ = -1;
+  std::int64_t baseline_bytes_ = 0;
+};
+
+}  // namespace
+
+void register_torch_backends(Registry& registry) {
+  for (Kind kind : {Kind::Sdpa, Kind::Flash, Kind::Efficient, Kind::Cudnn, Kind::Math})
+    registry.add(std::string(info_of(kind).name), [kind] { return std::make_unique<TorchBackend>(kind); });
+}
+
+std::string torch_version() { return TORCH_VERSION; }
+
+}  // namespace attnsuite::peers
