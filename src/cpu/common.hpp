@@ -1,0 +1,37 @@
+// Helpers shared by the three CPU backends: argument checks, the supports() rules they have in
+// common, and a tiny work-stealing parallel loop over std::thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "attnsuite/backend.hpp"
+
+namespace attnsuite::cpu {
+
+// The rules every CPU backend shares: a valid problem and head dims 32..256 (for Q/K and V).
+// Returns ok or the first reason it cannot run.
+Support supports_common(const AttentionProblem& problem);
+
+// Checks that args match the problem (shapes, dtypes, CPU device, O and Q the same dtype) and,
+// when contiguous_last_dim, that every view has stride 1 in its last dim. Throws Error.
+void check_args(std::string_view backend, const AttentionProblem& problem,
+                const AttentionArgs& args, bool contiguous_last_dim);
+
+// Threads used by the CPU backends: std::thread::hardware_concurrency(), at least 1.
+int cpu_threads();
+
+// Runs body(item, thread_index) for item in [0, count) on min(threads, count) std::threads that
+// take items from a shared counter (so uneven items, e.g. causal blocks, balance). Which thread
+// runs an item never changes what the item computes. The first exception thrown by a body is
+// rethrown here once all threads have stopped.
+void parallel_for(std::int64_t count, int threads,
+                  const std::function<void(std::int64_t item, int thread_index)>& body);
+
+std::unique_ptr<Backend> make_reference_backend();
+std::unique_ptr<Backend> make_vanilla_backend();
+std::unique_ptr<Backend> make_flash_backend();
+
+}  // namespace attnsuite::cpu

@@ -1,0 +1,68 @@
+#include "cpu/peak.hpp"
+
+#include <immintrin.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "cpu/common.hpp"
+
+namespace attnsuite::cpu {
+namespace {
+
+// 12 chains + 2 constants fit the 16 ymm registers (16 chains would spill to the stack) and
+// exceed the 8 in flight that 4-cycle latency × 2 pipes needs.
+constexpr int kChains = 12;
+constexpr long kFmasPerRound = 1L << 16;  // per chain between clock reads
+
+// Returns FMA instructions issued; writes a value derived from every chain so none is dead.
+long fma_loop(double seconds, volatile float* sink) {
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(1.0f + 1e-3f * c);
+  // |multiplier| < 1 and a small addend keep the chains finite forever.
+  const __m256 multiplier = _mm256_set1_ps(0.999999f);
+  const __m256 addend = _mm256_set1_ps(1e-7f);
+  long rounds = 0;
+  const auto start = std::chrono::steady_clock::now();
+  do {
+    for (long step = 0; step < kFmasPerRound; ++step) {
+      for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], multiplier, addend);
+    }
+    ++rounds;
+  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+           seconds);
+  __m256 total = acc[0];
+  for (int c = 1; c < kChains; ++c) total = _mm256_add_ps(total, acc[c]);
+  *sink = _mm256_cvtss_f32(total);
+  return rounds * kFmasPerRound * kChains;
+}
+
+}  // namespace
+
+double measure_fp32_fma_peak_gflops(double seconds) {
+  const int threads = cpu_threads();
+  std::vector<double> gflops(threads, 0.0);
+  std::vector<float> sinks(threads, 0.0f);  // written through volatile: the chains stay live
+  std::atomic<int> ready{0};
+  auto worker = [&](int index) {
+    ready.fetch_add(1);
+    while (ready.load() < threads) {
+    }  // start together so every core is busy during every thread's window
+    const auto start = std::chrono::steady_clock::now();
+    const long fmas = fma_loop(seconds, &sinks[index]);
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    gflops[index] = static_cast<double>(fmas) * 16.0 / elapsed * 1e-9;  // 8 lanes × 2 FLOPs
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
+  worker(0);
+  for (auto& thread : pool) thread.join();
+  double total = 0.0;
+  for (double value : gflops) total += value;
+  return total;
+}
+
+}  // namespace attnsuite::cpu

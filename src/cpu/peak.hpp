@@ -1,0 +1,14 @@
+// The machine's fp32 FMA peak, measured rather than looked up, for "% of peak" figures.
+#pragma once
+
+namespace attnsuite::cpu {
+
+// Runs independent chains of 256-bit FMAs (AVX2) on every hardware thread for about
+// `seconds` and returns the achieved GFLOP/s summed over threads, counting 2 FLOPs per lane
+// per FMA (16 per instruction). Each thread keeps 12 accumulators live, more than the
+// latency × pipes (4 cycles × 2 FMA pipes = 8 on Zen 4) needed to saturate both pipes.
+// Datasheet check for Zen 4: 2 × 256-bit FMA pipes per core = 2 × 8 lanes × 2 FLOPs =
+// 32 FLOP/cycle/core; a measurement close to 32 × cores × clock says the pipes are full.
+double measure_fp32_fma_peak_gflops(double seconds = 0.2);
+
+}  // namespace attnsuite::cpu

@@ -1,0 +1,135 @@
+// `cpu-vanilla`: the "vanilla PyTorch" baseline on the CPU. Like torch's math SDPA it processes
+// every (batch, head) at once: S = scale·Q·Kᵀ for all B·Hq heads into one materialized fp32
+// buffer of B·Hq·Nq·Nk scores (OpenBLAS sgemm, OpenBLAS's own threads), then a masked,
+// vectorized row softmax in place (threaded over rows, as torch's softmax is), then O = P·V
+// (sgemm). Its extra memory is O(N²·B·H), which is what cpu-flash is measured against.
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attnsuite/error.hpp"
+#include "attnsuite/memory.hpp"
+#include "cpu/common.hpp"
+#include "cpu/simd_math.hpp"
+
+namespace attnsuite::cpu {
+namespace {
+
+// Softmax of row[begin, end) in place, zeros outside; returns the natural-log LSE (-inf when
+// the range is empty, and then the whole row is 0).
+float masked_softmax_row(float* row, std::int64_t length, std::int64_t begin, std::int64_t end) {
+  std::fill(row, row + begin, 0.0f);
+  std::fill(row + std::max(begin, end), row + length, 0.0f);
+  if (begin >= end) return -std::numeric_limits<float>::infinity();
+  float* values = row + begin;
+  const std::int64_t count = end - begin;
+  std::int64_t j = 0;
+  __m256 max_vec = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (; j + 8 <= count; j += 8) max_vec = _mm256_max_ps(max_vec, _mm256_loadu_ps(values + j));
+  float row_max = simd::reduce_max(max_vec);
+  for (; j < count; ++j) row_max = std::max(row_max, values[j]);
+
+  const __m256 max_broadcast = _mm256_set1_ps(row_max);
+  __m256 sum_vec = _mm256_setzero_ps();
+  for (j = 0; j + 8 <= count; j += 8) {
+    const __m256 p = simd::exp_ps(_mm256_sub_ps(_mm256_loadu_ps(values + j), max_broadcast));
+    _mm256_storeu_ps(values + j, p);
+    sum_vec = _mm256_add_ps(sum_vec, p);
+  }
+  float row_sum = simd::reduce_add(sum_vec);
+  for (; j < count; ++j) {
+    values[j] = std::exp(values[j] - row_max);
+    row_sum += values[j];
+  }
+  const __m256 inverse = _mm256_set1_ps(1.0f / row_sum);
+  for (j = 0; j + 8 <= count; j += 8)
+    _mm256_storeu_ps(values + j, _mm256_mul_ps(_mm256_loadu_ps(values + j), inverse));
+  for (; j < count; ++j) values[j] *= 1.0f / row_sum;
+  return row_max + std::log(row_sum);
+}
+
+class VanillaBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu-vanilla"; }
+  std::string_view display_name() const override {
+    return "vanilla attention (attnsuite, OpenBLAS)";
+  }
+  Device device() const override { return {DeviceType::Cpu, 0}; }
+  std::string capabilities() const override {
+    return "fp32 only, materializes B·H·Nq·Nk scores, causal, window, GQA/MQA, head dim 32..256";
+  }
+
+  Support supports(const AttentionProblem& problem) const override {
+    if (problem.dtype != DType::F32) {
+      return Support::no(fmt::format(
+          "dtype {} not supported; allowed: fp32 (cpu-vanilla is the fp32 BLAS baseline; "
+          "cpu-flash and reference take fp16/bf16)",
+          to_string(problem.dtype)));
+    }
+    return supports_common(problem);
+  }
+
+  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream) override {
+    const Support support = supports(problem);
+    ATTNSUITE_CHECK(support.ok, ErrorKind::Unsupported, "cpu-vanilla: " + support.reason);
+    check_args(name(), problem, args, /*contiguous_last_dim=*/true);
+
+    const std::int64_t heads = static_cast<std::int64_t>(problem.batch) * problem.heads_q;
+    const std::int64_t seq_q = problem.seq_q, seq_kv = problem.seq_kv;
+    const int head_dim = problem.head_dim, dim_v = problem.dim_v();
+    const std::int64_t head_scores = seq_q * seq_kv;
+    HostBuffer scores(static_cast<std::size_t>(heads * head_scores) * sizeof(float));
+    float* all_scores = scores.as<float>();
+
+    const auto* q = static_cast<const float*>(args.q.data);
+    const auto* k = static_cast<const float*>(args.k.data);
+    const auto* v = static_cast<const float*>(args.v.data);
+    auto* o = static_cast<float*>(args.o.data);
+    auto head_origin = [&](const TensorView& view, std::int64_t head_item, bool kv) {
+      const std::int64_t b = head_item / problem.heads_q;
+      const std::int64_t h = head_item % problem.heads_q;
+      return view.offset(b, 0, kv ? problem.kv_head_of(static_cast<int>(h)) : h, 0);
+    };
+
+    for (std::int64_t item = 0; item < heads; ++item) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(seq_q),
+                  static_cast<int>(seq_kv), head_dim, problem.softmax_scale(),
+                  q + head_origin(args.q, item, false), static_cast<int>(args.q.strides[1]),
+                  k + head_origin(args.k, item, true), static_cast<int>(args.k.strides[1]), 0.0f,
+                  all_scores + item * head_scores, static_cast<int>(seq_kv));
+    }
+
+    // Rows in chunks so each thread takes a few hundred KiB of scores at a time.
+    const std::int64_t rows = heads * seq_q;
+    const std::int64_t rows_per_chunk = std::max<std::int64_t>(1, 65536 / seq_kv);
+    parallel_for((rows + rows_per_chunk - 1) / rows_per_chunk, cpu_threads(),
+                 [&](std::int64_t chunk, int) {
+                   const std::int64_t first = chunk * rows_per_chunk;
+                   const std::int64_t last = std::min(rows, first + rows_per_chunk);
+                   for (std::int64_t row = first; row < last; ++row) {
+                     const std::int64_t i = row % seq_q;
+                     const float lse = masked_softmax_row(all_scores + row * seq_kv, seq_kv,
+                                                          problem.key_begin(i), problem.key_end(i));
+                     if (!args.lse.empty())
+                       args.lse.data[row] = lse;  // (batch, heads, seq_q) dense == row
+                   }
+                 });
+
+    for (std::int64_t item = 0; item < heads; ++item) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(seq_q), dim_v,
+                  static_cast<int>(seq_kv), 1.0f, all_scores + item * head_scores,
+                  static_cast<int>(seq_kv), v + head_origin(args.v, item, true),
+                  static_cast<int>(args.v.strides[1]), 0.0f, o + head_origin(args.o, item, false),
+                  static_cast<int>(args.o.strides[1]));
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_vanilla_backend() { return std::make_unique<VanillaBackend>(); }
+
+}  // namespace attnsuite::cpu
