@@ -71,7 +71,7 @@ fi
 
 if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
-    timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 3 "$tests" \
+    timeout 100 compute-sanitizer --tool "$tool" --error-exitcode 3 "$tests" \
       --gtest_filter='Cuda/CudaBackendTest.CausalWithDifferentQueryAndKeyLengths/*' >"$out/sanitize-$tool.log" 2>&1
     status=$?
     summary+=("compute-sanitizer $tool (our kernels, small causal cases): exit $status; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1)")
