@@ -273,6 +273,7 @@ nlohmann::json to_json(const RunHeader& header) {
       {"started_at", header.started_at},       {"finished_at", header.finished_at},
       {"hostname", header.hostname},           {"cpu_model", header.cpu_model},
       {"cpu_threads", header.cpu_threads},     {"simd", header.simd},
+      {"cpu_fp32_peak_gflops", header.cpu_fp32_peak_gflops},
       {"gpu_name", header.gpu_name},           {"gpu_driver", header.gpu_driver},
       {"cuda_version", header.cuda_version},   {"cudnn_version", header.cudnn_version},
       {"torch_version", header.torch_version}, {"suite", header.suite},
@@ -305,6 +306,9 @@ RunHeader header_from_json(const nlohmann::json& value) {
   text("suite", header.suite);
   if (const auto it = value.find("cpu_threads"); it != value.end() && !it->is_null()) {
     header.cpu_threads = read_integer<int>(*it, what, "cpu_threads");
+  }
+  if (const auto it = value.find("cpu_fp32_peak_gflops"); it != value.end() && it->is_number()) {
+    header.cpu_fp32_peak_gflops = it->get<double>();
   }
   if (const auto it = value.find("settings"); it != value.end()) header.settings = *it;
   if (const auto it = value.find("interrupted"); it != value.end() && !it->is_null()) {

@@ -80,6 +80,7 @@ struct RunHeader {
   std::string cpu_model;
   int cpu_threads = 0;
   std::string simd;
+  double cpu_fp32_peak_gflops = 0;  // measured FMA peak when the sweep has CPU backends; 0: not measured
   std::string gpu_name, gpu_driver, cuda_version, cudnn_version, torch_version;
   std::string suite;
   nlohmann::json settings;  // timing options, noise target, etc.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -10,6 +11,7 @@
 #include "attnsuite/error.hpp"
 #include "bench/runner.hpp"
 #include "core/host_info.hpp"
+#include "cpu/peak.hpp"
 #include "report/atomic_file.hpp"
 #include "report/jsonl.hpp"
 #include "report/sinks.hpp"
@@ -62,7 +64,7 @@ nlohmann::json settings_of(const SweepSpec& spec) {
 
 }  // namespace
 
-RunHeader make_run_header(const SweepSpec& spec) {
+RunHeader make_run_header(const SweepSpec& spec, Registry& registry) {
   RunHeader header;
   header.tool_version = ATTNSUITE_VERSION;
   header.git_commit = git_commit();
@@ -74,6 +76,11 @@ RunHeader make_run_header(const SweepSpec& spec) {
   header.simd = host.simd;
   header.suite = spec.name;
   header.settings = settings_of(spec);
+  // The CPU's measured fp32 FMA peak, so CPU results can be read as a share of it.
+  const bool has_cpu_backend = std::any_of(spec.backends.begin(), spec.backends.end(), [&](const std::string& name) {
+    return registry.contains(name) && registry.find(name).device().type == DeviceType::Cpu;
+  });
+  if (has_cpu_backend) header.cpu_fp32_peak_gflops = cpu::measure_fp32_fma_peak_gflops();
 #if ATTNSUITE_HAVE_CUDA
   if (cuda::cuda_device_count() > 0) {
     const cuda::CudaDeviceInfo info = cuda::query_cuda_device(0);
@@ -93,7 +100,7 @@ RunHeader make_run_header(const SweepSpec& spec) {
 SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Registry& registry) {
   SweepOutcome outcome;
   outcome.out_dir = options.out_dir;
-  outcome.header = make_run_header(spec);
+  outcome.header = make_run_header(spec, registry);
   report::ensure_writable_directory(options.out_dir);
 
   const fs::path rows_path = options.out_dir / kRowsFile;

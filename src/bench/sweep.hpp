@@ -52,7 +52,7 @@ inline constexpr const char* kSuiteFile = "suite.json";
 SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Registry& registry);
 
 // Machine, versions, git commit and time: the header of every results file.
-RunHeader make_run_header(const SweepSpec& spec);
+RunHeader make_run_header(const SweepSpec& spec, Registry& registry);
 
 std::string utc_now_iso8601();
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -41,7 +42,8 @@ long fma_loop(double seconds, volatile float* sink) {
 
 }  // namespace
 
-double measure_fp32_fma_peak_gflops(double seconds) {
+namespace {
+double measure_once(double seconds) {
   const int threads = cpu_threads();
   std::vector<double> gflops(threads, 0.0);
   std::vector<float> sinks(threads, 0.0f);  // written through volatile: the chains stay live
@@ -63,6 +65,15 @@ double measure_fp32_fma_peak_gflops(double seconds) {
   double total = 0.0;
   for (double value : gflops) total += value;
   return total;
+}
+}  // namespace
+
+// The best of five short windows: a peak is a maximum, and on a shared VM a single window
+// that another tenant interrupts reads low (seen here: 117 against 219 GFLOP/s).
+double measure_fp32_fma_peak_gflops(double seconds) {
+  double best = 0.0;
+  for (int trial = 0; trial < 5; ++trial) best = std::max(best, measure_once(seconds / 5));
+  return best;
 }
 
 }  // namespace attnsuite::cpu

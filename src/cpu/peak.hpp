@@ -4,7 +4,7 @@
 namespace attnsuite::cpu {
 
 // Runs independent chains of 256-bit FMAs (AVX2) on every hardware thread for about
-// `seconds` and returns the achieved GFLOP/s summed over threads, counting 2 FLOPs per lane
+// `seconds` (in five windows, keeping the best) and returns the achieved GFLOP/s summed over threads, counting 2 FLOPs per lane
 // per FMA (16 per instruction). Each thread keeps 12 accumulators live, more than the
 // latency × pipes (4 cycles × 2 FMA pipes = 8 on Zen 4) needed to saturate both pipes.
 // Datasheet check for Zen 4: 2 × 256-bit FMA pipes per core = 2 × 8 lanes × 2 FLOPs =
