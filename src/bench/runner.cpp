@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <numeric>
 #include <thread>
 
 #include "attnsuite/error.hpp"
@@ -99,9 +101,10 @@ struct Runner::Prepared {
   std::string shape_key;
   AttentionProblem problem;
   HostTensor q, k, v;
-  std::vector<int> slices;  // b * heads_q + h of every compared slice
-  std::vector<double> reference_out;  // per slice: seq_q × dim_v
-  std::vector<double> reference_lse;  // per slice: seq_q
+  // The compared output rows, as (b * heads_q + h) * seq_q + query row, ascending.
+  std::vector<std::int64_t> rows;
+  std::vector<double> reference_out;  // per compared row: dim_v values
+  std::vector<double> reference_lse;  // per compared row
 };
 
 Runner::Runner(SweepSpec spec, Registry& registry) : spec_(std::move(spec)), registry_(registry) {}
@@ -160,30 +163,63 @@ const Runner::Prepared& Runner::prepare(const Case& c) {
     prepared->v = make_host_tensor(v, v_shape, p.dtype, p.layout);
   }
 
-  // Which (batch, head) slices the reference covers: all while within the GFLOP budget, else an
-  // evenly spaced sample that includes the first and the last slice.
-  const int total_slices = p.batch * p.heads_q;
-  const double slice_gflop = p.flops() / total_slices * 1e-9;
-  int count = total_slices;
-  if (slice_gflop * total_slices > spec_.reference_gflop)
-    count = std::clamp(static_cast<int>(spec_.reference_gflop / std::max(slice_gflop, 1e-12)), 1, total_slices);
-  for (int i = 0; i < count; ++i)
-    prepared->slices.push_back(count == 1 ? 0
-                                          : static_cast<int>(static_cast<std::int64_t>(i) * (total_slices - 1) / (count - 1)));
-  prepared->slices.erase(std::unique(prepared->slices.begin(), prepared->slices.end()), prepared->slices.end());
-
-  const std::size_t out_size = static_cast<std::size_t>(p.seq_q) * p.dim_v();
-  prepared->reference_out.resize(prepared->slices.size() * out_size);
-  prepared->reference_lse.resize(prepared->slices.size() * static_cast<std::size_t>(p.seq_q));
+  // Which output rows the reference covers: all while that costs at most the GFLOP budget,
+  // else rows evenly spaced over every (batch, head, query) position, the first and last included.
+  // A sampled row is computed on its own (the reference cost of one N = 16k head is 140 GFLOP).
+  const std::int64_t total_rows = static_cast<std::int64_t>(p.batch) * p.heads_q * p.seq_q;
+  const std::size_t dv = static_cast<std::size_t>(p.dim_v());
   AttentionArgs args;
   args.q = prepared->q.view;
   args.k = prepared->k.view;
   args.v = prepared->v.view;
-  parallel_for(prepared->slices.size(), [&](std::size_t i) {
-    const int slice = prepared->slices[i];
-    cpu::reference_head_f64(p, args, slice / p.heads_q, slice % p.heads_q, prepared->reference_out.data() + i * out_size,
-                            prepared->reference_lse.data() + i * static_cast<std::size_t>(p.seq_q));
-  });
+  if (p.flops() * 1e-9 <= spec_.reference_gflop) {
+    prepared->rows.resize(static_cast<std::size_t>(total_rows));
+    std::iota(prepared->rows.begin(), prepared->rows.end(), std::int64_t{0});
+    prepared->reference_out.resize(prepared->rows.size() * dv);
+    prepared->reference_lse.resize(prepared->rows.size());
+    const std::size_t slice_rows = static_cast<std::size_t>(p.seq_q);
+    parallel_for(static_cast<std::size_t>(p.batch) * p.heads_q, [&](std::size_t slice) {
+      cpu::reference_head_f64(p, args, static_cast<int>(slice / p.heads_q), static_cast<int>(slice % p.heads_q),
+                              prepared->reference_out.data() + slice * slice_rows * dv,
+                              prepared->reference_lse.data() + slice * slice_rows);
+    });
+  } else {
+    const double row_gflop = p.flops() * 1e-9 / static_cast<double>(total_rows);
+    const std::int64_t count = std::clamp<std::int64_t>(
+        static_cast<std::int64_t>(spec_.reference_gflop / std::max(row_gflop, 1e-12)), 1, total_rows);
+    for (std::int64_t i = 0; i < count; ++i)
+      prepared->rows.push_back(count == 1 ? 0 : i * (total_rows - 1) / (count - 1));
+    prepared->rows.erase(std::unique(prepared->rows.begin(), prepared->rows.end()), prepared->rows.end());
+    prepared->reference_out.resize(prepared->rows.size() * dv);
+    prepared->reference_lse.resize(prepared->rows.size());
+    const std::size_t element = size_of(p.dtype);
+    parallel_for(prepared->rows.size(), [&](std::size_t n) {
+      const std::int64_t index = prepared->rows[n];
+      const int slice = static_cast<int>(index / p.seq_q);
+      const int b = slice / p.heads_q, h = slice % p.heads_q;
+      const std::int64_t i = index % p.seq_q;
+      double* out = prepared->reference_out.data() + n * dv;
+      const std::int64_t begin = p.key_begin(i), end = p.key_end(i);
+      if (end <= begin) {  // a row that sees no key
+        std::fill(out, out + dv, 0.0);
+        prepared->reference_lse[n] = -std::numeric_limits<double>::infinity();
+        return;
+      }
+      // Row i alone: one query against the key prefix [0, end), keys before `begin` windowed away.
+      AttentionProblem row_problem = p;
+      row_problem.seq_q = 1;
+      row_problem.seq_kv = static_cast<int>(end);
+      row_problem.causal = false;
+      row_problem.window_right = -1;
+      row_problem.window_left = begin > 0 ? static_cast<int>(end - 1 - begin) : -1;
+      AttentionArgs row_args = args;
+      row_args.q.data = static_cast<unsigned char*>(args.q.data) + i * args.q.strides[1] * static_cast<std::int64_t>(element);
+      row_args.q.shape[1] = 1;
+      row_args.k.shape[1] = end;
+      row_args.v.shape[1] = end;
+      cpu::reference_head_f64(row_problem, row_args, b, h, out, prepared->reference_lse.data() + n);
+    });
+  }
   prepared_ = std::move(prepared);
   return *prepared_;
 }
@@ -293,21 +329,21 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
       host_lse.resize(lse_bytes / sizeof(float));
       ctx.copy_to_host(host_lse.data(), result_lse.data, lse_bytes);
     }
-    const std::size_t out_size = static_cast<std::size_t>(p.seq_q) * p.dim_v();
     AccuracyAccumulator accuracy;
     std::int64_t lse_mismatches = 0;
-    for (std::size_t i = 0; i < in.slices.size(); ++i) {
-      const int b = in.slices[i] / p.heads_q, h = in.slices[i] % p.heads_q;
-      const double* ref = in.reference_out.data() + i * out_size;
-      for (int s = 0; s < p.seq_q; ++s) {
-        for (int d = 0; d < p.dim_v(); ++d)
-          accuracy.add(load_as_float(host_o.data(), p.dtype, o_view.offset(b, s, h, d)), ref[static_cast<std::size_t>(s) * p.dim_v() + d]);
-        if (host_lse.empty()) continue;
-        const double ref_lse = in.reference_lse[i * p.seq_q + s];
-        const float got = host_lse[(static_cast<std::size_t>(b) * p.heads_q + h) * p.seq_q + s];
-        const bool both_empty = std::isinf(ref_lse) && std::isinf(got) && got < 0;
-        if (!both_empty && !(std::abs(got - ref_lse) <= 1e-2 + 1e-3 * std::abs(ref_lse))) ++lse_mismatches;
-      }
+    for (std::size_t n = 0; n < in.rows.size(); ++n) {
+      const std::int64_t index = in.rows[n];
+      const int slice = static_cast<int>(index / p.seq_q);
+      const int b = slice / p.heads_q, h = slice % p.heads_q;
+      const int s = static_cast<int>(index % p.seq_q);
+      const double* ref = in.reference_out.data() + n * static_cast<std::size_t>(p.dim_v());
+      for (int d = 0; d < p.dim_v(); ++d)
+        accuracy.add(load_as_float(host_o.data(), p.dtype, o_view.offset(b, s, h, d)), ref[d]);
+      if (host_lse.empty()) continue;
+      const double ref_lse = in.reference_lse[n];
+      const float got = host_lse[static_cast<std::size_t>(slice) * p.seq_q + s];
+      const bool both_empty = std::isinf(ref_lse) && std::isinf(got) && got < 0;
+      if (!both_empty && !(std::abs(got - ref_lse) <= 1e-2 + 1e-3 * std::abs(ref_lse))) ++lse_mismatches;
     }
     const AccuracyStats stats = accuracy.finish();
     row.max_abs_err = stats.max_abs_err;
@@ -315,7 +351,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     row.rel_l1 = stats.rel_l1;
     row.cos_sim = stats.cos_sim;
     row.rmse = stats.rmse;
-    row.accuracy_fraction = static_cast<double>(in.slices.size()) / (static_cast<double>(p.batch) * p.heads_q);
+    row.accuracy_fraction = static_cast<double>(in.rows.size()) / (static_cast<double>(p.batch) * p.heads_q * p.seq_q);
     if (stats.non_finite > 0) {
       row.status = CaseStatus::Failed;
       row.reason = fmt::format("output has {} NaN/Inf values among the compared elements", stats.non_finite);
