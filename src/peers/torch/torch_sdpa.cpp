@@ -26,7 +26,6 @@
 #include "peers/torch/torch_sdpa.hpp"
 
 #include <ATen/Context.h>
-#include <torch/version.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/transformers/cuda/sdp_utils.h>
 #include <ATen/ops/_efficient_attention_forward.h>
@@ -480,6 +479,6 @@ void register_torch_backends(Registry& registry) {
     registry.add(std::string(info_of(kind).name), [kind] { return std::make_unique<TorchBackend>(kind); });
 }
 
-std::string torch_version() { return TORCH_VERSION; }
+std::string torch_version() { return ATTNSUITE_TORCH_VERSION_STRING; }
 
 }  // namespace attnsuite::peers
