@@ -10,6 +10,7 @@
 
 #include "attnsuite/error.hpp"
 #include "bench/generators.hpp"
+#include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
 
 namespace attnsuite::bench {
@@ -48,23 +49,6 @@ namespace {
 
 std::string device_string(Device device) {
   return device.type == DeviceType::Cpu ? "cpu" : fmt::format("cuda:{}", device.index);
-}
-
-// Runs body(i) for i in [0, count) on every hardware thread.
-template <class Body>
-void parallel_for(std::size_t count, Body body) {
-  const std::size_t threads = std::min<std::size_t>(std::max(1u, std::thread::hardware_concurrency()), count);
-  if (threads <= 1) {
-    for (std::size_t i = 0; i < count; ++i) body(i);
-    return;
-  }
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> pool;
-  for (std::size_t t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      for (std::size_t i = next++; i < count; i = next++) body(i);
-    });
-  for (auto& thread : pool) thread.join();
 }
 
 struct HostTensor {
@@ -178,7 +162,8 @@ const Runner::Prepared& Runner::prepare(const Case& c) {
     prepared->reference_out.resize(prepared->rows.size() * dv);
     prepared->reference_lse.resize(prepared->rows.size());
     const std::size_t slice_rows = static_cast<std::size_t>(p.seq_q);
-    parallel_for(static_cast<std::size_t>(p.batch) * p.heads_q, [&](std::size_t slice) {
+    cpu::parallel_for(static_cast<std::int64_t>(p.batch) * p.heads_q, cpu::cpu_threads(), [&](std::int64_t item, int) {
+      const auto slice = static_cast<std::size_t>(item);
       cpu::reference_head_f64(p, args, static_cast<int>(slice / p.heads_q), static_cast<int>(slice % p.heads_q),
                               prepared->reference_out.data() + slice * slice_rows * dv,
                               prepared->reference_lse.data() + slice * slice_rows);
@@ -193,7 +178,8 @@ const Runner::Prepared& Runner::prepare(const Case& c) {
     prepared->reference_out.resize(prepared->rows.size() * dv);
     prepared->reference_lse.resize(prepared->rows.size());
     const std::size_t element = size_of(p.dtype);
-    parallel_for(prepared->rows.size(), [&](std::size_t n) {
+    cpu::parallel_for(static_cast<std::int64_t>(prepared->rows.size()), cpu::cpu_threads(), [&](std::int64_t item, int) {
+      const auto n = static_cast<std::size_t>(item);
       const std::int64_t index = prepared->rows[n];
       const int slice = static_cast<int>(index / p.seq_q);
       const int b = slice / p.heads_q, h = slice % p.heads_q;
