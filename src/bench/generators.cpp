@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-#include <thread>
+#include <functional>
 
 #include "attnsuite/error.hpp"
+#include "cpu/common.hpp"
 
 namespace attnsuite::bench {
 
@@ -25,21 +26,14 @@ double to_unit_open(std::uint64_t bits) {  // (0, 1], never 0 so log() is finite
   return (static_cast<double>(bits >> 11) + 1.0) * (1.0 / 9007199254740992.0);
 }
 
-template <class Body>
-void parallel_chunks(std::size_t count, Body body) {
-  const std::size_t threads =
-      std::min<std::size_t>(std::max(1u, std::thread::hardware_concurrency()), std::max<std::size_t>(1, count >> 16));
-  if (threads <= 1) {
-    body(0, count);
-    return;
-  }
-  std::vector<std::thread> pool;
-  const std::size_t chunk = (count + threads - 1) / threads;
-  for (std::size_t t = 0; t < threads; ++t) {
-    const std::size_t begin = t * chunk, end = std::min(count, begin + chunk);
-    if (begin < end) pool.emplace_back(body, begin, end);
-  }
-  for (auto& thread : pool) thread.join();
+// Runs body(begin, end) over [0, count) in chunks of 64 Ki elements on the CPU backends' threads.
+void parallel_chunks(std::size_t count, const std::function<void(std::size_t, std::size_t)>& body) {
+  constexpr std::size_t kChunk = std::size_t{1} << 16;
+  const auto chunks = static_cast<std::int64_t>((count + kChunk - 1) / kChunk);
+  cpu::parallel_for(chunks, cpu::cpu_threads(), [&](std::int64_t chunk, int) {
+    const std::size_t begin = static_cast<std::size_t>(chunk) * kChunk;
+    body(begin, std::min(count, begin + kChunk));
+  });
 }
 
 void fill_randn(const AttentionProblem&, std::uint64_t seed, std::span<float> q, std::span<float> k,

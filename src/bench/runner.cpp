@@ -304,11 +304,10 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     ATTNSUITE_CHECK(!result.empty() && result.dtype == p.dtype && result.shape == o_view.shape, ErrorKind::Internal,
                     fmt::format("backend '{}' produced no output of the expected dtype and shape", c.backend));
     o_view = result;
-    std::vector<unsigned char> host_o(out_bytes);
-    // Reads the output through its strides: copy the dense span it covers, then index.
+    // Reads the output through its strides: copy the span it covers, then index.
     std::int64_t span = 1;
     for (int dim = 0; dim < 4; ++dim) span += (result.shape[dim] - 1) * result.strides[dim];
-    host_o.resize(static_cast<std::size_t>(span) * size_of(p.dtype));
+    std::vector<unsigned char> host_o(static_cast<std::size_t>(span) * size_of(p.dtype));
     ctx.copy_to_host(host_o.data(), result.data, host_o.size());
     std::vector<float> host_lse;
     if (!result_lse.empty()) {

@@ -129,9 +129,9 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Regis
     if (!finished.contains(row_for_case(c, nullptr).case_key())) todo.push_back(&c);
   }
 
-  const bool fresh = !fs::exists(rows_path) || fs::file_size(rows_path) == 0;
   report::JsonlWriter writer(rows_path);
-  if (fresh) writer.append_header(outcome.header);  // the JSONL file describes itself
+  // A new (or --force-cleared) file starts with the run header, so the JSONL describes itself.
+  if (!(has_rows && options.resume)) writer.append_header(outcome.header);
   Runner runner(spec, registry);
   SweepProgress progress;
   progress.total = cases.size();
