@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "attnsuite/backend.hpp"
 #include "attnsuite/tensor.hpp"
+#include "bench/generator_math.hpp"
 
 namespace attnsuite::bench {
 
@@ -41,6 +43,11 @@ class DeviceContext {
   virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
   // Fills with NaN (all-ones bits) so that an element a backend never writes fails the check.
   virtual void poison(void* dst, std::size_t bytes) = 0;
+
+  // Fills `view` (its data on this device) in place with the device-capable generator `kind`
+  // for tensor key `key` (genmath::tensor_key), bitwise equal to the host's values. Returns
+  // false where the device cannot (the CPU: the runner then copies the host values instead).
+  virtual bool generate(const TensorView& /*view*/, genmath::Kind /*kind*/, std::uint64_t /*key*/) { return false; }
 
   virtual Stream stream() = 0;
   virtual void synchronize() = 0;

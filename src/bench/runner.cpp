@@ -253,10 +253,6 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     auto q = ctx.allocate(in.q.bytes.size());
     auto k = ctx.allocate(in.k.bytes.size());
     auto v = ctx.allocate(in.v.bytes.size());
-    ctx.copy_to_device(q->data(), in.q.bytes.data(), in.q.bytes.size());
-    ctx.copy_to_device(k->data(), in.k.bytes.data(), in.k.bytes.size());
-    ctx.copy_to_device(v->data(), in.v.bytes.data(), in.v.bytes.size());
-
     AttentionArgs args;
     const Device device = backend->device();
     auto on_device = [&](TensorView view, void* data) {
@@ -267,6 +263,17 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     args.q = on_device(in.q.view, q->data());
     args.k = on_device(in.k.view, k->data());
     args.v = on_device(in.v.view, v->data());
+    // Inputs are generated where they are used (a GPU fills its own, bitwise equal to the
+    // host's copy that the reference read); devices that cannot get the host copy.
+    const GeneratorInfo& generator = find_generator(c.generator);
+    std::uint64_t tensor_index = 0;
+    for (auto [view, host] : {std::pair{&args.q, &in.q}, std::pair{&args.k, &in.k}, std::pair{&args.v, &in.v}}) {
+      const bool generated =
+          generator.device_kind &&
+          ctx.generate(*view, *generator.device_kind, genmath::tensor_key(*generator.device_kind, c.seed, tensor_index));
+      if (!generated) ctx.copy_to_device(view->data, host->bytes.data(), host->bytes.size());
+      ++tensor_index;
+    }
     TensorView o_view;
     o_view.dtype = p.dtype;
     o_view.shape = {p.batch, p.seq_q, p.heads_q, p.dim_v()};

@@ -41,14 +41,18 @@ namespace {
 
 std::string git_commit() {
 #ifdef ATTNSUITE_SOURCE_DIR
-  const std::string command = fmt::format("git -C '{}' rev-parse --short=12 HEAD 2>/dev/null", ATTNSUITE_SOURCE_DIR);
+  // "<commit>-dirty" when tracked sources differ from the commit (results measured on edits).
+  const std::string command = fmt::format(
+      "git -C '{0}' rev-parse --short=12 HEAD 2>/dev/null | tr -d '\\n'; "
+      "git -C '{0}' diff --quiet HEAD -- 2>/dev/null || printf %s -dirty",
+      ATTNSUITE_SOURCE_DIR);
   if (FILE* pipe = popen(command.c_str(), "r")) {
-    char buffer[64] = {};
+    char buffer[96] = {};
     const bool got = std::fgets(buffer, sizeof(buffer), pipe) != nullptr;
     pclose(pipe);
     std::string commit = got ? buffer : "";
     while (!commit.empty() && (commit.back() == '\n' || commit.back() == '\r')) commit.pop_back();
-    if (!commit.empty()) return commit;
+    if (!commit.empty() && commit.front() != '-') return commit;
   }
 #endif
   return "unknown";

@@ -9,6 +9,7 @@ namespace attnsuite::cuda {
 void register_cuda_backends(Registry& registry) {
   registry.add("cuda-vanilla", make_cuda_vanilla_backend);
   registry.add("flash2", make_flash2_backend);
+  register_flash2_variants(registry);
 }
 
 }  // namespace attnsuite::cuda

@@ -1,6 +1,7 @@
 // The harness: statistics, suite parsing, the runner on fake backends, the sweep with resume.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -10,6 +11,7 @@
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/registry.hpp"
+#include "bench/generators.hpp"
 #include "bench/plan.hpp"
 #include "bench/runner.hpp"
 #include "bench/statistics.hpp"
@@ -336,3 +338,58 @@ TEST(Sweep, InterruptedThenResumedRunsEachCaseOnce) {
   EXPECT_EQ(json["rows"].size(), total);
   fs::remove_all(dir);
 }
+
+namespace attnsuite {
+namespace {
+
+// The generators' own log and sin/cos (bitwise reproducible on the GPU) against libm.
+TEST(GeneratorMath, LogAndSinCosMatchLibm) {
+  std::mt19937_64 rng(7);
+  double worst_log = 0, worst_trig = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const double u = bench::genmath::unit_open(rng());
+    const double log_error = std::abs(bench::genmath::log_unit(u) - std::log(u)) / std::max(1.0, std::abs(std::log(u)));
+    double s = 0, c = 0;
+    bench::genmath::sincos_turn(u, &s, &c);
+    const double angle = 2.0 * 3.14159265358979323846 * u;
+    worst_log = std::max(worst_log, log_error);
+    worst_trig = std::max({worst_trig, std::abs(s - std::sin(angle)), std::abs(c - std::cos(angle))});
+  }
+  // Tiny arguments exercise the exponent path of the log.
+  for (double u : {1.0, 0.5, 1e-300, 4.9e-324 * 2, 0.7071067811865476, 0.7071067811865475}) {
+    worst_log = std::max(worst_log, std::abs(bench::genmath::log_unit(u) - std::log(u)) / std::max(1.0, std::abs(std::log(u))));
+  }
+  EXPECT_LE(worst_log, 4e-16);
+  EXPECT_LE(worst_trig, 2e-15);
+}
+
+// randn is standard normal, uniform is on [-1, 1): moments of a million draws.
+TEST(GeneratorMath, DistributionsHaveTheirMoments) {
+  AttentionProblem p;
+  std::vector<float> q(1 << 20), k(1 << 20), v(1 << 20);
+  bench::find_generator("randn").fill(p, 99, q, k, v);
+  double sum = 0, sum_sq = 0, sum_4 = 0;
+  for (float x : k) {
+    sum += x;
+    sum_sq += double(x) * x;
+    sum_4 += double(x) * x * x * x;
+  }
+  const double n = static_cast<double>(k.size());
+  EXPECT_NEAR(sum / n, 0.0, 5e-3);
+  EXPECT_NEAR(sum_sq / n, 1.0, 5e-3);
+  EXPECT_NEAR(sum_4 / n, 3.0, 3e-2);  // normal kurtosis
+  bench::find_generator("uniform").fill(p, 99, q, k, v);
+  double lo = 1, hi = -1, mean = 0;
+  for (float x : v) {
+    lo = std::min<double>(lo, x);
+    hi = std::max<double>(hi, x);
+    mean += x;
+  }
+  EXPECT_GE(lo, -1.0);
+  EXPECT_LT(hi, 1.0);
+  EXPECT_NEAR(mean / n, 0.0, 3e-3);
+  EXPECT_NE(q[0], k[0]);  // the three tensors are different streams
+}
+
+}  // namespace
+}  // namespace attnsuite

@@ -23,6 +23,7 @@
 
 #include "attnsuite/attnsuite.hpp"
 #include "bench/device_context.hpp"
+#include "bench/generators.hpp"
 #include "cuda/cuda_backends.hpp"
 #include "gpu_test_support.hpp"
 
@@ -282,6 +283,57 @@ TEST(CudaContext, AllocatesTrackedMemoryAndTimes) {
     EXPECT_GT(timer->elapsed_ms(), 0.0);
   }
   EXPECT_GT(context->free_bytes(), 0u);
+}
+
+// The GPU fills the benchmark's inputs itself; they must be bitwise the host's values, which
+// the fp64 reference reads: every device-capable generator × dtype × layout, odd sizes.
+TEST(CudaContext, GeneratesInputsBitwiseEqualToTheHost) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  auto context = cuda::make_cuda_context(0);
+  AttentionProblem p;
+  p.batch = 2;
+  p.heads_q = 3;
+  p.heads_kv = 3;
+  p.seq_q = 333;
+  p.seq_kv = 333;
+  p.head_dim = 72;
+  const std::array<std::int64_t, 4> shape{p.batch, p.seq_q, p.heads_q, p.head_dim};
+  const std::size_t count = static_cast<std::size_t>(shape[0] * shape[1] * shape[2] * shape[3]);
+  for (const auto& generator : bench::generators()) {
+    if (!generator.device_kind) continue;
+    std::vector<float> q(count), k(count), v(count);
+    generator.fill(p, 1234, q, k, v);
+    const std::vector<float>* host[3] = {&q, &k, &v};
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16})
+      for (Layout layout : {Layout::BSHD, Layout::BHSD})
+        for (std::uint64_t t = 0; t < 3; ++t) {
+          SCOPED_TRACE(generator.name + " " + std::string(to_string(dtype)) + " " + std::string(to_string(layout)) +
+                       " tensor " + std::to_string(t));
+          auto buffer = context->allocate(count * size_of(dtype));
+          context->poison(buffer->data(), buffer->bytes());
+          TensorView view;
+          view.data = buffer->data();
+          view.dtype = dtype;
+          view.device = {DeviceType::Cuda, 0};
+          view.shape = shape;
+          view.strides = TensorView::dense_strides(shape, layout);
+          ASSERT_TRUE(context->generate(view, *generator.device_kind,
+                                        bench::genmath::tensor_key(*generator.device_kind, 1234, t)));
+          std::vector<unsigned char> device_bytes(buffer->bytes());
+          context->copy_to_host(device_bytes.data(), buffer->data(), device_bytes.size());
+          std::size_t mismatches = 0, dense = 0;
+          for (std::int64_t b = 0; b < shape[0]; ++b)
+            for (std::int64_t s = 0; s < shape[1]; ++s)
+              for (std::int64_t h = 0; h < shape[2]; ++h)
+                for (std::int64_t d = 0; d < shape[3]; ++d, ++dense) {
+                  unsigned char expected[4];
+                  convert_from_float(&(*host[t])[dense], expected, dtype, 1);
+                  const auto offset = static_cast<std::size_t>(view.offset(b, s, h, d)) * size_of(dtype);
+                  mismatches += std::memcmp(expected, device_bytes.data() + offset, size_of(dtype)) != 0;
+                }
+          EXPECT_EQ(mismatches, 0u) << "of " << count << " elements";
+        }
+  }
 }
 
 }  // namespace

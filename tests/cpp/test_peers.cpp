@@ -135,6 +135,7 @@ bool refusal_expected(const std::string& name, const AttentionProblem& p) {
   if (name == "torch-cudnn") return true;
   if (window) return name != "torch-math";
   if (name == "cudnn") return p.causal && p.seq_q > p.seq_kv;
+  if (name == "torch-efficient") return p.causal && p.seq_q > p.seq_kv;
   if (name == "torch-sdpa") return p.causal && p.seq_q != p.seq_kv;
   return false;
 }

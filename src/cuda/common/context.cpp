@@ -8,6 +8,7 @@
 #include "attnsuite/error.hpp"
 #include "cuda/common/check.hpp"
 #include "cuda/common/device_buffer.hpp"
+#include "cuda/common/generate.hpp"
 #include "cuda/common/nvml.hpp"
 #include "cuda/cuda_backends.hpp"
 
@@ -90,6 +91,18 @@ class CudaContext final : public bench::DeviceContext {
   void poison(void* dst, std::size_t bytes) override {
     activate();
     ATTNSUITE_CUDA_CHECK(cudaMemsetAsync(dst, 0xFF, bytes, stream_));
+  }
+
+  bool generate(const TensorView& view, bench::genmath::Kind kind, std::uint64_t key) override {
+    GenerateTarget target;
+    target.data = view.data;
+    for (int dim = 0; dim < 4; ++dim) {
+      target.shape[dim] = view.shape[dim];
+      target.strides[dim] = view.strides[dim];
+    }
+    target.dtype_code = view.dtype == DType::F32 ? 0 : view.dtype == DType::F16 ? 1 : 2;
+    generate_on_device(target, kind, key, stream_);
+    return true;
   }
 
   Stream stream() override { return stream_; }

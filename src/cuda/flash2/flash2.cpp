@@ -8,10 +8,15 @@
 #include <cmath>
 #include <cstdint>
 #include <numbers>
+#include <string>
+#include <utility>
 
 #include "attnsuite/error.hpp"
 #include "cuda/common/backend_support.hpp"
 #include "cuda/flash2/launch.hpp"
+#ifdef ATTNSUITE_FLASH2_VARIANTS
+#include "cuda/flash2/variants/variants.hpp"
+#endif
 
 namespace attnsuite::cuda {
 namespace {
@@ -24,10 +29,23 @@ bool rows_aligned(const TensorView& view) {
          view.strides[2] % kElementsPer16Bytes == 0;
 }
 
+// A variant is an experimental configuration (bf16, one head dim); nullptr is flash2 itself.
+struct VariantInfo {
+  std::string name;
+  int head_dim = 0;
+  void (*launch)(const flash2::Params&, void*) = nullptr;
+};
+
 class Flash2Backend final : public Backend {
  public:
-  std::string_view name() const override { return "flash2"; }
-  std::string_view display_name() const override { return "flash2 (attnsuite FlashAttention-2-class kernel)"; }
+  Flash2Backend() = default;
+  explicit Flash2Backend(VariantInfo variant)
+      : name_("flash2-x-" + variant.name),
+        display_name_("flash2 experimental variant " + variant.name),
+        variant_(std::move(variant)) {}
+
+  std::string_view name() const override { return name_; }
+  std::string_view display_name() const override { return display_name_; }
   Device device() const override { return {DeviceType::Cuda, 0}; }
   std::string capabilities() const override {
     return "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
@@ -40,6 +58,9 @@ class Flash2Backend final : public Backend {
     if (std::find(std::begin(flash2::kSupportedHeadDims), std::end(flash2::kSupportedHeadDims),
                   problem.head_dim) == std::end(flash2::kSupportedHeadDims)) {
       return Support::no(fmt::format("head dim {} not supported by flash2; allowed: 64, 128, 256", problem.head_dim));
+    }
+    if (variant_.launch != nullptr && (problem.dtype != DType::BF16 || problem.head_dim != variant_.head_dim)) {
+      return Support::no(fmt::format("{} is compiled for bf16, head dim {} only", name_, variant_.head_dim));
     }
     if (problem.dim_v() != problem.head_dim) {
       return Support::no(fmt::format("head_dim_v {} != head_dim {} not supported by flash2; needs equal head dims",
@@ -91,12 +112,32 @@ class Flash2Backend final : public Backend {
     params.window_left = problem.window_left;
     params.window_right = problem.window_right;
     if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
-    flash2::launch_forward(params, problem.dtype, stream);
+    if (variant_.launch != nullptr) {
+      variant_.launch(params, stream);
+    } else {
+      flash2::launch_forward(params, problem.dtype, stream);
+    }
   }
+
+ private:
+  std::string name_ = "flash2";
+  std::string display_name_ = "flash2 (attnsuite FlashAttention-2-class kernel)";
+  VariantInfo variant_;
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> make_flash2_backend() { return std::make_unique<Flash2Backend>(); }
+
+void register_flash2_variants([[maybe_unused]] Registry& registry) {
+#ifdef ATTNSUITE_FLASH2_VARIANTS
+  for (std::size_t i = 0; i < flash2::variant_count(); ++i) {
+    const flash2::Variant& variant = flash2::variants()[i];
+    registry.add(std::string("flash2-x-") + variant.name, [variant] {
+      return std::unique_ptr<Backend>(new Flash2Backend(VariantInfo{variant.name, variant.head_dim, variant.launch}));
+    });
+  }
+#endif
+}
 
 }  // namespace attnsuite::cuda

@@ -1,7 +1,8 @@
 // flash2's fused forward kernel (device code only): FlashAttention-2's algorithm on mma.sync.
 //
 // Per CTA: kTileM query rows of one (batch, q head). Q is loaded once (cp.async → swizzled
-// shared memory, then ldmatrix into registers when kQInRegisters, else per K tile); K/V tiles
+// shared memory, then ldmatrix into registers for the first kQRegisterTiles row tiles of each
+// warp, the others re-read per K tile); K/V tiles
 // of kTileN keys stream through a kStages-deep cp.async ring; per tile, S = Q·Kᵀ (fp32), the
 // online softmax (running row max and sum, exp2 with the scale folded into log2(e)), P rounded
 // to the input dtype, O += P·V (fp32). Only the
@@ -49,7 +50,9 @@ struct FragmentAddresses {
 };
 
 // Issues the cp.async copies of a [kRows][kHeadDim] tile whose first row is `rows` (row
-// stride in elements). Rows >= valid_rows are zero-filled and read nothing.
+// stride in elements). Rows >= valid_rows are zero-filled and read nothing. (Per-thread 32-bit
+// row offsets instead of 64-bit addresses per copy moved the spills around without removing
+// them: 16–24 B on d64/d128, 84 B instead of 140 B on 128×64 d128; not adopted.)
 template <class Traits, int kRows>
 __device__ __forceinline__ void load_tile_async(typename Traits::Element* tile,
                                                 const typename Traits::Element* rows,
@@ -63,7 +66,7 @@ __device__ __forceinline__ void load_tile_async(typename Traits::Element* tile,
     const int row = index / kChunks, chunk = index % kChunks;
     const bool valid = row < valid_rows;
     const auto* src = valid ? rows + row * row_stride + chunk * 8 : safe_address;
-    copy_16_bytes_async(tile + swizzled_offset<Traits::kHeadDim>(row, chunk), src, valid);
+    copy_16_bytes_async(shared_address(tile + swizzled_offset<Traits::kHeadDim>(row, chunk)), src, valid);
   }
 }
 
@@ -168,23 +171,25 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   // for Vᵀ (transposed loads) lanes 0-15 give keys 0-15 of chunk 2d, lanes 16-31 of chunk 2d+1.
   const int a_row = (lane % 8) + 8 * ((lane / 8) % 2), a_chunk = lane / 16;
   const int b_row = (lane % 8) + 8 * (lane / 16), b_chunk = (lane / 8) % 2;
-  const FragmentAddresses<kHeadDim> q_addresses(warp_row + a_row, a_chunk);
+  // Q and Vᵀ use the same lane pattern, and the warp's first Q row is a multiple of 8, so its
+  // swizzle phase is the same too: one set of lane offsets serves both (4 registers fewer).
+  const FragmentAddresses<kHeadDim> a_addresses(a_row, a_chunk);
   const FragmentAddresses<kHeadDim> k_addresses(b_row, b_chunk);
-  const FragmentAddresses<kHeadDim> v_addresses(a_row, a_chunk);
-  const std::uint32_t smem_q_address = shared_address(smem_q);
+  const std::uint32_t smem_q_address = shared_address(smem_q) + warp_row * kHeadDim * 2;
   const std::uint32_t smem_k_address = shared_address(smem_k);
   const std::uint32_t smem_v_address = shared_address(smem_v);
   constexpr std::uint32_t kKVTileBytes = Traits::kKVTileElements * 2;
 
-  std::uint32_t q_frag[Traits::kQInRegisters ? kMTiles : 1][Traits::kQInRegisters ? kKSteps : 1][4];
-  if constexpr (Traits::kQInRegisters) {
+  constexpr int kQRegisterTiles = Traits::kQRegisterTiles;
+  std::uint32_t q_frag[kQRegisterTiles > 0 ? kQRegisterTiles : 1][kQRegisterTiles > 0 ? kKSteps : 1][4];
+  if constexpr (kQRegisterTiles > 0) {
     wait_async_copies<kStages - 1>();
     __syncthreads();
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
+    for (int mt = 0; mt < kQRegisterTiles; ++mt)
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ++ks)
-        load_matrix_x4(q_frag[mt][ks], q_addresses.at(smem_q_address, mt, ks));
+        load_matrix_x4(q_frag[mt][ks], a_addresses.at(smem_q_address, mt, ks));
   }
 
   float acc_o[kMTiles][kDTiles][4];
@@ -204,18 +209,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       row_sum[mt][half] = 0.0f;
     }
 
-  for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
-    wait_async_copies<kStages - 2>();
-    __syncthreads();  // tile n_block visible to all; the stage computed last iteration is free
-    if (n_block + kStages - 1 < n_block_max) load_kv_tile(n_block + kStages - 1);
-    commit_async_copies();
+  // The three phases of one K/V tile, over the tile's S accumulator. (Holding two of them to
+  // issue Q·Kᵀ of tile n+1 before the softmax of tile n ran 20–30% slower: register pressure.)
+  using ScoreTile = float[kMTiles][kNTiles][4];
 
+  // S = Q·Kᵀ for this warp's rows and the tile's kTileN keys (unscaled, fp32).
+  auto compute_scores = [&](int n_block, ScoreTile& acc_s) {
     const int stage = (n_block - n_block_min) % kStages;
     const std::uint32_t k_tile = smem_k_address + stage * kKVTileBytes;
-    const std::uint32_t v_tile = smem_v_address + stage * kKVTileBytes;
-
-    // S = Q·Kᵀ for this warp's rows and the tile's kTileN keys (unscaled, fp32).
-    float acc_s[kMTiles][kNTiles][4];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -227,11 +228,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       std::uint32_t a[kMTiles][4];
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
-        if constexpr (Traits::kQInRegisters) {
+        if (mt < kQRegisterTiles) {  // resolved at compile time (mt is unrolled)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt][ks][e];
+          for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt < kQRegisterTiles ? mt : 0][ks][e];
         } else {
-          load_matrix_x4(a[mt], q_addresses.at(smem_q_address, mt, ks));
+          load_matrix_x4(a[mt], a_addresses.at(smem_q_address, mt, ks));
         }
       }
 #pragma unroll
@@ -245,7 +246,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         }
       }
     }
+  };
 
+  // Mask, then the online softmax: P = 2^(S·scale·log2e − max) in place, and the running O and
+  // row sums rescaled by 2^((old max − new max)·scale·log2e).
+  auto softmax = [&](int n_block, ScoreTile& acc_s) {
     const int key_begin = n_block * kTileN;
     if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end) {
 #pragma unroll
@@ -262,8 +267,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
             }
         }
     }
-
-    // Online softmax: rescale the running O and sum by 2^((old max − new max)·scale·log2e).
     float correction[kMTiles][2];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
@@ -290,22 +293,20 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           }
         row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] + sum;
       }
-    // Once the running maxima settle (after a few tiles on most data) no row of the warp
-    // changes its max, and the kDTiles·4 multiplies per row of O can be skipped (a warp-uniform
-    // branch; multiplying by exactly 1 would not change O either).
-    bool max_changed = false;
+    // Always rescaled: skipping it when no max changed (a warp-uniform branch) measured 3–7%
+    // slower on the H200 (docs/kernels/flash2.md, v3).
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) max_changed |= correction[mt][0] != 1.0f || correction[mt][1] != 1.0f;
-    if (__any_sync(0xffffffffu, max_changed)) {
+    for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
+      for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] *= correction[mt][e / 2];
-    }
+        for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] *= correction[mt][e / 2];
+  };
 
-    // O += P·V: S's accumulator layout for key tiles 2j, 2j+1 is the A fragment of k-step j.
+  // O += P·V: S's accumulator layout for key tiles 2j, 2j+1 is the A fragment of k-step j.
+  auto accumulate_pv = [&](int n_block, ScoreTile& acc_s) {
+    const int stage = (n_block - n_block_min) % kStages;
+    const std::uint32_t v_tile = smem_v_address + stage * kKVTileBytes;
 #pragma unroll
     for (int kk = 0; kk < kTileN / 16; ++kk) {
       std::uint32_t p[kMTiles][4];
@@ -319,7 +320,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         std::uint32_t b[4];
-        load_matrix_x4_transposed(b, v_addresses.at(v_tile, kk, dp));
+        load_matrix_x4_transposed(b, a_addresses.at(v_tile, kk, dp));
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_16x8x16<Element>(acc_o[mt][2 * dp], p[mt], b[0], b[1]);
@@ -327,6 +328,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         }
       }
     }
+  };
+
+  ScoreTile acc_s;
+  for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+    wait_async_copies<kStages - 2>();
+    __syncthreads();  // tile n_block visible to all; the stage computed last iteration is free
+    if (n_block + kStages - 1 < n_block_max) load_kv_tile(n_block + kStages - 1);
+    commit_async_copies();
+    compute_scores(n_block, acc_s);
+    softmax(n_block, acc_s);
+    accumulate_pv(n_block, acc_s);
   }
   wait_async_copies<0>();  // only empty groups can be left; keep the count clean
 

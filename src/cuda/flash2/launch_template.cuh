@@ -10,9 +10,8 @@
 
 namespace attnsuite::cuda::flash2 {
 
-template <class Element, int kHeadDim>
-void run_forward(const Params& params, cudaStream_t stream) {
-  using Kernel = typename Config<Element, kHeadDim>::Kernel;
+template <class Kernel>
+void run_kernel(const Params& params, cudaStream_t stream) {
   const auto kernel = flash2_forward_kernel<Kernel>;
   // Per device and cheap (no synchronization): set on every launch rather than cached, so a
   // second GPU gets it too. Beyond 48 KiB, dynamic shared memory must be opted into.
@@ -22,6 +21,11 @@ void run_forward(const Params& params, cudaStream_t stream) {
                   static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
   kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(params);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_forward_kernel");
+}
+
+template <class Element, int kHeadDim>
+void run_forward(const Params& params, cudaStream_t stream) {
+  run_kernel<typename Config<Element, kHeadDim>::Kernel>(params, stream);
 }
 
 }  // namespace attnsuite::cuda::flash2

@@ -14,9 +14,10 @@ __device__ __forceinline__ std::uint32_t shared_address(const void* pointer) {
 
 // 16 bytes global → shared without passing through registers. With valid == false nothing is
 // read (src-size 0) and the 16 bytes are zero-filled: edge rows cost no branch and feed zeros.
-__device__ __forceinline__ void copy_16_bytes_async(void* shared_dst, const void* global_src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared_dst)),
-               "l"(global_src), "r"(valid ? 16 : 0)
+// shared_dst is a shared-window byte address (shared_address()).
+__device__ __forceinline__ void copy_16_bytes_async(std::uint32_t shared_dst, const void* global_src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_dst), "l"(global_src),
+               "r"(valid ? 16 : 0)
                : "memory");
 }
 __device__ __forceinline__ void commit_async_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

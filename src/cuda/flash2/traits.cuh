@@ -11,7 +11,7 @@ namespace attnsuite::cuda::flash2 {
 // at a time. Each warp owns kTileM / kWarps rows (one or two 16-row mma tiles) and the whole
 // head dim of their output, so the softmax statistics of a row never leave its quad of lanes.
 template <class Element_, int kHeadDim_, int kTileM_, int kTileN_, int kWarps_, int kStages_,
-          bool kQInRegisters_, int kMinBlocksPerSm_>
+          int kQRegisterTiles_, int kMinBlocksPerSm_>
 struct Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -20,8 +20,9 @@ struct Traits {
   static constexpr int kWarps = kWarps_;
   // K/V tiles in flight: stage i+1 loads while stage i is computed.
   static constexpr int kStages = kStages_;
-  // Q fragments stay in registers for the whole CTA (else re-read from shared memory per K tile).
-  static constexpr bool kQInRegisters = kQInRegisters_;
+  // The first kQRegisterTiles of a warp's row tiles keep their Q fragments in registers for the
+  // whole CTA; the others are re-read from shared memory per K tile.
+  static constexpr int kQRegisterTiles = kQRegisterTiles_;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
 
   static constexpr int kThreads = kWarps * 32;
@@ -42,6 +43,7 @@ struct Traits {
                 "each warp owns one or two 16-row mma tiles");
   static_assert(kTileN % 16 == 0, "P·V consumes keys 16 at a time");
   static_assert(kHeadDim % 64 == 0, "the XOR swizzle spans 8 chunks of 16 bytes: head dim >= 64");
+  static_assert(kQRegisterTiles >= 0 && kQRegisterTiles <= kMTiles, "Q register tiles: 0 .. row tiles per warp");
   static_assert(kStages >= 2, "at least double-buffered K/V");
   static_assert((kTileM * kChunksPerRow) % kThreads == 0 && (kTileN * kChunksPerRow) % kThreads == 0,
                 "tile loads divide evenly among the threads");
@@ -57,7 +59,7 @@ struct Config;
 // (bf16, fa3-grid): 252–307 TFLOP/s dense, 167–294 causal, 0.94–1.11× PyTorch's FA2.
 template <class Element>
 struct Config<Element, 64> {
-  using Kernel = Traits<Element, 64, 128, 64, 4, 2, true, 2>;
+  using Kernel = Traits<Element, 64, 128, 64, 4, 2, 2, 2>;
 };
 // d128: 4 warps × 32 rows, Q re-read from shared memory (O is 128 registers at 32 rows), K/V
 // tiles of 32 keys so that O + S fit in 255 registers without spilling; 2 CTAs per SM. Each
@@ -67,13 +69,13 @@ struct Config<Element, 64> {
 // FLOP; a 128×64 tile with 4 warps spills 120 bytes and ran 1% slower than this one.
 template <class Element>
 struct Config<Element, 128> {
-  using Kernel = Traits<Element, 128, 128, 32, 4, 2, false, 2>;
+  using Kernel = Traits<Element, 128, 128, 32, 4, 2, 0, 2>;
 };
 // d256: O alone is 128 registers per thread, so Q is re-read from shared memory and the K/V
 // tile is 32 keys: 32 KiB Q + 2 stages × 2 × 16 KiB = 96 KiB, 2 CTAs per SM.
 template <class Element>
 struct Config<Element, 256> {
-  using Kernel = Traits<Element, 256, 64, 32, 4, 2, false, 2>;
+  using Kernel = Traits<Element, 256, 64, 32, 4, 2, 0, 2>;
 };
 
 }  // namespace attnsuite::cuda::flash2
