@@ -37,6 +37,7 @@ th, td { padding: 4px 10px; border-bottom: 1px solid #e6e8ec; text-align: left; 
 th { background: #f0f2f5; font-weight: 600; position: sticky; top: 0; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.span { color: #8a5300; }
+td:nth-child(-n+2) { white-space: nowrap; }
 tbody + tbody { border-top: 2px solid #c9ced6; }
 .scroll { overflow-x: auto; }
 figure { margin: 18px 0 28px; }

@@ -104,7 +104,8 @@ class Styles:
 def grid(count):
     columns = min(count, 3)
     rows = math.ceil(count / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
+    size = (6.4, 4.2) if count == 1 else (4.2 * columns, 3.2 * rows)
+    fig, axes = plt.subplots(rows, columns, figsize=size, squeeze=False)
     flat = [a for line in axes for a in line]
     for extra in flat[count:]:
         extra.set_visible(False)
