@@ -25,9 +25,20 @@ std::optional<BatchMeasurement> RunnerBatchEvaluator::operator()(int batch) {
       registry_.contains(c.backend) ? registry_.find(c.backend).device() : Device{DeviceType::Cpu, 0};
   const MemoryTracker& tracker = MemoryTracker::for_device(device.type);
   const std::size_t baseline = tracker.current();
+  // The device's own count as well, where it has one (a GPU); a device that cannot be opened
+  // is the runner's to report, as a failed row.
+  bench::DeviceContext* context = nullptr;
+  std::optional<std::size_t> used_before, used_after;
+  try {
+    context = &runner_.context_for(device);
+    used_before = context->used_bytes();
+  } catch (const Error&) {
+    context = nullptr;
+  }
 
   std::optional<bench::ResultRow> row = runner_.run(c, cancelled_);
   if (!row) return std::nullopt;
+  if (context != nullptr) used_after = context->used_bytes();
 
   // Every buffer of the probe is freed by now, whether it finished, ran out of memory or failed.
   const std::size_t after = tracker.current();
@@ -38,6 +49,8 @@ std::optional<BatchMeasurement> RunnerBatchEvaluator::operator()(int batch) {
   rows_.push_back(*row);
   if (on_row_) on_row_(rows_.back());
   BatchMeasurement m;
+  if (used_before && used_after)
+    m.device_retained_bytes = static_cast<double>(*used_after) - static_cast<double>(*used_before);
   const bench::ResultRow& r = rows_.back();
   if (r.status == bench::CaseStatus::Failed) {
     m.outcome = r.error_kind == ErrorKind::OutOfMemory ? BatchMeasurement::Outcome::OutOfMemory

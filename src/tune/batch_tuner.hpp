@@ -30,6 +30,9 @@ struct BatchMeasurement {
   double median_ms = 0;
   double memory_bytes = 0;   // device memory the case held at its peak: inputs plus extra
   double noise = 0;          // relative spread of the latency samples, 0 when unknown
+  // Device memory in use after the probe minus before it (cudaMemGetInfo); unset where the
+  // device cannot say. A caching allocator or a library's first-use workspace shows up here.
+  std::optional<double> device_retained_bytes;
   std::string reason;        // OutOfMemory / Failed: the error; Ok: warnings, if any
 };
 

@@ -37,6 +37,9 @@ nlohmann::ordered_json probe_json(const BatchProbe& p) {
   out["p95_ms"] = number(p.measurement.p95_ms);
   out["memory_gib"] = number(p.measurement.memory_bytes / kGiB);
   out["noise"] = number(p.measurement.noise);
+  out["device_retained_mib"] = p.measurement.device_retained_bytes
+                                   ? nlohmann::ordered_json(*p.measurement.device_retained_bytes / 1048576.0)
+                                   : nlohmann::ordered_json(nullptr);
   return out;
 }
 

@@ -19,6 +19,10 @@
 #include "tune/batch_evaluator.hpp"
 #include "tune/batch_tuner.hpp"
 
+#if ATTNSUITE_HAVE_CUDA
+#include "gpu_test_support.hpp"
+#endif
+
 using namespace attnsuite;
 using namespace attnsuite::tune;
 
@@ -397,3 +401,32 @@ TEST(BatchEvaluator, TunesARealCpuBackend) {
   EXPECT_GT(m.memory_bytes, 4.0 * result.best->batch * 64 * 2 * 32 * 4);
   for (const bench::ResultRow& row : evaluate.rows()) EXPECT_EQ(row.status, bench::CaseStatus::Ok) << row.reason;
 }
+
+#if ATTNSUITE_HAVE_CUDA
+// The check on the GPU: 100 consecutive out-of-memory probes leave device memory at its
+// baseline and the process alive. cuda-vanilla at N = 64k with 32 heads needs 256 GiB for its
+// scores while its inputs (256 MiB each) fit: a real cudaMalloc failure inside forward().
+TEST(BatchEvaluatorGpu, HundredOutOfMemoryProbesLeaveDeviceMemoryAtBaseline) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  bench::SweepSpec spec = tiny_spec("cuda-vanilla");
+  spec.dtypes = {DType::F16};
+  spec.seq_q = {65536};
+  spec.heads = {{32, 32, 64, ""}};
+  spec.reference_gflop = 0.02;
+  Registry& registry = Registry::global();
+  bench::Runner runner(spec, registry);
+  RunnerBatchEvaluator evaluate(runner, registry, bench::expand(spec).front());
+  bench::DeviceContext& context = runner.context_for({DeviceType::Cuda, 0});
+  // The first probe loads modules and makes cuBLAS's handle: the baseline is after it.
+  ASSERT_EQ(evaluate(1)->outcome, BatchMeasurement::Outcome::OutOfMemory);
+  const std::size_t baseline = *context.used_bytes();
+  const std::size_t tracked = MemoryTracker::for_device(DeviceType::Cuda).current();
+  for (int probe = 0; probe < 100; ++probe) {
+    const std::optional<BatchMeasurement> m = evaluate(1);
+    ASSERT_TRUE(m);
+    ASSERT_EQ(m->outcome, BatchMeasurement::Outcome::OutOfMemory) << m->reason;
+    ASSERT_EQ(*context.used_bytes(), baseline) << "probe " << probe;
+    ASSERT_EQ(MemoryTracker::for_device(DeviceType::Cuda).current(), tracked);
+  }
+}
+#endif
