@@ -146,6 +146,21 @@ std::string counts_line(const ReportDocument& d) {
   return fmt::format("{} cases: {} ok, {} skipped, {} failed", d.rows.size(), c.ok, c.skipped, c.failed);
 }
 
+// "for batches 1..1024, memory at most 40 GiB, p95 at most 5 ms, checked by an exhaustive sweep".
+std::string tuning_limits(const bench::RunHeader& header) {
+  const auto it = header.settings.find("tune");
+  if (it == header.settings.end() || !it->is_object()) return "under the limits of the run";
+  const auto& t = *it;
+  std::string text = fmt::format("for batches {}..{}", t.value("min_batch", 1), t.value("max_batch", 0));
+  text += t.contains("max_memory_gib") && t["max_memory_gib"].is_number()
+              ? fmt::format(", memory at most {:.4g} GiB", t["max_memory_gib"].get<double>())
+              : ", memory limited by the device";
+  text += t.contains("p95_ms") && t["p95_ms"].is_number() ? fmt::format(", p95 at most {:.4g} ms", t["p95_ms"].get<double>())
+                                                          : ", no p95 target";
+  if (t.value("exhaustive", false)) text += ", checked by an exhaustive sweep";
+  return text;
+}
+
 std::string replace_all(std::string text, std::string_view from, std::string_view to) {
   for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
     text.replace(at, from.size(), to);
@@ -214,9 +229,8 @@ std::string render_html(const ReportDocument& d) {
   }
 
   if (d.tuning.is_array() && !d.tuning.empty()) {
-    out += "<h2 id=\"tuning\">Batch tuning</h2>\n<p class=\"note\">The batch of highest tokens/s under the limits ";
-    if (const auto it = d.header.settings.find("tune"); it != d.header.settings.end()) out += escape_html(it->dump());
-    out += "; evaluations are the distinct batches measured.</p>\n";
+    out += "<h2 id=\"tuning\">Batch tuning</h2>\n<p class=\"note\">The batch of highest tokens/s " +
+           escape_html(tuning_limits(d.header)) + "; evaluations are the distinct batches measured.</p>\n";
     out += "<div class=\"scroll\">" + tune::tuning_table(d.tuning).html() + "</div>\n";
   }
 
@@ -252,7 +266,8 @@ std::string render_markdown(const ReportDocument& d, const fs::path& markdown_pa
   out += "## Machine\n\n" + machine_table(d.header).markdown() + "\n";
   out += "## Device ceilings\n\n" + ceilings_table(d.header.ceilings).markdown() + "\n";
   if (d.tuning.is_array() && !d.tuning.empty())
-    out += "## Batch tuning\n\n" + tune::tuning_table(d.tuning).markdown() + "\n";
+    out += "## Batch tuning\n\nThe batch of highest tokens/s " + tuning_limits(d.header) +
+           "; evaluations are the distinct batches measured.\n\n" + tune::tuning_table(d.tuning).markdown() + "\n";
   out += "## Results\n\n" + summary_table(d.rows).markdown() + "\n";
   if (has_profile(d.rows))
     out += "## Profile\n\n" + std::string(kBottleneckRule) + "\n\n" + profile_table(d.rows).markdown() + "\n";
