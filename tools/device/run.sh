@@ -5,7 +5,10 @@
 # short table last. Installs nothing: the GPU image lacks the Debian -dev packages the host code
 # builds against, so run tools/device/pack-deps.sh here once and carry them:
 #   run(command="bash tools/device/run.sh", carry=[".device-build/deps", ".device-build/cudnn-frontend"])
-# Options: --no-tests, --no-sanitize, --no-bench, --suites=a,b (default: headline,fa3-grid).
+# Options: --no-tests, --no-sanitize, --no-bench, --suites=a,b (default: headline,fa3-grid),
+# --tune (also `attnsuite tune --batch --exhaustive` on the headline suite, batches 1..64 or
+# TUNE_MAX_BATCH: every probe makes new inputs on the host, so the sweep's cost grows with the
+# sum of its batches).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -16,14 +19,15 @@ out=$(mktemp -d)
 mkdir -p "$final"
 build="$root/.device-build/build"
 deps="$root/.device-build/deps"
-run_tests=1 run_bench=1 run_sanitize=1 suites="headline,fa3-grid"
+run_tests=1 run_bench=1 run_sanitize=1 run_tune=0 suites="headline,fa3-grid"
 for arg in "$@"; do
   case "$arg" in
     --no-tests) run_tests=0 ;;
     --no-bench) run_bench=0 ;;
     --no-sanitize) run_sanitize=0 ;;
     --suites=*) suites=${arg#--suites=} ;;
-    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b)" >&2; exit 2 ;;
+    --tune) run_tune=1 ;;
+    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --tune)" >&2; exit 2 ;;
   esac
 done
 declare -a summary
@@ -90,6 +94,15 @@ if [ $run_bench = 1 ]; then
     summary+=("bench $suite: exit $status in $(( $(date +%s) - start )) s")
   done
 fi
+if [ $run_tune = 1 ]; then
+  start=$(date +%s)
+  "$cli" tune --batch --suite headline --exhaustive --max-batch "${TUNE_MAX_BATCH:-64}" --max-time-ms 200 \
+    --out "$out/tune-headline" --force >"$out/tune-headline.txt" 2>"$out/tune-headline.log"
+  status=$?
+  cp "$out/tune-headline/tune.json" "$final/tune-headline.json" 2>/dev/null
+  cp "$out/tune-headline/tune.md" "$final/tune-headline.md" 2>/dev/null
+  summary+=("tune headline (exhaustive check): exit $status in $(( $(date +%s) - start )) s")
+fi
 printf '%s\n' "${summary[@]}" >"$out/summary.txt"
 tar czf "$final/logs.tar.gz" -C "$out" --exclude='results.jsonl' . 2>/dev/null
 
@@ -99,4 +112,5 @@ printf '%s\n' "${summary[@]}"
 for suite in ${suites//,/ }; do
   [ $run_bench = 1 ] && [ -f "$out/bench-$suite.txt" ] && { echo; echo "## $suite"; cat "$out/bench-$suite.txt"; }
 done
+[ $run_tune = 1 ] && [ -f "$out/tune-headline.txt" ] && { echo; echo "## tune headline"; cat "$out/tune-headline.txt"; }
 exit 0
