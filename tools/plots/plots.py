@@ -22,6 +22,7 @@ try:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 except ImportError as error:  # the CLI checks first; this is for standalone use
     sys.stderr.write(f"plots.py: matplotlib is not available: {error}\n")
     sys.exit(3)
@@ -101,6 +102,33 @@ class Styles:
         return {"color": self.colors.get(label, "black"), "marker": self.markers.get(label, "o")}
 
 
+def tokens_label(value, _position=None):
+    """512, 1k, 16k: sequence lengths and batches as people write them."""
+    if value >= 1024 and value % 1024 == 0:
+        return f"{int(value // 1024)}k"
+    return f"{value:g}"
+
+
+def power_of_two_axis(ax):
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(tokens_label))
+
+
+def shared_legend(fig, axes):
+    """One legend under the panels: the peers' names are long, and every panel has the same lines."""
+    handles, labels = [], []
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    if not labels:
+        return 0
+    columns = min(len(labels), 3)
+    fig.legend(handles, labels, loc="lower center", ncol=columns, frameon=False)
+    return math.ceil(len(labels) / columns)
+
+
 def grid(count):
     columns = min(count, 3)
     rows = math.ceil(count / columns)
@@ -126,9 +154,14 @@ class Plotter:
         machine = self.header.get("gpu_name") or self.header.get("cpu_model") or ""
         self.machine = machine
 
-    def save(self, fig, name, title, caption):
+    def save(self, fig, name, title, caption, legend_rows=0):
         fig.suptitle(title + (f" — {self.machine}" if self.machine else ""), fontsize=10)
-        fig.tight_layout()
+        if legend_rows:
+            # Room under the panels for the shared legend: about 0.2 inch a row.
+            bottom = min(0.45, (0.25 + 0.2 * legend_rows) / fig.get_size_inches()[1])
+            fig.tight_layout(rect=(0, bottom, 1, 1))
+        else:
+            fig.tight_layout()
         png, svg = f"{name}.png", f"{name}.svg"
         fig.savefig(os.path.join(self.out_dir, png), metadata={"Software": None})
         fig.savefig(os.path.join(self.out_dir, svg), metadata={"Date": None, "Creator": None})
@@ -169,7 +202,7 @@ class Plotter:
                     markersize=4,
                     **style,
                 )
-            ax.set_xscale("log", base=2)
+            power_of_two_axis(ax)
             if log_y:
                 ax.set_yscale("log")
             if reference_line is not None:
@@ -177,8 +210,7 @@ class Plotter:
             ax.set_title(panel_title(pkey))
             ax.set_xlabel("sequence length")
             ax.set_ylabel(ylabel)
-            ax.legend(loc="best")
-        self.save(fig, name, title, caption)
+        self.save(fig, name, title, caption, legend_rows=shared_legend(fig, axes))
 
     # --- roofline -----------------------------------------------------------------------------
     def roof_list(self):
@@ -293,7 +325,7 @@ class Plotter:
                 for p in probes:
                     if p.get("outcome") == "out of memory":
                         ax.axvline(p["batch"], color=style["color"], linewidth=0.6, linestyle=":")
-            ax.set_xscale("log", base=2)
+            power_of_two_axis(ax)
             ax.set_title(f"N{seq} {panel_title(key)}")
             ax.set_xlabel("batch")
             ax.set_ylabel("tokens/s")
