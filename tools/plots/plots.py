@@ -109,6 +109,14 @@ def tokens_label(value, _position=None):
     return f"{value:g}"
 
 
+def si_label(value, _position=None):
+    """450k, 1.2M: throughputs as the tables print them."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:g}{prefix}"
+    return f"{value:g}"
+
+
 def power_of_two_axis(ax):
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(tokens_label))
@@ -329,6 +337,7 @@ class Plotter:
             ax.set_title(f"N{seq} {panel_title(key)}")
             ax.set_xlabel("batch")
             ax.set_ylabel("tokens/s")
+            ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(si_label))
             ax.legend(loc="best")
         self.save(fig, "tuner_throughput_vs_batch", "Batch tuner: throughput vs batch",
                   "Dots: the search's feasible probes; x: measured but over a limit; dotted lines: out of memory; "
