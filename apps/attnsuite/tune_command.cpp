@@ -196,8 +196,8 @@ Action add_tune(CLI::App& app) {
     const report::TextTable table = tune::tuning_table(nlohmann::json(tuning));
     report::write_file_atomic(out_dir / "tune.md", table.markdown());
     fmt::print("{}", table.terminal());
-    fmt::print("\n{} cases tuned. Results in {}/ (tune.json: every probe's row and the tuning; tune.md)\n",
-               tuning.size(), out_dir.string());
+    fmt::print("\n{} {} tuned. Results in {}/ (tune.json: every probe's row and the tuning; tune.md)\n",
+               tuning.size(), tuning.size() == 1 ? "case" : "cases", out_dir.string());
     if (interrupted) {
       fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
       return kExitInterrupted;
