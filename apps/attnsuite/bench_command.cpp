@@ -129,15 +129,14 @@ class Progress {
   bool quiet_, tty_, dirty_ = false;
 };
 
-// Without --suite: the GPU headline table where a CUDA GPU is visible, else the CPU suite.
+}  // namespace
+
 std::string default_suite_name() {
 #if ATTNSUITE_HAVE_CUDA
   if (cuda::cuda_device_count() > 0) return "headline";
 #endif
   return "default";
 }
-
-}  // namespace
 
 bool interrupt_requested() { return g_interrupted.load(); }
 

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 
 namespace attnsuite::cli {
 
@@ -21,6 +22,10 @@ Action add_list(CLI::App& app);
 Action add_info(CLI::App& app);
 Action add_report(CLI::App& app);
 Action add_compare(CLI::App& app);
+Action add_tune(CLI::App& app);
+
+// Without --suite: "headline" where a CUDA GPU is visible, else "default" (CPU).
+std::string default_suite_name();
 
 // Set by SIGINT/SIGTERM; polled by the sweep between and inside cases.
 bool interrupt_requested();

@@ -5,6 +5,7 @@
 
 #include "attnsuite/registry.hpp"
 #include "bench/plan.hpp"
+#include "bench/result.hpp"
 #include "commands.hpp"
 #include "core/host_info.hpp"
 #include "core/presets.hpp"
@@ -65,6 +66,8 @@ Action add_info(CLI::App& app) {
   return [json] {
     const HostInfo& host = host_info();
     const double peak = cpu::measure_fp32_fma_peak_gflops();
+    const double copy = cpu::measure_host_copy_gbps();
+    const double dispatch = cpu::measure_dispatch_us();
     nlohmann::json info = {
         {"attnsuite", ATTNSUITE_VERSION},
         {"cpu", host.cpu_model},
@@ -73,6 +76,8 @@ Action add_info(CLI::App& app) {
         {"llc_mib", host.llc_bytes / 1048576.0},
         {"memory_gib", host.total_memory_bytes / 1073741824.0},
         {"fp32_fma_peak_gflops_measured", peak},
+        {"host_copy_gbps_measured", copy},
+        {"cpu_dispatch_us_measured", dispatch},
         {"openblas", openblas_get_config()},
         {"cuda_build", static_cast<bool>(ATTNSUITE_HAVE_CUDA)},
         {"libraries",
@@ -87,7 +92,8 @@ Action add_info(CLI::App& app) {
       const cuda::CudaDeviceInfo d = cuda::query_cuda_device(i);
       gpus.push_back({{"index", i}, {"name", d.name}, {"driver", d.driver_version}, {"cuda_runtime", d.runtime_version},
                       {"compute_capability", d.compute_capability()}, {"sms", d.sm_count},
-                      {"l2_mib", d.l2_bytes / 1048576.0}, {"memory_gib", d.memory_bytes / 1073741824.0}});
+                      {"l2_mib", d.l2_bytes / 1048576.0}, {"memory_gib", d.memory_bytes / 1073741824.0},
+                      {"ceilings", bench::to_json(cuda::measure_gpu_ceilings(i))}});
     }
     info["gpus"] = gpus;
     if (gpus.empty()) info["gpu_unavailable"] = cuda::cuda_unavailable_reason();
@@ -100,6 +106,8 @@ Action add_info(CLI::App& app) {
     fmt::print("CPU        {} ({} threads; SIMD: {}; last-level cache {:.0f} MiB; memory {:.1f} GiB)\n", host.cpu_model,
                host.threads, host.simd, host.llc_bytes / 1048576.0, host.total_memory_bytes / 1073741824.0);
     fmt::print("fp32 peak  {:.1f} GFLOP/s measured (independent AVX2 FMA chains on every thread)\n", peak);
+    fmt::print("host copy  {:.1f} GB/s measured (memcpy on every thread, bytes read + written); "
+               "dispatch {:.1f} µs (empty parallel_for)\n", copy, dispatch);
     fmt::print("OpenBLAS   {}\n", openblas_get_config());
 #if ATTNSUITE_HAVE_CUDA
     for (const auto& g : info["gpus"])
@@ -107,6 +115,13 @@ Action add_info(CLI::App& app) {
                  g["index"].get<int>(), g["name"].get<std::string>(), g["compute_capability"].get<int>(),
                  g["sms"].get<int>(), g["l2_mib"].get<double>(), g["memory_gib"].get<double>(),
                  g["driver"].get<std::string>(), g["cuda_runtime"].get<int>());
+    for (const auto& g : info["gpus"]) {
+      const auto& c = g["ceilings"];
+      fmt::print("GPU {} ceilings: copy {:.0f} GB/s; GEMM {} fp16 {:.0f}, bf16 {:.0f}, fp8 {:.0f} TFLOP/s; launch {:.1f} µs\n",
+                 g["index"].get<int>(), c["gpu_copy_gbps"].get<double>(), c["gpu_gemm_shape"].get<std::string>(),
+                 c["gpu_fp16_tflops"].get<double>(), c["gpu_bf16_tflops"].get<double>(),
+                 c["gpu_fp8_tflops"].get<double>(), c["gpu_launch_us"].get<double>());
+    }
     if (info["gpus"].empty()) fmt::print("GPU        none: {}\n", info["gpu_unavailable"].get<std::string>());
 #else
     fmt::print("CUDA       not built (ATTNSUITE_CUDA=OFF or no nvcc)\n");

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   add("info", "Show the machine: CPU, SIMD, fp32 peak, GPU, library versions", cli::add_info);
   add("report", "Re-render a results file (.json, .jsonl or .csv) as tables", cli::add_report);
   add("compare", "Compare two results files case by case (A = baseline, B = new)", cli::add_compare);
+  add("tune", "Find the batch size of highest throughput under memory and p95 limits (--batch)", cli::add_tune);
 
   try {
     app.parse(argc, argv);

@@ -5,11 +5,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "attnsuite/backend.hpp"
 #include "attnsuite/tensor.hpp"
 #include "bench/generator_math.hpp"
+#include "bench/sampler.hpp"
 
 namespace attnsuite::bench {
 
@@ -60,6 +62,12 @@ class DeviceContext {
   virtual std::size_t free_bytes() = 0;
   // Current SM clock in MHz, if the device can say (NVML); 0 when unknown.
   virtual double clock_mhz() { return 0.0; }
+  // Starts sampling clock and utilization while a case is timed; nullptr where the device has
+  // nothing to sample (the CPU).
+  virtual std::unique_ptr<PeriodicSampler> start_sampling() { return nullptr; }
+  // Device memory in use, whoever holds it (CUDA: total − free), for the "reserved" figure;
+  // nullopt where the device cannot say (the CPU: freed heap memory stays with the process).
+  virtual std::optional<std::size_t> used_bytes() { return std::nullopt; }
 
   // Peak extra memory of one forward: reset before, read after. The default reads the
   // device's MemoryTracker; peers with their own allocator override through the backend.

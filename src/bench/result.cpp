@@ -24,7 +24,7 @@ struct Field {
   Member member;
 };
 
-const std::array<Field, 42> kFields = {{
+const std::array<Field, 48> kFields = {{
     {"backend", &ResultRow::backend},
     {"display_name", &ResultRow::display_name},
     {"peer_of", &ResultRow::peer_of},
@@ -54,6 +54,7 @@ const std::array<Field, 42> kFields = {{
     {"tflops", &ResultRow::tflops},
     {"gbps", &ResultRow::gbps},
     {"peak_mem_mib", &ResultRow::peak_mem_mib},
+    {"mem_reserved_mib", &ResultRow::mem_reserved_mib},
     {"mem_vs_vanilla", &ResultRow::mem_vs_vanilla},
     {"speedup_vs_vanilla", &ResultRow::speedup_vs_vanilla},
     {"max_abs_err", &ResultRow::max_abs_err},
@@ -64,6 +65,11 @@ const std::array<Field, 42> kFields = {{
     {"accuracy_fraction", &ResultRow::accuracy_fraction},
     {"sparsity", &ResultRow::sparsity},
     {"clock_mhz", &ResultRow::clock_mhz},
+    {"clock_mhz_min", &ResultRow::clock_mhz_min},
+    {"gpu_util_pct", &ResultRow::gpu_util_pct},
+    {"intensity", &ResultRow::intensity},
+    {"compute_ceiling_pct", &ResultRow::compute_ceiling_pct},
+    {"memory_ceiling_pct", &ResultRow::memory_ceiling_pct},
     {"bottleneck", &ResultRow::bottleneck},
     {"status", &ResultRow::status},
     {"reason", &ResultRow::reason},
@@ -267,6 +273,45 @@ ResultRow row_from_json(const nlohmann::json& value) {
   return row;
 }
 
+namespace {
+// The ceilings by JSON key, so writing and reading cannot drift apart.
+const std::array<std::pair<const char*, double DeviceCeilings::*>, 8> kCeilings = {{
+    {"cpu_fp32_gflops", &DeviceCeilings::cpu_fp32_gflops},
+    {"host_copy_gbps", &DeviceCeilings::host_copy_gbps},
+    {"cpu_dispatch_us", &DeviceCeilings::cpu_dispatch_us},
+    {"gpu_copy_gbps", &DeviceCeilings::gpu_copy_gbps},
+    {"gpu_fp16_tflops", &DeviceCeilings::gpu_fp16_tflops},
+    {"gpu_bf16_tflops", &DeviceCeilings::gpu_bf16_tflops},
+    {"gpu_fp8_tflops", &DeviceCeilings::gpu_fp8_tflops},
+    {"gpu_launch_us", &DeviceCeilings::gpu_launch_us},
+}};
+}  // namespace
+
+nlohmann::json to_json(const DeviceCeilings& ceilings) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, member] : kCeilings) out[name] = ceilings.*member;
+  out["gpu_gemm_shape"] = ceilings.gpu_gemm_shape;
+  return out;
+}
+
+DeviceCeilings ceilings_from_json(const nlohmann::json& value) {
+  constexpr std::string_view what = "run header ceilings";
+  if (!value.is_object()) {
+    throw Error(ErrorKind::Io,
+                fmt::format("{}: expected a JSON object, got {}", what, describe_json(value)));
+  }
+  DeviceCeilings ceilings;
+  for (const auto& [name, member] : kCeilings) {
+    const auto it = value.find(name);
+    if (it == value.end() || it->is_null()) continue;
+    const auto number = read_number(*it, what, name);
+    if (number && std::isfinite(*number) && *number >= 0) ceilings.*member = *number;
+  }
+  if (const auto it = value.find("gpu_gemm_shape"); it != value.end())
+    ceilings.gpu_gemm_shape = read_string(*it, what, "gpu_gemm_shape");
+  return ceilings;
+}
+
 nlohmann::json to_json(const RunHeader& header) {
   return {
       {"tool_version", header.tool_version},   {"git_commit", header.git_commit},
@@ -276,7 +321,8 @@ nlohmann::json to_json(const RunHeader& header) {
       {"cpu_fp32_peak_gflops", header.cpu_fp32_peak_gflops},
       {"gpu_name", header.gpu_name},           {"gpu_driver", header.gpu_driver},
       {"cuda_version", header.cuda_version},   {"cudnn_version", header.cudnn_version},
-      {"torch_version", header.torch_version}, {"suite", header.suite},
+      {"torch_version", header.torch_version}, {"ceilings", to_json(header.ceilings)},
+      {"suite", header.suite},
       {"settings", header.settings},           {"interrupted", header.interrupted},
   };
 }
@@ -310,6 +356,11 @@ RunHeader header_from_json(const nlohmann::json& value) {
   if (const auto it = value.find("cpu_fp32_peak_gflops"); it != value.end() && it->is_number()) {
     header.cpu_fp32_peak_gflops = it->get<double>();
   }
+  if (const auto it = value.find("ceilings"); it != value.end() && !it->is_null()) {
+    header.ceilings = ceilings_from_json(*it);
+  }
+  // Files written before the ceilings existed carry only the CPU's FMA peak.
+  if (header.ceilings.cpu_fp32_gflops == 0) header.ceilings.cpu_fp32_gflops = header.cpu_fp32_peak_gflops;
   if (const auto it = value.find("settings"); it != value.end()) header.settings = *it;
   if (const auto it = value.find("interrupted"); it != value.end() && !it->is_null()) {
     header.interrupted = read_bool(*it, what, "interrupted");

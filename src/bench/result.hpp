@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attnsuite/error.hpp"
+
 namespace attnsuite::bench {
 
 enum class CaseStatus { Ok, Skipped, Failed };
@@ -35,18 +37,31 @@ struct ResultRow {
   int reps = 0;
   std::optional<double> tokens_per_s, tflops, gbps;
 
-  // Memory: peak extra bytes the backend allocated during one forward (inputs and O excluded).
-  std::optional<double> peak_mem_mib, mem_vs_vanilla, speedup_vs_vanilla;
+  // Memory: peak extra bytes the backend allocated during one forward (inputs excluded, O and
+  // LSE included) — "allocated"; and what the process held on the device right after that
+  // forward beyond what it held before it — "reserved" (caching allocators, library
+  // workspaces; GPU only, from cudaMemGetInfo).
+  std::optional<double> peak_mem_mib, mem_reserved_mib, mem_vs_vanilla, speedup_vs_vanilla;
 
   // Accuracy against the fp64 reference.
   std::optional<double> max_abs_err, rel_l2, rel_l1, cos_sim, rmse;
   std::optional<double> accuracy_fraction;  // share of (batch, head) slices compared; 1 = all
 
   std::optional<double> sparsity;   // sparse kernels only
-  std::optional<double> clock_mhz;  // GPU SM clock, start of case
-  std::string bottleneck;           // compute-bound | memory-bound | latency-bound
+  // GPU SM clock and utilization, sampled through NVML on a thread while the case is timed:
+  // mean and lowest clock (the clock at the start of the case when no sample was taken), mean
+  // utilization in percent.
+  std::optional<double> clock_mhz, clock_mhz_min, gpu_util_pct;
+  // Profile against the device ceilings of the run header (docs/methodology.md, "Profile"):
+  // FLOPs per byte of the minimum traffic, achieved share of the compute and memory ceilings,
+  // and the bottleneck class that follows: compute-bound | memory-bound | latency-bound.
+  std::optional<double> intensity, compute_ceiling_pct, memory_ceiling_pct;
+  std::string bottleneck;
   CaseStatus status = CaseStatus::Ok;
   std::string reason;               // why skipped or failed; warnings for ok rows
+  // Not a column: the kind of the attnsuite::Error that failed the case, so that a tuner can
+  // tell "out of memory" (infeasible) from a broken backend. Unset for ok and skipped rows.
+  std::optional<ErrorKind> error_kind;
 
   // Identity of the case, independent of results: used by --resume and compare.
   std::string case_key() const;
@@ -70,6 +85,24 @@ nlohmann::ordered_json to_ordered_json(const ResultRow& row);
 // unknown keys are ignored (a file of a newer version).
 ResultRow row_from_json(const nlohmann::json& value);
 
+// What the devices of a run can do at best, measured once per run (docs/methodology.md,
+// "Profile"); 0 = not measured. Copy bandwidths count bytes read plus bytes written (STREAM's
+// Copy convention), like the rows' GB/s, which count Q, K, V read and O written.
+struct DeviceCeilings {
+  double cpu_fp32_gflops = 0;    // AVX2 FMA chains on every thread
+  double host_copy_gbps = 0;     // memcpy of buffers far larger than the last-level cache
+  double cpu_dispatch_us = 0;    // fastest empty parallel_for over every thread
+  double gpu_copy_gbps = 0;      // device-to-device cudaMemcpyAsync, 2 × bytes / time
+  double gpu_fp16_tflops = 0;    // cuBLAS GEMM, fp16 in, fp32 accumulate
+  double gpu_bf16_tflops = 0;    // cuBLAS GEMM, bf16 in, fp32 accumulate
+  double gpu_fp8_tflops = 0;     // cuBLASLt GEMM, e4m3 in, fp32 accumulate (0: GPU has none)
+  double gpu_launch_us = 0;      // fastest event-timed 1-byte memset: the smallest timed operation
+  std::string gpu_gemm_shape;    // "8192x8192x8192"
+};
+
+nlohmann::json to_json(const DeviceCeilings& ceilings);
+DeviceCeilings ceilings_from_json(const nlohmann::json& value);
+
 // The header of a results file: where and when it was measured.
 struct RunHeader {
   std::string tool_version;
@@ -82,6 +115,7 @@ struct RunHeader {
   std::string simd;
   double cpu_fp32_peak_gflops = 0;  // measured FMA peak when the sweep has CPU backends; 0: not measured
   std::string gpu_name, gpu_driver, cuda_version, cudnn_version, torch_version;
+  DeviceCeilings ceilings;  // cpu_fp32_peak_gflops is repeated there as cpu_fp32_gflops
   std::string suite;
   nlohmann::json settings;  // timing options, noise target, etc.
   bool interrupted = false;

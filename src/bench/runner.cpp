@@ -219,6 +219,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
   } catch (const Error& error) {
     row.status = CaseStatus::Failed;
     row.reason = error.what();
+    row.error_kind = error.kind();
     return row;
   }
   if (!c.invalid_reason.empty()) {
@@ -287,6 +288,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     ctx.synchronize();
     ctx.reset_peak_memory();
     backend->reset_own_peak_memory();
+    const std::optional<std::size_t> used_before = ctx.used_bytes();
     const bool own_output = backend->produces_own_output();
     std::unique_ptr<DeviceAllocation> o, lse, workspace_buffer;
     if (!own_output) {
@@ -305,6 +307,9 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     ctx.synchronize();
     row.peak_mem_mib =
         static_cast<double>(ctx.peak_memory_since_reset() + backend->own_peak_memory_bytes()) / 1048576.0;
+    if (const std::optional<std::size_t> used_after = ctx.used_bytes(); used_before && used_after)
+      row.mem_reserved_mib =
+          static_cast<double>(*used_after > *used_before ? *used_after - *used_before : 0) / 1048576.0;
 
     TensorView result = own_output ? backend->produced_output() : args.o;
     LseView result_lse = own_output ? backend->produced_lse() : args.lse;
@@ -362,12 +367,14 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
       timer->stop();
       return timer->elapsed_ms();
     };
+    std::unique_ptr<PeriodicSampler> sampler = ctx.start_sampling();
     const Measurement m = measure(
         [&] {
           run_once();
           ctx.synchronize();
         },
         sample, spec_.timing.measure, cancelled);
+    const SampleSummary samples = sampler ? sampler->stop() : SampleSummary{};
     if (cancelled && cancelled()) return std::nullopt;
     const double clock_end = ctx.clock_mhz();
 
@@ -384,6 +391,11 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     row.tflops = p.flops() / seconds * 1e-12;
     row.gbps = p.min_bytes() / seconds * 1e-9;
     if (clock_start > 0) row.clock_mhz = clock_start;
+    if (samples.clock_mhz_mean) {
+      row.clock_mhz = samples.clock_mhz_mean;
+      row.clock_mhz_min = samples.clock_mhz_min;
+    }
+    row.gpu_util_pct = samples.gpu_util_pct_mean;
     auto note = [&](const std::string& text) { row.reason += (row.reason.empty() ? "" : "; ") + text; };
     if (clock_start > 0 && clock_end > 0 && clock_end < 0.9 * clock_start)
       note(fmt::format("SM clock dropped from {:.0f} to {:.0f} MHz during the case", clock_start, clock_end));
@@ -393,9 +405,11 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
   } catch (const Error& error) {
     row.status = CaseStatus::Failed;
     row.reason = error.what();
+    row.error_kind = error.kind();
   } catch (const std::bad_alloc&) {
     row.status = CaseStatus::Failed;
     row.reason = "out of host memory (std::bad_alloc)";
+    row.error_kind = ErrorKind::OutOfMemory;
   }
   return row;
 }

@@ -47,9 +47,12 @@ class Runner {
   // finish and must not be recorded.
   std::optional<ResultRow> run(const Case& c, const std::function<bool()>& cancelled = {});
 
+  // The context the runner measures a device with (made on first use), for callers that check
+  // the device between cases: a tuner asserting that memory went back to its baseline.
+  DeviceContext& context_for(Device device);
+
  private:
   struct Prepared;
-  DeviceContext& context_for(Device device);
   const Prepared& prepare(const Case& c);
 
   SweepSpec spec_;

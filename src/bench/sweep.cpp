@@ -9,6 +9,7 @@
 #include <set>
 
 #include "attnsuite/error.hpp"
+#include "bench/profile.hpp"
 #include "bench/runner.hpp"
 #include "core/host_info.hpp"
 #include "cpu/peak.hpp"
@@ -68,7 +69,7 @@ nlohmann::json settings_of(const SweepSpec& spec) {
 
 }  // namespace
 
-RunHeader make_run_header(const SweepSpec& spec, Registry& registry) {
+RunHeader make_run_header(const SweepSpec& spec, Registry& registry, std::vector<std::string>* warnings) {
   RunHeader header;
   header.tool_version = ATTNSUITE_VERSION;
   header.git_commit = git_commit();
@@ -80,18 +81,40 @@ RunHeader make_run_header(const SweepSpec& spec, Registry& registry) {
   header.simd = host.simd;
   header.suite = spec.name;
   header.settings = settings_of(spec);
-  // The CPU's measured fp32 FMA peak, so CPU results can be read as a share of it.
-  const bool has_cpu_backend = std::any_of(spec.backends.begin(), spec.backends.end(), [&](const std::string& name) {
-    return registry.contains(name) && registry.find(name).device().type == DeviceType::Cpu;
-  });
-  if (has_cpu_backend) header.cpu_fp32_peak_gflops = cpu::measure_fp32_fma_peak_gflops();
+  // The ceilings of each device the sweep runs on, so every row can be read as a share of them.
+  const auto runs_on = [&](DeviceType type) {
+    return std::any_of(spec.backends.begin(), spec.backends.end(), [&](const std::string& name) {
+      return registry.contains(name) && registry.find(name).device().type == type;
+    });
+  };
+  if (runs_on(DeviceType::Cpu)) {
+    header.cpu_fp32_peak_gflops = cpu::measure_fp32_fma_peak_gflops();
+    header.ceilings.cpu_fp32_gflops = header.cpu_fp32_peak_gflops;
+    header.ceilings.host_copy_gbps = cpu::measure_host_copy_gbps();
+    header.ceilings.cpu_dispatch_us = cpu::measure_dispatch_us();
+  }
 #if ATTNSUITE_HAVE_CUDA
   if (cuda::cuda_device_count() > 0) {
     const cuda::CudaDeviceInfo info = cuda::query_cuda_device(0);
     header.gpu_name = info.name;
     header.gpu_driver = info.driver_version;
     header.cuda_version = fmt::format("{}.{}", info.runtime_version / 1000, info.runtime_version % 1000 / 10);
+    if (runs_on(DeviceType::Cuda)) {
+      try {
+        const DeviceCeilings gpu = cuda::measure_gpu_ceilings(0);
+        header.ceilings.gpu_copy_gbps = gpu.gpu_copy_gbps;
+        header.ceilings.gpu_fp16_tflops = gpu.gpu_fp16_tflops;
+        header.ceilings.gpu_bf16_tflops = gpu.gpu_bf16_tflops;
+        header.ceilings.gpu_fp8_tflops = gpu.gpu_fp8_tflops;
+        header.ceilings.gpu_launch_us = gpu.gpu_launch_us;
+        header.ceilings.gpu_gemm_shape = gpu.gpu_gemm_shape;
+      } catch (const Error& error) {
+        if (warnings) warnings->push_back(fmt::format("GPU ceilings not measured: {}", error.what()));
+      }
+    }
   }
+#else
+  (void)warnings;
 #endif
 #if ATTNSUITE_HAVE_PEERS
   const peers::PeerVersions versions = peers::peer_versions();
@@ -104,7 +127,7 @@ RunHeader make_run_header(const SweepSpec& spec, Registry& registry) {
 SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Registry& registry) {
   SweepOutcome outcome;
   outcome.out_dir = options.out_dir;
-  outcome.header = make_run_header(spec, registry);
+  outcome.header = make_run_header(spec, registry, &outcome.warnings);
   report::ensure_writable_directory(options.out_dir);
 
   const fs::path rows_path = options.out_dir / kRowsFile;
@@ -155,6 +178,7 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Regis
       outcome.interrupted = true;
       break;
     }
+    apply_profile(*row, outcome.header.ceilings);
     writer.append(*row);
     outcome.rows.push_back(std::move(*row));
     ++ran;

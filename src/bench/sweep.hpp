@@ -51,8 +51,10 @@ inline constexpr const char* kSuiteFile = "suite.json";
 // Throws Error(Usage) when out_dir already holds results and neither resume nor force is set.
 SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Registry& registry);
 
-// Machine, versions, git commit and time: the header of every results file.
-RunHeader make_run_header(const SweepSpec& spec, Registry& registry);
+// Machine, versions, git commit and time: the header of every results file. The ceilings of the
+// devices the spec's backends run on are measured here, once per run (a second or so per
+// device); a measurement that fails leaves its ceilings at 0 with a line in *warnings.
+RunHeader make_run_header(const SweepSpec& spec, Registry& registry, std::vector<std::string>* warnings = nullptr);
 
 std::string utc_now_iso8601();
 

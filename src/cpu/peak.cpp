@@ -2,11 +2,14 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <algorithm>
+#include <cstring>
 #include <thread>
 #include <vector>
+
+#include "core/host_info.hpp"
 
 #include "cpu/common.hpp"
 
@@ -73,6 +76,41 @@ double measure_once(double seconds) {
 double measure_fp32_fma_peak_gflops(double seconds) {
   double best = 0.0;
   for (int trial = 0; trial < 5; ++trial) best = std::max(best, measure_once(seconds / 5));
+  return best;
+}
+
+double measure_host_copy_gbps(int trials) {
+  const std::size_t bytes = std::max<std::size_t>(4 * host_info().llc_bytes, std::size_t{256} << 20);
+  // Untracked on purpose: the harness's buffers, not a backend's.
+  std::vector<unsigned char> source(bytes, 1), target(bytes, 0);
+  const int threads = cpu_threads();
+  const std::size_t slice = (bytes / threads + 63) / 64 * 64;
+  auto copy_all = [&] {
+    parallel_for(threads, threads, [&](std::int64_t item, int) {
+      const std::size_t begin = static_cast<std::size_t>(item) * slice;
+      if (begin < bytes) std::memcpy(target.data() + begin, source.data() + begin, std::min(slice, bytes - begin));
+    });
+  };
+  copy_all();  // first touch of every page outside the timed copies
+  double best = 0.0;
+  for (int trial = 0; trial < trials; ++trial) {
+    const auto start = std::chrono::steady_clock::now();
+    copy_all();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * static_cast<double>(bytes) / seconds * 1e-9);
+  }
+  return best;
+}
+
+double measure_dispatch_us(int trials) {
+  const int threads = cpu_threads();
+  double best = 0.0;
+  for (int trial = 0; trial < trials; ++trial) {
+    const auto start = std::chrono::steady_clock::now();
+    parallel_for(threads, threads, [](std::int64_t, int) {});
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    best = trial == 0 ? us : std::min(best, us);
+  }
   return best;
 }
 

@@ -11,4 +11,15 @@ namespace attnsuite::cpu {
 // 32 FLOP/cycle/core; a measurement close to 32 × cores × clock says the pipes are full.
 double measure_fp32_fma_peak_gflops(double seconds = 0.2);
 
+// Host memory copy bandwidth in GB/s, counting bytes read plus bytes written (STREAM's Copy
+// convention, as the rows' GB/s count Q, K, V read and O written): every hardware thread
+// memcpy's its slice of a buffer of max(4 × last-level cache, 256 MiB), pages touched first;
+// the best of `trials` copies.
+double measure_host_copy_gbps(int trials = 5);
+
+// The CPU backends' fixed cost in microseconds: the fastest of `trials` empty parallel_for
+// calls over every hardware thread (threads started and joined), timed with the steady clock
+// as the runner times a case. No CPU case can take less.
+double measure_dispatch_us(int trials = 50);
+
 }  // namespace attnsuite::cpu

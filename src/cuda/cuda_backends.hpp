@@ -9,6 +9,7 @@
 
 #include "attnsuite/registry.hpp"
 #include "bench/device_context.hpp"
+#include "bench/result.hpp"
 
 namespace attnsuite::cuda {
 
@@ -47,5 +48,10 @@ std::string cuda_unavailable_reason();
 void require_cuda_device(int device_index);
 // Throws like require_cuda_device.
 CudaDeviceInfo query_cuda_device(int device_index);
+
+// The GPU fields of DeviceCeilings for device `device_index` (src/cuda/profile/ceilings.cpp):
+// copy bandwidth, fp16/bf16 GEMM through cuBLAS, fp8 GEMM through cuBLASLt (sm_89 and later),
+// the smallest timed operation. About a second. Throws Error.
+bench::DeviceCeilings measure_gpu_ceilings(int device_index);
 
 }  // namespace attnsuite::cuda

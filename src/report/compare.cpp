@@ -179,6 +179,7 @@ Comparison compare_runs(const std::vector<ResultRow>& a, const std::vector<Resul
       result.only_in_b, result.accuracy_worse);
   result.markdown = table.markdown() + "\n" + counts + "\n";
   result.terminal = table.terminal() + counts + "\n";
+  result.html = table.html() + "<p>" + escape_html(counts) + "</p>\n";
   return result;
 }
 

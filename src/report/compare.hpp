@@ -39,6 +39,7 @@ struct Comparison {
   // Columns: case, A ms, B ms, ratio, noise ±%, verdict; then a line with the counts.
   std::string markdown;
   std::string terminal;
+  std::string html;
 };
 
 // A side's relative spread: ms_stddev / ms_median, or when there is no stddev the p05..p95 range

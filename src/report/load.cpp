@@ -180,6 +180,13 @@ LoadedResults load_json(const std::filesystem::path& path) {
                 fmt::format("{}: expected an object with a \"rows\" array (or an array of rows)",
                             path.string()));
   }
+  if (document.is_object()) {
+    if (const auto tuning = document.find("tuning"); tuning != document.end()) {
+      if (!tuning->is_array())
+        throw Error(ErrorKind::Io, fmt::format("{}: \"tuning\" must be an array", path.string()));
+      loaded.tuning = *tuning;
+    }
+  }
   loaded.rows.reserve(rows->size());
   for (std::size_t i = 0; i < rows->size(); ++i) {
     try {

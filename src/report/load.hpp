@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "bench/result.hpp"
 
 namespace attnsuite::report {
@@ -14,6 +16,7 @@ struct LoadedResults {
   bench::RunHeader header;  // default (empty) for CSV, and for JSONL without a header line
   std::vector<bench::ResultRow> rows;
   std::vector<std::string> warnings;  // e.g. an incomplete last JSONL line that was skipped
+  nlohmann::json tuning;  // a tune file's "tuning" array (attnsuite tune --batch); null otherwise
 };
 
 // By extension: .json ({"header", "rows"}, or a bare array of rows), .jsonl, .csv. Throws

@@ -1,5 +1,6 @@
 #include "report/sinks.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <unordered_map>
@@ -90,6 +91,8 @@ std::string status_text(const ResultRow& row) {
   return text;
 }
 
+}  // namespace
+
 TextTable summary_table(const std::vector<ResultRow>& rows) {
   TextTable table({{"shape", Align::Left},
                    {"backend", Align::Left},
@@ -132,7 +135,61 @@ TextTable summary_table(const std::vector<ResultRow>& rows) {
   return table;
 }
 
+namespace {
+// Groups by shape in order of first appearance; rows keep their order within a group.
+std::vector<std::vector<const ResultRow*>> by_shape(const std::vector<ResultRow>& rows) {
+  std::vector<std::string> order;
+  std::unordered_map<std::string, std::vector<const ResultRow*>> groups;
+  for (const ResultRow& row : rows) {
+    auto [it, inserted] = groups.try_emplace(row.shape_key());
+    if (inserted) order.push_back(it->first);
+    it->second.push_back(&row);
+  }
+  std::vector<std::vector<const ResultRow*>> out;
+  for (const std::string& key : order) out.push_back(std::move(groups[key]));
+  return out;
+}
 }  // namespace
+
+bool has_profile(const std::vector<ResultRow>& rows) {
+  return std::any_of(rows.begin(), rows.end(), [](const ResultRow& r) {
+    return r.intensity || r.compute_ceiling_pct || r.memory_ceiling_pct || r.clock_mhz || r.mem_reserved_mib;
+  });
+}
+
+TextTable profile_table(const std::vector<ResultRow>& rows) {
+  TextTable table({{"shape", Align::Left},
+                   {"backend", Align::Left},
+                   {"FLOP/byte", Align::Right},
+                   {"TFLOP/s", Align::Right},
+                   {"% compute", Align::Right},
+                   {"GB/s", Align::Right},
+                   {"% memory", Align::Right},
+                   {"bottleneck", Align::Left},
+                   {"SM MHz mean/min", Align::Right},
+                   {"GPU util", Align::Right},
+                   {"alloc MiB", Align::Right},
+                   {"reserved MiB", Align::Right}});
+  table.set_collapse_repeats(0);
+  const auto percent = [](double value) { return significant3(value) + "%"; };
+  for (const auto& group : by_shape(rows)) {
+    bool any = false;
+    for (const ResultRow* row : group) {
+      if (row->status != CaseStatus::Ok) continue;
+      any = true;
+      std::string clock = cell(row->clock_mhz, [](double v) { return fmt::format("{:.0f}", v); });
+      if (row->clock_mhz_min) clock += fmt::format(" / {:.0f}", *row->clock_mhz_min);
+      table.add_row({shape_summary(*row), backend_label(*row), cell(row->intensity, significant3),
+                     cell(row->tflops, significant3), cell(row->compute_ceiling_pct, percent),
+                     cell(row->gbps, significant3), cell(row->memory_ceiling_pct, percent),
+                     row->bottleneck.empty() ? std::string(kMissing) : row->bottleneck, clock,
+                     cell(row->gpu_util_pct, [](double v) { return fmt::format("{:.0f}%", v); }),
+                     cell(row->peak_mem_mib, significant3), cell(row->mem_reserved_mib, significant3)});
+    }
+    if (any) table.add_separator();
+  }
+  return table;
+}
 
 std::string to_csv(const std::vector<ResultRow>& rows) {
   const auto& columns = bench::result_columns();

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/result.hpp"
+#include "report/table.hpp"
 
 namespace attnsuite::report {
 
@@ -29,6 +30,15 @@ std::string results_json_text(const bench::RunHeader& header,
 std::string summary_markdown(const std::vector<bench::ResultRow>& rows);
 // The same table as aligned text for a terminal (box drawing, UTF-8).
 std::string summary_terminal(const std::vector<bench::ResultRow>& rows);
+// The table itself, for other renderings (HTML).
+TextTable summary_table(const std::vector<bench::ResultRow>& rows);
+
+// The profile of each ok row: shape, backend, FLOP/byte, TFLOP/s and % of the compute ceiling,
+// GB/s and % of the memory ceiling, bottleneck, SM clock (mean / min), GPU utilization,
+// allocated (peak extra) and reserved MiB. Grouped by shape like the summary.
+TextTable profile_table(const std::vector<bench::ResultRow>& rows);
+// Whether any row carries a profile figure (intensity, a ceiling share, a clock sample).
+bool has_profile(const std::vector<bench::ResultRow>& rows);
 
 // The vanilla backend that rows on a device are measured against: "cpu-vanilla" for "cpu",
 // "cuda-vanilla" for "cuda:N"; empty for other devices.

@@ -1,5 +1,7 @@
 #include "report/table.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string_view>
 #include <utility>
@@ -121,6 +123,48 @@ std::string TextTable::markdown() const {
     out += "\n";
   }
   return out;
+}
+
+std::string escape_html(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string TextTable::html() const {
+  std::string out = "<table>\n<thead><tr>";
+  for (const auto& column : columns_) {
+    out += column.align == Align::Right ? "<th class=\"num\">" : "<th>";
+    out += escape_html(column.header) + "</th>";
+  }
+  out += "</tr></thead>\n<tbody>\n";
+  for (std::size_t r = 0; r < rows_.size(); ++r) {
+    const Row& row = rows_[r];
+    if (row.separator) {
+      if (r + 1 < rows_.size()) out += "</tbody>\n<tbody>\n";
+      continue;
+    }
+    out += "<tr>";
+    for (std::size_t c = 0; c < row.cells.size() && c < columns_.size(); ++c) {
+      out += columns_[c].align == Align::Right ? "<td class=\"num\">" : "<td>";
+      out += escape_html(row.cells[c]) + "</td>";
+    }
+    if (row.spanning) {
+      out += fmt::format("<td class=\"span\" colspan=\"{}\">{}</td>", columns_.size() - row.cells.size(),
+                         escape_html(row.span_text));
+    }
+    out += "</tr>\n";
+  }
+  return out + "</tbody>\n</table>\n";
 }
 
 std::string TextTable::terminal() const {

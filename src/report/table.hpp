@@ -33,6 +33,9 @@ class TextTable {
 
   std::string markdown() const;
   std::string terminal() const;
+  // An HTML <table> (text escaped; a spanning row's text spans its columns; numbers' columns
+  // right-aligned through the class "num"; separators start a new <tbody>).
+  std::string html() const;
 
  private:
   struct Row {
@@ -49,5 +52,8 @@ class TextTable {
 // Display width of UTF-8 text in a terminal, counting each code point as one column (true for
 // the characters we print: ASCII, ×, ±, –, …, box drawing).
 std::size_t display_width(std::string_view text);
+
+// Text with &, <, >, " escaped for HTML.
+std::string escape_html(std::string_view text);
 
 }  // namespace attnsuite::report

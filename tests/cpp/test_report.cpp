@@ -140,7 +140,7 @@ TEST(ResultRow, StatusNamesRoundTrip) {
 
 TEST(ResultRow, ColumnsAreInOrderAndMatchJsonKeys) {
   const auto& columns = bench::result_columns();
-  ASSERT_EQ(columns.size(), 42u);
+  ASSERT_EQ(columns.size(), 48u);
   EXPECT_EQ(columns.front(), "backend");
   EXPECT_EQ(columns[2], "peer_of");
   EXPECT_EQ(columns.back(), "reason");

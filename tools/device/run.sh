@@ -8,6 +8,9 @@
 # Options: --no-tests, --no-sanitize, --no-bench, --suites=a,b (default: headline,fa3-grid),
 #   --variants: also build the experimental flash2 configurations (flash2-x-*) and time them
 #   against flash2 and torch-flash on part of the fa3-grid (bench-variants.md).
+#   --tune (also `attnsuite tune --batch --exhaustive` on the headline suite, batches 1..64 or
+#   TUNE_MAX_BATCH: every probe makes new inputs on the host, so the sweep's cost grows with the
+#   sum of its batches).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -18,7 +21,7 @@ out=$(mktemp -d)
 mkdir -p "$final"
 build="$root/.device-build/build"
 deps="$root/.device-build/deps"
-run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 suites="headline,fa3-grid"
+run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 suites="headline,fa3-grid"
 for arg in "$@"; do
   case "$arg" in
     --no-tests) run_tests=0 ;;
@@ -26,7 +29,8 @@ for arg in "$@"; do
     --no-sanitize) run_sanitize=0 ;;
     --suites=*) suites=${arg#--suites=} ;;
     --variants) run_variants=1 ;;
-    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants)" >&2; exit 2 ;;
+    --tune) run_tune=1 ;;
+    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune)" >&2; exit 2 ;;
   esac
 done
 declare -a summary
@@ -112,6 +116,15 @@ if [ $run_variants = 1 ]; then
   cp "$out/bench-variants/summary.md" "$final/variants.md" 2>/dev/null
   summary+=("bench variants ($variants): exit $status in $(( $(date +%s) - start )) s")
 fi
+if [ $run_tune = 1 ]; then
+  start=$(date +%s)
+  "$cli" tune --batch --suite headline --exhaustive --max-batch "${TUNE_MAX_BATCH:-64}" --max-time-ms 200 \
+    --out "$out/tune-headline" --force >"$out/tune-headline.txt" 2>"$out/tune-headline.log"
+  status=$?
+  cp "$out/tune-headline/tune.json" "$final/tune-headline.json" 2>/dev/null
+  cp "$out/tune-headline/tune.md" "$final/tune-headline.md" 2>/dev/null
+  summary+=("tune headline (exhaustive check): exit $status in $(( $(date +%s) - start )) s")
+fi
 printf '%s\n' "${summary[@]}" >"$out/summary.txt"
 tar czf "$final/logs.tar.gz" -C "$out" --exclude='results.jsonl' . 2>/dev/null
 
@@ -122,4 +135,5 @@ for suite in ${suites//,/ }; do
   [ $run_bench = 1 ] && [ -f "$out/bench-$suite.txt" ] && { echo; echo "## $suite"; cat "$out/bench-$suite.txt"; }
 done
 [ $run_variants = 1 ] && [ -f "$final/variants.md" ] && { echo; echo "## variants (TFLOP/s)"; cut -d'|' -f2,3,7 "$final/variants.md"; }
+[ $run_tune = 1 ] && [ -f "$out/tune-headline.txt" ] && { echo; echo "## tune headline"; cat "$out/tune-headline.txt"; }
 exit 0

@@ -3,7 +3,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "attnsuite/error.hpp"
 #include "cuda/common/check.hpp"
@@ -131,6 +134,26 @@ class CudaContext final : public bench::DeviceContext {
     return free;
   }
   double clock_mhz() override { return nvml::sm_clock_mhz(info_.pci_bus_id); }
+  // Every 10 ms: NVML's utilization counter itself averages over 1/6 s to 1 s (by GPU), so a
+  // faster poll adds readings, not resolution; the SM clock is read as it stands.
+  std::unique_ptr<bench::PeriodicSampler> start_sampling() override {
+    if (!nvml::available()) return nullptr;
+    const std::string bus = info_.pci_bus_id;
+    return std::make_unique<bench::PeriodicSampler>(
+        [bus] {
+          bench::DeviceSample sample;
+          sample.sm_clock_mhz = nvml::sm_clock_mhz(bus);
+          sample.gpu_util_pct = nvml::gpu_utilization_pct(bus);
+          return sample;
+        },
+        std::chrono::milliseconds(10));
+  }
+  std::optional<std::size_t> used_bytes() override {
+    activate();
+    std::size_t free = 0, total = 0;
+    ATTNSUITE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return total - free;
+  }
 
  private:
   void activate() const { ATTNSUITE_CUDA_CHECK(cudaSetDevice(info_.index)); }

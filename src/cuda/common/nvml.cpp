@@ -14,12 +14,17 @@ using NvmlReturn = int;
 using NvmlDevice = struct NvmlDeviceOpaque*;
 constexpr NvmlReturn kSuccess = 0;
 constexpr int kClockSm = 1;
+struct NvmlUtilization {  // nvmlUtilization_t
+  unsigned gpu;
+  unsigned memory;
+};
 
 struct Library {
   NvmlReturn (*init)() = nullptr;
   NvmlReturn (*device_by_pci_bus_id)(const char*, NvmlDevice*) = nullptr;
   NvmlReturn (*clock_info)(NvmlDevice, int, unsigned*) = nullptr;
   NvmlReturn (*driver_version)(char*, unsigned) = nullptr;
+  NvmlReturn (*utilization)(NvmlDevice, NvmlUtilization*) = nullptr;
   bool ready = false;
 };
 
@@ -39,13 +44,25 @@ const Library& library() {
     const bool bound = bind(handle, "nvmlInit_v2", lib.init) &&
                        bind(handle, "nvmlDeviceGetHandleByPciBusId_v2", lib.device_by_pci_bus_id) &&
                        bind(handle, "nvmlDeviceGetClockInfo", lib.clock_info) &&
-                       bind(handle, "nvmlSystemGetDriverVersion", lib.driver_version);
+                       bind(handle, "nvmlSystemGetDriverVersion", lib.driver_version) &&
+                       bind(handle, "nvmlDeviceGetUtilizationRates", lib.utilization);
     lib.ready = bound && lib.init() == kSuccess;
   });
   return lib;
 }
 
 }  // namespace
+
+bool available() noexcept { return library().ready; }
+
+double gpu_utilization_pct(const std::string& pci_bus_id) noexcept {
+  const Library& lib = library();
+  if (!lib.ready || pci_bus_id.empty()) return -1;
+  NvmlDevice device = nullptr;
+  if (lib.device_by_pci_bus_id(pci_bus_id.c_str(), &device) != kSuccess) return -1;
+  NvmlUtilization rates{};
+  return lib.utilization(device, &rates) == kSuccess ? static_cast<double>(rates.gpu) : -1;
+}
 
 unsigned sm_clock_mhz(const std::string& pci_bus_id) noexcept {
   const Library& lib = library();

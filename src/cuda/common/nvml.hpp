@@ -7,8 +7,13 @@
 
 namespace attnsuite::cuda::nvml {
 
+// Whether NVML loaded and initialised.
+bool available() noexcept;
 // Current SM clock in MHz of the GPU with this PCI bus id; 0 when unknown.
 unsigned sm_clock_mhz(const std::string& pci_bus_id) noexcept;
+// Percent of the last sample period (1/6 s to 1 s, by GPU) during which a kernel ran; -1
+// when unknown.
+double gpu_utilization_pct(const std::string& pci_bus_id) noexcept;
 // The NVIDIA driver's version, e.g. "580.159.04"; empty when unknown.
 std::string driver_version() noexcept;
 

@@ -1,0 +1,209 @@
+// `attnsuite tune --batch`: per backend and sequence length, the batch size of highest
+// throughput under --max-memory-gib and --p95-ms, measured by the benchmark runner.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+
+#include "attnsuite/error.hpp"
+#include "attnsuite/registry.hpp"
+#include "bench/plan.hpp"
+#include "bench/profile.hpp"
+#include "bench/runner.hpp"
+#include "bench/sweep.hpp"
+#include "commands.hpp"
+#include "report/atomic_file.hpp"
+#include "report/sinks.hpp"
+#include "tune/batch_evaluator.hpp"
+#include "tune/tune_output.hpp"
+
+namespace attnsuite::cli {
+
+namespace {
+
+struct TuneFlags {
+  bool batch = false, kernels = false;
+  std::string suite;
+  std::vector<std::string> backends, dtypes, models, causal;
+  std::vector<int> seqs, heads, kv_heads, head_dims;
+  std::optional<double> max_memory_gib, p95_ms;
+  int min_batch = 1, max_batch = 1024;
+  bool exhaustive = false;
+  std::optional<int> min_reps, max_reps, warmup;
+  std::optional<double> noise, max_time_ms, reference_gflop;
+  bool hot = false;
+  std::string out;
+  bool force = false, quiet = false;
+};
+
+// Each probe checks its output against a sampled fp64 reference; a smaller budget than bench's
+// keeps that a small part of a probe (a new batch is a new shape: a new reference).
+constexpr double kTuneReferenceGflop = 0.1;
+
+nlohmann::json overrides_from(const TuneFlags& f) {
+  nlohmann::json o = nlohmann::json::object();
+  if (!f.backends.empty()) o["backends"] = f.backends;
+  if (!f.dtypes.empty()) o["dtype"] = f.dtypes;
+  if (!f.seqs.empty()) o["seq"] = f.seqs;
+  if (!f.models.empty()) o["model"] = f.models;
+  if (!f.heads.empty()) o["heads"] = f.heads;
+  if (!f.kv_heads.empty()) o["kv_heads"] = f.kv_heads;
+  if (!f.head_dims.empty()) o["head_dim"] = f.head_dims;
+  if (!f.causal.empty()) {
+    nlohmann::json values = nlohmann::json::array();
+    for (const auto& c : f.causal) {
+      if (c == "both") {
+        values.push_back(false);
+        values.push_back(true);
+      } else if (c == "true" || c == "false") {
+        values.push_back(c == "true");
+      } else {
+        throw Error(ErrorKind::Usage, fmt::format("--causal {} is not allowed: true, false or both", c));
+      }
+    }
+    o["causal"] = values;
+  }
+  if (f.min_reps) o["timing"]["min_reps"] = *f.min_reps;
+  if (f.max_reps) o["timing"]["max_reps"] = *f.max_reps;
+  if (f.warmup) o["timing"]["warmup"] = *f.warmup;
+  if (f.noise) o["timing"]["noise"] = *f.noise;
+  if (f.max_time_ms) o["timing"]["max_time_ms"] = *f.max_time_ms;
+  if (f.hot) o["timing"]["cold"] = false;
+  return o;
+}
+
+std::string probe_line(const bench::ResultRow& r) {
+  if (r.status == bench::CaseStatus::Ok && r.tokens_per_s && r.ms_p95)
+    return fmt::format("batch {}: {} tokens/s, p95 {} ms, peak extra {} MiB", r.batch, report::format_si(*r.tokens_per_s),
+                       report::format_ms(*r.ms_p95), report::format_ms(r.peak_mem_mib.value_or(0)));
+  return fmt::format("batch {}: {}: {}", r.batch, bench::to_string(r.status), r.reason);
+}
+
+}  // namespace
+
+Action add_tune(CLI::App& app) {
+  auto f = std::make_shared<TuneFlags>();
+  app.add_flag("--batch", f->batch, "Tune the batch size (the one tuner available)");
+  app.add_flag("--kernels", f->kernels, "Kernel-config tuning (not available yet)");
+  app.add_option("--suite", f->suite, "Suite whose cases to tune (default: headline with a GPU, else default)");
+  app.add_option("-b,--backends", f->backends, "Backends (comma-separated)")->delimiter(',');
+  app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16")->delimiter(',');
+  app.add_option("--seq", f->seqs, "Sequence lengths")->delimiter(',');
+  app.add_option("--model", f->models, "Model presets for the head axes")->delimiter(',');
+  app.add_option("--heads", f->heads, "Query heads")->delimiter(',');
+  app.add_option("--kv-heads", f->kv_heads, "Key/value heads")->delimiter(',');
+  app.add_option("--head-dim", f->head_dims, "Head dims")->delimiter(',');
+  app.add_option("--causal", f->causal, "true, false or both")->delimiter(',');
+  app.add_option("--max-memory-gib", f->max_memory_gib,
+                 "Memory limit per case: inputs plus the peak extra memory (default: what the device has)");
+  app.add_option("--p95-ms", f->p95_ms, "p95 latency target per forward (default: none)");
+  app.add_option("--min-batch", f->min_batch, "Smallest batch to consider")->capture_default_str();
+  app.add_option("--max-batch", f->max_batch, "Largest batch to consider")->capture_default_str();
+  app.add_flag("--exhaustive", f->exhaustive, "Also sweep every batch, to check the search's answer");
+  app.add_option("--noise", f->noise, "Stop repeating when the median's relative error is under this");
+  app.add_option("--min-reps", f->min_reps, "Fewest measured repetitions per probe");
+  app.add_option("--max-reps", f->max_reps, "Most measured repetitions per probe");
+  app.add_option("--warmup", f->warmup, "Warm-up runs per probe");
+  app.add_option("--max-time-ms", f->max_time_ms, "Time budget per probe for the measured repetitions");
+  app.add_option("--reference-gflop", f->reference_gflop,
+                 fmt::format("fp64 reference budget per probe (default {})", kTuneReferenceGflop));
+  app.add_flag("--hot", f->hot, "Keep caches warm between samples");
+  app.add_option("-o,--out", f->out, "Output directory (default: results/tune-<suite>-<time>)");
+  app.add_flag("--force", f->force, "Overwrite a tune.json already in --out");
+  app.add_flag("-q,--quiet", f->quiet, "No progress output");
+
+  return [f]() -> int {
+    if (f->kernels)
+      throw Error(ErrorKind::Usage,
+                  "tune --kernels is not available yet: our CUDA kernels expose no tunable configs; use tune --batch");
+    if (!f->batch) throw Error(ErrorKind::Usage, "tune needs --batch (the batch-size tuner)");
+
+    tune::BatchLimits limits;
+    limits.min_batch = f->min_batch;
+    limits.max_batch = f->max_batch;
+    if (f->max_memory_gib) limits.max_memory_bytes = *f->max_memory_gib * 1073741824.0;
+    limits.max_p95_ms = f->p95_ms;
+    limits.validate();
+
+    if (f->suite.empty()) f->suite = default_suite_name();
+    nlohmann::json suite_json = bench::load_suite_json(f->suite);
+    if (const nlohmann::json overrides = overrides_from(*f); !overrides.empty())
+      suite_json = bench::merge_suite(std::move(suite_json), overrides);
+    bench::SweepSpec spec = bench::parse_suite(suite_json, f->suite);
+    // The tuner chooses the batch: the suite's batch axis and tokens-per-batch do not apply.
+    spec.batches = {limits.min_batch};
+    spec.tokens_per_batch = 0;
+    spec.reference_gflop = f->reference_gflop.value_or(std::min(spec.reference_gflop, kTuneReferenceGflop));
+    Registry& registry = Registry::global();
+    for (const auto& name : spec.backends) (void)registry.find(name);
+
+    std::filesystem::path out_dir = f->out;
+    if (out_dir.empty()) {
+      std::string stamp = bench::utc_now_iso8601().substr(0, 19);
+      std::replace(stamp.begin(), stamp.end(), ':', '-');
+      out_dir = std::filesystem::path("results") / fmt::format("tune-{}-{}", spec.name, stamp);
+    }
+    const std::filesystem::path json_path = out_dir / "tune.json";
+    if (std::filesystem::exists(json_path) && !f->force)
+      throw Error(ErrorKind::Usage,
+                  fmt::format("'{}' already exists; use --force to overwrite it", json_path.string()));
+    report::ensure_writable_directory(out_dir);
+
+    install_interrupt_handlers();
+    std::vector<std::string> warnings;
+    bench::RunHeader header = bench::make_run_header(spec, registry, &warnings);
+    header.suite = "tune: " + spec.name;
+    header.settings["tune"] = {{"min_batch", limits.min_batch},
+                               {"max_batch", limits.max_batch},
+                               {"max_memory_gib", f->max_memory_gib ? nlohmann::json(*f->max_memory_gib) : nlohmann::json()},
+                               {"p95_ms", f->p95_ms ? nlohmann::json(*f->p95_ms) : nlohmann::json()},
+                               {"exhaustive", f->exhaustive}};
+    for (const auto& warning : warnings) fmt::print(stderr, "attnsuite: warning: {}\n", warning);
+
+    bench::Runner runner(spec, registry);
+    std::vector<bench::ResultRow> rows;
+    nlohmann::ordered_json tuning = nlohmann::ordered_json::array();
+    bool failed = false, interrupted = false;
+    for (const bench::Case& c : bench::expand(spec)) {
+      if (interrupted) break;
+      tune::TuneEntry entry;
+      entry.identity = bench::row_for_case(c, registry.contains(c.backend) ? &registry.find(c.backend) : nullptr);
+      entry.limits = limits;
+      if (!f->quiet) fmt::print(stderr, "tune {} {}\n", c.backend, report::shape_summary(entry.identity));
+      tune::RunnerBatchEvaluator evaluate(runner, registry, c, interrupt_requested);
+      if (!f->quiet) evaluate.on_row([](const bench::ResultRow& r) { fmt::print(stderr, "  {}\n", probe_line(r)); });
+      entry.search = tune::search_batch(std::ref(evaluate), limits);
+      if (f->exhaustive && !entry.search.interrupted && entry.search.failure.empty()) {
+        if (!f->quiet) fmt::print(stderr, "  exhaustive sweep\n");
+        entry.sweep = tune::sweep_batches(std::ref(evaluate), limits, entry.search.probes);
+      }
+      interrupted = entry.search.interrupted || (entry.sweep && entry.sweep->interrupted);
+      failed = failed || !entry.search.failure.empty() || (entry.sweep && !entry.sweep->failure.empty());
+      for (bench::ResultRow row : evaluate.rows()) {
+        bench::apply_profile(row, header.ceilings);
+        rows.push_back(std::move(row));
+      }
+      tuning.push_back(tune::to_json(entry));
+    }
+    header.finished_at = bench::utc_now_iso8601();
+    header.interrupted = interrupted;
+    report::fill_relative_to_vanilla(rows);
+
+    nlohmann::ordered_json document = nlohmann::ordered_json::parse(report::results_json_text(header, rows));
+    document["tuning"] = tuning;
+    report::write_file_atomic(json_path, document.dump(2) + "\n");
+    const report::TextTable table = tune::tuning_table(nlohmann::json(tuning));
+    report::write_file_atomic(out_dir / "tune.md", table.markdown());
+    fmt::print("{}", table.terminal());
+    fmt::print("\n{} {} tuned. Results in {}/ (tune.json: every probe's row and the tuning; tune.md)\n",
+               tuning.size(), tuning.size() == 1 ? "case" : "cases", out_dir.string());
+    if (interrupted) {
+      fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
+      return kExitInterrupted;
+    }
+    return failed ? kExitFailed : kExitOk;
+  };
+}
+
+}  // namespace attnsuite::cli

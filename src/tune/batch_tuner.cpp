@@ -1,0 +1,199 @@
+#include "tune/batch_tuner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iterator>
+#include <map>
+
+#include "attnsuite/error.hpp"
+
+namespace attnsuite::tune {
+
+namespace {
+
+constexpr double kGiB = 1073741824.0;
+// The exhaustive sweep stops at this many consecutive batches over the p95 target.
+constexpr int kSweepLatencyMisses = 3;
+
+bool memory_infeasible(const BatchProbe& probe) {
+  return probe.measurement.outcome == BatchMeasurement::Outcome::OutOfMemory ||
+         probe.infeasible_reason.starts_with("memory");
+}
+
+// Evaluates each batch once and keeps the probes in order.
+class Search {
+ public:
+  Search(const EvaluateBatch& evaluate, const BatchLimits& limits, BatchTuneResult& result)
+      : evaluate_(evaluate), limits_(limits), result_(result) {}
+
+  // The probe of a batch (measured now or before); nullptr when the search must stop.
+  const BatchProbe* probe(int batch, const char* phase) {
+    if (const auto found = index_.find(batch); found != index_.end()) return &result_.probes[found->second];
+    if (stopped()) return nullptr;
+    const std::optional<BatchMeasurement> measured = evaluate_(batch);
+    if (!measured) {
+      result_.interrupted = true;
+      return nullptr;
+    }
+    BatchProbe p = judge(batch, *measured, limits_);
+    p.phase = phase;
+    if (measured->outcome == BatchMeasurement::Outcome::Failed)
+      result_.failure = fmt::format("batch {}: {}", batch, measured->reason);
+    index_[batch] = result_.probes.size();
+    result_.probes.push_back(std::move(p));
+    return stopped() ? nullptr : &result_.probes.back();
+  }
+  void adopt(const BatchProbe& known) {
+    if (index_.contains(known.batch)) return;
+    index_[known.batch] = result_.probes.size();
+    result_.probes.push_back(known);
+  }
+  bool stopped() const { return result_.interrupted || !result_.failure.empty(); }
+  bool evaluated(int batch) const { return index_.contains(batch); }
+  // Nearest evaluated batch below / above `batch`, if any.
+  std::optional<int> below(int batch) const {
+    auto it = index_.lower_bound(batch);
+    if (it == index_.begin()) return std::nullopt;
+    return std::prev(it)->first;
+  }
+  std::optional<int> above(int batch) const {
+    auto it = index_.upper_bound(batch);
+    if (it == index_.end()) return std::nullopt;
+    return it->first;
+  }
+
+ private:
+  const EvaluateBatch& evaluate_;
+  const BatchLimits& limits_;
+  BatchTuneResult& result_;
+  std::map<int, std::size_t> index_;  // batch → position in result_.probes
+};
+
+void pick_best(BatchTuneResult& result) {
+  result.best.reset();
+  for (const BatchProbe& p : result.probes) {
+    if (!p.feasible) continue;
+    if (!result.best || p.measurement.tokens_per_s > result.best->measurement.tokens_per_s) result.best = p;
+  }
+}
+
+}  // namespace
+
+void BatchLimits::validate() const {
+  ATTNSUITE_REQUIRE(min_batch >= 1, fmt::format("--min-batch {} is not allowed: at least 1", min_batch));
+  ATTNSUITE_REQUIRE(max_batch >= min_batch,
+                    fmt::format("--max-batch {} is not allowed: at least --min-batch ({})", max_batch, min_batch));
+  ATTNSUITE_REQUIRE(!max_memory_bytes || *max_memory_bytes > 0,
+                    fmt::format("--max-memory-gib {} is not allowed: more than 0", max_memory_bytes.value_or(0) / kGiB));
+  ATTNSUITE_REQUIRE(!max_p95_ms || *max_p95_ms > 0,
+                    fmt::format("--p95-ms {} is not allowed: more than 0", max_p95_ms.value_or(0)));
+}
+
+std::string BatchTuneResult::no_result_reason() const {
+  if (best) return {};
+  if (!failure.empty()) return failure;
+  if (interrupted) return "interrupted";
+  for (const BatchProbe& p : probes)
+    if (!p.feasible) return fmt::format("batch {} is infeasible: {}", p.batch, p.infeasible_reason);
+  return "no batch was evaluated";
+}
+
+BatchProbe judge(int batch, const BatchMeasurement& m, const BatchLimits& limits) {
+  BatchProbe probe;
+  probe.batch = batch;
+  probe.measurement = m;
+  switch (m.outcome) {
+    case BatchMeasurement::Outcome::OutOfMemory: probe.infeasible_reason = m.reason; return probe;
+    case BatchMeasurement::Outcome::Failed: probe.infeasible_reason = "failed: " + m.reason; return probe;
+    case BatchMeasurement::Outcome::Ok: break;
+  }
+  if (limits.max_memory_bytes && m.memory_bytes > *limits.max_memory_bytes) {
+    probe.infeasible_reason = fmt::format("memory {:.3g} GiB > limit {:.3g} GiB", m.memory_bytes / kGiB,
+                                          *limits.max_memory_bytes / kGiB);
+  } else if (limits.max_p95_ms && m.p95_ms > *limits.max_p95_ms) {
+    probe.infeasible_reason = fmt::format("p95 {:.3g} ms > target {:.3g} ms", m.p95_ms, *limits.max_p95_ms);
+  } else {
+    probe.feasible = true;
+  }
+  return probe;
+}
+
+BatchTuneResult search_batch(const EvaluateBatch& evaluate, const BatchLimits& limits) {
+  limits.validate();
+  BatchTuneResult result;
+  Search search(evaluate, limits, result);
+
+  // 1. Grow.
+  int feasible = 0, infeasible = 0;
+  for (long batch = limits.min_batch;; batch = std::min<long>(2 * batch, limits.max_batch)) {
+    const BatchProbe* p = search.probe(static_cast<int>(batch), "grow");
+    if (p == nullptr) return result;
+    if (!p->feasible) {
+      infeasible = p->batch;
+      break;
+    }
+    feasible = p->batch;
+    if (batch == limits.max_batch) break;
+  }
+  if (feasible == 0) return result;  // min_batch itself is infeasible
+
+  // 2. Bisect for the largest feasible batch.
+  while (infeasible != 0 && infeasible - feasible > 1) {
+    const int middle = feasible + (infeasible - feasible) / 2;
+    const BatchProbe* p = search.probe(middle, "bisect");
+    if (p == nullptr) break;
+    (p->feasible ? feasible : infeasible) = middle;
+  }
+  result.largest_feasible = feasible;
+  pick_best(result);
+
+  // 3. Refine around the peak: the midpoints towards the nearest evaluated neighbours (or the
+  // ends of the feasible range) until both neighbours are adjacent.
+  while (result.best && !search.stopped()) {
+    const int best = result.best->batch;
+    const int left = search.below(best).value_or(limits.min_batch - 1);
+    const int right = std::min(search.above(best).value_or(result.largest_feasible + 1), result.largest_feasible + 1);
+    bool probed = false;
+    for (const int middle : {left + (best - left) / 2, best + (right - best + 1) / 2}) {
+      if (middle <= left || middle >= right || middle == best || search.evaluated(middle)) continue;
+      if (search.probe(middle, "refine") == nullptr) break;
+      probed = true;
+    }
+    if (!probed) break;
+    pick_best(result);
+  }
+  pick_best(result);
+  return result;
+}
+
+BatchTuneResult sweep_batches(const EvaluateBatch& evaluate, const BatchLimits& limits,
+                              const std::vector<BatchProbe>& known) {
+  limits.validate();
+  BatchTuneResult result;
+  Search search(evaluate, limits, result);
+  std::map<int, const BatchProbe*> reuse;
+  for (const BatchProbe& p : known) reuse[p.batch] = &p;
+  int latency_misses = 0;
+  for (int batch = limits.min_batch; batch <= limits.max_batch; ++batch) {
+    const BatchProbe* p = nullptr;
+    if (const auto found = reuse.find(batch); found != reuse.end()) {
+      search.adopt(*found->second);
+      p = &result.probes.back();
+    } else {
+      p = search.probe(batch, "sweep");
+    }
+    if (p == nullptr) break;
+    if (p->feasible) {
+      result.largest_feasible = batch;
+      latency_misses = 0;
+      continue;
+    }
+    if (memory_infeasible(*p) || p->measurement.outcome == BatchMeasurement::Outcome::Failed) break;
+    if (++latency_misses >= kSweepLatencyMisses) break;
+  }
+  pick_best(result);
+  return result;
+}
+
+}  // namespace attnsuite::tune

@@ -1,0 +1,35 @@
+// What `attnsuite tune --batch` writes and prints: one entry per tuned case (backend × shape
+// without the batch), as JSON ("tuning" in tune.json) and as a table. The report reads the
+// same JSON back, so a tune file renders anywhere a results file does.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/result.hpp"
+#include "report/table.hpp"
+#include "tune/batch_tuner.hpp"
+
+namespace attnsuite::tune {
+
+struct TuneEntry {
+  bench::ResultRow identity;  // the case's fields (backend, shape); batch and results unused
+  BatchLimits limits;
+  BatchTuneResult search;
+  std::optional<BatchTuneResult> sweep;  // --exhaustive
+};
+
+// Whether the search's best is the sweep's, within the noise: the same batch, or throughput
+// no lower than `attnsuite compare`'s threshold for "the same", max(2·√(σa² + σb²), 1%).
+bool agrees_within_noise(const BatchProbe& search_best, const BatchProbe& sweep_best);
+
+nlohmann::ordered_json to_json(const TuneEntry& entry);
+
+// Columns: backend, seq len, best batch, tokens/s, p95 ms, peak memory, evaluations; with a
+// sweep also its best batch, tokens/s, evaluations and whether they agree. A case without a
+// best shows why. Reads the JSON of to_json (a "tuning" array).
+report::TextTable tuning_table(const nlohmann::json& tuning);
+
+}  // namespace attnsuite::tune
