@@ -105,7 +105,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   __syncthreads();
 
-  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  // Broadcast from lane 0 so that the compiler knows it is warp-uniform: what derives from it
+  // (shared addresses, wgmma descriptors) can then live in uniform registers.
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   if (warpgroup == 0) {
     // ---- Producer ----
     release_registers<Traits::kProducerRegisters>();
@@ -165,7 +167,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
 
   // This warpgroup's 64 Q rows: 8 KiB into every Q slab (a multiple of the 1024-byte period).
-  const std::uint32_t q_rows = smem_q + consumer * Traits::kRowsPerConsumer * Traits::kSlabRowBytes;
+  const std::uint64_t q_descriptor =
+      matrix_descriptor(smem_q + consumer * Traits::kRowsPerConsumer * Traits::kSlabRowBytes, 16, 1024);
   barrier_wait(q_full, 0);
 
   int stage = 0;
@@ -176,17 +179,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     // S = Q·Kᵀ: head dim / 16 k-steps; a k-step is 32 bytes into a 128-byte swizzled row, and
     // every 4 k-steps the next 64-column slab (the hardware applies the swizzle to the address).
+    // Descriptors are built once per tile and advanced by adding the encoded byte offset to
+    // the start-address field (addresses stay below 2^18, so the field never carries over).
     barrier_wait(k_full(stage), phase);
     fence_registers(acc_s);
     wgmma_fence();
+    const std::uint64_t k_descriptor = matrix_descriptor(k_tile, 16, 1024);
 #pragma unroll
     for (int k_step = 0; k_step < kHeadDim / 16; ++k_step) {
       const std::uint32_t column_bytes = static_cast<std::uint32_t>((k_step % 4) * 32);
-      const std::uint64_t q_descriptor =
-          matrix_descriptor(q_rows + (k_step / 4) * Traits::kQSlabBytes + column_bytes, 16, 1024);
-      const std::uint64_t k_descriptor =
-          matrix_descriptor(k_tile + (k_step / 4) * Traits::kKVSlabBytes + column_bytes, 16, 1024);
-      wgmma_ss<Element, kTileN>(acc_s, q_descriptor, k_descriptor, k_step > 0 ? 1 : 0);
+      wgmma_ss<Element, kTileN>(acc_s, q_descriptor + ((k_step / 4) * Traits::kQSlabBytes + column_bytes) / 16,
+                                k_descriptor + ((k_step / 4) * Traits::kKVSlabBytes + column_bytes) / 16,
+                                k_step > 0 ? 1 : 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -252,12 +256,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
     for (int j = 0; j < kTileN / 16; ++j) fence_registers(p[j]);
     wgmma_fence();
+    const std::uint64_t v_descriptor = matrix_descriptor(v_tile, Traits::kKVSlabBytes, 1024);
 #pragma unroll
-    for (int j = 0; j < kTileN / 16; ++j) {
-      const std::uint64_t v_descriptor =
-          matrix_descriptor(v_tile + j * 16 * Traits::kSlabRowBytes, Traits::kKVSlabBytes, 1024);
-      wgmma_rs<Element, kHeadDim>(acc_o, p[j], v_descriptor, 1);
-    }
+    for (int j = 0; j < kTileN / 16; ++j)
+      wgmma_rs<Element, kHeadDim>(acc_o, p[j], v_descriptor + j * 16 * Traits::kSlabRowBytes / 16, 1);
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(acc_o);
