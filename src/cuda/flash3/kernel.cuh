@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warpgroup_thread = static_cast<int>(threadIdx.x) % 128;
   const int lane = warpgroup_thread % 32;
   const int quad_row = lane / 4, quad_col = lane % 4;  // accumulator fragment coordinates
-  // This thread's two rows: row_of_half[h] = first + 8h (wgmma accumulator layout).
+  // This thread's rows (wgmma accumulator layout): thread_row (half 0) and thread_row + 8 (half 1).
   const int thread_row = row_begin + consumer * Traits::kRowsPerConsumer + 16 * (warpgroup_thread / 32) + quad_row;
 
   // Tiles fully inside every row's range need no element mask.
