@@ -245,7 +245,8 @@ HostTensor padded_copy(const HostTensor& t, Layout layout, std::int64_t pad) {
   for (std::int64_t b = 0; b < t.shape[0]; ++b)
     for (std::int64_t s = 0; s < t.shape[1]; ++s)
       for (std::int64_t h = 0; h < t.shape[2]; ++h)
-        for (std::int64_t d = 0; d < t.shape[3]; ++d) padded.bits[padded.offset(b, s, h, d)] = t.bits[t.offset(b, s, h, d)];
+        for (std::int64_t d = 0; d < t.shape[3]; ++d)
+          padded.bits[padded.offset(b, s, h, d)] = t.bits[t.offset(b, s, h, d)];
   return padded;
 }
 

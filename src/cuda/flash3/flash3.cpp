@@ -37,9 +37,7 @@ Support supports_hopper() {
 class Flash3Backend final : public Backend {
  public:
   std::string_view name() const override { return "flash3"; }
-  std::string_view display_name() const override {
-    return "flash3 (attnsuite FlashAttention-3-class Hopper kernel)";
-  }
+  std::string_view display_name() const override { return "flash3 (attnsuite FlashAttention-3-class Hopper kernel)"; }
   Device device() const override { return {DeviceType::Cuda, 0}; }
   std::string capabilities() const override {
     return "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
@@ -49,8 +47,8 @@ class Flash3Backend final : public Backend {
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);
     if (!support) return support;
-    if (std::find(std::begin(flash3::kSupportedHeadDims), std::end(flash3::kSupportedHeadDims),
-                  problem.head_dim) == std::end(flash3::kSupportedHeadDims)) {
+    if (std::find(std::begin(flash3::kSupportedHeadDims), std::end(flash3::kSupportedHeadDims), problem.head_dim) ==
+        std::end(flash3::kSupportedHeadDims)) {
       return Support::no(fmt::format("head dim {} not supported by flash3; allowed: 64, 128, 256", problem.head_dim));
     }
     if (problem.dim_v() != problem.head_dim) {
@@ -58,8 +56,8 @@ class Flash3Backend final : public Backend {
                                      problem.dim_v(), problem.head_dim));
     }
     if (problem.heads_q > 65535 || problem.batch > 65535) {
-      return Support::no(fmt::format("batch {} × heads {} not supported by flash3; at most 65535 each",
-                                     problem.batch, problem.heads_q));
+      return Support::no(fmt::format("batch {} × heads {} not supported by flash3; at most 65535 each", problem.batch,
+                                     problem.heads_q));
     }
     support = supports_device(name());
     if (!support) return support;
@@ -78,7 +76,8 @@ class Flash3Backend final : public Backend {
       const std::string problem_text =
           flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2]);
       if (!problem_text.empty()) {
-        throw Error(ErrorKind::Unsupported, fmt::format("flash3: {} cannot be read by TMA: {}", names[i], problem_text));
+        throw Error(ErrorKind::Unsupported,
+                    fmt::format("flash3: {} cannot be read by TMA: {}", names[i], problem_text));
       }
     }
 

@@ -34,8 +34,8 @@ void run_kernel(const Params& params, cudaStream_t stream) {
     shape.box_rows = box_rows;
     return make_tensor_map(shape);
   };
-  const CUtensorMap q_map = operand(params.q, params.seq_q, params.heads_q, params.q_batch_stride,
-                                    params.q_row_stride, params.q_head_stride, Kernel::kTileM);
+  const CUtensorMap q_map = operand(params.q, params.seq_q, params.heads_q, params.q_batch_stride, params.q_row_stride,
+                                    params.q_head_stride, Kernel::kTileM);
   const CUtensorMap k_map = operand(params.k, params.seq_kv, params.heads_kv, params.k_batch_stride,
                                     params.k_row_stride, params.k_head_stride, Kernel::kTileN);
   const CUtensorMap v_map = operand(params.v, params.seq_kv, params.heads_kv, params.v_batch_stride,
@@ -44,8 +44,7 @@ void run_kernel(const Params& params, cudaStream_t stream) {
   const auto kernel = flash3_forward_kernel<Kernel>;
   // Per device and cheap (no synchronization): set on every launch rather than cached, so a
   // second GPU gets it too. Beyond 48 KiB, dynamic shared memory must be opted into.
-  ATTNSUITE_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSmemBytes));
+  ATTNSUITE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSmemBytes));
   const dim3 grid(static_cast<unsigned>((params.seq_q + Kernel::kTileM - 1) / Kernel::kTileM),
                   static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
   kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(params, q_map, k_map, v_map);

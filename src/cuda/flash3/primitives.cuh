@@ -2,7 +2,8 @@
 // tile loads, register reallocation, wgmma and its shared-memory matrix descriptors. Every
 // field and operand order below was checked against the PTX ISA sections on wgmma (register
 // fragments, shared-memory layouts, matrix descriptor), mbarrier, cp.async.bulk.tensor and
-// setmaxnreg; the comments say what each relies on. Only compiled for sm_90a (the kernel's body is guarded by __CUDA_ARCH_FEAT_SM90_ALL).
+// setmaxnreg; the comments say what each relies on. Only compiled for sm_90a (the kernel's
+// body is guarded by __CUDA_ARCH_FEAT_SM90_ALL).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (a type only: nothing of libcuda is linked)
@@ -75,7 +76,7 @@ __device__ __forceinline__ void barrier_wait(std::uint32_t barrier, std::uint32_
 // ---- TMA ------------------------------------------------------------------------------------------
 
 // One box of a 4-D tensor map (coordinates innermost first: column, row, head, batch) into
-// shared memory at `destination`, completing `bytes` on `barrier`. Out-of-bounds elements
+// shared memory at `destination`, completing its bytes on `barrier`. Out-of-bounds elements
 // (rows past the sequence end) are written as zeros and still count toward the bytes.
 __device__ __forceinline__ void tma_load_4d(std::uint32_t destination, const CUtensorMap* map, int column, int row,
                                             int head, int batch, std::uint32_t barrier) {
@@ -149,9 +150,10 @@ template <class Element, int kN>
 __device__ __forceinline__ void wgmma_ss(float (&acc)[kN / 2], std::uint64_t a_descriptor, std::uint64_t b_descriptor,
                                          int accumulate);
 template <class Element, int kN>
-__device__ __forceinline__ void wgmma_rs(float (&acc)[kN / 2], const std::uint32_t (&a)[4],
-                                         std::uint64_t b_descriptor, int accumulate);
+__device__ __forceinline__ void wgmma_rs(float (&acc)[kN / 2], const std::uint32_t (&a)[4], std::uint64_t b_descriptor,
+                                         int accumulate);
 
+// clang-format off
 // The asm operand lists: the accumulator registers are operands 0 .. N/2 - 1, inputs follow.
 #define FLASH3_REGS10(tens)                                                                               \
   " %" #tens "0, %" #tens "1, %" #tens "2, %" #tens "3, %" #tens "4, %" #tens "5, %" #tens "6, %" #tens \
@@ -228,5 +230,6 @@ FLASH3_DEFINE_WGMMA_RS(__nv_bfloat16, "bf16", 256, FLASH3_ACC128, FLASH3_OUT128,
 #undef FLASH3_ACC64
 #undef FLASH3_ACC32
 #undef FLASH3_REGS10
+// clang-format on
 
 }  // namespace attnsuite::cuda::flash3

@@ -1,7 +1,7 @@
 #include "cuda/flash3/tensor_map.hpp"
 
-#include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include <cstddef>
@@ -35,8 +35,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 }
 
 bool same_shape(const TensorMapShape& a, const TensorMapShape& b) {
-  return a.data == b.data && a.dtype == b.dtype && a.head_dim == b.head_dim && a.rows == b.rows &&
-         a.heads == b.heads && a.batch == b.batch && a.row_stride == b.row_stride && a.head_stride == b.head_stride &&
+  return a.data == b.data && a.dtype == b.dtype && a.head_dim == b.head_dim && a.rows == b.rows && a.heads == b.heads &&
+         a.batch == b.batch && a.row_stride == b.row_stride && a.head_stride == b.head_stride &&
          a.batch_stride == b.batch_stride && a.box_rows == b.box_rows;
 }
 
@@ -57,10 +57,9 @@ CUtensorMap encode(const TensorMapShape& shape) {
   // 128B swizzle: the layout wgmma's descriptors describe (primitives.cuh). OOB fill NONE
   // writes zeros for rows past `rows`. L2 promotion 256B: rows are read whole (not yet
   // measured against 128B).
-  const CUresult result =
-      encode_tiled()(&map, type, 4, const_cast<void*>(shape.data), dims, strides, box, element_strides,
-                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult result = encode_tiled()(&map, type, 4, const_cast<void*>(shape.data), dims, strides, box,
+                                         element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
     throw Error(ErrorKind::Device,
                 fmt::format("flash3: cuTensorMapEncodeTiled failed (CUresult {}) for dims ({}, {}, {}, {}), strides "

@@ -20,7 +20,7 @@ struct Traits {
   static constexpr int kTileN = kTileN_;
   static constexpr int kStages = kStages_;
 
-  static constexpr int kConsumers = 2;                      // consumer warpgroups
+  static constexpr int kConsumers = 2;                     // consumer warpgroups
   static constexpr int kThreads = 128 * (1 + kConsumers);  // 384
   static constexpr int kRowsPerConsumer = kTileM / kConsumers;
   static constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals that free a K/V stage
