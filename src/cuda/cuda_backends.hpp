@@ -13,8 +13,8 @@
 
 namespace attnsuite::cuda {
 
-// Registers "cuda-vanilla" then "flash2". Needs no GPU: without one, their supports() answer
-// "no CUDA device available: ...".
+// Registers "cuda-vanilla", "flash2" and, in builds with -DATTNSUITE_FLASH3=ON, "flash3".
+// Needs no GPU: without one, their supports() answer "no CUDA device available: ...".
 void register_cuda_backends(Registry& registry);
 
 // The harness's context for CUDA device `device_index`: its own non-blocking stream, event

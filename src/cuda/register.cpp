@@ -2,6 +2,9 @@
 #include "cuda/cuda_backends.hpp"
 #include "cuda/flash2/flash2.hpp"
 #include "cuda/vanilla/vanilla.hpp"
+#if ATTNSUITE_HAVE_FLASH3
+#include "cuda/flash3/flash3.hpp"
+#endif
 
 namespace attnsuite::cuda {
 
@@ -9,6 +12,9 @@ namespace attnsuite::cuda {
 void register_cuda_backends(Registry& registry) {
   registry.add("cuda-vanilla", make_cuda_vanilla_backend);
   registry.add("flash2", make_flash2_backend);
+#if ATTNSUITE_HAVE_FLASH3
+  registry.add("flash3", make_flash3_backend);
+#endif
   register_flash2_variants(registry);
 }
 

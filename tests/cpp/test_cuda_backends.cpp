@@ -1,4 +1,5 @@
-// The CUDA backends (cuda-vanilla, flash2) against an fp64 CPU reference written here, on
+// The CUDA backends (cuda-vanilla, flash2, and flash3 in builds with -DATTNSUITE_FLASH3=ON)
+// against an fp64 CPU reference written here, on
 // fresh random inputs, every element compared. The bound is dtype-aware: a backend may be off
 // the fp64 result by at most twice what a naive implementation in the same dtype is off (inputs
 // in that dtype, fp32 accumulation, P rounded to the dtype before P·V, output rounded; scores
@@ -188,9 +189,15 @@ TEST_P(CudaBackendTest, SlidingWindowWithFullyMaskedRows) {
   check_backend(GetParam(), p);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cuda, CudaBackendTest, ::testing::Values("cuda-vanilla", "flash2"),
+const std::vector<std::string> kCudaBackends = {"cuda-vanilla", "flash2",
+#if ATTNSUITE_HAVE_FLASH3
+                                                 "flash3",
+#endif
+};
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaBackendTest, ::testing::ValuesIn(kCudaBackends),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
-                           return param_info.param == "flash2" ? std::string("flash2") : std::string("vanilla");
+                           return param_info.param == "cuda-vanilla" ? std::string("vanilla") : param_info.param;
                          });
 
 TEST(CudaFlash2, Deterministic) {
@@ -228,6 +235,109 @@ TEST(CudaFlash2, RefusesWhatItDoesNotSupport) {
   EXPECT_FALSE(flash2.supports(p).ok);
 }
 
+#if ATTNSUITE_HAVE_FLASH3
+// The same values in a layout whose every stride is larger than dense: the layout's dense
+// strides of shape (b, s, h, d + pad). The padding holds NaN, so reading it shows in O.
+HostTensor padded_copy(const HostTensor& t, Layout layout, std::int64_t pad) {
+  HostTensor padded({t.shape[0], t.shape[1], t.shape[2], t.shape[3] + pad}, layout);
+  padded.shape = t.shape;
+  std::fill(padded.bits.begin(), padded.bits.end(), std::uint16_t{0x7FFF});  // NaN in fp16 and bf16
+  for (std::int64_t b = 0; b < t.shape[0]; ++b)
+    for (std::int64_t s = 0; s < t.shape[1]; ++s)
+      for (std::int64_t h = 0; h < t.shape[2]; ++h)
+        for (std::int64_t d = 0; d < t.shape[3]; ++d)
+          padded.bits[padded.offset(b, s, h, d)] = t.bits[t.offset(b, s, h, d)];
+  return padded;
+}
+
+// The flash3 tests that need the kernel itself skip (with the reason) where it cannot run.
+#define SKIP_UNLESS_FLASH3_RUNS(problem)                                                 \
+  do {                                                                                   \
+    SKIP_WITHOUT_CUDA_DEVICE();                                                          \
+    const Support flash3_support = Registry::global().find("flash3").supports(problem);  \
+    if (!flash3_support.ok) GTEST_SKIP() << flash3_support.reason;                       \
+  } while (0)
+
+TEST(CudaFlash3, Deterministic) {
+  // d128 with 2 stages and d64 with 3: many passes over the K/V ring, causal and GQA.
+  for (const int head_dim : {128, 64}) {
+    AttentionProblem p = make_problem(2, 4, 2, 1000, 1000, head_dim, DType::BF16, Layout::BSHD, true);
+    SKIP_UNLESS_FLASH3_RUNS(p);
+    const Inputs in = random_inputs(p, std::random_device{}());
+    const DeviceRun first = run_on_device("flash3", p, in);
+    const DeviceRun second = run_on_device("flash3", p, in);
+    EXPECT_EQ(std::memcmp(first.out_bits.data(), second.out_bits.data(), first.out_bits.size() * 2), 0);
+    EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * 4), 0);
+  }
+}
+
+// TMA descriptors are built from the views' strides: padded Q, K, V (every stride a larger
+// multiple of 8 elements than dense) must give bit for bit the output of dense ones.
+TEST(CudaFlash3, PaddedStridesReadLikeDenseOnes) {
+  for (const Layout layout : {Layout::BSHD, Layout::BHSD}) {
+    const AttentionProblem p = make_problem(2, 4, 2, 300, 333, 128, DType::BF16, layout, true);
+    SKIP_UNLESS_FLASH3_RUNS(p);
+    SCOPED_TRACE(p.describe());
+    const Inputs dense = random_inputs(p, std::random_device{}());
+    const Inputs padded{padded_copy(dense.q, layout, 8), padded_copy(dense.k, layout, 16),
+                        padded_copy(dense.v, layout, 24)};
+    const DeviceRun want = run_on_device("flash3", p, dense);
+    const DeviceRun got = run_on_device("flash3", p, padded);
+    EXPECT_EQ(std::memcmp(want.out_bits.data(), got.out_bits.data(), want.out_bits.size() * 2), 0);
+    EXPECT_EQ(std::memcmp(want.lse.data(), got.lse.data(), want.lse.size() * 4), 0);
+  }
+}
+
+TEST(CudaFlash3, RefusesStridesThatTmaCannotRead) {
+  const AttentionProblem p = make_problem(1, 2, 2, 64, 64, 64, DType::F16, Layout::BSHD, false);
+  SKIP_UNLESS_FLASH3_RUNS(p);
+  const Inputs dense = random_inputs(p, 1);
+  const Inputs padded{padded_copy(dense.q, p.layout, 4), dense.k, dense.v};  // heads 136 bytes apart
+  try {
+    run_on_device("flash3", p, padded);
+    ADD_FAILURE() << "flash3 ran with a Q head stride of 68 elements (136 bytes)";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
+    EXPECT_EQ(std::string(error.what()).rfind("flash3: q cannot be read by TMA: head stride 68 elements", 0), 0u)
+        << error.what();
+  }
+}
+
+TEST(CudaFlash3, RefusesWhatItDoesNotSupport) {
+  Backend& flash3 = Registry::global().find("flash3");
+  AttentionProblem p = make_problem(1, 2, 2, 128, 128, 96, DType::F16, Layout::BSHD, false);
+  Support support = flash3.supports(p);
+  EXPECT_FALSE(support.ok);
+  EXPECT_EQ(support.reason, "head dim 96 not supported by flash3; allowed: 64, 128, 256");
+
+  p.head_dim = 64;
+  p.dtype = DType::F32;
+  support = flash3.supports(p);
+  EXPECT_FALSE(support.ok);
+  EXPECT_NE(support.reason.find("dtype fp32 not supported by flash3"), std::string::npos) << support.reason;
+
+  p.dtype = DType::BF16;
+  p.head_dim = 128;
+  p.head_dim_v = 64;
+  support = flash3.supports(p);
+  EXPECT_FALSE(support.ok);
+  EXPECT_NE(support.reason.find("head_dim_v 64 != head_dim 128"), std::string::npos) << support.reason;
+
+  // A valid problem: runs on sm_90 only, and says so on any other GPU.
+  p.head_dim_v = 0;
+  if (!cuda_device_missing().empty()) return;  // the no-device answer is checked below
+  const cuda::CudaDeviceInfo info = cuda::query_cuda_device(0);
+  support = flash3.supports(p);
+  if (info.compute_capability() == 90) {
+    EXPECT_TRUE(support.ok) << support.reason;
+  } else {
+    EXPECT_FALSE(support.ok);
+    EXPECT_EQ(support.reason, "flash3 needs sm_90 (Hopper); this GPU is sm_" +
+                                  std::to_string(info.compute_capability()));
+  }
+}
+#endif  // ATTNSUITE_HAVE_FLASH3
+
 TEST(CudaBackends, RegisteredInOrderWithoutNeedingAGpu) {
   const auto names = Registry::global().names();
   const auto vanilla = std::find(names.begin(), names.end(), "cuda-vanilla");
@@ -236,12 +346,19 @@ TEST(CudaBackends, RegisteredInOrderWithoutNeedingAGpu) {
   ASSERT_NE(flash2, names.end());
   EXPECT_LT(vanilla, flash2);
   EXPECT_EQ(Registry::global().find("flash2").display_name(), "flash2 (attnsuite FlashAttention-2-class kernel)");
+  const auto flash3 = std::find(names.begin(), names.end(), "flash3");
+#if ATTNSUITE_HAVE_FLASH3
+  ASSERT_NE(flash3, names.end());
+  EXPECT_LT(flash2, flash3);
+#else
+  EXPECT_EQ(flash3, names.end()) << "flash3 registered in a build without -DATTNSUITE_FLASH3=ON";
+#endif
 }
 
 TEST(CudaBackends, WithoutADeviceSupportsSaysWhyAndContextThrows) {
   if (cuda_device_missing().empty()) GTEST_SKIP() << "a CUDA device is present; this checks the no-device path";
   const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::F16, Layout::BSHD, false);
-  for (const char* name : {"cuda-vanilla", "flash2"}) {
+  for (const std::string& name : kCudaBackends) {
     const Support support = Registry::global().find(name).supports(p);
     EXPECT_FALSE(support.ok);
     EXPECT_EQ(support.reason.rfind("no CUDA device available", 0), 0u) << support.reason;

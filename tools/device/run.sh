@@ -43,7 +43,8 @@ export NCCL_NVLS_ENABLE=0
 summary+=("gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader 2>/dev/null | head -1)")
 
 cmake_args=(-DCMAKE_BUILD_TYPE=Release -DATTNSUITE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=90a;80"
-            -DATTNSUITE_FLASH2_VARIANTS=$([ $run_variants = 1 ] && echo ON || echo OFF))
+            -DATTNSUITE_FLASH2_VARIANTS=$([ $run_variants = 1 ] && echo ON || echo OFF)
+            -DATTNSUITE_FLASH3=ON)
 if [ -d "$deps/usr" ]; then
   arch_lib="$deps/usr/lib/x86_64-linux-gnu"
   cmake_args+=("-DCMAKE_PREFIX_PATH=$deps/usr")

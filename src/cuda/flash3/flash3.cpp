@@ -1,0 +1,119 @@
+// `flash3`: attnsuite's FlashAttention-3-class Hopper forward (kernel.cuh), as a Backend.
+// Host side only: the supports() rules, what TMA can express, and the params the kernel reads.
+#include "cuda/flash3/flash3.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <numbers>
+#include <string>
+
+#include "attnsuite/error.hpp"
+#include "cuda/common/backend_support.hpp"
+#include "cuda/flash3/launch.hpp"
+#include "cuda/flash3/tensor_map.hpp"
+
+namespace attnsuite::cuda {
+namespace {
+
+// wgmma and TMA as compiled here (sm_90a) run on compute capability 9.0 only.
+Support supports_hopper() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return Support::no("no CUDA device available: could not query the current device");
+  }
+  if (major != 9 || minor != 0) {
+    return Support::no(fmt::format("flash3 needs sm_90 (Hopper); this GPU is sm_{}{}", major, minor));
+  }
+  return Support::yes();
+}
+
+class Flash3Backend final : public Backend {
+ public:
+  std::string_view name() const override { return "flash3"; }
+  std::string_view display_name() const override { return "flash3 (attnsuite FlashAttention-3-class Hopper kernel)"; }
+  Device device() const override { return {DeviceType::Cuda, 0}; }
+  std::string capabilities() const override {
+    return "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
+           "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA)";
+  }
+
+  Support supports(const AttentionProblem& problem) const override {
+    Support support = supports_problem_common(name(), problem);
+    if (!support) return support;
+    if (std::find(std::begin(flash3::kSupportedHeadDims), std::end(flash3::kSupportedHeadDims), problem.head_dim) ==
+        std::end(flash3::kSupportedHeadDims)) {
+      return Support::no(fmt::format("head dim {} not supported by flash3; allowed: 64, 128, 256", problem.head_dim));
+    }
+    if (problem.dim_v() != problem.head_dim) {
+      return Support::no(fmt::format("head_dim_v {} != head_dim {} not supported by flash3; needs equal head dims",
+                                     problem.dim_v(), problem.head_dim));
+    }
+    if (problem.heads_q > 65535 || problem.batch > 65535) {
+      return Support::no(fmt::format("batch {} × heads {} not supported by flash3; at most 65535 each", problem.batch,
+                                     problem.heads_q));
+    }
+    support = supports_device(name());
+    if (!support) return support;
+    return supports_hopper();
+  }
+
+  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
+    const Support support = supports(problem);
+    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
+    check_cuda_args(name(), problem, args);
+    // Q, K, V are read by TMA, whose descriptors need 16-byte aligned bases and strides; O is
+    // held to the same rule (its rows are written in 16-byte-aligned pieces by the no-key path).
+    const char* names[4] = {"q", "k", "v", "o"};
+    const TensorView* views[4] = {&args.q, &args.k, &args.v, &args.o};
+    for (int i = 0; i < 4; ++i) {
+      const std::string problem_text =
+          flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2]);
+      if (!problem_text.empty()) {
+        throw Error(ErrorKind::Unsupported,
+                    fmt::format("flash3: {} cannot be read by TMA: {}", names[i], problem_text));
+      }
+    }
+
+    flash3::Params params;
+    params.q = args.q.data;
+    params.k = args.k.data;
+    params.v = args.v.data;
+    params.o = args.o.data;
+    params.lse = args.lse.data;
+    auto strides = [](const TensorView& view, std::int64_t& batch, std::int64_t& row, std::int64_t& head) {
+      batch = view.strides[0];
+      row = view.strides[1];
+      head = view.strides[2];
+    };
+    strides(args.q, params.q_batch_stride, params.q_row_stride, params.q_head_stride);
+    strides(args.k, params.k_batch_stride, params.k_row_stride, params.k_head_stride);
+    strides(args.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
+    strides(args.o, params.o_batch_stride, params.o_row_stride, params.o_head_stride);
+    params.batch = problem.batch;
+    params.heads_q = problem.heads_q;
+    params.heads_kv = problem.heads_kv;
+    params.group_size = problem.group_size();
+    params.seq_q = problem.seq_q;
+    params.seq_kv = problem.seq_kv;
+    params.head_dim = problem.head_dim;
+    params.scale = problem.softmax_scale();
+    params.scale_log2 = params.scale * std::numbers::log2e_v<float>;
+    params.window_left = problem.window_left;
+    params.window_right = problem.window_right;
+    if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
+    flash3::launch_forward(params, problem.dtype, stream);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_flash3_backend() { return std::make_unique<Flash3Backend>(); }
+
+}  // namespace attnsuite::cuda

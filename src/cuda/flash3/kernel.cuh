@@ -1,0 +1,296 @@
+// flash3's fused forward kernel (device code only): FlashAttention-3's structure on sm_90a.
+//
+// One CTA per (128-row query tile, q head, batch), three warpgroups:
+//  - warpgroup 0, the producer, gives most of its registers away (setmaxnreg.dec) and one of its
+//    threads issues every TMA copy: Q once, then K and V tiles into a kStages-deep shared ring,
+//    each stage guarded by a "full" mbarrier per tensor (transaction bytes) and an "empty" one
+//    that the consumers' warps arrive on when they are done with the stage;
+//  - warpgroups 1 and 2, the consumers, take the registers (setmaxnreg.inc) and own 64 query
+//    rows each: per K/V tile, S = Q·Kᵀ with wgmma (both operands in shared memory), the online
+//    softmax in registers (exp2, scale·log2e folded in, O rescaled every tile), P rounded to the
+//    input dtype in registers and O += P·V with wgmma (A = P from registers, B = V read
+//    transposed from shared memory). Epilogue: O / row sum and LSE straight to global memory.
+// Only the K tiles that some row of the CTA sees are visited (causal / window early exit); the
+// element mask is applied only on tiles that cross a mask boundary or the end of the keys.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/flash3/params.hpp"
+#include "cuda/flash3/primitives.cuh"
+
+namespace attnsuite::cuda::flash3 {
+
+// Keys [begin, end) that query `row` sees, clamped to [0, seq_kv] (as flash2's key_range).
+struct KeyRange {
+  int begin;
+  int end;
+};
+__device__ __forceinline__ KeyRange key_range(const Params& params, std::int64_t row) {
+  const std::int64_t diag = row + params.seq_kv - params.seq_q;
+  std::int64_t begin = 0, end = params.seq_kv;
+  if (params.window_left >= 0) begin = diag - params.window_left;
+  if (params.window_right >= 0) end = diag + params.window_right + 1;
+  begin = begin < 0 ? 0 : (begin > params.seq_kv ? params.seq_kv : begin);
+  end = end < 0 ? 0 : (end > params.seq_kv ? params.seq_kv : end);
+  return {static_cast<int>(begin), static_cast<int>(end)};
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash3_forward_kernel(const __grid_constant__ Params params, const __grid_constant__ CUtensorMap q_map,
+                          const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = typename Traits::Element;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kTileM = Traits::kTileM, kTileN = Traits::kTileN;
+  constexpr int kStages = Traits::kStages, kSlabs = Traits::kSlabs;
+
+  // Heavy (late, causal) row tiles first, so the short ones fill the tail of the grid.
+  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
+  const int kv_head = head / params.group_size;
+  const int row_begin = m_block * kTileM;
+  const int row_last = min(row_begin + kTileM, params.seq_q) - 1;
+  auto* o_head = static_cast<Element*>(params.o) + batch * params.o_batch_stride + head * params.o_head_stride;
+  float* lse_head = params.lse != nullptr
+                        ? params.lse + (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q
+                        : nullptr;
+
+  // Keys any row of this tile sees: [first row's begin, last row's end). Rows are monotone.
+  const KeyRange first_row_keys = key_range(params, row_begin);
+  const KeyRange last_row_keys = key_range(params, row_last);
+  const int n_block_min = first_row_keys.begin / kTileN;
+  const int n_block_max = (last_row_keys.end + kTileN - 1) / kTileN;
+
+  if (n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
+    // No row of the tile sees a key: O = 0, LSE = -inf, before any barrier exists.
+    constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+    for (int index = static_cast<int>(threadIdx.x); index < kTileM * kChunks; index += Traits::kThreads) {
+      const int row = index / kChunks, chunk = index % kChunks;
+      if (row_begin + row < params.seq_q) {
+        *reinterpret_cast<uint4*>(o_head + (row_begin + row) * params.o_row_stride + chunk * 8) =
+            make_uint4(0, 0, 0, 0);
+      }
+    }
+    if (lse_head != nullptr) {
+      for (int row = static_cast<int>(threadIdx.x); row < kTileM; row += Traits::kThreads)
+        if (row_begin + row < params.seq_q) lse_head[row_begin + row] = -INFINITY;
+    }
+    return;
+  }
+
+  // Shared memory, as 32-bit shared-window addresses from a 1024-byte aligned base.
+  extern __shared__ __align__(1024) unsigned char shared_bytes[];
+  const std::uint32_t smem = (shared_address(shared_bytes) + 1023u) & ~1023u;
+  const std::uint32_t smem_q = smem + Traits::kQOffset;
+  const std::uint32_t smem_k = smem + Traits::kKOffset;
+  const std::uint32_t smem_v = smem + Traits::kVOffset;
+  const std::uint32_t q_full = smem + Traits::kBarrierOffset;
+  auto k_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + stage); };
+  auto v_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + kStages + stage); };
+  auto kv_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 2 * kStages + stage); };
+
+  if (threadIdx.x == 0) {
+    barrier_init(q_full, 1);
+    for (int stage = 0; stage < kStages; ++stage) {
+      barrier_init(k_full(stage), 1);
+      barrier_init(v_full(stage), 1);
+      barrier_init(kv_empty(stage), Traits::kConsumerWarps);
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  // Broadcast from lane 0 so that the compiler knows it is warp-uniform: what derives from it
+  // (shared addresses, wgmma descriptors) can then live in uniform registers.
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+  if (warpgroup == 0) {
+    // ---- Producer ----
+    release_registers<Traits::kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      barrier_arrive_expect_bytes(q_full, Traits::kQBytes);
+#pragma unroll
+      for (int slab = 0; slab < kSlabs; ++slab)
+        tma_load_4d(smem_q + slab * Traits::kQSlabBytes, &q_map, 64 * slab, row_begin, head, batch, q_full);
+
+      int stage = 0;
+      std::uint32_t phase = 0;
+      for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+        // The stage's previous tile has been released by every consumer warp (the first pass
+        // waits for parity 1 of fresh barriers: returns at once).
+        barrier_wait(kv_empty(stage), phase ^ 1u);
+        const int key_begin = n_block * kTileN;
+        const std::uint32_t k_tile = smem_k + stage * Traits::kKVBytes;
+        const std::uint32_t v_tile = smem_v + stage * Traits::kKVBytes;
+        barrier_arrive_expect_bytes(k_full(stage), Traits::kKVBytes);
+#pragma unroll
+        for (int slab = 0; slab < kSlabs; ++slab)
+          tma_load_4d(k_tile + slab * Traits::kKVSlabBytes, &k_map, 64 * slab, key_begin, kv_head, batch,
+                      k_full(stage));
+        barrier_arrive_expect_bytes(v_full(stage), Traits::kKVBytes);
+#pragma unroll
+        for (int slab = 0; slab < kSlabs; ++slab)
+          tma_load_4d(v_tile + slab * Traits::kKVSlabBytes, &v_map, 64 * slab, key_begin, kv_head, batch,
+                      v_full(stage));
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers ----
+  claim_registers<Traits::kConsumerRegisters>();
+  const int consumer = warpgroup - 1;
+  const int warpgroup_thread = static_cast<int>(threadIdx.x) % 128;
+  const int lane = warpgroup_thread % 32;
+  const int quad_row = lane / 4, quad_col = lane % 4;  // accumulator fragment coordinates
+  // This thread's rows (wgmma accumulator layout): thread_row (half 0) and thread_row + 8 (half 1).
+  const int thread_row = row_begin + consumer * Traits::kRowsPerConsumer + 16 * (warpgroup_thread / 32) + quad_row;
+
+  // Tiles fully inside every row's range need no element mask.
+  const int unmasked_key_begin = last_row_keys.begin;
+  const int unmasked_key_end = first_row_keys.end;
+
+  float acc_o[kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] = 0.0f;
+  float acc_s[kTileN / 2];
+#pragma unroll
+  for (int i = 0; i < kTileN / 2; ++i) acc_s[i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+  // This warpgroup's 64 Q rows: 8 KiB into every Q slab (a multiple of the 1024-byte period).
+  const std::uint64_t q_descriptor =
+      matrix_descriptor(smem_q + consumer * Traits::kRowsPerConsumer * Traits::kSlabRowBytes, 16, 1024);
+  barrier_wait(q_full, 0);
+
+  int stage = 0;
+  std::uint32_t phase = 0;
+  for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+    const std::uint32_t k_tile = smem_k + stage * Traits::kKVBytes;
+    const std::uint32_t v_tile = smem_v + stage * Traits::kKVBytes;
+
+    // S = Q·Kᵀ: head dim / 16 k-steps; a k-step is 32 bytes into a 128-byte swizzled row, and
+    // every 4 k-steps the next 64-column slab (the hardware applies the swizzle to the address).
+    // Descriptors are built once per tile and advanced by adding the encoded byte offset to
+    // the start-address field (addresses stay below 2^18, so the field never carries over).
+    barrier_wait(k_full(stage), phase);
+    fence_registers(acc_s);
+    wgmma_fence();
+    const std::uint64_t k_descriptor = matrix_descriptor(k_tile, 16, 1024);
+#pragma unroll
+    for (int k_step = 0; k_step < kHeadDim / 16; ++k_step) {
+      const std::uint32_t column_bytes = static_cast<std::uint32_t>((k_step % 4) * 32);
+      wgmma_ss<Element, kTileN>(acc_s, q_descriptor + ((k_step / 4) * Traits::kQSlabBytes + column_bytes) / 16,
+                                k_descriptor + ((k_step / 4) * Traits::kKVSlabBytes + column_bytes) / 16,
+                                k_step > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(acc_s);
+
+    // Mask (boundary tiles only), then the online softmax: P = 2^(S·scale·log2e − max) in place,
+    // O and the row sums rescaled by 2^((old max − new max)·scale·log2e).
+    const int key_begin = n_block * kTileN;
+    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const KeyRange keys = key_range(params, thread_row + 8 * half);
+#pragma unroll
+        for (int i = 0; i < kTileN / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = key_begin + 8 * i + 2 * quad_col + e;
+            if (key < keys.begin || key >= keys.end) acc_s[4 * i + 2 * half + e] = -INFINITY;
+          }
+      }
+    }
+    float correction[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < kTileN / 8; ++i)
+        tile_max = fmaxf(tile_max, fmaxf(acc_s[4 * i + 2 * half], acc_s[4 * i + 2 * half + 1]));
+      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
+      // A row that has seen no key yet keeps max -inf; subtracting 0 then keeps its p at 0
+      // (2^-inf) instead of NaN (-inf − -inf).
+      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * params.scale_log2;
+      correction[half] = exp2_approx(row_max[half] * params.scale_log2 - max_scaled);
+      row_max[half] = new_max;
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kTileN / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2_approx(fmaf(acc_s[4 * i + 2 * half + e], params.scale_log2, -max_scaled));
+          acc_s[4 * i + 2 * half + e] = p;
+          sum += p;
+        }
+      row_sum[half] = row_sum[half] * correction[half] + sum;
+    }
+    // O's previous P·V has completed (waited below), so it can be rescaled in registers.
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[4 * i + e] *= correction[e / 2];
+
+    // P as the A operand of P·V, 16 keys per k-step: S columns 16j .. 16j+15 are accumulator
+    // entries 8j .. 8j+7, in the order of the A fragment's four registers.
+    std::uint32_t p[kTileN / 16][4];
+#pragma unroll
+    for (int j = 0; j < kTileN / 16; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) p[j][r] = pack_pair<Element>(acc_s[8 * j + 2 * r], acc_s[8 * j + 2 * r + 1]);
+
+    // O += P·V: k-step j reads keys 16j .. 16j+15 = two 8-row groups of every V slab.
+    barrier_wait(v_full(stage), phase);
+    fence_registers(acc_o);
+#pragma unroll
+    for (int j = 0; j < kTileN / 16; ++j) fence_registers(p[j]);
+    wgmma_fence();
+    const std::uint64_t v_descriptor = matrix_descriptor(v_tile, Traits::kKVSlabBytes, 1024);
+#pragma unroll
+    for (int j = 0; j < kTileN / 16; ++j)
+      wgmma_rs<Element, kHeadDim>(acc_o, p[j], v_descriptor + j * 16 * Traits::kSlabRowBytes / 16, 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(acc_o);
+
+    // This warp is done with the stage (its wgmma reads of K and V have completed).
+    if (lane == 0) barrier_arrive(kv_empty(stage));
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+
+  // Epilogue: O /= row sum, LSE = max·scale + ln(sum); rows that saw no key: O = 0, LSE = -inf.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float sum = quad_sum(row_sum[half]);
+    const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int row = thread_row + 8 * half;
+    if (row < params.seq_q) {
+      if (lse_head != nullptr && quad_col == 0) {
+        lse_head[row] = sum > 0.0f ? row_max[half] * params.scale + logf(sum) : -INFINITY;
+      }
+      Element* o_row = o_head + row * params.o_row_stride + 2 * quad_col;
+#pragma unroll
+      for (int i = 0; i < kHeadDim / 8; ++i) {
+        *reinterpret_cast<std::uint32_t*>(o_row + 8 * i) =
+            pack_pair<Element>(acc_o[4 * i + 2 * half] * inverse, acc_o[4 * i + 2 * half + 1] * inverse);
+      }
+    }
+  }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+}  // namespace attnsuite::cuda::flash3

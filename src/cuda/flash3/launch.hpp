@@ -1,0 +1,17 @@
+// Host entry point of the flash3 kernels (no CUDA headers: included by host code).
+#pragma once
+
+#include "attnsuite/dtype.hpp"
+#include "cuda/flash3/params.hpp"
+
+namespace attnsuite::cuda::flash3 {
+
+// Head dims with a compiled kernel, for supports() and error messages.
+inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
+
+// Runs the forward for params on `stream` (a cudaStream_t): builds (or finds cached) the TMA
+// descriptors of Q, K and V, then launches. Throws Error(Unsupported) for a (dtype, head dim)
+// without a kernel, listing those that have one.
+void launch_forward(const Params& params, DType dtype, void* stream);
+
+}  // namespace attnsuite::cuda::flash3

@@ -1,0 +1,59 @@
+// Launch of one flash3 configuration. Included only by the instantiation TUs.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "cuda/common/check.hpp"
+#include "cuda/flash3/kernel.cuh"
+#include "cuda/flash3/run_forward.cuh"
+#include "cuda/flash3/tensor_map.hpp"
+#include "cuda/flash3/traits.cuh"
+
+namespace attnsuite::cuda::flash3 {
+
+template <class Kernel>
+void run_kernel(const Params& params, cudaStream_t stream) {
+  constexpr DType kDType = std::is_same_v<typename Kernel::Element, __half> ? DType::F16 : DType::BF16;
+  auto operand = [&](const void* data, int rows, int heads, std::int64_t batch_stride, std::int64_t row_stride,
+                     std::int64_t head_stride, int box_rows) {
+    TensorMapShape shape;
+    shape.data = data;
+    shape.dtype = kDType;
+    shape.head_dim = params.head_dim;
+    shape.rows = rows;
+    shape.heads = heads;
+    shape.batch = params.batch;
+    shape.row_stride = row_stride;
+    shape.head_stride = head_stride;
+    shape.batch_stride = batch_stride;
+    shape.box_rows = box_rows;
+    return make_tensor_map(shape);
+  };
+  const CUtensorMap q_map = operand(params.q, params.seq_q, params.heads_q, params.q_batch_stride, params.q_row_stride,
+                                    params.q_head_stride, Kernel::kTileM);
+  const CUtensorMap k_map = operand(params.k, params.seq_kv, params.heads_kv, params.k_batch_stride,
+                                    params.k_row_stride, params.k_head_stride, Kernel::kTileN);
+  const CUtensorMap v_map = operand(params.v, params.seq_kv, params.heads_kv, params.v_batch_stride,
+                                    params.v_row_stride, params.v_head_stride, Kernel::kTileN);
+
+  const auto kernel = flash3_forward_kernel<Kernel>;
+  // Per device and cheap (no synchronization): set on every launch rather than cached, so a
+  // second GPU gets it too. Beyond 48 KiB, dynamic shared memory must be opted into.
+  ATTNSUITE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSmemBytes));
+  const dim3 grid(static_cast<unsigned>((params.seq_q + Kernel::kTileM - 1) / Kernel::kTileM),
+                  static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
+  kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(params, q_map, k_map, v_map);
+  ATTNSUITE_CUDA_CHECK_LAUNCH("flash3_forward_kernel");
+}
+
+template <class Element, int kHeadDim>
+void run_forward(const Params& params, cudaStream_t stream) {
+  run_kernel<typename Config<Element, kHeadDim>::Kernel>(params, stream);
+}
+
+}  // namespace attnsuite::cuda::flash3

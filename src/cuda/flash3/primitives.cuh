@@ -1,0 +1,235 @@
+// The Hopper (sm_90a) PTX that flash3 is built from, named after what it does: mbarriers, TMA
+// tile loads, register reallocation, wgmma and its shared-memory matrix descriptors. Every
+// field and operand order below was checked against the PTX ISA sections on wgmma (register
+// fragments, shared-memory layouts, matrix descriptor), mbarrier, cp.async.bulk.tensor and
+// setmaxnreg; the comments say what each relies on. Only compiled for sm_90a (the kernel's
+// body is guarded by __CUDA_ARCH_FEAT_SM90_ALL).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a type only: nothing of libcuda is linked)
+
+#include <cstdint>
+
+#include "cuda/flash2/primitives.cuh"
+
+namespace attnsuite::cuda::flash3 {
+
+// Architecture-neutral helpers shared with flash2: shared-window addresses, 16-bit packing in
+// mma fragment order, exp2 on the SFU and reductions over the 4 lanes of a fragment row.
+using flash2::exp2_approx;
+using flash2::pack_pair;
+using flash2::quad_max;
+using flash2::quad_sum;
+using flash2::shared_address;
+
+// ---- mbarrier (shared-memory transaction barriers) ---------------------------------------------
+
+__device__ __forceinline__ void barrier_init(std::uint32_t barrier, std::uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
+}
+// Makes the initialized barriers visible to the other threads and to the async (TMA) proxy;
+// a __syncthreads() must follow.
+__device__ __forceinline__ void barrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival plus `bytes` expected transaction bytes: the phase completes when every arrival
+// is in and the TMA copies signalling this barrier have delivered `bytes` bytes.
+// (The arrival state that both return is not needed: waits go by phase parity.)
+__device__ __forceinline__ void barrier_arrive_expect_bytes(std::uint32_t barrier, std::uint32_t bytes) {
+  asm volatile(
+      "{\n"
+      ".reg .b64 state;\n"
+      "mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n"
+      "}\n" ::"r"(barrier),
+      "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(std::uint32_t barrier) {
+  asm volatile(
+      "{\n"
+      ".reg .b64 state;\n"
+      "mbarrier.arrive.shared::cta.b64 state, [%0];\n"
+      "}\n" ::"r"(barrier)
+      : "memory");
+}
+// Waits until the phase of parity `parity` has completed. try_wait.parity is valid for the
+// current (incomplete) phase, for which it returns false, and the immediately preceding one,
+// for which it returns true; a freshly initialized barrier is in phase 0, so waiting for
+// parity 1 returns at once (the producer's first pass over the empty barriers).
+// (No time-out: a trap anywhere in the consumers' code made ptxas cap their registers near
+// the launch bound, 348 bytes of spills and serialized wgmma at d256.)
+__device__ __forceinline__ void barrier_wait(std::uint32_t barrier, std::uint32_t parity) {
+  std::uint32_t done;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred complete;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
+        "selp.b32 %0, 1, 0, complete;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(barrier), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+
+// ---- TMA ------------------------------------------------------------------------------------------
+
+// One box of a 4-D tensor map (coordinates innermost first: column, row, head, batch) into
+// shared memory at `destination`, completing its bytes on `barrier`. Out-of-bounds elements
+// (rows past the sequence end) are written as zeros and still count toward the bytes.
+__device__ __forceinline__ void tma_load_4d(std::uint32_t destination, const CUtensorMap* map, int column, int row,
+                                            int head, int batch, std::uint32_t barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6];\n" ::"r"(destination),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(column), "r"(row), "r"(head), "r"(batch), "r"(barrier)
+      : "memory");
+}
+
+// ---- Register reallocation ----------------------------------------------------------------------
+
+// Executed by all warps of a warpgroup; needs a kernel compiled with a register maximum
+// (__launch_bounds__). .dec releases registers to the CTA pool, .inc blocks until it can take them.
+template <int kRegisters>
+__device__ __forceinline__ void release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// ---- wgmma --------------------------------------------------------------------------------------
+
+// Shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"):
+//   bits 0-13  start address >> 4       bits 16-29 leading dimension byte offset >> 4
+//   bits 32-45 stride dimension byte offset >> 4   bits 49-51 base offset (0: every swizzle
+//   pattern starts on a 1024-byte boundary, which our slabs do)   bits 62-63 swizzle: 1 = 128B.
+// K-major (Q, K): SBO = 1024 (8 rows × 128 B to the next 8 rows), LBO unused ("assumed 1").
+// MN-major (V, read transposed): LBO = bytes to the next 64 columns (the next slab), SBO = 1024
+// (the next 8 rows along K = keys).
+__device__ __forceinline__ std::uint64_t matrix_descriptor(std::uint32_t address, std::uint32_t leading_bytes,
+                                                           std::uint32_t stride_bytes) {
+  return static_cast<std::uint64_t>((address & 0x3FFFF) >> 4) |
+         static_cast<std::uint64_t>((leading_bytes & 0x3FFFF) >> 4) << 16 |
+         static_cast<std::uint64_t>((stride_bytes & 0x3FFFF) >> 4) << 32 | std::uint64_t{1} << 62;
+}
+
+// Orders this thread's earlier register accesses before the wgmma that follow (required
+// before the first wgmma that reads registers written since the last one).
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most kPending committed wgmma groups of this warpgroup are in flight.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Pins register values at this point of the program: the compiler cannot see that a wgmma
+// writes its accumulators asynchronously, so every read of them is fenced after the
+// wait_group, and every write before the wgmma.fence.
+template <int kCount>
+__device__ __forceinline__ void fence_registers(float (&values)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(values[i])::"memory");
+}
+template <int kCount>
+__device__ __forceinline__ void fence_registers(std::uint32_t (&values)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+r"(values[i])::"memory");
+}
+
+// acc (64×N fp32, the wgmma accumulator layout) (+)= A · B for one k-step of 16:
+//   wgmma_ss: A (64×16, K-major) and B (N×16, K-major) in shared memory, by descriptor;
+//   wgmma_rs: A from registers (4 × 16-bit pairs, the mma.m16n8k16 A fragment per warp), B
+//             (16×N) in shared memory N-major, read transposed (imm-trans-b = 1).
+// accumulate = 0 overwrites acc (scale-d false). Thread t of the warpgroup holds, for
+// i < N/8: acc[4i + 2h + e] = row 16·(t / 32) + (t % 32) / 4 + 8h, column 8i + 2·(t % 4) + e.
+template <class Element, int kN>
+__device__ __forceinline__ void wgmma_ss(float (&acc)[kN / 2], std::uint64_t a_descriptor, std::uint64_t b_descriptor,
+                                         int accumulate);
+template <class Element, int kN>
+__device__ __forceinline__ void wgmma_rs(float (&acc)[kN / 2], const std::uint32_t (&a)[4], std::uint64_t b_descriptor,
+                                         int accumulate);
+
+// clang-format off
+// The asm operand lists: the accumulator registers are operands 0 .. N/2 - 1, inputs follow.
+#define FLASH3_REGS10(tens)                                                                               \
+  " %" #tens "0, %" #tens "1, %" #tens "2, %" #tens "3, %" #tens "4, %" #tens "5, %" #tens "6, %" #tens \
+  "7, %" #tens "8, %" #tens "9"
+#define FLASH3_ACC32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9," FLASH3_REGS10(1) "," FLASH3_REGS10(2) ", %30, %31}"
+#define FLASH3_ACC64                                                                                            \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9," FLASH3_REGS10(1) "," FLASH3_REGS10(2) "," FLASH3_REGS10(3) "," \
+      FLASH3_REGS10(4) "," FLASH3_REGS10(5) ", %60, %61, %62, %63}"
+#define FLASH3_ACC128                                                                                           \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9," FLASH3_REGS10(1) "," FLASH3_REGS10(2) "," FLASH3_REGS10(3) "," \
+      FLASH3_REGS10(4) "," FLASH3_REGS10(5) "," FLASH3_REGS10(6) "," FLASH3_REGS10(7) "," FLASH3_REGS10(8) "," \
+      FLASH3_REGS10(9) "," FLASH3_REGS10(10) "," FLASH3_REGS10(11) ", %120, %121, %122, %123, %124, %125, %126, %127}"
+#define FLASH3_OUT4(i) "+f"(acc[i]), "+f"(acc[(i) + 1]), "+f"(acc[(i) + 2]), "+f"(acc[(i) + 3])
+#define FLASH3_OUT16(i) FLASH3_OUT4(i), FLASH3_OUT4((i) + 4), FLASH3_OUT4((i) + 8), FLASH3_OUT4((i) + 12)
+#define FLASH3_OUT32 FLASH3_OUT16(0), FLASH3_OUT16(16)
+#define FLASH3_OUT64 FLASH3_OUT32, FLASH3_OUT16(32), FLASH3_OUT16(48)
+#define FLASH3_OUT128 FLASH3_OUT64, FLASH3_OUT16(64), FLASH3_OUT16(80), FLASH3_OUT16(96), FLASH3_OUT16(112)
+
+// SS: "d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b".
+// A_DESC, B_DESC, ACCUMULATE: the operand numbers N/2, N/2 + 1, N/2 + 2.
+#define FLASH3_DEFINE_WGMMA_SS(ELEMENT, TYPE, N, ACC, OUTS, A_DESC, B_DESC, ACCUMULATE)                            \
+  template <>                                                                                                      \
+  __device__ __forceinline__ void wgmma_ss<ELEMENT, N>(float(&acc)[(N) / 2], std::uint64_t a_descriptor,           \
+                                                       std::uint64_t b_descriptor, int accumulate) {               \
+    asm volatile(                                                                                                  \
+        "{\n"                                                                                                      \
+        ".reg .pred accumulate;\n"                                                                                 \
+        "setp.ne.b32 accumulate, " ACCUMULATE ", 0;\n"                                                             \
+        "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " ACC ", " A_DESC ", " B_DESC            \
+        ", accumulate, 1, 1, 0, 0;\n"                                                                              \
+        "}\n"                                                                                                      \
+        : OUTS                                                                                                     \
+        : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate));                                                  \
+  }
+// RS: "d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b"; A_REGS are the operand
+// numbers N/2 .. N/2 + 3, B_DESC N/2 + 4, ACCUMULATE N/2 + 5.
+#define FLASH3_DEFINE_WGMMA_RS(ELEMENT, TYPE, N, ACC, OUTS, A_REGS, B_DESC, ACCUMULATE)                            \
+  template <>                                                                                                      \
+  __device__ __forceinline__ void wgmma_rs<ELEMENT, N>(float(&acc)[(N) / 2], const std::uint32_t(&a)[4],           \
+                                                       std::uint64_t b_descriptor, int accumulate) {               \
+    asm volatile(                                                                                                  \
+        "{\n"                                                                                                      \
+        ".reg .pred accumulate;\n"                                                                                 \
+        "setp.ne.b32 accumulate, " ACCUMULATE ", 0;\n"                                                             \
+        "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " ACC ", " A_REGS ", " B_DESC            \
+        ", accumulate, 1, 1, 1;\n"                                                                                 \
+        "}\n"                                                                                                      \
+        : OUTS                                                                                                     \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor), "r"(accumulate));                         \
+  }
+
+// The shapes the configurations use (traits.cuh): S = Q·Kᵀ with N = kTileN (64, 128) and
+// O += P·V with N = head dim (64, 128, 256).
+FLASH3_DEFINE_WGMMA_SS(__half, "f16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
+FLASH3_DEFINE_WGMMA_SS(__nv_bfloat16, "bf16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
+FLASH3_DEFINE_WGMMA_SS(__half, "f16", 128, FLASH3_ACC64, FLASH3_OUT64, "%64", "%65", "%66")
+FLASH3_DEFINE_WGMMA_SS(__nv_bfloat16, "bf16", 128, FLASH3_ACC64, FLASH3_OUT64, "%64", "%65", "%66")
+FLASH3_DEFINE_WGMMA_RS(__half, "f16", 64, FLASH3_ACC32, FLASH3_OUT32, "{%32, %33, %34, %35}", "%36", "%37")
+FLASH3_DEFINE_WGMMA_RS(__nv_bfloat16, "bf16", 64, FLASH3_ACC32, FLASH3_OUT32, "{%32, %33, %34, %35}", "%36", "%37")
+FLASH3_DEFINE_WGMMA_RS(__half, "f16", 128, FLASH3_ACC64, FLASH3_OUT64, "{%64, %65, %66, %67}", "%68", "%69")
+FLASH3_DEFINE_WGMMA_RS(__nv_bfloat16, "bf16", 128, FLASH3_ACC64, FLASH3_OUT64, "{%64, %65, %66, %67}", "%68", "%69")
+FLASH3_DEFINE_WGMMA_RS(__half, "f16", 256, FLASH3_ACC128, FLASH3_OUT128, "{%128, %129, %130, %131}", "%132", "%133")
+FLASH3_DEFINE_WGMMA_RS(__nv_bfloat16, "bf16", 256, FLASH3_ACC128, FLASH3_OUT128, "{%128, %129, %130, %131}", "%132",
+                       "%133")
+
+#undef FLASH3_DEFINE_WGMMA_RS
+#undef FLASH3_DEFINE_WGMMA_SS
+#undef FLASH3_OUT128
+#undef FLASH3_OUT64
+#undef FLASH3_OUT32
+#undef FLASH3_OUT16
+#undef FLASH3_OUT4
+#undef FLASH3_ACC128
+#undef FLASH3_ACC64
+#undef FLASH3_ACC32
+#undef FLASH3_REGS10
+// clang-format on
+
+}  // namespace attnsuite::cuda::flash3

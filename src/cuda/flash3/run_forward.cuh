@@ -1,0 +1,14 @@
+// The per-(dtype, head dim) entry points, each defined and explicitly instantiated in its own
+// translation unit (forward_<dtype>_d<head dim>.cu) so the six compile in parallel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/flash3/params.hpp"
+
+namespace attnsuite::cuda::flash3 {
+
+template <class Element, int kHeadDim>
+void run_forward(const Params& params, cudaStream_t stream);
+
+}  // namespace attnsuite::cuda::flash3

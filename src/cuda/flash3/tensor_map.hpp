@@ -1,0 +1,39 @@
+// TMA descriptors for flash3's operands, built on the host from the views' pointers and strides.
+// Host code; needs only the CUDA headers (the driver's encoder is found at run time through the
+// runtime's driver entry point, so nothing links against libcuda).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+
+#include "attnsuite/dtype.hpp"
+
+namespace attnsuite::cuda::flash3 {
+
+// One operand (Q, K or V) as a 4-D TMA view, innermost first: (head_dim, rows, heads, batch)
+// with the row/head/batch strides of the view, in elements (the last dim is contiguous).
+struct TensorMapShape {
+  const void* data = nullptr;
+  DType dtype = DType::BF16;
+  int head_dim = 0;
+  int rows = 0;  // seq_q or seq_kv; TMA zero-fills rows at or past this
+  int heads = 0;
+  int batch = 0;
+  std::int64_t row_stride = 0, head_stride = 0, batch_stride = 0;
+  int box_rows = 0;  // rows per copy; every copy is 64 columns (128 bytes) wide, 128B swizzle
+};
+
+// Why TMA cannot read a 16-bit tensor with this base address and these (batch, row, head)
+// strides in elements, or "" when it can: the base must be 16-byte aligned and every stride a
+// positive multiple of 16 bytes below 2^40 bytes.
+std::string tma_layout_problem(const void* data, std::int64_t batch_stride, std::int64_t row_stride,
+                               std::int64_t head_stride);
+
+// The encoded descriptor, from a small per-process cache keyed by every field (a benchmark
+// repeats the same pointers and shapes). Throws Error(Device) when the driver's encoder is
+// missing or refuses the shape.
+CUtensorMap make_tensor_map(const TensorMapShape& shape);
+
+}  // namespace attnsuite::cuda::flash3

@@ -1,0 +1,83 @@
+// flash3's compile-time configuration per (dtype, head dim): tiles, pipeline depth, register
+// split and the shared-memory layout, all derived and checked here rather than at the launch.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace attnsuite::cuda::flash3 {
+
+// A CTA owns kTileM = 128 query rows of one (batch, q head): warpgroup 0 is the producer (one
+// thread issues every TMA copy), warpgroups 1 and 2 are the consumers, 64 rows each (one
+// wgmma M = 64 tile). K/V tiles of kTileN keys stream through a kStages-deep shared ring.
+template <class Element_, int kHeadDim_, int kTileN_, int kStages_>
+struct Traits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kTileM = 128;
+  static constexpr int kTileN = kTileN_;
+  static constexpr int kStages = kStages_;
+
+  static constexpr int kConsumers = 2;                     // consumer warpgroups
+  static constexpr int kThreads = 128 * (1 + kConsumers);  // 384
+  static constexpr int kRowsPerConsumer = kTileM / kConsumers;
+  static constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals that free a K/V stage
+  // setmaxnreg: __launch_bounds__(384, 1) gives every thread 65536 / 384 → 168 registers;
+  // the producer hands its surplus to the consumers: 128·24 + 256·240 = 384·168.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+
+  // Shared memory holds every tile as 64-column slabs (128 bytes of a row: the TMA box width
+  // and the 128-byte swizzle span), each slab [rows][64] with the 128B swizzle of TMA and wgmma.
+  static constexpr int kSlabs = kHeadDim / 64;
+  static constexpr int kSlabRowBytes = 128;
+  static constexpr int kQSlabBytes = kTileM * kSlabRowBytes;
+  static constexpr int kKVSlabBytes = kTileN * kSlabRowBytes;
+  static constexpr int kQBytes = kSlabs * kQSlabBytes;    // one TMA transaction total for Q
+  static constexpr int kKVBytes = kSlabs * kKVSlabBytes;  // ... and for one K (or V) tile
+  static constexpr int kQOffset = 0;
+  static constexpr int kKOffset = kQOffset + kQBytes;
+  static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
+  static constexpr int kBarrierOffset = kVOffset + kStages * kKVBytes;
+  // Barriers: Q full, K full ×stages, V full ×stages, K/V empty ×stages (8 bytes each).
+  static constexpr int kBarrierBytes = 8 * (1 + 3 * kStages);
+  // +1024: nothing promises the dynamic shared memory a 1024-byte aligned start; the kernel
+  // rounds its base up to the 1024-byte period of the 128B swizzle.
+  static constexpr int kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;
+
+  static_assert(sizeof(Element) == 2, "flash3 computes on 16-bit inputs (fp16, bf16)");
+  static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "head dim: 64-column slabs, wgmma N <= 256 for P·V");
+  static_assert(kTileN % 16 == 0 && kTileN <= 256, "S = Q·Kᵀ is one wgmma N = kTileN; P·V consumes 16 keys a step");
+  static_assert(kTileN % 8 == 0 && kKVSlabBytes % 1024 == 0, "every slab starts on a 1024-byte swizzle period");
+  static_assert(kStages >= 2, "at least double-buffered K/V");
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <= 65536,
+                "the register split fits the SM's register file");
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
+};
+
+// The chosen configuration per (dtype, head dim); the dtype does not change the tiles.
+template <class Element, int kHeadDim>
+struct Config;
+
+// d64: S (64 regs) + P (32) + O (32) per consumer thread; 3 stages fit easily (112 KiB), so
+// the producer can run two tiles ahead.
+template <class Element>
+struct Config<Element, 64> {
+  using Kernel = Traits<Element, 64, 128, 3>;
+};
+// d128: S 64 + P 32 + O 64 registers; 32 KiB Q + 2 stages × (32 + 32) KiB = 160 KiB (a third
+// stage would need 224 KiB, at the limit).
+template <class Element>
+struct Config<Element, 128> {
+  using Kernel = Traits<Element, 128, 128, 2>;
+};
+// d256: O alone is 128 registers, so K/V tiles are 64 keys (S 32 + P 16); 64 KiB Q + 2 stages
+// × (32 + 32) KiB = 192 KiB.
+template <class Element>
+struct Config<Element, 256> {
+  using Kernel = Traits<Element, 256, 64, 2>;
+};
+
+}  // namespace attnsuite::cuda::flash3
