@@ -72,7 +72,8 @@ cli="$build/attnsuite"
 
 if [ $run_tests = 1 ]; then
   start=$(date +%s)
-  "$tests" --gtest_output="xml:$out/gtest.xml" >"$out/tests.log" 2>&1
+  # A kernel that hangs (a pipeline barrier never completing) must not eat the whole call.
+  timeout "${TEST_TIMEOUT_S:-420}" "$tests" --gtest_output="xml:$out/gtest.xml" >"$out/tests.log" 2>&1
   status=$?
   summary+=("tests (all, GPU included): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests.log" | tr '\n' ' ')exit $status, $(( $(date +%s) - start )) s")
   grep -E "^\[  FAILED|Failure" -A4 "$out/tests.log" | head -40
@@ -87,7 +88,8 @@ if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   # reference), i.e. it does not see cuBLAS's writes — no kernel of ours is involved.
   for tool in memcheck racecheck synccheck initcheck; do
     tool_filter=$filter
-    [ "$tool" = initcheck ] && tool_filter=${filter//\/\*/\/flash2}
+    [ "$tool" = initcheck ] && tool_filter=${filter//\/\*/\/flash2}:${filter%%:*}
+    [ "$tool" = initcheck ] && tool_filter=${tool_filter/\/\*/\/flash3}
     timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 "$tests" \
       --gtest_filter="$tool_filter" >"$out/sanitize-$tool.log" 2>&1
     status=$?
