@@ -21,6 +21,7 @@ Action add_list(CLI::App& app);
 Action add_info(CLI::App& app);
 Action add_report(CLI::App& app);
 Action add_compare(CLI::App& app);
+Action add_export_onnx(CLI::App& app);
 
 // Set by SIGINT/SIGTERM; polled by the sweep between and inside cases.
 bool interrupt_requested();
