@@ -199,8 +199,9 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
   if (lse) {
     ATTNSUITE_REQUIRE(lse->ndim() == 3 && lse->dtype() == nb::dtype<float>() &&
                           static_cast<int>(lse->shape(0)) == p.batch && static_cast<int>(lse->shape(1)) == p.heads_q &&
-                          static_cast<int>(lse->shape(2)) == p.seq_q && lse->stride(2) == 1 &&
-                          lse->stride(1) == p.seq_q && lse->stride(0) == static_cast<std::int64_t>(p.heads_q) * p.seq_q,
+                          static_cast<int>(lse->shape(2)) == p.seq_q &&
+                          (p.seq_q == 1 || lse->stride(2) == 1) && (p.heads_q == 1 || lse->stride(1) == p.seq_q) &&
+                          (p.batch == 1 || lse->stride(0) == static_cast<std::int64_t>(p.heads_q) * p.seq_q),
                       "lse must be a dense float32 array of shape (batch, heads_q, seq_q)");
     lse_view = {static_cast<float*>(lse->data()), call.args.q.device};
   }
@@ -251,9 +252,10 @@ std::string resolve_name(const std::string& backend_name, const Array& q, const 
   return std::string(resolve(backend_name, call).name());
 }
 
-// An uninitialized array the library owns until the last DLPack consumer drops it: for
+// An uninitialized array the library owns until the last DLPack consumer drops it (an object
+// with __dlpack__, which numpy.from_dlpack / jax.dlpack.from_dlpack take): for
 // frameworks whose arrays cannot be written (jax), and for CUDA outputs without a framework.
-MutableArray empty(const std::vector<std::size_t>& shape, const std::string& dtype_name, int device_type, int device_id) {
+nb::ndarray<nb::array_api> empty(const std::vector<std::size_t>& shape, const std::string& dtype_name, int device_type, int device_id) {
   const auto dtype = parse_dtype(dtype_name);
   ATTNSUITE_REQUIRE(dtype.has_value(), fmt::format("dtype '{}' is not allowed: fp32, fp16, bf16", dtype_name));
   std::size_t count = 1;
@@ -280,7 +282,7 @@ MutableArray empty(const std::vector<std::size_t>& shape, const std::string& dty
     throw Error(ErrorKind::Unsupported, "this attnsuite was built without CUDA: arrays on a GPU are not supported");
 #endif
   }
-  return MutableArray(data, shape.size(), shape.data(), owner, nullptr, dl, device_type, device_id);
+  return nb::ndarray<nb::array_api>(data, shape.size(), shape.data(), owner, nullptr, dl, device_type, device_id);
 }
 
 nb::list backends() {

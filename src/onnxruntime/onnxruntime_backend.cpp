@@ -216,7 +216,11 @@ class OnnxRuntimeBackend final : public Backend {
                                   to_string(view.device.type), to_string(device_)));
     ATTNSUITE_REQUIRE(view.shape == shape && view.dtype == p.dtype,
                       fmt::format("{}: {} does not match the problem's shape and dtype", name_, what));
-    ATTNSUITE_CHECK(view.strides == TensorView::dense_strides(shape, p.layout), ErrorKind::Unsupported,
+    // Strides of extent-1 dims are free (numpy sets them as it likes); the others must be dense.
+    const auto dense = TensorView::dense_strides(shape, p.layout);
+    bool is_dense = true;
+    for (int dim = 0; dim < 4; ++dim) is_dense = is_dense && (shape[dim] == 1 || view.strides[dim] == dense[dim]);
+    ATTNSUITE_CHECK(is_dense, ErrorKind::Unsupported,
                     fmt::format("{}: {} must be dense in the problem's layout ({}): ONNX Runtime binds whole buffers",
                                 name_, what, to_string(p.layout)));
   }
