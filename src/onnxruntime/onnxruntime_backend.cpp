@@ -12,19 +12,19 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
+#include <sys/mman.h>
+
 #include <fstream>
 #include <map>
 #include <optional>
 #include <string>
 
 #include "attnsuite/error.hpp"
-#include "attnsuite/memory.hpp"
 #include "cpu/common.hpp"
 #include "onnxruntime/embedded_python.hpp"
 
 #if ATTNSUITE_HAVE_CUDA
-#include "cuda/common/device_buffer.hpp"
+#include <cuda_runtime_api.h>
 #endif
 
 namespace attnsuite::onnxruntime {
@@ -51,6 +51,73 @@ bool reset_resident_peak() {
   clear << "5";
   clear.flush();
   return static_cast<bool>(clear);
+}
+
+// The output ONNX Runtime writes, allocated outside the harness's tracker: the peer reports its
+// own peak (output included) by measuring around the forward, as the PyTorch peers do through
+// their allocator. On the CPU fresh anonymous pages, so they become resident only when ONNX
+// Runtime writes them, inside the measured forward.
+class OutputBuffer {
+ public:
+  OutputBuffer() = default;
+  OutputBuffer(std::size_t bytes, DeviceType device) : bytes_(bytes), device_(device) {
+    if (device == DeviceType::Cpu) {
+      void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (mapped == MAP_FAILED)
+        throw Error(ErrorKind::OutOfMemory, fmt::format("onnxruntime: cannot map {} bytes for the output", bytes));
+      data_ = mapped;
+    } else {
+#if ATTNSUITE_HAVE_CUDA
+      if (cudaMalloc(&data_, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        throw Error(ErrorKind::OutOfMemory, fmt::format("onnxruntime: cudaMalloc of {} bytes for the output failed", bytes));
+      }
+#else
+      throw Error(ErrorKind::Unsupported, "onnxruntime: this build has no CUDA");
+#endif
+    }
+  }
+  ~OutputBuffer() { release(); }
+  OutputBuffer(const OutputBuffer&) = delete;
+  OutputBuffer& operator=(const OutputBuffer&) = delete;
+  OutputBuffer& operator=(OutputBuffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      std::swap(data_, other.data_);
+      std::swap(bytes_, other.bytes_);
+      std::swap(device_, other.device_);
+    }
+    return *this;
+  }
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void release() noexcept {
+    if (data_ == nullptr) return;
+    if (device_ == DeviceType::Cpu) {
+      munmap(data_, bytes_);
+    } else {
+#if ATTNSUITE_HAVE_CUDA
+      cudaFree(data_);
+#endif
+    }
+    data_ = nullptr;
+  }
+
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  DeviceType device_ = DeviceType::Cpu;
+};
+
+// Free device memory (cudaMemGetInfo), for the CUDA EP's arena growth; 0 without CUDA.
+std::size_t free_device_bytes() {
+#if ATTNSUITE_HAVE_CUDA
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) == cudaSuccess) return free;
+  cudaGetLastError();
+#endif
+  return 0;
 }
 
 PyObject* problem_dict(const AttentionProblem& p) {
@@ -144,9 +211,9 @@ class OnnxRuntimeBackend final : public Backend {
   TensorView produced_output() const override { return output_view_; }
   LseView produced_lse() const override { return {}; }
 
-  // The peak is the growth of the process's resident set during the next forward (ONNX
-  // Runtime's arena allocates outside our tracker), on the CPU; the CUDA EP's device arena is
-  // not visible from here and reads 0.
+  // The peak of the next forward: on the CPU the growth of the process's resident set during it
+  // (the output's pages and ONNX Runtime's arena and temporaries); on a GPU the output plus the
+  // drop in free device memory (the CUDA EP's arena growing).
   void reset_own_peak_memory() override {
     measure_next_ = true;
     own_peak_ = 0;
@@ -168,13 +235,19 @@ class OnnxRuntimeBackend final : public Backend {
       if (!result) throw Error(ErrorKind::Device, fmt::format("{}: binding the buffers failed: {}", name_, take_python_error()));
       bound_ = {args.q.data, args.k.data, args.v.data};
     }
-    const bool measure = measure_next_ && device_ == DeviceType::Cpu && reset_resident_peak();
-    const std::size_t resident_before = measure ? status_bytes("VmRSS") : 0;
+    const bool measure_host = measure_next_ && device_ == DeviceType::Cpu && reset_resident_peak();
+    const bool measure_device = measure_next_ && device_ == DeviceType::Cuda;
+    const std::size_t resident_before = measure_host ? status_bytes("VmRSS") : 0;
+    const std::size_t free_before = measure_device ? free_device_bytes() : 0;
     PyRef result(PyObject_CallNoArgs(run_.get()));
     if (!result) throw Error(ErrorKind::Device, fmt::format("{}: {}", name_, take_python_error()));
-    if (measure) {
+    if (measure_host) {
       const std::size_t peak = status_bytes("VmHWM");
       own_peak_ = peak > resident_before ? peak - resident_before : 0;
+    }
+    if (measure_device) {
+      const std::size_t free_after = free_device_bytes();
+      own_peak_ = output_.bytes() + (free_before > free_after ? free_before - free_after : 0);
     }
     measure_next_ = false;
   }
@@ -231,22 +304,11 @@ class OnnxRuntimeBackend final : public Backend {
     runner_.reset();
     bound_ = {};
     output_view_ = {};
-    output_host_ = HostBuffer();
+    output_ = OutputBuffer();  // the previous shape's, before the next is made
     const std::array<std::int64_t, 4> shape{p.batch, p.seq_q, p.heads_q, p.dim_v()};
     const std::size_t bytes = static_cast<std::size_t>(shape[0] * shape[1] * shape[2] * shape[3]) * size_of(p.dtype);
-    void* data = nullptr;
-    if (device_ == DeviceType::Cpu) {
-      output_host_ = HostBuffer(bytes);
-      // Touched now, so the resident-set measure of the forward does not count the output again
-      // (the tracker already counted it).
-      std::memset(output_host_.data(), 0, bytes);
-      data = output_host_.data();
-    } else {
-#if ATTNSUITE_HAVE_CUDA
-      output_device_ = cuda::DeviceBuffer(bytes);
-      data = output_device_.data();
-#endif
-    }
+    output_ = OutputBuffer(bytes, device_);
+    void* data = output_.data();
     PyObject* module = onnx_graphs_module();
     PyRef problem(problem_dict(p));
     PyRef runner_type(PyObject_GetAttrString(module, "Runner"));
@@ -276,10 +338,7 @@ class OnnxRuntimeBackend final : public Backend {
   AttentionProblem problem_;
   PyRef runner_, run_;
   std::array<const void*, 3> bound_{};
-  HostBuffer output_host_;
-#if ATTNSUITE_HAVE_CUDA
-  cuda::DeviceBuffer output_device_;
-#endif
+  OutputBuffer output_;
   TensorView output_view_;
   bool measure_next_ = false;
   std::size_t own_peak_ = 0;
