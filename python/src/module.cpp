@@ -44,7 +44,9 @@ using MutableArray = nb::ndarray<>;
 
 // Registry lookups create backends lazily and some backends keep per-call state, so calls into
 // backends are serialized (Python threads calling attention() concurrently take turns).
-std::mutex g_backend_mutex;
+// Recursive: a bench() progress callback may call attention() on the sweep's own thread.
+// Always taken with the GIL released (a sweep holding it takes the GIL for its callbacks).
+std::recursive_mutex g_backend_mutex;
 
 PyObject* g_unsupported_error = nullptr;
 
@@ -206,7 +208,7 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
     lse_view = {static_cast<float*>(lse->data()), call.args.q.device};
   }
   nb::gil_scoped_release release;
-  std::lock_guard lock(g_backend_mutex);
+  std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
   Backend& backend = resolve(backend_name, call);
   if (backend.produces_own_output()) {
     ATTNSUITE_REQUIRE(lse_view.empty(), fmt::format("backend '{}' computes no log-sum-exp", backend.name()));
@@ -235,7 +237,7 @@ double time_forward(const std::string& backend_name, const Array& q, const Array
   Call call = make_call(q, k, v, causal, std::nullopt, layout, -1, -1);
   call.args.o = view_of(o, call.problem.layout, "out");
   nb::gil_scoped_release release;
-  std::lock_guard lock(g_backend_mutex);
+  std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
   Backend& backend = resolve(backend_name, call);
   ATTNSUITE_REQUIRE(!backend.produces_own_output() && backend.workspace_bytes(call.problem) == 0,
                     "time_forward takes backends that write into the caller's output");
@@ -249,7 +251,7 @@ std::string resolve_name(const std::string& backend_name, const Array& q, const 
                          std::optional<float> scale, const std::string& layout, int window_left, int window_right) {
   const Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right);
   nb::gil_scoped_release release;  // always before taking the mutex: a sweep holding it takes the GIL
-  std::lock_guard lock(g_backend_mutex);
+  std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
   return std::string(resolve(backend_name, call).name());
 }
 
@@ -290,7 +292,7 @@ nb::list backends() {
   std::vector<std::array<std::string, 5>> rows;
   {
     nb::gil_scoped_release release;
-    std::lock_guard lock(g_backend_mutex);
+    std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
     Registry& registry = Registry::global();
     for (const auto& name : registry.names()) {
       Backend& backend = registry.find(name);
@@ -367,7 +369,7 @@ std::string run_sweep(const std::string& suite, const std::string& overrides_tex
   bench::SweepOutcome outcome;
   {
     nb::gil_scoped_release release;
-    std::lock_guard lock(g_backend_mutex);
+    std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
     outcome = bench::run_sweep(spec, options, registry);
   }
   if (interrupted) {
