@@ -28,8 +28,10 @@ constexpr const char* kBootstrap =
     "try:\n"
     "    from attnsuite.onnx import main\n"
     "except ImportError as error:\n"
-    "    sys.stderr.write(f'attnsuite: error: export-onnx runs in the attnsuite Python package, which did not "
-    "import ({error}); build it with ./scripts/setup.sh or install it with pip install .\\n')\n"
+    "    hint = ('install the package: pip install . (or build it in-tree: ./scripts/setup.sh)' if error.name in "
+    "('attnsuite', 'attnsuite._core') else 'install the exporter\\'s dependencies: pip install onnx onnxruntime')\n"
+    "    sys.stderr.write(f'attnsuite: error: export-onnx runs in the attnsuite Python package and needs {error.name}; '\n"
+    "                     f'{hint} (python: {sys.executable})\\n')\n"
     "    sys.exit(2)\n"
     "sys.exit(main(sys.argv[1:], prog='attnsuite export-onnx'))\n";
 
