@@ -168,7 +168,9 @@ def _model(g, opset, doc):
     graph = helper.make_graph(g.nodes, "attnsuite", g.inputs, g.outputs, g.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="attnsuite", doc_string=doc)
-    model.ir_version = min(model.ir_version, 10)  # what onnxruntime 1.2x reads
+    # The lowest IR version that carries the opset (8 for opset 17, 11 for 23), not the newest
+    # the onnx package writes, so older runtimes read the decomposed form.
+    model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))
     return model
 
 
