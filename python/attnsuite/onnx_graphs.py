@@ -183,8 +183,11 @@ def attention_model(p, form, dynamic=False):
     if elem is None:
         numpy_dtype(p["dtype"])
     b = "batch" if dynamic else p["batch"]
-    nq = "seq_q" if dynamic else p["seq_q"]
-    nk = "seq_kv" if dynamic else p["seq_kv"]
+    # Self-attention (seq_q == seq_kv) declares one symbolic length for q and k: the Attention
+    # operator's is_causal (top-left aligned without past keys) is only right when they are equal.
+    self_attention = p["seq_q"] == p["seq_kv"]
+    nq = ("seq" if self_attention else "seq_q") if dynamic else p["seq_q"]
+    nk = ("seq" if self_attention else "seq_kv") if dynamic else p["seq_kv"]
     for name, seq, heads, dim in (("q", nq, p["heads_q"], p["head_dim"]), ("k", nk, p["heads_kv"], p["head_dim"]),
                                   ("v", nk, p["heads_kv"], p["head_dim_v"])):
         g.inputs.append(helper.make_tensor_value_info(name, elem, _shape(kind, b, seq, heads, dim)))
