@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-// Python.h without its PyObject in every includer: the peers' .cpp files include Python.h.
+// PyObject is `struct _object`: declared here so that includers need not include Python.h.
 struct _object;
 
 namespace attnsuite::onnxruntime {
