@@ -10,7 +10,7 @@ shift || true
 # a clean machine without pip (Debian's own python3 is externally managed); `attnsuite report`
 # finds the python3 that has it (a pyenv python3 first on the PATH may not).
 packages=(cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-          libopenblas-dev libtomlplusplus-dev python3 python3-matplotlib)
+          libopenblas-dev libtomlplusplus-dev python3 python3-matplotlib python3-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,5 +32,9 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   fi
 fi
 
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >&2
+# The Python packages (PyPI) for the module attnsuite._core, the ONNX parts, tests and notebook;
+# CMake builds against the interpreter that has them.
+python=$("$root/scripts/setup-python.sh")
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DPython_EXECUTABLE=$python" "$@" >&2
 cmake --build "$build" -j "$(nproc)" >&2

@@ -26,6 +26,7 @@ Action add_tune(CLI::App& app);
 
 // Without --suite: "headline" where a CUDA GPU is visible, else "default" (CPU).
 std::string default_suite_name();
+Action add_export_onnx(CLI::App& app);
 
 // Set by SIGINT/SIGTERM; polled by the sweep between and inside cases.
 bool interrupt_requested();

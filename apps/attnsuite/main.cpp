@@ -7,7 +7,12 @@
 #include <vector>
 
 #include "attnsuite/error.hpp"
+#include "attnsuite/registry.hpp"
 #include "commands.hpp"
+
+#if ATTNSUITE_HAVE_ONNXRUNTIME_PEER
+#include "onnxruntime/onnxruntime_peer.hpp"
+#endif
 
 int main(int argc, char** argv) {
   using namespace attnsuite;
@@ -26,6 +31,13 @@ int main(int argc, char** argv) {
   add("report", "Re-render a results file (.json, .jsonl or .csv) as tables", cli::add_report);
   add("compare", "Compare two results files case by case (A = baseline, B = new)", cli::add_compare);
   add("tune", "Find the batch size of highest throughput under memory and p95 limits (--batch)", cli::add_tune);
+  add("export-onnx", "Write an attention layer or block as ONNX (Attention op and MatMul/Softmax graph), "
+      "checked against the reference (runs the Python package; --help for its options)", cli::add_export_onnx);
+
+#if ATTNSUITE_HAVE_ONNXRUNTIME_PEER
+  // Peers outside the library (they embed Python), added after the built-in backends.
+  onnxruntime::register_onnxruntime_backends(Registry::global());
+#endif
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,26 @@
+"""The example notebook executes headless (nbclient) and shows its table and plots."""
+import pathlib
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("matplotlib")
+pytest.importorskip("pandas")
+
+NOTEBOOK = pathlib.Path(__file__).resolve().parents[2] / "examples" / "attention_optimization.ipynb"
+
+
+def test_notebook_runs(tmp_path, monkeypatch):
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend renders the figures
+    # The kernel is a child process: it finds the package through PYTHONPATH like this test.
+    client = nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "median latency (ms)" in text and "cpu-flash" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs), "the plots cell shows no figure"
+    assert (tmp_path / "results" / "notebook-default" / "results.json").exists()
