@@ -4,7 +4,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/plan.hpp"
 
 namespace attnsuite::cli {
 
@@ -21,6 +28,20 @@ Action add_list(CLI::App& app);
 Action add_info(CLI::App& app);
 Action add_report(CLI::App& app);
 Action add_compare(CLI::App& app);
+
+// What `attnsuite bench ARGS...` would run, decided without running it.
+struct BenchPlan {
+  nlohmann::json suite_json;  // the suite with the flags merged in, saved as suite.json
+  std::string source;         // where it came from, for error messages
+  bench::SweepSpec spec;
+  std::filesystem::path out_dir;
+  bool resume = false, force = false, quiet = false;
+};
+
+// Parses bench's arguments (without the program name and "bench") as the CLI does and returns
+// the plan; reads at most a suite file and writes nothing. Throws CLI::ParseError for a bad flag
+// and Error for a bad value. For tests and the fuzzer (tests/fuzz/fuzz_cli.cpp).
+BenchPlan plan_bench(const std::vector<std::string>& args);
 
 // Set by SIGINT/SIGTERM; polled by the sweep between and inside cases.
 bool interrupt_requested();

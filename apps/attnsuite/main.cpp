@@ -8,6 +8,7 @@
 
 #include "attnsuite/error.hpp"
 #include "commands.hpp"
+#include "core/fault.hpp"
 
 int main(int argc, char** argv) {
   using namespace attnsuite;
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    fault::arm_from_environment();  // test-only: ATTNSUITE_FAULT=alloc:N|cuda:N (core/fault.hpp)
     for (auto& [sub, action] : commands)
       if (sub->parsed()) return action();
     fmt::print(stderr, "{}", app.help());

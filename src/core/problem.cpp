@@ -60,6 +60,20 @@ void AttentionProblem::validate() const {
   ATTNSUITE_REQUIRE(head_dim_v >= 0 && head_dim_v <= kMaxDim,
                     fmt::format("head_dim_v = {} is not allowed: 0 (same as head_dim) or a positive size",
                                 head_dim_v));
+  // Element counts of Q, K, V and O: each must fit the backends' 64-bit element offsets and be
+  // exact in a double (the FLOP and byte models), so at most 2^53. Each size alone is at most
+  // 2^30, so these products are exact enough in double and cannot overflow it.
+  static constexpr double kMaxElements = 9007199254740992.0;  // 2^53
+  auto elements = [](const char* what, const char* formula, double count) {
+    ATTNSUITE_REQUIRE(count <= kMaxElements,
+                      fmt::format("the problem is too large: {} would hold {:.3g} elements ({}); at most 2^53",
+                                  what, count, formula));
+  };
+  const double dv = static_cast<double>(dim_v());
+  elements("Q", "batch × seq_q × heads_q × head_dim", static_cast<double>(batch) * seq_q * heads_q * head_dim);
+  elements("K", "batch × seq_kv × heads_kv × head_dim", static_cast<double>(batch) * seq_kv * heads_kv * head_dim);
+  elements("V", "batch × seq_kv × heads_kv × head_dim_v", static_cast<double>(batch) * seq_kv * heads_kv * dv);
+  elements("O", "batch × seq_q × heads_q × head_dim_v", static_cast<double>(batch) * seq_q * heads_q * dv);
   ATTNSUITE_REQUIRE(heads_q % heads_kv == 0,
                     fmt::format("heads_q = {} is not divisible by heads_kv = {}: GQA/MQA needs "
                                 "heads_q to be a multiple of heads_kv",
