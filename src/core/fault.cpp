@@ -63,7 +63,7 @@ void arm_from_spec(std::string_view spec) {
                              "comma-separated for both",
                              spec));
   };
-  bool seen[2] = {false, false};
+  std::uint64_t nth_of[2] = {0, 0};  // parsed first, armed only when the whole spec is good
   std::string_view rest = spec;
   while (!rest.empty()) {
     const std::size_t comma = rest.find(',');
@@ -83,10 +83,11 @@ void arm_from_spec(std::string_view spec) {
     std::uint64_t nth = 0;
     const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), nth);
     if (error != std::errc() || end != number.data() + number.size() || nth == 0) throw bad();
-    if (seen[static_cast<int>(site)]) throw bad();
-    seen[static_cast<int>(site)] = true;
-    arm(site, nth);
+    if (nth_of[static_cast<int>(site)] != 0) throw bad();
+    nth_of[static_cast<int>(site)] = nth;
   }
+  for (const Site site : {Site::HostAlloc, Site::CudaCall})
+    if (nth_of[static_cast<int>(site)] != 0) arm(site, nth_of[static_cast<int>(site)]);
 }
 
 void arm_from_environment() {
