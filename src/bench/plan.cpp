@@ -71,11 +71,25 @@ std::vector<int> int_list(const Json& value, const std::string& source, const st
   return out;
 }
 
-std::vector<std::string> string_list(const Json& value, const std::string& source, const std::string& key) {
+// A text as error messages show it: control characters escaped as in JSON, so that a name
+// with a newline in it still makes a one-line message.
+std::string printable(const std::string& text) {
+  const std::string quoted = Json(text).dump(-1, ' ', false, Json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
+}
+
+// Names (backends, models, dtypes, ...) never hold control characters; free text (the
+// description) may.
+std::vector<std::string> string_list(const Json& value, const std::string& source, const std::string& key,
+                                     bool free_text = false) {
   std::vector<std::string> out;
   for (const auto& item : as_list(value)) {
     if (!item.is_string()) bad(source, key, fmt::format("must be a string or a list of strings, got {}", describe_value(item)));
     out.push_back(item.get<std::string>());
+    const bool control = std::any_of(out.back().begin(), out.back().end(),
+                                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+    if (control && !free_text)
+      bad(source, key, fmt::format("= {} is not allowed: a name without control characters", describe_value(item)));
   }
   if (out.empty()) bad(source, key, "is an empty list");
   return out;
@@ -94,7 +108,7 @@ void check_keys(const Json& object, const std::string& source, const std::string
   for (const auto& [key, value] : object.items()) {
     if (!allowed.contains(key))
       throw Error(ErrorKind::Usage, fmt::format("suite '{}': unknown key '{}{}'; allowed: {}", source,
-                                                where.empty() ? "" : where + ".", key, fmt::join(allowed, ", ")));
+                                                where.empty() ? "" : where + ".", printable(key), fmt::join(allowed, ", ")));
   }
 }
 
@@ -129,7 +143,8 @@ Json parse_suite_text(const std::string& text, const std::string& extension, con
   }
   try {
     return Json::parse(text);
-  } catch (const Json::parse_error& error) {
+  } catch (const Json::exception& error) {
+    // parse_error, and out_of_range for a number beyond double ("1e999", found by fuzz_suite).
     throw Error(ErrorKind::Usage, fmt::format("suite '{}': malformed JSON: {}", source, error.what()));
   }
 }
@@ -207,7 +222,7 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
           fmt::format("= {} is not allowed: 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'",
                       describe_value(suite["name"])));
   }
-  if (suite.contains("description")) spec.description = string_list(suite["description"], source, "description").front();
+  if (suite.contains("description")) spec.description = string_list(suite["description"], source, "description", true).front();
   if (!suite.contains("backends")) bad(source, "backends", "is missing: name at least one backend");
   spec.backends = string_list(suite["backends"], source, "backends");
   if (suite.contains("dtype")) {

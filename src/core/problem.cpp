@@ -26,12 +26,13 @@ double AttentionProblem::attended_pairs() const {
 }
 
 double AttentionProblem::flops() const {
-  const double dense = 2.0 * batch * heads_q * static_cast<double>(seq_q) * seq_kv *
-                       (head_dim + dim_v());
+  // In double: head_dim + head_dim_v alone overflows int at 2^30 each (found by fuzz_problem).
+  const double dims = static_cast<double>(head_dim) + dim_v();
+  const double dense = 2.0 * batch * heads_q * static_cast<double>(seq_q) * seq_kv * dims;
   if (!has_mask()) return dense;
   // FlashAttention's convention for plain causal self-attention: exactly half the dense count.
   if (causal && window_left < 0 && window_right < 0 && seq_q == seq_kv) return dense / 2.0;
-  return 2.0 * attended_pairs() * (head_dim + dim_v());
+  return 2.0 * attended_pairs() * dims;
 }
 
 double AttentionProblem::min_bytes() const {
