@@ -137,8 +137,9 @@ Json parse_suite_text(const std::string& text, const std::string& extension, con
     try {
       return toml_to_json(toml::parse(text, source));
     } catch (const toml::parse_error& error) {
+      // toml++ quotes the offending text, newlines included (found by fuzz_suite): escaped here.
       throw Error(ErrorKind::Usage, fmt::format("suite '{}': malformed TOML at line {}: {}", source,
-                                                error.source().begin.line, error.description()));
+                                                error.source().begin.line, printable(std::string(error.description()))));
     }
   }
   try {
