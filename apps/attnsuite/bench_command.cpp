@@ -169,20 +169,20 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
 }
 
 // The flag → plan path: everything the bench command decides before it runs a case.
-BenchPlan make_bench_plan(BenchFlags flags) {
-  BenchFlags* f = &flags;
-  if (f->suite.empty()) f->suite = default_suite_name();
+BenchPlan make_bench_plan(const BenchFlags& f) {
+  const std::string suite = f.suite.empty() ? default_suite_name() : f.suite;
   BenchPlan plan;
-  nlohmann::json overrides = overrides_from(*f);
-  plan.source = f->suite;
-  const std::filesystem::path saved = f->out.empty() ? std::filesystem::path() : std::filesystem::path(f->out) / bench::kSuiteFile;
-  if (f->resume && !f->out.empty() && std::filesystem::exists(saved)) {
+  nlohmann::json overrides = overrides_from(f);
+  plan.source = suite;
+  const std::filesystem::path saved = f.out.empty() ? std::filesystem::path() : std::filesystem::path(f.out) / bench::kSuiteFile;
+  std::error_code missing;  // an unusable --out (too long a name, ...) is reported by the sweep
+  if (f.resume && !f.out.empty() && std::filesystem::exists(saved, missing)) {
     // Resuming: the sweep's own saved suite, with any flags given now on top.
     plan.suite_json = bench::load_suite_json(saved.string());
     plan.source = saved.string();
   } else {
-    if (f->resume && f->out.empty()) throw Error(ErrorKind::Usage, "--resume needs --out DIR: the directory of the sweep to finish");
-    plan.suite_json = bench::load_suite_json(f->suite);
+    if (f.resume && f.out.empty()) throw Error(ErrorKind::Usage, "--resume needs --out DIR: the directory of the sweep to finish");
+    plan.suite_json = bench::load_suite_json(suite);
   }
   if (!overrides.empty()) {
     plan.suite_json = bench::merge_suite(std::move(plan.suite_json), overrides);
@@ -192,18 +192,18 @@ BenchPlan make_bench_plan(BenchFlags flags) {
   Registry& registry = Registry::global();
   for (const auto& name : plan.spec.backends) (void)registry.find(name);  // unknown names fail before the sweep
 
-  if (f->out.empty()) {
+  if (f.out.empty()) {
     std::string dir = (std::filesystem::path("results") /
                        fmt::format("{}-{}", plan.spec.name, bench::utc_now_iso8601().substr(0, 19)))
                           .string();
     std::replace(dir.begin(), dir.end(), ':', '-');
     plan.out_dir = dir;
   } else {
-    plan.out_dir = f->out;
+    plan.out_dir = f.out;
   }
-  plan.resume = f->resume;
-  plan.force = f->force;
-  plan.quiet = f->quiet;
+  plan.resume = f.resume;
+  plan.force = f.force;
+  plan.quiet = f.quiet;
   return plan;
 }
 

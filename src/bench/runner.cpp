@@ -82,14 +82,13 @@ HostTensor make_host_tensor(const std::vector<float>& dense_bshd, std::array<std
 
 constexpr double kGiB = 1073741824.0;
 
-// Element counts of Q, K, V and O (validate() bounds each by 2^53).
+// Element counts of Q, K and V (validate() bounds each by 2^53).
 struct TensorSizes {
-  double q, k, v, o;
+  double q, k, v;
   explicit TensorSizes(const AttentionProblem& p)
       : q(static_cast<double>(p.batch) * p.seq_q * p.heads_q * p.head_dim),
         k(static_cast<double>(p.batch) * p.seq_kv * p.heads_kv * p.head_dim),
-        v(static_cast<double>(p.batch) * p.seq_kv * p.heads_kv * p.dim_v()),
-        o(static_cast<double>(p.batch) * p.seq_q * p.heads_q * p.dim_v()) {}
+        v(static_cast<double>(p.batch) * p.seq_kv * p.heads_kv * p.dim_v()) {}
 };
 
 // Host bytes Runner::prepare() holds at its peak for a shape: the fp32 inputs it generates
