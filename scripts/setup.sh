@@ -11,6 +11,9 @@ shift || true
 # finds the python3 that has it (a pyenv python3 first on the PATH may not).
 packages=(cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev
           libopenblas-dev libtomlplusplus-dev python3 python3-matplotlib python3-dev python3-venv)
+# More for one build, e.g. clang and libFuzzer for scripts/reliability.sh.
+read -r -a extra_packages <<< "${ATTNSUITE_EXTRA_PACKAGES:-}"
+packages+=("${extra_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

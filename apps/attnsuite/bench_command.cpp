@@ -138,18 +138,7 @@ std::string default_suite_name() {
   return "default";
 }
 
-bool interrupt_requested() { return g_interrupted.load(); }
-
-void install_interrupt_handlers() {
-  struct sigaction action {};
-  action.sa_handler = on_interrupt;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-}
-
-Action add_bench(CLI::App& app) {
-  auto f = std::make_shared<BenchFlags>();
+void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("--suite", f->suite,
                  "Suite name (bench/suites/NAME) or a .json/.toml file (default: headline with a GPU, else default)");
   app.add_option("-b,--backends", f->backends, "Backends to run (comma-separated; see `attnsuite list`)")->delimiter(',');
@@ -178,45 +167,87 @@ Action add_bench(CLI::App& app) {
   app.add_flag("--resume", f->resume, "Finish an interrupted sweep in --out, skipping finished cases");
   app.add_flag("--force", f->force, "Overwrite results already in --out");
   app.add_flag("-q,--quiet", f->quiet, "No progress output");
+}
 
+// The flag → plan path: everything the bench command decides before it runs a case.
+BenchPlan make_bench_plan(const BenchFlags& f) {
+  const std::string suite = f.suite.empty() ? default_suite_name() : f.suite;
+  BenchPlan plan;
+  nlohmann::json overrides = overrides_from(f);
+  plan.source = suite;
+  const std::filesystem::path saved = f.out.empty() ? std::filesystem::path() : std::filesystem::path(f.out) / bench::kSuiteFile;
+  std::error_code missing;  // an unusable --out (too long a name, ...) is reported by the sweep
+  if (f.resume && !f.out.empty() && std::filesystem::exists(saved, missing)) {
+    // Resuming: the sweep's own saved suite, with any flags given now on top.
+    plan.suite_json = bench::load_suite_json(saved.string());
+    plan.source = saved.string();
+  } else {
+    if (f.resume && f.out.empty()) throw Error(ErrorKind::Usage, "--resume needs --out DIR: the directory of the sweep to finish");
+    plan.suite_json = bench::load_suite_json(suite);
+  }
+  if (!overrides.empty()) {
+    plan.suite_json = bench::merge_suite(std::move(plan.suite_json), overrides);
+    plan.source += " + flags";
+  }
+  plan.spec = bench::parse_suite(plan.suite_json, plan.source);
+  Registry& registry = Registry::global();
+  for (const auto& name : plan.spec.backends) (void)registry.find(name);  // unknown names fail before the sweep
+
+  if (f.out.empty()) {
+    std::string dir = (std::filesystem::path("results") /
+                       fmt::format("{}-{}", plan.spec.name, bench::utc_now_iso8601().substr(0, 19)))
+                          .string();
+    std::replace(dir.begin(), dir.end(), ':', '-');
+    plan.out_dir = dir;
+  } else {
+    plan.out_dir = f.out;
+  }
+  plan.resume = f.resume;
+  plan.force = f.force;
+  plan.quiet = f.quiet;
+  return plan;
+}
+
+}  // namespace
+
+bool interrupt_requested() { return g_interrupted.load(); }
+
+void install_interrupt_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+BenchPlan plan_bench(const std::vector<std::string>& args) {
+  CLI::App app{"attnsuite bench", "bench"};
+  BenchFlags flags;
+  add_bench_flags(app, &flags);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  app.parse(reversed);
+  return make_bench_plan(flags);
+}
+
+Action add_bench(CLI::App& app) {
+  auto f = std::make_shared<BenchFlags>();
+  add_bench_flags(app, f.get());
   return [f]() -> int {
-    if (f->suite.empty()) f->suite = default_suite_name();
-    nlohmann::json overrides = overrides_from(*f);
-    nlohmann::json suite_json;
-    std::string source = f->suite;
-    const std::filesystem::path saved = f->out.empty() ? std::filesystem::path() : std::filesystem::path(f->out) / bench::kSuiteFile;
-    if (f->resume && !f->out.empty() && std::filesystem::exists(saved)) {
-      // Resuming: the sweep's own saved suite, with any flags given now on top.
-      suite_json = bench::load_suite_json(saved.string());
-      source = saved.string();
-    } else {
-      if (f->resume && f->out.empty()) throw Error(ErrorKind::Usage, "--resume needs --out DIR: the directory of the sweep to finish");
-      suite_json = bench::load_suite_json(f->suite);
-    }
-    if (!overrides.empty()) {
-      suite_json = bench::merge_suite(std::move(suite_json), overrides);
-      source += " + flags";
-    }
-    const bench::SweepSpec spec = bench::parse_suite(suite_json, source);
+    // First, so that a signal during start-up (suite loading, the CPU peak measurement) also
+    // ends the sweep cleanly, with its files and exit code 130.
+    install_interrupt_handlers();
+    const BenchPlan plan = make_bench_plan(*f);
     Registry& registry = Registry::global();
-    for (const auto& name : spec.backends) (void)registry.find(name);  // unknown names fail before the sweep
+    const bench::SweepSpec& spec = plan.spec;
 
     bench::SweepOptions options;
-    options.out_dir = f->out.empty() ? std::filesystem::path("results") /
-                                           fmt::format("{}-{}", spec.name, bench::utc_now_iso8601().substr(0, 19))
-                                     : std::filesystem::path(f->out);
-    if (f->out.empty()) {
-      std::string dir = options.out_dir.string();
-      std::replace(dir.begin(), dir.end(), ':', '-');
-      options.out_dir = dir;
-    }
-    options.resume = f->resume;
-    options.force = f->force;
-    options.suite_json = suite_json;
+    options.out_dir = plan.out_dir;
+    options.resume = plan.resume;
+    options.force = plan.force;
+    options.suite_json = plan.suite_json;
     options.cancelled = interrupt_requested;
-    Progress progress(f->quiet);
+    Progress progress(plan.quiet);
     options.on_progress = [&](const bench::SweepProgress& p) { progress.update(p); };
-    install_interrupt_handlers();
 
     const bench::SweepOutcome outcome = bench::run_sweep(spec, options, registry);
     progress.clear();

@@ -4,8 +4,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/plan.hpp"
 
 namespace attnsuite::cli {
 
@@ -27,6 +33,20 @@ Action add_tune(CLI::App& app);
 // Without --suite: "headline" where a CUDA GPU is visible, else "default" (CPU).
 std::string default_suite_name();
 Action add_export_onnx(CLI::App& app);
+
+// What `attnsuite bench ARGS...` would run, decided without running it.
+struct BenchPlan {
+  nlohmann::json suite_json;  // the suite with the flags merged in, saved as suite.json
+  std::string source;         // where it came from, for error messages
+  bench::SweepSpec spec;
+  std::filesystem::path out_dir;
+  bool resume = false, force = false, quiet = false;
+};
+
+// Parses bench's arguments (without the program name and "bench") as the CLI does and returns
+// the plan; reads at most a suite file and writes nothing. Throws CLI::ParseError for a bad flag
+// and Error for a bad value. For tests and the fuzzer (tests/fuzz/fuzz_cli.cpp).
+BenchPlan plan_bench(const std::vector<std::string>& args);
 
 // Set by SIGINT/SIGTERM; polled by the sweep between and inside cases.
 bool interrupt_requested();

@@ -9,6 +9,7 @@
 #include "attnsuite/error.hpp"
 #include "attnsuite/registry.hpp"
 #include "commands.hpp"
+#include "core/fault.hpp"
 
 #if ATTNSUITE_HAVE_ONNXRUNTIME_PEER
 #include "onnxruntime/onnxruntime_peer.hpp"
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    fault::arm_from_environment();  // test-only: ATTNSUITE_FAULT=alloc:N|cuda:N (core/fault.hpp)
     for (auto& [sub, action] : commands)
       if (sub->parsed()) return action();
     fmt::print(stderr, "{}", app.help());

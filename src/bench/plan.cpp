@@ -6,23 +6,41 @@
 #include <toml++/toml.h>
 
 #include <filesystem>
-#include <fstream>
+#include <algorithm>
+#include <cctype>
 #include <limits>
 #include <set>
-#include <sstream>
 
 #include "attnsuite/error.hpp"
 #include "bench/embedded_suites.hpp"
 #include "bench/generators.hpp"
 #include "core/presets.hpp"
+#include "report/atomic_file.hpp"
 
 namespace attnsuite::bench {
 
 namespace {
 
 constexpr int kMaxSize = 1 << 30;
+// A suite file larger than this is refused before it is read (the largest in bench/suites is
+// 1 KiB).
+constexpr std::uintmax_t kMaxSuiteFileBytes = std::uintmax_t{16} << 20;
 
 using Json = nlohmann::json;
+
+// A value as error messages show it: scalars as JSON (strings cut to 60 characters, bytes that
+// are not UTF-8 replaced), containers by their size only. Never recursive, so a hostile,
+// deeply nested value cannot overflow the stack or make a megabyte-long error line.
+std::string describe_value(const Json& value) {
+  if (value.is_array()) return fmt::format("a list of {} items", value.size());
+  if (value.is_object()) return fmt::format("an object with {} keys", value.size());
+  if (value.is_string()) {
+    std::string text = value.get<std::string>();
+    if (text.size() > 60) text = text.substr(0, 57) + "...";
+    return Json(text).dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
 
 [[noreturn]] void bad(const std::string& source, const std::string& key, const std::string& what) {
   throw Error(ErrorKind::Usage, fmt::format("suite '{}': '{}' {}", source, key, what));
@@ -40,7 +58,10 @@ std::vector<int> int_list(const Json& value, const std::string& source, const st
   for (const auto& item : as_list(value)) {
     if (!item.is_number_integer() && !item.is_number_unsigned())
       bad(source, key, fmt::format("must be an integer or a list of integers between {} and {}, got {}", min, max,
-                                   item.dump()));
+                                   describe_value(item)));
+    // Unsigned values above INT64_MAX would wrap to negative numbers in get<std::int64_t>().
+    if (item.is_number_unsigned() && item.get<std::uint64_t>() > static_cast<std::uint64_t>(max))
+      bad(source, key, fmt::format("= {} is out of range: allowed {}..{}", item.get<std::uint64_t>(), min, max));
     const auto number = item.get<std::int64_t>();
     if (number < min || number > max)
       bad(source, key, fmt::format("= {} is out of range: allowed {}..{}", number, min, max));
@@ -50,18 +71,32 @@ std::vector<int> int_list(const Json& value, const std::string& source, const st
   return out;
 }
 
-std::vector<std::string> string_list(const Json& value, const std::string& source, const std::string& key) {
+// A text as error messages show it: control characters escaped as in JSON, so that a name
+// with a newline in it still makes a one-line message.
+std::string printable(const std::string& text) {
+  const std::string quoted = Json(text).dump(-1, ' ', false, Json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
+}
+
+// Names (backends, models, dtypes, ...) never hold control characters; free text (the
+// description) may.
+std::vector<std::string> string_list(const Json& value, const std::string& source, const std::string& key,
+                                     bool free_text = false) {
   std::vector<std::string> out;
   for (const auto& item : as_list(value)) {
-    if (!item.is_string()) bad(source, key, fmt::format("must be a string or a list of strings, got {}", item.dump()));
+    if (!item.is_string()) bad(source, key, fmt::format("must be a string or a list of strings, got {}", describe_value(item)));
     out.push_back(item.get<std::string>());
+    const bool control = std::any_of(out.back().begin(), out.back().end(),
+                                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+    if (control && !free_text)
+      bad(source, key, fmt::format("= {} is not allowed: a name without control characters", describe_value(item)));
   }
   if (out.empty()) bad(source, key, "is an empty list");
   return out;
 }
 
 double number_in(const Json& value, const std::string& source, const std::string& key, double min, double max) {
-  if (!value.is_number()) bad(source, key, fmt::format("must be a number, got {}", value.dump()));
+  if (!value.is_number()) bad(source, key, fmt::format("must be a number, got {}", describe_value(value)));
   const double number = value.get<double>();
   if (!(number >= min && number <= max)) bad(source, key, fmt::format("= {} is out of range: allowed {}..{}", number, min, max));
   return number;
@@ -69,11 +104,11 @@ double number_in(const Json& value, const std::string& source, const std::string
 
 void check_keys(const Json& object, const std::string& source, const std::string& where,
                 const std::set<std::string>& allowed) {
-  if (!object.is_object()) bad(source, where, fmt::format("must be an object, got {}", object.dump()));
+  if (!object.is_object()) bad(source, where, fmt::format("must be an object, got {}", describe_value(object)));
   for (const auto& [key, value] : object.items()) {
     if (!allowed.contains(key))
       throw Error(ErrorKind::Usage, fmt::format("suite '{}': unknown key '{}{}'; allowed: {}", source,
-                                                where.empty() ? "" : where + ".", key, fmt::join(allowed, ", ")));
+                                                where.empty() ? "" : where + ".", printable(key), fmt::join(allowed, ", ")));
   }
 }
 
@@ -95,23 +130,25 @@ Json toml_to_json(const toml::node& node) {
   throw Error(ErrorKind::Usage, "suite: dates and times are not allowed in a suite file");
 }
 
-Json parse_text(const std::string& text, const std::string& extension, const std::string& source) {
+}  // namespace
+
+Json parse_suite_text(const std::string& text, const std::string& extension, const std::string& source) {
   if (extension == ".toml") {
     try {
       return toml_to_json(toml::parse(text, source));
     } catch (const toml::parse_error& error) {
+      // toml++ quotes the offending text, newlines included (found by fuzz_suite): escaped here.
       throw Error(ErrorKind::Usage, fmt::format("suite '{}': malformed TOML at line {}: {}", source,
-                                                error.source().begin.line, error.description()));
+                                                error.source().begin.line, printable(std::string(error.description()))));
     }
   }
   try {
     return Json::parse(text);
-  } catch (const Json::parse_error& error) {
+  } catch (const Json::exception& error) {
+    // parse_error, and out_of_range for a number beyond double ("1e999", found by fuzz_suite).
     throw Error(ErrorKind::Usage, fmt::format("suite '{}': malformed JSON: {}", source, error.what()));
   }
 }
-
-}  // namespace
 
 std::vector<std::string> embedded_suite_names() {
   std::vector<std::string> names;
@@ -121,23 +158,36 @@ std::vector<std::string> embedded_suite_names() {
 
 Json load_suite_json(const std::string& name_or_path) {
   for (const auto& suite : embedded_suites())
-    if (suite.name == name_or_path) return parse_text(std::string(suite.text), std::string(suite.extension), name_or_path);
+    if (suite.name == name_or_path) return parse_suite_text(std::string(suite.text), std::string(suite.extension), name_or_path);
   const std::filesystem::path path(name_or_path);
   const std::string extension = path.extension().string();
   if (extension != ".json" && extension != ".toml")
     throw Error(ErrorKind::Usage, fmt::format("unknown suite '{}'; give a .json or .toml file or one of: {}",
                                               name_or_path, fmt::join(embedded_suite_names(), ", ")));
-  std::ifstream in(path);
-  if (!in) throw Error(ErrorKind::Usage, fmt::format("suite file '{}' cannot be read", name_or_path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_text(text.str(), extension, name_or_path);
+  std::error_code error;
+  const std::uintmax_t bytes = std::filesystem::file_size(path, error);
+  if (!error && bytes > kMaxSuiteFileBytes)
+    throw Error(ErrorKind::Usage, fmt::format("suite file '{}' is {:.1f} MiB; a suite file may hold at most {} MiB",
+                                              name_or_path, bytes / 1048576.0, kMaxSuiteFileBytes >> 20));
+  std::string text;
+  try {
+    text = report::read_text_file(path);
+  } catch (const Error& read_error) {  // a missing file is the user's argument: usage, exit 2
+    throw Error(ErrorKind::Usage, fmt::format("suite file: {}", read_error.what()));
+  }
+  return parse_suite_text(text, extension, name_or_path);
 }
 
 Json merge_suite(Json base, const Json& overrides) {
   if (!base.is_object()) base = Json::object();
   for (const auto& [key, value] : overrides.items()) {
     if (key == "timing" || key == "accuracy") {
+      if (base.contains(key) && !base[key].is_object())
+        throw Error(ErrorKind::Usage, fmt::format("suite: '{}' must be an object, got {}", key, describe_value(base[key])));
+      if (!value.is_object()) {
+        base[key] = value;  // parse_suite names what is wrong with it
+        continue;
+      }
       for (const auto& [inner, inner_value] : value.items()) base[key][inner] = inner_value;
     } else if (key == "model") {
       for (const char* head_key : {"heads", "kv_heads", "head_dim", "hidden"}) base.erase(head_key);
@@ -160,8 +210,20 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
               "heads", "kv_heads", "head_dim", "hidden", "causal", "generator", "layout", "window", "seed", "timing",
               "accuracy"});
   SweepSpec spec;
-  if (suite.contains("name")) spec.name = string_list(suite["name"], source, "name").front();
-  if (suite.contains("description")) spec.description = string_list(suite["description"], source, "description").front();
+  if (suite.contains("name")) {
+    spec.name = string_list(suite["name"], source, "name").front();
+    // The name becomes part of the default output directory, results/<name>-<time>: no path
+    // separators, no "..", nothing a shell would need quoted.
+    const bool plain = !spec.name.empty() && spec.name.size() <= 64 && spec.name.front() != '.' &&
+                       std::all_of(spec.name.begin(), spec.name.end(), [](char c) {
+                         return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+                       });
+    if (!plain)
+      bad(source, "name",
+          fmt::format("= {} is not allowed: 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'",
+                      describe_value(suite["name"])));
+  }
+  if (suite.contains("description")) spec.description = string_list(suite["description"], source, "description", true).front();
   if (!suite.contains("backends")) bad(source, "backends", "is missing: name at least one backend");
   spec.backends = string_list(suite["backends"], source, "backends");
   if (suite.contains("dtype")) {
@@ -193,6 +255,10 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
     const auto dims = suite.contains("head_dim") ? int_list(suite["head_dim"], source, "head_dim") : std::vector<int>{64};
     std::vector<int> kv_heads;
     if (suite.contains("kv_heads")) kv_heads = int_list(suite["kv_heads"], source, "kv_heads");
+    if (static_cast<std::uint64_t>(dims.size()) * std::max<std::size_t>(kv_heads.size(), 1) > kMaxCases)
+      bad(source, "head_dim", fmt::format("× kv_heads make {} head configurations; a sweep may hold at most {} cases",
+                                          static_cast<std::uint64_t>(dims.size()) * std::max<std::size_t>(kv_heads.size(), 1),
+                                          kMaxCases));
     spec.heads.clear();
     for (int d : dims) {
       if (hidden % d != 0) bad(source, "hidden", fmt::format("= {} is not a multiple of head_dim {}", hidden, d));
@@ -204,6 +270,12 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
                                                  : std::vector<int>{64};
     std::vector<int> kv_heads;
     if (suite.contains("kv_heads")) kv_heads = int_list(suite["kv_heads"], source, "kv_heads");
+    const std::uint64_t head_configs = static_cast<std::uint64_t>(heads.size()) *
+                                       std::max<std::size_t>(kv_heads.size(), 1) * dims.size();
+    if (head_configs > kMaxCases)
+      bad(source, "heads",
+          fmt::format("× kv_heads × head_dim make {} head configurations; a sweep may hold at most {} cases",
+                      head_configs, kMaxCases));
     spec.heads.clear();
     for (int h : heads)
       for (int kv : kv_heads.empty() ? std::vector<int>{h} : kv_heads)
@@ -212,7 +284,7 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
   if (suite.contains("causal")) {
     spec.causal.clear();
     for (const auto& item : as_list(suite["causal"])) {
-      if (!item.is_boolean()) bad(source, "causal", fmt::format("must be true, false or a list of them, got {}", item.dump()));
+      if (!item.is_boolean()) bad(source, "causal", fmt::format("must be true, false or a list of them, got {}", describe_value(item)));
       spec.causal.push_back(item.get<bool>());
     }
     if (spec.causal.empty()) bad(source, "causal", "is an empty list");
@@ -223,7 +295,7 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
   if (suite.contains("layout")) {
     const auto layout = string_list(suite["layout"], source, "layout");
     if (layout.size() != 1 || (layout[0] != "bshd" && layout[0] != "bhsd"))
-      bad(source, "layout", fmt::format("= {} is not allowed: one of bshd, bhsd", suite["layout"].dump()));
+      bad(source, "layout", fmt::format("= {} is not allowed: one of bshd, bhsd", describe_value(suite["layout"])));
     spec.layout = layout[0] == "bshd" ? Layout::BSHD : Layout::BHSD;
   }
   if (suite.contains("window")) {
@@ -260,11 +332,33 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
   }
   // Names are checked here so that a typo fails before the sweep starts.
   for (const auto& name : spec.generators) (void)find_generator(name);
+  if (const std::uint64_t cases = case_count(spec); cases > kMaxCases)
+    throw Error(ErrorKind::Usage, fmt::format("suite '{}': the axes make {} cases; a sweep may hold at most {}", source,
+                                              cases, kMaxCases));
   return spec;
 }
 
+std::uint64_t case_count(const SweepSpec& spec) {
+  const std::size_t sizes[] = {spec.generators.size(), spec.dtypes.size(), spec.heads.size(), spec.causal.size(),
+                               spec.seq_q.size(),      std::max<std::size_t>(spec.seq_kv.size(), 1),
+                               spec.tokens_per_batch > 0 ? 1 : spec.batches.size(), spec.backends.size()};
+  std::uint64_t count = 1;
+  for (const std::size_t size : sizes) {
+    if (size == 0) return 0;
+    // Saturates instead of wrapping: anything above kMaxCases is refused anyway.
+    count = count > std::numeric_limits<std::uint64_t>::max() / size ? std::numeric_limits<std::uint64_t>::max()
+                                                                       : count * size;
+  }
+  return count;
+}
+
 std::vector<Case> expand(const SweepSpec& spec) {
+  const std::uint64_t count = case_count(spec);
+  if (count > kMaxCases)
+    throw Error(ErrorKind::Usage,
+                fmt::format("sweep '{}': the axes make {} cases; a sweep may hold at most {}", spec.name, count, kMaxCases));
   std::vector<Case> cases;
+  cases.reserve(static_cast<std::size_t>(count));
   for (const auto& generator : spec.generators)
     for (DType dtype : spec.dtypes)
       for (const auto& heads : spec.heads)

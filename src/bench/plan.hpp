@@ -57,11 +57,22 @@ struct Case {
 
 // Cases in run order: every shape once, with the backends innermost so that backends are
 // interleaved in time (drift of clocks and temperature spreads over all of them alike).
+// Throws Error(Usage) above kMaxCases.
 std::vector<Case> expand(const SweepSpec& spec);
+
+// The most cases one sweep may expand to: a hostile or mistyped suite (three axes of a
+// thousand values) is refused with the count instead of exhausting memory. The largest suite
+// in bench/suites has 120.
+inline constexpr std::uint64_t kMaxCases = 1000000;
+// The number of cases expand() makes (saturating at UINT64_MAX).
+std::uint64_t case_count(const SweepSpec& spec);
 
 // Parses a suite (JSON text, or the JSON form of a TOML file). Strict: unknown keys, wrong
 // types and values out of range throw Error(Usage) naming the source, the key and what is allowed.
 SweepSpec parse_suite(const nlohmann::json& suite, const std::string& source);
+// The JSON of a suite file's text; extension ".toml" parses TOML, anything else JSON.
+// Malformed text throws Error(Usage) naming the source (and the line for TOML).
+nlohmann::json parse_suite_text(const std::string& text, const std::string& extension, const std::string& source);
 // Reads a suite by name (bench/suites/<name>.json|.toml, embedded in the binary) or by path.
 nlohmann::json load_suite_json(const std::string& name_or_path);
 std::vector<std::string> embedded_suite_names();

@@ -10,6 +10,7 @@
 
 #include "attnsuite/error.hpp"
 #include "bench/generators.hpp"
+#include "core/host_info.hpp"
 #include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
 
@@ -77,6 +78,35 @@ HostTensor make_host_tensor(const std::vector<float>& dense_bshd, std::array<std
         convert_from_float(dense_bshd.data() + source, dst, dtype, static_cast<std::size_t>(d));
       }
   return t;
+}
+
+constexpr double kGiB = 1073741824.0;
+
+// Element counts of Q, K and V (validate() bounds each by 2^53).
+struct TensorSizes {
+  double q, k, v;
+  explicit TensorSizes(const AttentionProblem& p)
+      : q(static_cast<double>(p.batch) * p.seq_q * p.heads_q * p.head_dim),
+        k(static_cast<double>(p.batch) * p.seq_kv * p.heads_kv * p.head_dim),
+        v(static_cast<double>(p.batch) * p.seq_kv * p.heads_kv * p.dim_v()) {}
+};
+
+// Host bytes Runner::prepare() holds at its peak for a shape: the fp32 inputs it generates
+// together with their copies in the problem's dtype, then those copies with the fp64 reference
+// of the compared rows (and each thread's fp64 copy of one head's K and V).
+double prepare_host_bytes(const AttentionProblem& p, double reference_gflop) {
+  const TensorSizes n(p);
+  const double inputs = (n.q + n.k + n.v) * static_cast<double>(size_of(p.dtype));
+  const double generated = (n.q + n.k + n.v) * sizeof(float);
+  const double total_rows = static_cast<double>(p.batch) * p.heads_q * p.seq_q;
+  const double row_gflop = p.flops() * 1e-9 / total_rows;
+  const double rows = p.flops() * 1e-9 <= reference_gflop
+                          ? total_rows
+                          : std::clamp(std::floor(reference_gflop / std::max(row_gflop, 1e-12)), 1.0, total_rows);
+  const double reference = rows * (static_cast<double>(p.dim_v()) + 2.0) * sizeof(double) +
+                           cpu::cpu_threads() * static_cast<double>(p.seq_kv) * (p.head_dim + p.dim_v() + 1) *
+                               sizeof(double);
+  return inputs + std::max(generated, reference);
 }
 
 }  // namespace
@@ -238,18 +268,35 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
   try {
     DeviceContext& ctx = context_for(backend->device());
     row.gpu = ctx.device_name();
-    const Prepared& in = prepare(c);
 
-    // Refuse before allocating what cannot fit.
+    // Refuse what cannot fit before anything is allocated, the inputs and the reference included:
+    // Linux overcommits, so an allocation too large "succeeds" and the process is killed later.
     const std::size_t out_bytes = static_cast<std::size_t>(p.batch) * p.seq_q * p.heads_q * p.dim_v() * size_of(p.dtype);
     const std::size_t lse_bytes = static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q * sizeof(float);
     const std::size_t workspace = backend->workspace_bytes(p);
-    const std::size_t needed = in.q.bytes.size() + in.k.bytes.size() + in.v.bytes.size() + out_bytes + lse_bytes + workspace;
-    const std::size_t available = ctx.free_bytes();
-    if (available > 0 && needed > available)
-      throw Error(ErrorKind::OutOfMemory, fmt::format("out of memory: the case needs {:.2f} GiB on {}, {:.2f} GiB free",
-                                                      needed / 1073741824.0, device_string(backend->device()),
-                                                      available / 1073741824.0));
+    {
+      const TensorSizes n(p);
+      const double on_device =
+          (n.q + n.k + n.v) * static_cast<double>(size_of(p.dtype)) + static_cast<double>(out_bytes + lse_bytes + workspace);
+      const bool prepared = prepared_ && prepared_->shape_key == row_for_case(c, nullptr).shape_key();
+      // The output is read back into a host copy of its own.
+      double on_host = (prepared ? 0.0 : prepare_host_bytes(p, spec_.reference_gflop)) + static_cast<double>(out_bytes + lse_bytes);
+      const bool host_device = backend->device().type == DeviceType::Cpu;
+      if (host_device) on_host += on_device;
+      const double host_free = static_cast<double>(host_info().available_memory_bytes());
+      if (host_free > 0 && on_host > host_free)
+        throw Error(ErrorKind::OutOfMemory,
+                    fmt::format("out of memory: the case needs {:.2f} GiB of host memory{}, {:.2f} GiB free", on_host / kGiB,
+                                host_device ? "" : " (inputs, fp64 reference, output copy)", host_free / kGiB));
+      if (!host_device) {
+        const double device_free = static_cast<double>(ctx.free_bytes());
+        if (device_free > 0 && on_device > device_free)
+          throw Error(ErrorKind::OutOfMemory,
+                      fmt::format("out of memory: the case needs {:.2f} GiB on {}, {:.2f} GiB free", on_device / kGiB,
+                                  device_string(backend->device()), device_free / kGiB));
+      }
+    }
+    const Prepared& in = prepare(c);
 
     auto q = ctx.allocate(in.q.bytes.size());
     auto k = ctx.allocate(in.k.bytes.size());
@@ -410,6 +457,10 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     row.status = CaseStatus::Failed;
     row.reason = "out of host memory (std::bad_alloc)";
     row.error_kind = ErrorKind::OutOfMemory;
+  } catch (const std::exception& error) {
+    // Not ours (e.g. std::system_error when no thread can be started): still only this case fails.
+    row.status = CaseStatus::Failed;
+    row.reason = fmt::format("unexpected error: {}", error.what());
   }
   return row;
 }

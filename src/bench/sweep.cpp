@@ -1,6 +1,7 @@
 #include "bench/sweep.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -128,17 +129,33 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Regis
   SweepOutcome outcome;
   outcome.out_dir = options.out_dir;
   outcome.header = make_run_header(spec, registry, &outcome.warnings);
-  report::ensure_writable_directory(options.out_dir);
+  try {
+    report::ensure_writable_directory(options.out_dir);
+  } catch (const Error& error) {  // the user's choice of directory: a usage error (exit 2)
+    throw Error(ErrorKind::Usage, fmt::format("output directory: {}", error.what()));
+  }
 
+  // Results are never overwritten without force: any results file counts, not only the JSONL
+  // (a directory that holds a results.json from elsewhere is not a fresh output directory).
   const fs::path rows_path = options.out_dir / kRowsFile;
   const bool has_rows = fs::exists(rows_path) && fs::file_size(rows_path) > 0;
-  if (has_rows && !options.resume && !options.force)
+  std::vector<std::string> existing;
+  if (has_rows) existing.emplace_back(kRowsFile);
+  for (const char* name : {kCsvFile, kJsonFile, kMarkdownFile})
+    if (fs::exists(options.out_dir / name)) existing.emplace_back(name);
+  if (!existing.empty() && !options.resume && !options.force)
     throw Error(ErrorKind::Usage,
                 fmt::format("output directory '{}' already holds results ({}); use --resume to finish that sweep "
                             "or --force to overwrite it",
-                            options.out_dir.string(), kRowsFile));
-  if (has_rows && options.force && !options.resume) {
+                            options.out_dir.string(), fmt::join(existing, ", ")));
+  if (options.force && !options.resume) {
     for (const char* name : {kRowsFile, kCsvFile, kJsonFile, kMarkdownFile}) fs::remove(options.out_dir / name);
+  }
+  // Temporary files of a run killed inside write_file_atomic (".results.json.tmp-PID-N").
+  for (const auto& entry : fs::directory_iterator(options.out_dir)) {
+    const std::string name = entry.path().filename().string();
+    for (const char* file : {kRowsFile, kCsvFile, kJsonFile, kMarkdownFile, kSuiteFile})
+      if (name.rfind(fmt::format(".{}.tmp-", file), 0) == 0) fs::remove(entry.path());
   }
 
   std::set<std::string> finished;
@@ -148,7 +165,8 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Regis
     for (const auto& row : outcome.rows) finished.insert(row.case_key());
     outcome.resumed = outcome.rows.size();
   }
-  if (!options.suite_json.is_null()) report::write_file_atomic(options.out_dir / kSuiteFile, options.suite_json.dump(2) + "\n");
+  if (!options.suite_json.is_null()) report::write_file_atomic(options.out_dir / kSuiteFile,
+                                                                 options.suite_json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 
   const std::vector<Case> cases = expand(spec);
   std::vector<const Case*> todo;

@@ -1,5 +1,6 @@
 #include "core/host_info.hpp"
 
+#include <cpuid.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -53,7 +54,9 @@ HostInfo read_host_info() {
   if (__builtin_cpu_supports("avx512f")) simd << "avx512f ";
   if (__builtin_cpu_supports("avx2")) simd << "avx2 ";
   if (__builtin_cpu_supports("fma")) simd << "fma ";
-  if (__builtin_cpu_supports("f16c")) simd << "f16c ";
+  // clang 14's __builtin_cpu_supports knows no "f16c": CPUID leaf 1, ECX bit 29.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0) simd << "f16c ";
   info.simd = simd.str();
   if (!info.simd.empty()) info.simd.pop_back();
   for (int index = 3; index >= 0 && info.llc_bytes == 0; --index) {

@@ -6,6 +6,7 @@
 #include <new>
 
 #include "attnsuite/error.hpp"
+#include "core/fault.hpp"
 #include "core/host_info.hpp"
 
 namespace attnsuite {
@@ -27,6 +28,13 @@ void MemoryTracker::on_free(std::size_t bytes) { current_.fetch_sub(bytes); }
 
 HostBuffer::HostBuffer(std::size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;
+  if (const std::uint64_t event = fault::fail_here(fault::Site::HostAlloc); event != 0) {
+    bytes_ = 0;
+    throw Error(ErrorKind::OutOfMemory,
+                fmt::format("out of host memory: allocation #{} ({:.2f} MiB) failed (fault injected by "
+                            "ATTNSUITE_FAULT=alloc:{})",
+                            event, bytes / 1048576.0, event));
+  }
   // Linux overcommits: a buffer larger than the free memory would "succeed" and the process
   // would be killed when it is touched. Refuse it up front with the numbers instead.
   if (bytes > (std::size_t{256} << 20)) {

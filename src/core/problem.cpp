@@ -26,12 +26,13 @@ double AttentionProblem::attended_pairs() const {
 }
 
 double AttentionProblem::flops() const {
-  const double dense = 2.0 * batch * heads_q * static_cast<double>(seq_q) * seq_kv *
-                       (head_dim + dim_v());
+  // In double: head_dim + head_dim_v alone overflows int at 2^30 each (found by fuzz_problem).
+  const double dims = static_cast<double>(head_dim) + dim_v();
+  const double dense = 2.0 * batch * heads_q * static_cast<double>(seq_q) * seq_kv * dims;
   if (!has_mask()) return dense;
   // FlashAttention's convention for plain causal self-attention: exactly half the dense count.
   if (causal && window_left < 0 && window_right < 0 && seq_q == seq_kv) return dense / 2.0;
-  return 2.0 * attended_pairs() * (head_dim + dim_v());
+  return 2.0 * attended_pairs() * dims;
 }
 
 double AttentionProblem::min_bytes() const {
@@ -60,6 +61,20 @@ void AttentionProblem::validate() const {
   ATTNSUITE_REQUIRE(head_dim_v >= 0 && head_dim_v <= kMaxDim,
                     fmt::format("head_dim_v = {} is not allowed: 0 (same as head_dim) or a positive size",
                                 head_dim_v));
+  // Element counts of Q, K, V and O: each must fit the backends' 64-bit element offsets and be
+  // exact in a double (the FLOP and byte models), so at most 2^53. Each size alone is at most
+  // 2^30, so these products are exact enough in double and cannot overflow it.
+  static constexpr double kMaxElements = 9007199254740992.0;  // 2^53
+  auto elements = [](const char* what, const char* formula, double count) {
+    ATTNSUITE_REQUIRE(count <= kMaxElements,
+                      fmt::format("the problem is too large: {} would hold {:.3g} elements ({}); at most 2^53",
+                                  what, count, formula));
+  };
+  const double dv = static_cast<double>(dim_v());
+  elements("Q", "batch × seq_q × heads_q × head_dim", static_cast<double>(batch) * seq_q * heads_q * head_dim);
+  elements("K", "batch × seq_kv × heads_kv × head_dim", static_cast<double>(batch) * seq_kv * heads_kv * head_dim);
+  elements("V", "batch × seq_kv × heads_kv × head_dim_v", static_cast<double>(batch) * seq_kv * heads_kv * dv);
+  elements("O", "batch × seq_q × heads_q × head_dim_v", static_cast<double>(batch) * seq_q * heads_q * dv);
   ATTNSUITE_REQUIRE(heads_q % heads_kv == 0,
                     fmt::format("heads_q = {} is not divisible by heads_kv = {}: GQA/MQA needs "
                                 "heads_q to be a multiple of heads_kv",

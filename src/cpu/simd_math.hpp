@@ -8,10 +8,13 @@ namespace attnsuite::cpu::simd {
 // 2^x for 8 floats. Cephes' exp2f: x = n + f with n = round(x), |f| <= 1/2,
 // 2^f = 1 + f·P(f) (degree-6 polynomial, max relative error 1.7e-7), 2^n put into the exponent.
 // Inputs below -127 (including -inf) give exactly 0, which the online softmax relies on for
-// masked scores and for the first rescale from a running max of -inf. Inputs must be <= 128;
-// the softmax only ever passes x <= 0.
+// masked scores and for the first rescale from a running max of -inf. NaN gives NaN, so a NaN
+// in Q, K or V reaches the output as in PyTorch: MAXPS returns its second operand when either
+// is NaN, hence the clamp's operand order (the other order turned NaN scores into weights of 0
+// and NaN inputs into finite outputs). Inputs must be <= 128; the softmax only ever passes
+// x <= 0.
 inline __m256 exp2_ps(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));
+  x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
   const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(x, n);
   __m256 p = _mm256_set1_ps(1.535336188319500e-4f);

@@ -1,8 +1,6 @@
 // The CLI as a user meets it: exit codes, one-line errors, files, and a real interrupted sweep.
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,52 +8,26 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/sweep.hpp"
 #include "report/jsonl.hpp"
+#include "report/load.hpp"
+
+#include "cli_test_support.hpp"
 
 namespace fs = std::filesystem;
-extern char** environ;
+using namespace attnsuite::testing_support;
 
 namespace {
-
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("attnsuite_cli_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  return dir;
-}
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs the CLI with arguments; stdout/stderr captured through files.
-Result run_cli(const std::vector<std::string>& args) {
-  const fs::path dir = scratch("io");
-  fs::create_directories(dir);
-  std::string command = std::string("'") + ATTNSUITE_CLI_PATH + "'";
-  for (const auto& a : args) command += " '" + a + "'";
-  command += " >'" + (dir / "out").string() + "' 2>'" + (dir / "err").string() + "'";
-  const int status = std::system(command.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
-  fs::remove_all(dir);
-  return r;
-}
 
 // A tiny, fast sweep on the CPU backends.
 std::vector<std::string> tiny(const fs::path& out, std::vector<std::string> extra = {}) {
@@ -66,10 +38,8 @@ std::vector<std::string> tiny(const fs::path& out, std::vector<std::string> extr
   return args;
 }
 
-int count_lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
-
 void expect_usage_error(const std::vector<std::string>& args, const std::string& needle) {
-  const Result r = run_cli(args);
+  const CliResult r = run_cli(args);
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_EQ(count_lines(r.err), 1) << r.err;  // one clear line
   EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
@@ -79,7 +49,7 @@ void expect_usage_error(const std::vector<std::string>& args, const std::string&
 
 TEST(Cli, BenchWritesEveryFileAndTheTable) {
   const fs::path out = scratch("bench");
-  const Result r = run_cli(tiny(out));
+  const CliResult r = run_cli(tiny(out));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("cpu-flash"), std::string::npos);
   EXPECT_NE(r.out.find("vs vanilla"), std::string::npos);
@@ -94,10 +64,10 @@ TEST(Cli, BenchWritesEveryFileAndTheTable) {
   // ... and accepted with --force.
   EXPECT_EQ(run_cli(tiny(out, {"--force"})).code, 0);
   // report and compare read what bench wrote.
-  const Result report = run_cli({"report", (out / "results.json").string()});
+  const CliResult report = run_cli({"report", (out / "results.json").string()});
   EXPECT_EQ(report.code, 0) << report.err;
   EXPECT_NE(report.out.find("cpu-vanilla"), std::string::npos);
-  const Result compare = run_cli({"compare", (out / "results.json").string(), (out / "results.csv").string()});
+  const CliResult compare = run_cli({"compare", (out / "results.json").string(), (out / "results.csv").string()});
   EXPECT_EQ(compare.code, 0) << compare.err;
   EXPECT_NE(compare.out.find("0 faster, 0 slower, 4 same"), std::string::npos) << compare.out;
   fs::remove_all(out);
@@ -124,7 +94,7 @@ TEST(Cli, BadInputGivesOneLineAndExitCode2) {
 
 TEST(Cli, HeadsNotDivisibleIsSkippedWithTheReason) {
   const fs::path out = scratch("skip");
-  const Result r = run_cli(tiny(out, {"--heads", "6", "--kv-heads", "4"}));
+  const CliResult r = run_cli(tiny(out, {"--heads", "6", "--kv-heads", "4"}));
   EXPECT_EQ(r.code, 0) << r.err;
   const auto rows = attnsuite::report::read_jsonl(out / "results.jsonl", nullptr);
   ASSERT_FALSE(rows.empty());
@@ -139,20 +109,12 @@ TEST(Cli, HeadsNotDivisibleIsSkippedWithTheReason) {
 // files are valid, the exit code says interrupted, and --resume finishes without redoing cases.
 TEST(Cli, SigintMidSweepThenResume) {
   const fs::path out = scratch("sigint");
-  std::vector<std::string> args = {ATTNSUITE_CLI_PATH, "bench", "--backends", "cpu-flash,cpu-vanilla", "--dtype", "fp32",
-                                   "--batch", "1,2,3", "--seq", "64,128,256", "--heads", "2", "--head-dim", "32",
-                                   "--min-reps", "3", "--max-time-ms", "40", "--noise", "0.000001", "--quiet",
-                                   "--out", out.string()};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const std::vector<std::string> args = {"bench", "--backends", "cpu-flash,cpu-vanilla", "--dtype", "fp32",
+                                         "--batch", "1,2,3", "--seq", "64,128,256", "--heads", "2", "--head-dim", "32",
+                                         "--min-reps", "3", "--max-time-ms", "40", "--noise", "0.000001", "--quiet",
+                                         "--out", out.string()};
+  const pid_t pid = spawn_cli(args);
+  ASSERT_NE(pid, 0);
   // Wait for at least one finished case, then a random extra delay.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -178,7 +140,7 @@ TEST(Cli, SigintMidSweepThenResume) {
   const auto partial = nlohmann::json::parse(slurp(out / "results.json"));  // valid JSON
   EXPECT_EQ(partial["rows"].size(), rows_before.size());
 
-  const Result resumed = run_cli({"bench", "--resume", "--out", out.string(), "--quiet"});
+  const CliResult resumed = run_cli({"bench", "--resume", "--out", out.string(), "--quiet"});
   EXPECT_EQ(resumed.code, 0) << resumed.err;
   const auto rows = attnsuite::report::read_jsonl(out / "results.jsonl", nullptr);
   ASSERT_EQ(rows.size(), 18u);
@@ -187,5 +149,125 @@ TEST(Cli, SigintMidSweepThenResume) {
   EXPECT_EQ(keys.size(), 18u);  // no case twice
   for (std::size_t i = 0; i < rows_before.size(); ++i)  // finished cases kept as they were
     EXPECT_EQ(rows[i].ms_median, rows_before[i].ms_median);
+  fs::remove_all(out);
+}
+
+namespace {
+
+// Every file a sweep directory holds after an interruption of any kind is valid: JSON, JSONL
+// (a torn last line only after SIGKILL), CSV; the summary exists with the JSON. Returns the
+// rows of the JSONL.
+std::vector<attnsuite::bench::ResultRow> expect_valid_sweep_files(const fs::path& out, bool killed, int* json_rows) {
+  namespace bench = attnsuite::bench;
+  *json_rows = -1;
+  if (fs::exists(out / bench::kSuiteFile)) {
+    EXPECT_TRUE(nlohmann::json::accept(slurp(out / bench::kSuiteFile))) << "suite.json";
+  }
+  std::vector<bench::ResultRow> rows;
+  if (fs::exists(out / bench::kRowsFile)) {
+    std::vector<std::string> warnings;
+    rows = attnsuite::report::read_jsonl(out / bench::kRowsFile, &warnings);
+    if (!killed) {
+      EXPECT_TRUE(warnings.empty()) << warnings.front();
+    }
+  }
+  if (fs::exists(out / bench::kJsonFile)) {
+    const auto loaded = attnsuite::report::load_results(out / bench::kJsonFile);
+    *json_rows = static_cast<int>(loaded.rows.size());
+    EXPECT_TRUE(fs::exists(out / bench::kMarkdownFile));
+    EXPECT_EQ(attnsuite::report::load_results(out / bench::kCsvFile).rows.size(), loaded.rows.size());
+  }
+  if (!killed) {  // write_file_atomic's temporary files are gone unless the process was killed
+    for (const auto& entry : fs::directory_iterator(out))
+      EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
+  }
+  return rows;
+}
+
+}  // namespace
+
+// Real processes stopped at random points — SIGINT, SIGTERM and SIGKILL, during start-up, mid-case,
+// between cases and while the final files are written — then resumed. After each stop every file
+// is valid, every finished case is kept as it was, and the last --resume finishes the sweep
+// without running a finished case again.
+TEST(Cli, SignalsAndKillsAtRandomPointsThenResume) {
+  namespace bench = attnsuite::bench;
+  const fs::path out = scratch("kills");
+  const std::vector<std::string> sweep = {"bench", "--backends", "cpu-flash,cpu-vanilla", "--dtype", "fp32",
+                                          "--batch", "1,2,3,4", "--seq", "64,128,256,384", "--heads", "2",
+                                          "--head-dim", "32", "--min-reps", "3", "--max-time-ms", "15",
+                                          "--noise", "0.000001", "--hot", "--quiet", "--out", out.string()};
+  constexpr std::size_t kCases = 32;
+  std::mt19937 rng(std::random_device{}());
+  const int signals[] = {SIGINT, SIGTERM, SIGKILL};
+  std::map<std::string, std::optional<double>> finished;  // case key -> its median, as first recorded
+  int interrupted_mid_sweep = 0;
+  std::size_t rows_before = 0;
+  bool any_killed = false;  // a killed run may leave a torn JSONL line and temporary files until a later run starts
+  // 12 stops of up to 0.7 s each (start-up takes 0.35 s) against a sweep of about 3 s (6 s
+  // under the sanitizers): most land mid-sweep, some during start-up, some after the end.
+  for (int iteration = 0; iteration < 12; ++iteration) {
+    const int signal_number = signals[iteration % 3];
+    const int delay_ms = std::uniform_int_distribution<int>(0, 700)(rng);
+    SCOPED_TRACE(fmt::format("iteration {}: signal {} after {} ms", iteration, signal_number, delay_ms));
+    std::vector<std::string> args = sweep;
+    if (iteration > 0) args.push_back("--resume");
+    const pid_t pid = spawn_cli(args);
+    ASSERT_NE(pid, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    kill(pid, signal_number);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    const bool killed = WIFSIGNALED(status);
+    any_killed |= killed;
+    if (killed) {
+      // SIGKILL, or SIGINT/SIGTERM before the bench command installed its handlers.
+      EXPECT_EQ(WTERMSIG(status), signal_number);
+    } else {
+      ASSERT_TRUE(WIFEXITED(status));
+      const int code = WEXITSTATUS(status);
+      EXPECT_TRUE(code == 0 || code == 130) << "exit code " << code;
+    }
+    int json_rows = -1;
+    const auto rows = expect_valid_sweep_files(out, any_killed, &json_rows);
+    if (!killed) {
+      EXPECT_EQ(json_rows, static_cast<int>(rows.size()));  // final files of this run, all rows
+      if (WEXITSTATUS(status) == 130) {
+        const auto header = nlohmann::json::parse(slurp(out / bench::kJsonFile))["header"];
+        EXPECT_TRUE(header["interrupted"].get<bool>());
+      }
+    }
+    std::set<std::string> keys;
+    for (const auto& row : rows) {
+      EXPECT_TRUE(keys.insert(row.case_key()).second) << "case run twice: " << row.case_key();
+      const auto [it, inserted] = finished.emplace(row.case_key(), row.ms_median);
+      if (!inserted) {
+        EXPECT_EQ(it->second, row.ms_median) << "a finished case changed: " << row.case_key();
+      }
+    }
+    EXPECT_EQ(rows.size(), finished.size()) << "a finished case disappeared";
+    if (rows.size() > rows_before && rows.size() < kCases) ++interrupted_mid_sweep;
+    rows_before = rows.size();
+  }
+  std::printf("[ stops    ] 12 (SIGINT, SIGTERM, SIGKILL), %d of them mid-sweep after progress\n", interrupted_mid_sweep);
+  const CliResult resumed = run_cli([&] {
+    auto args = sweep;
+    args.push_back("--resume");
+    return args;
+  }());
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  int json_rows = -1;
+  const auto rows = expect_valid_sweep_files(out, false, &json_rows);
+  ASSERT_EQ(rows.size(), kCases);
+  EXPECT_EQ(json_rows, static_cast<int>(kCases));
+  std::set<std::string> keys;
+  for (const auto& row : rows) {
+    EXPECT_TRUE(keys.insert(row.case_key()).second) << "case run twice: " << row.case_key();
+    if (const auto it = finished.find(row.case_key()); it != finished.end()) {
+      EXPECT_EQ(it->second, row.ms_median) << "a finished case was run again: " << row.case_key();
+    }
+  }
+  EXPECT_FALSE(nlohmann::json::parse(slurp(out / bench::kJsonFile))["header"]["interrupted"].get<bool>());
+  RecordProperty("interrupted_mid_sweep", interrupted_mid_sweep);
   fs::remove_all(out);
 }

@@ -333,8 +333,11 @@ class FlashKernel {
                            q0;
     for (std::int64_t i = 0; i < rows; ++i) {
       const float sum = ws.row_sum[i];
-      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that saw no key is O = 0
-      const float* acc = ws.out + i * dim_v_padded_;
+      float* acc = ws.out + i * dim_v_padded_;
+      // A row that saw no key is O = 0 exactly, even where V held a NaN or Inf at a key masked
+      // for it (0·NaN in the tile's P·V is NaN). A NaN sum stays NaN.
+      if (sum == 0.0f) std::fill(acc, acc + dim_v_padded_, 0.0f);
+      const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
       char* dst = o_base + args_.o.offset(b, q0 + i, h, 0) * element_bytes_;
       const __m256 scale = _mm256_set1_ps(inverse);
       if (problem_.dtype == DType::F32) {
@@ -349,8 +352,8 @@ class FlashKernel {
         convert_from_float(ws.row, dst, problem_.dtype, static_cast<std::size_t>(dim_v_));
       }
       if (lse != nullptr) {
-        lse[i] = sum > 0.0f ? ws.row_max[i] * kLn2 + std::log(sum)
-                            : -std::numeric_limits<float>::infinity();
+        // No key: -inf. A NaN sum (a NaN input) stays NaN rather than reading as "no key".
+        lse[i] = sum == 0.0f ? -std::numeric_limits<float>::infinity() : ws.row_max[i] * kLn2 + std::log(sum);
       }
     }
   }

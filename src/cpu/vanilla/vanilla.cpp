@@ -125,6 +125,15 @@ class VanillaBackend final : public Backend {
                   static_cast<int>(args.v.strides[1]), 0.0f, o + head_origin(args.o, item, false),
                   static_cast<int>(args.o.strides[1]));
     }
+    // Rows that see no key are O = 0 exactly: P·V gave 0·V there, which is NaN where V holds a
+    // NaN or Inf. Only masks with seq_q > seq_kv or a window leave such rows.
+    for (std::int64_t i = 0; i < seq_q; ++i) {
+      if (problem.key_begin(i) < problem.key_end(i)) continue;
+      for (std::int64_t item = 0; item < heads; ++item) {
+        float* row = o + head_origin(args.o, item, false) + i * args.o.strides[1];
+        std::fill(row, row + dim_v, 0.0f);
+      }
+    }
   }
 };
 

@@ -3,18 +3,38 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <string>
 
 #include "attnsuite/error.hpp"
 
 namespace attnsuite::cuda::detail {
+
+namespace {
+// The event number of the fault injected on this thread and not yet reported, else 0.
+thread_local std::uint64_t t_injected_event = 0;
+
+std::string injected_note() {
+  const std::uint64_t event = t_injected_event;
+  t_injected_event = 0;
+  return event == 0 ? std::string()
+                    : fmt::format(" (fault injected by ATTNSUITE_FAULT=cuda:{})", event);
+}
+}  // namespace
+
+bool inject_fault() noexcept {
+  const std::uint64_t event = fault::fail_here(fault::Site::CudaCall);
+  if (event == 0) return false;
+  t_injected_event = event;
+  return true;
+}
 
 void check(cudaError_t status, const char* call, const char* file, int line) {
   if (status == cudaSuccess) return;
   cudaGetLastError();  // clear a sticky non-fatal error so the next check does not see it again
   const ErrorKind kind =
       status == cudaErrorMemoryAllocation ? ErrorKind::OutOfMemory : ErrorKind::Device;
-  throw Error(kind, fmt::format("{} failed: {} ({}) at {}:{}", call, cudaGetErrorString(status),
-                                cudaGetErrorName(status), file, line));
+  throw Error(kind, fmt::format("{} failed: {} ({}) at {}:{}{}", call, cudaGetErrorString(status),
+                                cudaGetErrorName(status), file, line, injected_note()));
 }
 
 const char* cublas_status_string(cublasStatus_t status) {
@@ -36,7 +56,8 @@ const char* cublas_status_string(cublasStatus_t status) {
 void check(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
   const ErrorKind kind = status == CUBLAS_STATUS_ALLOC_FAILED ? ErrorKind::OutOfMemory : ErrorKind::Device;
-  throw Error(kind, fmt::format("{} failed: {} at {}:{}", call, cublas_status_string(status), file, line));
+  throw Error(kind, fmt::format("{} failed: {} at {}:{}{}", call, cublas_status_string(status), file, line,
+                                injected_note()));
 }
 
 void check_nothrow(cudaError_t status, const char* call, const char* file, int line) noexcept {

@@ -22,9 +22,9 @@ class EventTimer final : public bench::Timer {
  public:
   explicit EventTimer(cudaStream_t stream) : stream_(stream) {
     ATTNSUITE_CUDA_CHECK(cudaEventCreate(&start_));
-    const cudaError_t status = cudaEventCreate(&stop_);
+    const cudaError_t status = ATTNSUITE_CUDA_FAULT_POINT(cudaEventCreate(&stop_));
     if (status != cudaSuccess) cudaEventDestroy(start_);
-    ATTNSUITE_CUDA_CHECK(status);
+    ATTNSUITE_CUDA_CHECK_STATUS(status);
   }
   ~EventTimer() override {
     ATTNSUITE_CUDA_CHECK_NOTHROW(cudaEventDestroy(start_));

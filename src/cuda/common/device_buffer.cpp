@@ -11,7 +11,7 @@ namespace attnsuite::cuda {
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes) {
   if (bytes == 0) return;
-  const cudaError_t status = cudaMalloc(&data_, bytes);
+  const cudaError_t status = ATTNSUITE_CUDA_FAULT_POINT(cudaMalloc(&data_, bytes));
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     std::size_t free_bytes = 0, total_bytes = 0;
@@ -21,7 +21,7 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes) {
                 fmt::format("out of device memory: could not allocate {:.1f} MiB ({:.1f} MiB free of {:.1f} MiB)",
                             bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0));
   }
-  ATTNSUITE_CUDA_CHECK(status);
+  ATTNSUITE_CUDA_CHECK_STATUS(status);
   bytes_ = bytes;
   MemoryTracker::for_device(DeviceType::Cuda).on_alloc(bytes_);
 }
