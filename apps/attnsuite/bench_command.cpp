@@ -129,15 +129,6 @@ class Progress {
   bool quiet_, tty_, dirty_ = false;
 };
 
-}  // namespace
-
-std::string default_suite_name() {
-#if ATTNSUITE_HAVE_CUDA
-  if (cuda::cuda_device_count() > 0) return "headline";
-#endif
-  return "default";
-}
-
 void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("--suite", f->suite,
                  "Suite name (bench/suites/NAME) or a .json/.toml file (default: headline with a GPU, else default)");
@@ -209,6 +200,14 @@ BenchPlan make_bench_plan(const BenchFlags& f) {
 }
 
 }  // namespace
+
+// Without --suite: the GPU headline table where a CUDA GPU is visible, else the CPU suite.
+std::string default_suite_name() {
+#if ATTNSUITE_HAVE_CUDA
+  if (cuda::cuda_device_count() > 0) return "headline";
+#endif
+  return "default";
+}
 
 bool interrupt_requested() { return g_interrupted.load(); }
 
