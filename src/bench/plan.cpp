@@ -14,6 +14,7 @@
 #include "attnsuite/error.hpp"
 #include "bench/embedded_suites.hpp"
 #include "bench/generators.hpp"
+#include "core/json_limits.hpp"
 #include "core/presets.hpp"
 #include "report/atomic_file.hpp"
 
@@ -142,8 +143,14 @@ Json parse_suite_text(const std::string& text, const std::string& extension, con
                                                 error.source().begin.line, printable(std::string(error.description()))));
     }
   }
+  // Nesting is refused while parsing (core/json_limits.hpp); a valid suite is 3 levels deep.
+  const auto limit_depth = json_depth_limit([&] {
+    throw Error(ErrorKind::Usage, fmt::format("suite '{}': nested deeper than {} levels; a suite holds objects of "
+                                              "values and lists of values",
+                                              source, kMaxJsonDepth));
+  });
   try {
-    return Json::parse(text);
+    return Json::parse(text, limit_depth);
   } catch (const Json::exception& error) {
     // parse_error, and out_of_range for a number beyond double ("1e999", found by fuzz_suite).
     throw Error(ErrorKind::Usage, fmt::format("suite '{}': malformed JSON: {}", source, error.what()));

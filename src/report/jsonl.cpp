@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "attnsuite/error.hpp"
+#include "core/json_limits.hpp"
 #include "report/atomic_file.hpp"
 
 namespace attnsuite::report {
@@ -136,7 +137,10 @@ std::vector<bench::ResultRow> read_jsonl(const std::filesystem::path& path,
   bool have_header = false;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const auto [line_number, line] = lines[i];
-    nlohmann::json value = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json value = nlohmann::json::parse(line, json_depth_limit([&, number = line_number] {
+      throw Error(ErrorKind::Io, fmt::format("{} line {}: nested deeper than {} levels", path.string(), number,
+                                             kMaxJsonDepth));
+    }), /*allow_exceptions=*/false);
     if (value.is_discarded()) {
       if (i + 1 == lines.size()) {
         if (warnings) {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "attnsuite/error.hpp"
+#include "core/json_limits.hpp"
 #include "report/atomic_file.hpp"
 #include "report/jsonl.hpp"
 
@@ -157,8 +158,10 @@ LoadedResults load_json(const std::filesystem::path& path) {
   const std::string text = read_text_file(path);
   nlohmann::json document;
   try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
+    document = nlohmann::json::parse(text, json_depth_limit([&] {
+      throw Error(ErrorKind::Io, fmt::format("{}: nested deeper than {} levels", path.string(), kMaxJsonDepth));
+    }));
+  } catch (const nlohmann::json::exception& error) {  // parse_error, and out_of_range for 1e999
     // nlohmann's message carries the line and column of the error.
     throw Error(ErrorKind::Io, fmt::format("{}: not valid JSON: {}", path.string(), error.what()));
   }

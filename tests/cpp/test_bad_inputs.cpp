@@ -385,8 +385,9 @@ TEST(BadInputs, HostileSuiteFiles) {
   std::string many_seqs = "[";
   for (int i = 1; i <= 1000; ++i) many_seqs += std::to_string(i) + (i < 1000 ? "," : "]");
   const Hostile suites[] = {
-      {"deep.json", R"({"backends": )" + deep + "}", "'backends' must be a string or a list of strings, got a list of 1 items"},
-      {"deep_value.json", R"({"backends": "cpu-flash", "seq": )" + deep + "}", "'seq' must be an integer"},
+      {"deep.json", R"({"backends": )" + deep + "}", "nested deeper than 32 levels"},
+      {"deep_value.json", R"({"backends": "cpu-flash", "seq": )" + deep + "}", "nested deeper than 32 levels"},
+      {"nested_list.json", R"({"backends": [["cpu-flash"]]})", "'backends' must be a string or a list of strings, got a list of 1 items"},
       {"deep.toml", "backends = " + std::string(1000, '[') + std::string(1000, ']') + "\n", "malformed TOML"},
       {"overflow.json", R"({"backends": "cpu-flash", "seq": 1e999})", "number overflow"},
       {"uint64.json", R"({"backends": "cpu-flash", "window": [18446744073709551615, 0]})",
@@ -497,6 +498,25 @@ TEST(BadInputs, CorruptResultsOnResume) {
   EXPECT_EQ(slurp(out / bench::kRowsFile), rows);
   EXPECT_EQ(slurp(out / bench::kJsonFile), json_before);
   fs::remove_all(out);
+}
+
+// Results files given to report, compare and --resume: hostile content is one error line.
+TEST(BadInputs, HostileResultsFiles) {
+  const fs::path dir = scratch("hostile_results");
+  fs::create_directories(dir);
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  std::ofstream(dir / "deep.json") << R"({"rows": )" << deep << "}";
+  std::ofstream(dir / "overflow.json") << R"({"rows": [{"backend": "a", "status": "ok", "ms_median": 1e999}]})";
+  std::ofstream(dir / "deep.jsonl") << deep << "\n{}\n";
+  for (const auto& [file, needle] : {std::pair<std::string, std::string>{"deep.json", "nested deeper than 32 levels"},
+                                     {"overflow.json", "not valid JSON"},
+                                     {"deep.jsonl", "line 1: nested deeper than 32 levels"}}) {
+    const CliResult r = run_cli({"report", (dir / file).string()});
+    EXPECT_EQ(r.code, 1) << file << ": " << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  }
+  fs::remove_all(dir);
 }
 
 TEST(BadInputs, FullyMaskedRowsThroughTheHarness) {
