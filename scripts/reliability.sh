@@ -4,7 +4,9 @@
 #      backends, build-asan/); a sanitizer report aborts the test that caused it, so any
 #      report fails the run;
 #   2. a short run of each libFuzzer target (tests/fuzz) over its seed corpus.
-# One clang build serves both: the fuzz targets need clang, and a second compiler for the
+# The Python module and the ONNX Runtime peers (which embed the interpreter) stay out of this
+# build: an ASan-instrumented extension cannot be loaded by the uninstrumented python3; they are
+# tested in scripts/test.sh's build. One clang build serves both: the fuzz targets need clang, and a second compiler for the
 # sanitizers catches what GCC's build in scripts/test.sh does not warn about.
 # Usage: scripts/reliability.sh   (BUILD_DIR=... to build elsewhere, FUZZ_SECONDS=... per target)
 set -euo pipefail
@@ -18,7 +20,8 @@ werror=OFF
 # lines) and a faster compile than the -O3 of the normal build.
 ATTNSUITE_EXTRA_PACKAGES="clang libclang-rt-dev" "$root/scripts/setup.sh" "$build" \
   -DCMAKE_CXX_COMPILER=clang++ "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -g1" -DATTNSUITE_CUDA=OFF \
-  -DATTNSUITE_SANITIZE=address,undefined -DATTNSUITE_FUZZ=ON -DATTNSUITE_WERROR=$werror
+  -DATTNSUITE_SANITIZE=address,undefined -DATTNSUITE_FUZZ=ON -DATTNSUITE_WERROR=$werror \
+  -DATTNSUITE_PYTHON=OFF -DATTNSUITE_ONNXRUNTIME=OFF
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
