@@ -10,6 +10,8 @@
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
+#include <type_traits>
+
 #include <cstdint>
 
 #include "core/fault.hpp"
@@ -40,7 +42,7 @@ inline cublasStatus_t injected_status<cublasStatus_t>() { return CUBLAS_STATUS_I
 // The call, or an injected failure in its place when fault injection says so.
 #define ATTNSUITE_CUDA_FAULT_POINT(call)                                                        \
   (::attnsuite::cuda::detail::inject_fault()                                                   \
-       ? ::attnsuite::cuda::detail::injected_status<decltype(call)>()                          \
+       ? ::attnsuite::cuda::detail::injected_status<std::decay_t<decltype(call)>>()             \
        : (call))
 #define ATTNSUITE_CUDA_CHECK(call) \
   ::attnsuite::cuda::detail::check(ATTNSUITE_CUDA_FAULT_POINT(call), #call, __FILE__, __LINE__)
