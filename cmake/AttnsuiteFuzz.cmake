@@ -10,4 +10,6 @@ if(ATTNSUITE_FUZZ)
                         "configure with -DCMAKE_CXX_COMPILER=clang++")
   endif()
   add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
+  # The coverage callbacks for everything else that links the library (CLI, tests).
+  add_link_options(-fsanitize=fuzzer-no-link)
 endif()

@@ -6,7 +6,7 @@
 // keeps the invariants the backends rely on: key ranges inside [0, seq_kv) and nondecreasing in
 // the query row (cpu-flash's tile bounds), a finite positive scale, finite FLOP and byte
 // counts. Small valid problems also run through the CPU backends: cpu-flash against the fp64
-// reference on finite inputs, rows that see no key exactly zero with LSE -inf.
+// reference on finite inputs, LSE -inf exactly for the rows that see no key.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -85,7 +85,7 @@ Tensor make_tensor(const AttentionProblem& p, std::array<std::int64_t, 4> shape,
 }
 
 // cpu-flash and the reference on a small problem with finite inputs: outputs finite and close,
-// rows that see no key exactly 0 with LSE -inf.
+// LSE -inf exactly for the rows that see no key.
 void run_small(const AttentionProblem& p) {
   Backend& flash = Registry::global().find("cpu-flash");
   Backend& reference = Registry::global().find("reference");
