@@ -62,7 +62,7 @@ class EventPair {
     ATTNSUITE_CUDA_CHECK(cudaEventCreate(&start_));
     const cudaError_t status = cudaEventCreate(&stop_);
     if (status != cudaSuccess) cudaEventDestroy(start_);
-    ATTNSUITE_CUDA_CHECK(status);
+    ATTNSUITE_CUDA_CHECK_STATUS(status);
   }
   ~EventPair() {
     ATTNSUITE_CUDA_CHECK_NOTHROW(cudaEventDestroy(start_));
@@ -195,7 +195,7 @@ double cublaslt_fp8_tflops(cudaStream_t stream, EventPair& events) {
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt, op, a_layout, b_layout, d_layout, d_layout,
                                                                preference, 1, &heuristic, &found);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) return 0.0;
-  ATTNSUITE_CUDA_CHECK(status);
+  ATTNSUITE_CUDA_CHECK_STATUS(status);
 
   const std::vector<std::uint8_t> host = random_e4m3(elements);
   Scratch a(elements), b(elements), d(elements * 2), workspace(workspace_bytes);
