@@ -18,6 +18,23 @@
 
 namespace attnsuite::cli {
 
+nlohmann::json causal_values(const std::vector<std::string>& flags) {
+  nlohmann::json values = nlohmann::json::array();
+  for (const auto& c : flags) {
+    if (c == "both") {
+      values.push_back(false);
+      values.push_back(true);
+    } else if (c == "true" || c == "1" || c == "yes") {
+      values.push_back(true);
+    } else if (c == "false" || c == "0" || c == "no") {
+      values.push_back(false);
+    } else {
+      throw Error(ErrorKind::Usage, fmt::format("--causal {} is not allowed: true, false or both", c));
+    }
+  }
+  return values;
+}
+
 namespace {
 
 std::atomic<bool> g_interrupted{false};
@@ -55,22 +72,7 @@ nlohmann::json overrides_from(const BenchFlags& f) {
   if (!f.heads.empty()) o["heads"] = f.heads;
   if (!f.kv_heads.empty()) o["kv_heads"] = f.kv_heads;
   if (!f.head_dims.empty()) o["head_dim"] = f.head_dims;
-  if (!f.causal.empty()) {
-    nlohmann::json values = nlohmann::json::array();
-    for (const auto& c : f.causal) {
-      if (c == "both") {
-        values.push_back(false);
-        values.push_back(true);
-      } else if (c == "true" || c == "1" || c == "yes") {
-        values.push_back(true);
-      } else if (c == "false" || c == "0" || c == "no") {
-        values.push_back(false);
-      } else {
-        throw Error(ErrorKind::Usage, fmt::format("--causal {} is not allowed: true, false or both", c));
-      }
-    }
-    o["causal"] = values;
-  }
+  if (!f.causal.empty()) o["causal"] = causal_values(f.causal);
   if (!f.generators.empty()) o["generator"] = f.generators;
   if (f.layout) o["layout"] = *f.layout;
   if (!f.window.empty()) o["window"] = f.window;

@@ -32,6 +32,10 @@ Action add_tune(CLI::App& app);
 
 // Without --suite: "headline" where a CUDA GPU is visible, else "default" (CPU).
 std::string default_suite_name();
+
+// The values of --causal flags (true/1/yes, false/0/no, both) as a suite's "causal" list;
+// anything else is Error(Usage).
+nlohmann::json causal_values(const std::vector<std::string>& flags);
 Action add_export_onnx(CLI::App& app);
 
 // What `attnsuite bench ARGS...` would run, decided without running it.

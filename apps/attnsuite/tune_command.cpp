@@ -50,20 +50,7 @@ nlohmann::json overrides_from(const TuneFlags& f) {
   if (!f.heads.empty()) o["heads"] = f.heads;
   if (!f.kv_heads.empty()) o["kv_heads"] = f.kv_heads;
   if (!f.head_dims.empty()) o["head_dim"] = f.head_dims;
-  if (!f.causal.empty()) {
-    nlohmann::json values = nlohmann::json::array();
-    for (const auto& c : f.causal) {
-      if (c == "both") {
-        values.push_back(false);
-        values.push_back(true);
-      } else if (c == "true" || c == "false") {
-        values.push_back(c == "true");
-      } else {
-        throw Error(ErrorKind::Usage, fmt::format("--causal {} is not allowed: true, false or both", c));
-      }
-    }
-    o["causal"] = values;
-  }
+  if (!f.causal.empty()) o["causal"] = causal_values(f.causal);
   if (f.min_reps) o["timing"]["min_reps"] = *f.min_reps;
   if (f.max_reps) o["timing"]["max_reps"] = *f.max_reps;
   if (f.warmup) o["timing"]["warmup"] = *f.warmup;

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/key_range.cuh"
+
 #include "cuda/flash2/params.hpp"
 #include "cuda/flash2/primitives.cuh"
 
@@ -70,20 +72,6 @@ __device__ __forceinline__ void load_tile_async(typename Traits::Element* tile,
   }
 }
 
-// Keys [begin, end) that query `row` sees, clamped to [0, seq_kv].
-struct KeyRange {
-  int begin;
-  int end;
-};
-__device__ __forceinline__ KeyRange key_range(const Params& params, std::int64_t row) {
-  const std::int64_t diag = row + params.seq_kv - params.seq_q;
-  std::int64_t begin = 0, end = params.seq_kv;
-  if (params.window_left >= 0) begin = diag - params.window_left;
-  if (params.window_right >= 0) end = diag + params.window_right + 1;
-  begin = begin < 0 ? 0 : (begin > params.seq_kv ? params.seq_kv : begin);
-  end = end < 0 ? 0 : (end > params.seq_kv ? params.seq_kv : end);
-  return {static_cast<int>(begin), static_cast<int>(end)};
-}
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
