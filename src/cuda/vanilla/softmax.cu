@@ -4,10 +4,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "attnsuite/error.hpp"
 #include "cuda/common/check.hpp"
+#include "cuda/common/key_range.cuh"
 #include "cuda/vanilla/softmax.hpp"
 
 namespace attnsuite::cuda::vanilla {
@@ -74,7 +76,55 @@ __global__ void __launch_bounds__(kThreads) masked_softmax_kernel(const SoftmaxP
   }
 }
 
+// One thread per (batch, head, query) row; a row that sees no key gets dim_v zeros.
+template <class Element>
+__global__ void zero_unseen_rows_kernel(const ZeroRowsParams params) {
+  const std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const std::int64_t rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q;
+  if (row >= rows) return;
+  const std::int64_t query = row % params.seq_q;
+  const KeyRange keys = key_range(params, query);
+  if (keys.begin < keys.end) return;
+  const std::int64_t head = (row / params.seq_q) % params.heads_q;
+  const std::int64_t batch = row / (static_cast<std::int64_t>(params.seq_q) * params.heads_q);
+  Element* out = static_cast<Element*>(params.o) + batch * params.stride_batch + query * params.stride_seq +
+                 head * params.stride_head;
+  for (int d = 0; d < params.dim_v; ++d) out[d] = from_float<Element>(0.0f);
+}
+
 }  // namespace
+
+void launch_zero_unseen_rows(const ZeroRowsParams& params, DType dtype, void* stream) {
+  // Without a window every query sees all seq_kv >= 1 keys; with one, the first and the last
+  // query are the extremes (the range moves monotonically with the query), so checking those two
+  // on the host decides whether any row can be empty.
+  if (params.window_left < 0 && params.window_right < 0) return;
+  const auto empty = [&](std::int64_t query) {
+    const std::int64_t diag = query + params.seq_kv - params.seq_q;
+    const std::int64_t begin = params.window_left >= 0 ? std::max<std::int64_t>(0, diag - params.window_left) : 0;
+    const std::int64_t end = params.window_right >= 0
+                                 ? std::min<std::int64_t>(params.seq_kv, diag + params.window_right + 1)
+                                 : params.seq_kv;
+    return begin >= end;
+  };
+  if (params.seq_q == 0 || (!empty(0) && !empty(params.seq_q - 1))) return;
+  const std::int64_t rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q;
+  constexpr int kRowThreads = 128;
+  const dim3 grid(static_cast<unsigned>((rows + kRowThreads - 1) / kRowThreads));
+  auto cuda_stream = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case DType::F16:
+      zero_unseen_rows_kernel<__half><<<grid, kRowThreads, 0, cuda_stream>>>(params);
+      break;
+    case DType::BF16:
+      zero_unseen_rows_kernel<__nv_bfloat16><<<grid, kRowThreads, 0, cuda_stream>>>(params);
+      break;
+    default:
+      throw Error(ErrorKind::Unsupported, std::string("cuda-vanilla: dtype ") + std::string(to_string(dtype)) +
+                                              " not supported; allowed: fp16, bf16");
+  }
+  ATTNSUITE_CUDA_CHECK_LAUNCH("zero_unseen_rows_kernel");
+}
 
 void launch_masked_softmax(const SoftmaxParams& params, DType dtype, void* stream) {
   if (params.rows == 0) return;

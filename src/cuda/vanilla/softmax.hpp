@@ -24,4 +24,16 @@ struct SoftmaxParams {
 // rows with no key are all 0 with LSE = -inf.
 void launch_masked_softmax(const SoftmaxParams& params, DType dtype, void* stream);
 
+// O rows of queries that see no key, after O = P·V: cuBLAS computes 0·V, which is NaN where V
+// holds a NaN or an Inf, so those rows are set to 0 explicitly (attnsuite's defined numerics:
+// a fully masked row is 0 with LSE −inf, whatever V holds; docs/reliability.md).
+struct ZeroRowsParams {
+  void* o = nullptr;                // (batch, seq_q, heads_q, dim_v) elements of dtype, strided
+  std::int64_t stride_batch = 0, stride_seq = 0, stride_head = 0;  // in elements; dim stride 1
+  int batch = 0, heads_q = 0, dim_v = 0;
+  int seq_q = 0, seq_kv = 0, window_left = -1, window_right = -1;  // as in SoftmaxParams
+};
+// Launches nothing when no query can be fully masked.
+void launch_zero_unseen_rows(const ZeroRowsParams& params, DType dtype, void* stream);
+
 }  // namespace attnsuite::cuda::vanilla

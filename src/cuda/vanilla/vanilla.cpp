@@ -144,6 +144,19 @@ class CudaVanillaBackend final : public Backend {
             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       }
     }
+    vanilla::ZeroRowsParams zero_rows;
+    zero_rows.o = args.o.data;
+    zero_rows.stride_batch = o[0];
+    zero_rows.stride_seq = o[1];
+    zero_rows.stride_head = o[2];
+    zero_rows.batch = problem.batch;
+    zero_rows.heads_q = problem.heads_q;
+    zero_rows.dim_v = problem.dim_v();
+    zero_rows.seq_q = problem.seq_q;
+    zero_rows.seq_kv = problem.seq_kv;
+    zero_rows.window_left = softmax.window_left;
+    zero_rows.window_right = softmax.window_right;
+    vanilla::launch_zero_unseen_rows(zero_rows, problem.dtype, stream);
     // The scores must outlive the queued GEMM that reads them: wait before the buffer is freed.
     // (Caching it across calls would hide its N² bytes from the per-forward peak memory.)
     ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
