@@ -335,16 +335,19 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
+      // sum == 0 only where the row saw no key: O = 0 even where V holds NaN/Inf (P·V gave
+      // 0·NaN there). A NaN sum (NaN or +Inf in the row's scores) propagates to O and the LSE.
       const float sum = quad_sum(row_sum[mt][half]);
-      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const bool seen = sum != 0.0f;
+      const float inverse = 1.0f / sum;
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {
-        acc_o[mt][dt][2 * half] *= inverse;
-        acc_o[mt][dt][2 * half + 1] *= inverse;
+        acc_o[mt][dt][2 * half] = seen ? acc_o[mt][dt][2 * half] * inverse : 0.0f;
+        acc_o[mt][dt][2 * half + 1] = seen ? acc_o[mt][dt][2 * half + 1] * inverse : 0.0f;
       }
       const int row = row_begin + warp_row + mt * 16 + quad_row + 8 * half;
       if (lse_head != nullptr && quad_col == 0 && row < params.seq_q) {
-        lse_head[row] = sum > 0.0f ? row_max[mt][half] * params.scale + logf(sum) : -INFINITY;
+        lse_head[row] = seen ? row_max[mt][half] * params.scale + logf(sum) : -INFINITY;
       }
     }
 

@@ -263,18 +263,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // Epilogue: O /= row sum, LSE = max·scale + ln(sum); rows that saw no key: O = 0, LSE = -inf.
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
+    // sum == 0 only where the row saw no key: O = 0 even where V holds NaN/Inf (P·V gave
+    // 0·NaN there). A NaN sum (NaN or +Inf in the row's scores) propagates to O and the LSE.
     const float sum = quad_sum(row_sum[half]);
-    const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const bool seen = sum != 0.0f;
+    const float inverse = 1.0f / sum;
     const int row = thread_row + 8 * half;
     if (row < params.seq_q) {
       if (lse_head != nullptr && quad_col == 0) {
-        lse_head[row] = sum > 0.0f ? row_max[half] * params.scale + logf(sum) : -INFINITY;
+        lse_head[row] = seen ? row_max[half] * params.scale + logf(sum) : -INFINITY;
       }
       Element* o_row = o_head + row * params.o_row_stride + 2 * quad_col;
 #pragma unroll
       for (int i = 0; i < kHeadDim / 8; ++i) {
         *reinterpret_cast<std::uint32_t*>(o_row + 8 * i) =
-            pack_pair<Element>(acc_o[4 * i + 2 * half] * inverse, acc_o[4 * i + 2 * half + 1] * inverse);
+            pack_pair<Element>(seen ? acc_o[4 * i + 2 * half] * inverse : 0.0f,
+                               seen ? acc_o[4 * i + 2 * half + 1] * inverse : 0.0f);
       }
     }
   }

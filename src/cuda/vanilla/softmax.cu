@@ -66,13 +66,16 @@ __global__ void __launch_bounds__(kThreads) masked_softmax_kernel(const SoftmaxP
   for (int j = key_begin + threadIdx.x; j < key_end; j += kThreads) row_sum += expf(to_float(row[j]) - row_max);
   row_sum = block_reduce<false>(row_sum, scratch);
 
-  const float inverse = row_sum > 0.0f ? 1.0f / row_sum : 0.0f;
+  // row_sum == 0 only where the row sees no key; a NaN sum (NaN or +Inf among the scores)
+  // propagates to P and the LSE, as in PyTorch.
+  const bool seen = row_sum != 0.0f;
+  const float inverse = seen ? 1.0f / row_sum : 0.0f;
   for (int j = threadIdx.x; j < params.seq_kv; j += kThreads) {
     const bool kept = j >= key_begin && j < key_end;
     row[j] = from_float<Element>(kept ? expf(to_float(row[j]) - row_max) * inverse : 0.0f);
   }
   if (params.lse != nullptr && threadIdx.x == 0) {
-    params.lse[row_index] = row_sum > 0.0f ? row_max + logf(row_sum) : -INFINITY;
+    params.lse[row_index] = seen ? row_max + logf(row_sum) : -INFINITY;
   }
 }
 
