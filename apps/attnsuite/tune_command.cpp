@@ -1,5 +1,7 @@
 // `attnsuite tune --batch`: per backend and sequence length, the batch size of highest
 // throughput under --max-memory-gib and --p95-ms, measured by the benchmark runner.
+// `attnsuite tune --kernels`: per case, the fastest kernel configuration of each backend that
+// has a choice, written to the kernel-config cache (tune/kernel_tuner.hpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include "report/atomic_file.hpp"
 #include "report/sinks.hpp"
 #include "tune/batch_evaluator.hpp"
+#include "tune/kernel_tuner.hpp"
 #include "tune/tune_output.hpp"
 
 namespace attnsuite::cli {
@@ -34,6 +37,7 @@ struct TuneFlags {
   std::optional<double> noise, max_time_ms, reference_gflop;
   bool hot = false;
   std::string out;
+  std::string kernel_cache;
   bool force = false, quiet = false;
 };
 
@@ -67,12 +71,121 @@ std::string probe_line(const bench::ResultRow& r) {
   return fmt::format("batch {}: {}: {}", r.batch, bench::to_string(r.status), r.reason);
 }
 
+std::filesystem::path default_out_dir(const std::string& kind, const std::string& suite) {
+  std::string stamp = bench::utc_now_iso8601().substr(0, 19);
+  std::replace(stamp.begin(), stamp.end(), ':', '-');
+  return std::filesystem::path("results") / fmt::format("{}-{}-{}", kind, suite, stamp);
+}
+
+// tune --kernels: every case of the suite (its batches as given), each configuration forced in
+// turn; the winners are merged into the kernel-config cache file (atomically) and the global
+// cache, so the rest of this process uses them too.
+int tune_kernels(TuneFlags& f) {
+  const std::filesystem::path cache_path =
+      f.kernel_cache.empty() ? KernelConfigCache::default_path() : std::filesystem::path(f.kernel_cache);
+  if (cache_path.empty())
+    throw Error(ErrorKind::Usage,
+                "tune --kernels: the kernel-config cache is off (ATTNSUITE_KERNEL_CACHE=off); pass --kernel-cache FILE");
+  // Read (and validate) the existing cache before measuring anything: a broken file is an error
+  // here, not something to overwrite.
+  KernelConfigCache cache = KernelConfigCache::load(cache_path);
+
+  if (f.suite.empty()) f.suite = default_suite_name();
+  nlohmann::json suite_json = bench::load_suite_json(f.suite);
+  if (const nlohmann::json overrides = overrides_from(f); !overrides.empty())
+    suite_json = bench::merge_suite(std::move(suite_json), overrides);
+  bench::SweepSpec spec = bench::parse_suite(suite_json, f.suite);
+  spec.reference_gflop = f.reference_gflop.value_or(std::min(spec.reference_gflop, kTuneReferenceGflop));
+  Registry& registry = Registry::global();
+  for (const auto& name : spec.backends) (void)registry.find(name);
+
+  const std::filesystem::path out_dir = f.out.empty() ? default_out_dir("tune-kernels", spec.name) : std::filesystem::path(f.out);
+  const std::filesystem::path json_path = out_dir / "tune.json";
+  if (std::filesystem::exists(json_path) && !f.force)
+    throw Error(ErrorKind::Usage, fmt::format("'{}' already exists; use --force to overwrite it", json_path.string()));
+  report::ensure_writable_directory(out_dir);
+
+  install_interrupt_handlers();
+  std::vector<std::string> warnings;
+  bench::RunHeader header = bench::make_run_header(spec, registry, &warnings);
+  header.suite = "tune --kernels: " + spec.name;
+  header.settings["tune"] = {{"kernels", true}, {"kernel_cache", cache_path.string()}};
+  for (const auto& warning : warnings) fmt::print(stderr, "attnsuite: warning: {}\n", warning);
+
+  bench::Runner runner(spec, registry);
+  std::vector<bench::ResultRow> rows;
+  nlohmann::ordered_json tuning = nlohmann::ordered_json::array();
+  bool interrupted = false;
+  int tuned = 0;
+  for (const bench::Case& c : bench::expand(spec)) {
+    if (interrupted) break;
+    if (!f.quiet) fmt::print(stderr, "tune --kernels {} {}\n", c.backend, c.problem.describe());
+    tune::KernelTuneResult result = tune::tune_kernel_case(
+        runner, registry, c, interrupt_requested, [&](const std::string& config, const bench::ResultRow& r) {
+          if (f.quiet) return;
+          if (r.status == bench::CaseStatus::Ok && r.ms_median)
+            fmt::print(stderr, "  {}: {} ms\n", config, report::format_ms(*r.ms_median));
+          else
+            fmt::print(stderr, "  {}: {}: {}\n", config, bench::to_string(r.status), r.reason);
+        });
+    interrupted = result.interrupted;
+    for (tune::KernelCandidate& candidate : result.candidates) {
+      bench::apply_profile(candidate.row, header.ceilings);
+      rows.push_back(candidate.row);
+    }
+    if (!result.best.empty()) {
+      nlohmann::json measured = nlohmann::json::object();
+      for (const tune::KernelCandidate& candidate : result.candidates)
+        if (candidate.row.ms_median) measured["ms_median"][candidate.config] = *candidate.row.ms_median;
+      measured["case"] = c.problem.describe();
+      measured["at"] = bench::utc_now_iso8601();
+      cache.set(result.key, {result.best, std::move(measured)});
+      ++tuned;
+    }
+    tuning.push_back(tune::to_json(result));
+  }
+  header.finished_at = bench::utc_now_iso8601();
+  header.interrupted = interrupted;
+
+  // Merged into the file as it is now: another tune may have written it meanwhile.
+  KernelConfigCache merged = KernelConfigCache::load(cache_path);
+  const nlohmann::ordered_json ours = cache.to_json();
+  for (const auto& entry : ours["entries"])
+    merged.set({entry["device"].get<std::string>(), entry["driver"].get<std::string>(),
+                entry["backend"].get<std::string>(), entry["shape_class"].get<std::string>()},
+               {entry["config"].get<std::string>(), nlohmann::json(entry["measured"])});
+  if (tuned > 0) {
+    report::ensure_writable_directory(cache_path.parent_path().empty() ? "." : cache_path.parent_path());
+    report::write_file_atomic(cache_path, merged.to_json().dump(2) + "\n");
+    KernelConfigCache::global().assign(merged);
+  }
+
+  nlohmann::ordered_json document = nlohmann::ordered_json::parse(report::results_json_text(header, rows));
+  document["kernel_tuning"] = tuning;
+  report::write_file_atomic(json_path, document.dump(2) + "\n");
+  const report::TextTable table = tune::kernel_tuning_table(nlohmann::json(tuning));
+  report::write_file_atomic(out_dir / "tune.md", table.markdown());
+  fmt::print("{}", table.terminal());
+  fmt::print("\n{} of {} {} tuned; kernel-config cache: {} ({} entries). Results in {}/\n", tuned, tuning.size(),
+             tuning.size() == 1 ? "case" : "cases", cache_path.string(), merged.size(), out_dir.string());
+  if (interrupted) {
+    fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
+    return kExitInterrupted;
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 Action add_tune(CLI::App& app) {
   auto f = std::make_shared<TuneFlags>();
   app.add_flag("--batch", f->batch, "Tune the batch size (the one tuner available)");
-  app.add_flag("--kernels", f->kernels, "Kernel-config tuning (not available yet)");
+  app.add_flag("--kernels", f->kernels,
+               "Tune the kernel configuration (tile sizes) of each backend that has a choice, per case; "
+               "the winners go to the kernel-config cache");
+  app.add_option("--kernel-cache", f->kernel_cache,
+                 "Kernel-config cache file that --kernels updates (default: $ATTNSUITE_KERNEL_CACHE, else "
+                 "$XDG_CACHE_HOME/attnsuite/kernel-configs.json or ~/.cache/attnsuite/kernel-configs.json)");
   app.add_option("--suite", f->suite, "Suite whose cases to tune (default: headline with a GPU, else default)");
   app.add_option("-b,--backends", f->backends, "Backends (comma-separated)")->delimiter(',');
   app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16")->delimiter(',');
@@ -101,10 +214,10 @@ Action add_tune(CLI::App& app) {
   app.add_flag("-q,--quiet", f->quiet, "No progress output");
 
   return [f]() -> int {
-    if (f->kernels)
-      throw Error(ErrorKind::Usage,
-                  "tune --kernels is not available yet: our CUDA kernels expose no tunable configs; use tune --batch");
-    if (!f->batch) throw Error(ErrorKind::Usage, "tune needs --batch (the batch-size tuner)");
+    if (f->kernels && f->batch) throw Error(ErrorKind::Usage, "tune takes one of --batch or --kernels, not both");
+    if (f->kernels) return tune_kernels(*f);
+    if (!f->batch)
+      throw Error(ErrorKind::Usage, "tune needs --batch (the batch-size tuner) or --kernels (kernel configurations)");
 
     tune::BatchLimits limits;
     limits.min_batch = f->min_batch;
@@ -125,12 +238,7 @@ Action add_tune(CLI::App& app) {
     Registry& registry = Registry::global();
     for (const auto& name : spec.backends) (void)registry.find(name);
 
-    std::filesystem::path out_dir = f->out;
-    if (out_dir.empty()) {
-      std::string stamp = bench::utc_now_iso8601().substr(0, 19);
-      std::replace(stamp.begin(), stamp.end(), ':', '-');
-      out_dir = std::filesystem::path("results") / fmt::format("tune-{}-{}", spec.name, stamp);
-    }
+    const std::filesystem::path out_dir = f->out.empty() ? default_out_dir("tune", spec.name) : std::filesystem::path(f->out);
     const std::filesystem::path json_path = out_dir / "tune.json";
     if (std::filesystem::exists(json_path) && !f->force)
       throw Error(ErrorKind::Usage,

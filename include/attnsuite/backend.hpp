@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "attnsuite/problem.hpp"
 #include "attnsuite/tensor.hpp"
@@ -61,6 +62,18 @@ class Backend {
   // that allocator's peak here; the harness adds it to what its tracking allocator saw.
   virtual void reset_own_peak_memory() {}
   virtual std::size_t own_peak_memory_bytes() const { return 0; }
+
+  // --- Kernel configurations (tile sizes, stages) for `attnsuite tune --kernels` ---------------
+  // The configurations this backend can run `problem` with, its built-in default first; empty
+  // when it has nothing to choose from. Without a forced one, forward() takes the entry of the
+  // kernel-config cache for this device and the problem's shape class (attnsuite/kernel_configs.hpp),
+  // else the default.
+  virtual std::vector<std::string> kernel_configs(const AttentionProblem&) const { return {}; }
+  // Forces a configuration for the following forward() calls; "" returns to the backend's own
+  // choice. Throws Error(Usage) naming the allowed ones for an unknown name.
+  virtual void force_kernel_config(std::string_view) {}
+  // The configuration the last forward() ran with; empty for a backend without configurations.
+  virtual std::string last_kernel_config() const { return {}; }
 };
 
 }  // namespace attnsuite

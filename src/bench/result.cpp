@@ -24,7 +24,7 @@ struct Field {
   Member member;
 };
 
-const std::array<Field, 48> kFields = {{
+const std::array<Field, 49> kFields = {{
     {"backend", &ResultRow::backend},
     {"display_name", &ResultRow::display_name},
     {"peer_of", &ResultRow::peer_of},
@@ -64,6 +64,7 @@ const std::array<Field, 48> kFields = {{
     {"rmse", &ResultRow::rmse},
     {"accuracy_fraction", &ResultRow::accuracy_fraction},
     {"sparsity", &ResultRow::sparsity},
+    {"kernel_config", &ResultRow::kernel_config},
     {"clock_mhz", &ResultRow::clock_mhz},
     {"clock_mhz_min", &ResultRow::clock_mhz_min},
     {"gpu_util_pct", &ResultRow::gpu_util_pct},

@@ -48,6 +48,10 @@ struct ResultRow {
   std::optional<double> accuracy_fraction;  // share of (batch, head) slices compared; 1 = all
 
   std::optional<double> sparsity;   // sparse kernels only
+  // The kernel configuration (tile sizes, stages) the backend ran, for backends that have a
+  // choice (Backend::kernel_configs): forced by `tune --kernels`, from the kernel-config cache,
+  // or the default. Empty for the others.
+  std::string kernel_config;
   // GPU SM clock and utilization, sampled through NVML on a thread while the case is timed:
   // mean and lowest clock (the clock at the start of the case when no sample was taken), mean
   // utilization in percent.

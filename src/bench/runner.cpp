@@ -352,6 +352,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     }
     backend->forward(p, args, ctx.stream());
     ctx.synchronize();
+    row.kernel_config = backend->last_kernel_config();
     row.peak_mem_mib =
         static_cast<double>(ctx.peak_memory_since_reset() + backend->own_peak_memory_bytes()) / 1048576.0;
     if (const std::optional<std::size_t> used_after = ctx.used_bytes(); used_before && used_after)

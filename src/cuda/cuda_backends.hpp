@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "attnsuite/kernel_configs.hpp"
 #include "attnsuite/registry.hpp"
 #include "bench/device_context.hpp"
 #include "bench/result.hpp"
@@ -48,6 +49,11 @@ std::string cuda_unavailable_reason();
 void require_cuda_device(int device_index);
 // Throws like require_cuda_device.
 CudaDeviceInfo query_cuda_device(int device_index);
+
+// The device half of a kernel-config cache key (attnsuite/kernel_configs.hpp) for device
+// `device_index`: its name and driver version, queried once per device and process. Throws like
+// require_cuda_device.
+KernelConfigKey kernel_config_key(int device_index, std::string backend, const AttentionProblem& problem);
 
 // The GPU fields of DeviceCeilings for device `device_index` (src/cuda/profile/ceilings.cpp):
 // copy bandwidth, fp16/bf16 GEMM through cuBLAS, fp8 GEMM through cuBLASLt (sm_89 and later),

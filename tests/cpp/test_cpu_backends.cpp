@@ -566,5 +566,26 @@ TEST(CpuBackends, FlashMemoryIsLinearVanillaIsQuadratic) {
   EXPECT_LE(flash_extra[1], flash_extra[0]);
 }
 
+// Every tile configuration of cpu-flash (what `tune --kernels` chooses among) on the odd shapes.
+TEST(CpuBackends, EveryCpuFlashKernelConfigMatchesTheFp64Loop) {
+  Backend& backend = Registry::global().find("cpu-flash");
+  const std::vector<std::string> configs = backend.kernel_configs(shape(1, 2, 2, 7, 7, 64));
+  ASSERT_GE(configs.size(), 2u);
+  EXPECT_EQ(configs.front(), "q192-k96");  // the default first
+  for (const std::string& config : configs) {
+    backend.force_kernel_config(config);
+    for (const char* label : {"seq1", "seq33", "seq1000", "causal_q_gt_kv", "gqa_8_2", "window_both", "dim40_dv72"}) {
+      for (const Case& c : cases()) {
+        if (c.label != label) continue;
+        SCOPED_TRACE("config " + config);
+        check_backend("cpu-flash", c.problem, 11);
+        EXPECT_EQ(backend.last_kernel_config(), config);
+      }
+    }
+  }
+  backend.force_kernel_config("");
+  EXPECT_THROW(backend.force_kernel_config("q7-k7"), Error);
+}
+
 }  // namespace
 }  // namespace attnsuite

@@ -210,6 +210,28 @@ TEST(CudaFlash2, Deterministic) {
   EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * 4), 0);
 }
 
+// Every kernel configuration `tune --kernels` can choose (configs.hpp), on odd shapes: causal
+// with seq_q != seq_kv, GQA, one row, both dtypes.
+TEST(CudaFlash2, EveryKernelConfigMatchesTheReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  Backend& flash2 = Registry::global().find("flash2");
+  for (int head_dim : {64, 128}) {
+    const std::vector<std::string> configs =
+        flash2.kernel_configs(make_problem(1, 2, 2, 64, 64, head_dim, DType::BF16, Layout::BSHD, false));
+    ASSERT_GE(configs.size(), 2u) << "d" << head_dim;
+    for (const std::string& config : configs) {
+      flash2.force_kernel_config(config);
+      SCOPED_TRACE("config " + config);
+      check_backend("flash2", make_problem(2, 4, 2, 1000, 333, head_dim, DType::BF16, Layout::BSHD, true));
+      check_backend("flash2", make_problem(1, 3, 3, 1, 77, head_dim, DType::F16, Layout::BHSD, false));
+      check_backend("flash2", make_problem(1, 2, 1, 200, 40, head_dim, DType::F16, Layout::BSHD, true));
+      EXPECT_EQ(flash2.last_kernel_config(), config);
+    }
+  }
+  flash2.force_kernel_config("");
+  EXPECT_THROW(flash2.force_kernel_config("m7"), Error);
+}
+
 TEST(CudaFlash2, RefusesWhatItDoesNotSupport) {
   Backend& flash2 = Registry::global().find("flash2");
   AttentionProblem p = make_problem(1, 2, 2, 128, 128, 96, DType::F16, Layout::BSHD, false);

@@ -10,13 +10,18 @@
 //   P·V:     O[i][c:c+16]  += Pᵀ[j][i] · V[j][c:c+16]       (V rows as they are)
 // Q is pre-multiplied by scale·log2(e) so the exponentials are exp2 with no extra multiply.
 // History and measurements: docs/kernels/cpu-flash.md.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnsuite/error.hpp"
+#include "attnsuite/kernel_configs.hpp"
 #include "attnsuite/memory.hpp"
 #include "cpu/common.hpp"
 #include "cpu/simd_math.hpp"
@@ -31,14 +36,33 @@ struct FlashTraits {
   static constexpr int kScoreQueries = 16;  // ... and queries
   static constexpr int kOutQueries = 6;     // register block of the P·V kernel: queries
   static constexpr int kOutDims = 16;       // ... and output dims
-  // Each pass over a head's K/V serves kQueryTile queries: 192 against 96 halves that traffic
-  // (113 vs 127 ms on the target case); 288, and key tiles of 48 or 192, were slower. The
-  // thread's tiles stay in Zen 4's 1 MiB L2 up to head dim 256.
-  static constexpr int kQueryTile = 192;  // queries per work item (Br)
-  static constexpr int kKeyTile = 96;     // keys per tile (Bc)
-  static_assert(kQueryTile % kScoreQueries == 0 && kQueryTile % 8 == 0);
-  static_assert(kKeyTile % kScoreKeys == 0);
 };
+
+// Tile sizes, chosen at run time (`attnsuite tune --kernels` times them; the kernel-config
+// cache picks one per CPU and shape class). Each pass over a head's K/V serves `query_tile`
+// queries: 192 against 96 halves that traffic (113 vs 127 ms on B=1 H=16 N=2048 D=64); 288,
+// and key tiles of 48 or 192, were slower there. Smaller query tiles make more work items,
+// which can pay where a problem has fewer items than threads. The thread's tiles stay in
+// Zen 4's 1 MiB L2 up to head dim 256.
+struct TileConfig {
+  const char* name;
+  int query_tile;  // queries per work item (Br): a multiple of 16
+  int key_tile;    // keys per tile (Bc): a multiple of 6
+};
+constexpr TileConfig kTileConfigs[] = {
+    {"q192-k96", 192, 96},  // the default (first)
+    {"q96-k96", 96, 96},
+    {"q48-k96", 48, 96},
+    {"q192-k192", 192, 192},
+};
+static_assert(kTileConfigs[0].query_tile % FlashTraits::kScoreQueries == 0);
+constexpr bool valid_tiles() {
+  for (const TileConfig& config : kTileConfigs)
+    if (config.query_tile % FlashTraits::kScoreQueries != 0 || config.key_tile % FlashTraits::kScoreKeys != 0)
+      return false;
+  return true;
+}
+static_assert(valid_tiles(), "query tiles are multiples of 16, key tiles of 6");
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -96,31 +120,31 @@ inline void pv_block(const float* pt, std::int64_t pt_stride, const float* value
 }
 
 // Per-thread tiles, carved from one tracked buffer; each piece starts 64-byte aligned.
-// 650 KiB at head dim 256, so a thread's working set stays in Zen 4's 1 MiB L2.
+// 650 KiB at head dim 256 with the default tiles (q192-k96), so a thread's working set stays in Zen 4's 1 MiB L2.
 struct Workspace {
   HostBuffer buffer;
-  float* qt = nullptr;  // head_dim × kQueryTile: Qᵀ·scale·log2(e), zero past the valid queries
-  float* keys = nullptr;     // kKeyTile × head_dim
-  float* values = nullptr;   // kKeyTile × dim_v_padded, zero past dim_v
-  float* scores = nullptr;   // kKeyTile × kQueryTile: Sᵀ, then Pᵀ
-  float* out = nullptr;      // kQueryTile × dim_v_padded: the unnormalized O
-  float* row_max = nullptr;  // kQueryTile, log2 domain
-  float* row_sum = nullptr;  // kQueryTile
-  float* rescale = nullptr;  // kQueryTile: exp2(old max - new max) for the current key tile
+  float* qt = nullptr;  // head_dim × query tile: Qᵀ·scale·log2(e), zero past the valid queries
+  float* keys = nullptr;     // key tile × head_dim
+  float* values = nullptr;   // key tile × dim_v_padded, zero past dim_v
+  float* scores = nullptr;   // key tile × query tile: Sᵀ, then Pᵀ
+  float* out = nullptr;      // query tile × dim_v_padded: the unnormalized O
+  float* row_max = nullptr;  // query tile, log2 domain
+  float* row_sum = nullptr;  // query tile
+  float* rescale = nullptr;  // query tile: exp2(old max - new max) for the current key tile
   float* row = nullptr;      // one Q or O row converted to or from fp32
-  std::int32_t* key_begin = nullptr;  // kQueryTile: each query's visible keys [begin, end)
+  std::int32_t* key_begin = nullptr;  // query tile: each query's visible keys [begin, end)
   std::int32_t* key_end = nullptr;
 
-  Workspace(std::int64_t head_dim, std::int64_t dim_v_padded) {
+  Workspace(std::int64_t head_dim, std::int64_t dim_v_padded, std::int64_t query_tile, std::int64_t key_tile) {
     std::int64_t total = 0;
-    carve(head_dim, dim_v_padded, [&](std::int64_t floats) {
+    carve(head_dim, dim_v_padded, query_tile, key_tile, [&](std::int64_t floats) {
       total += round_up(floats, 16);
       return static_cast<float*>(nullptr);
     });
     buffer = HostBuffer(static_cast<std::size_t>(total) * sizeof(float));
     std::memset(buffer.data(), 0, buffer.bytes());
     float* next = buffer.as<float>();
-    carve(head_dim, dim_v_padded, [&](std::int64_t floats) {
+    carve(head_dim, dim_v_padded, query_tile, key_tile, [&](std::int64_t floats) {
       float* piece = next;
       next += round_up(floats, 16);
       return piece;
@@ -129,8 +153,7 @@ struct Workspace {
 
  private:
   template <class Take>
-  void carve(std::int64_t head_dim, std::int64_t dim_v_padded, Take&& take) {
-    constexpr std::int64_t Br = FlashTraits::kQueryTile, Bc = FlashTraits::kKeyTile;
+  void carve(std::int64_t head_dim, std::int64_t dim_v_padded, std::int64_t Br, std::int64_t Bc, Take&& take) {
     qt = take(head_dim * Br);
     keys = take(Bc * head_dim);
     values = take(Bc * dim_v_padded);
@@ -147,20 +170,22 @@ struct Workspace {
 
 class FlashKernel {
  public:
-  FlashKernel(const AttentionProblem& problem, const AttentionArgs& args)
+  FlashKernel(const AttentionProblem& problem, const AttentionArgs& args, const TileConfig& tiles)
       : problem_(problem),
         args_(args),
         head_dim_(problem.head_dim),
         dim_v_(problem.dim_v()),
         dim_v_padded_(round_up(problem.dim_v(), FlashTraits::kOutDims)),
-        query_tiles_((problem.seq_q + FlashTraits::kQueryTile - 1) / FlashTraits::kQueryTile),
+        Br_(tiles.query_tile),
+        Bc_(tiles.key_tile),
+        query_tiles_((problem.seq_q + Br_ - 1) / Br_),
         element_bytes_(static_cast<std::int64_t>(size_of(problem.dtype))),
         q_scale_(problem.softmax_scale() * kLog2e) {}
 
   std::int64_t work_items() const {
     return static_cast<std::int64_t>(problem_.batch) * problem_.heads_q * query_tiles_;
   }
-  Workspace make_workspace() const { return Workspace(head_dim_, dim_v_padded_); }
+  Workspace make_workspace() const { return Workspace(head_dim_, dim_v_padded_, Br_, Bc_); }
 
   // Items go head by head, so the threads work through one head's K/V together and find it in
   // L2/L3 (113 vs 122 ms on the B=1 H=16 N=2048 D=64 target against spreading concurrent items
@@ -169,7 +194,7 @@ class FlashKernel {
     const std::int64_t query_tile = query_tiles_ - 1 - item % query_tiles_;
     const std::int64_t head_item = item / query_tiles_;
     run_tile(static_cast<int>(head_item / problem_.heads_q),
-             static_cast<int>(head_item % problem_.heads_q), query_tile * FlashTraits::kQueryTile,
+             static_cast<int>(head_item % problem_.heads_q), query_tile * Br_,
              ws);
   }
 
@@ -185,7 +210,7 @@ class FlashKernel {
   }
 
   void run_tile(int b, int h, std::int64_t q0, Workspace& ws) const {
-    constexpr int Br = FlashTraits::kQueryTile, Bc = FlashTraits::kKeyTile;
+    const std::int64_t Br = Br_, Bc = Bc_;
     const int kv_head = problem_.kv_head_of(h);
     const std::int64_t rows = std::min<std::int64_t>(Br, problem_.seq_q - q0);
     // Query columns actually computed: the valid ones rounded up to the scores kernel's block.
@@ -227,7 +252,7 @@ class FlashKernel {
 
   void update_with_key_tile(int b, int kv_head, std::int64_t k0, std::int64_t cols,
                             std::int64_t active, bool needs_mask, Workspace& ws) const {
-    constexpr int Br = FlashTraits::kQueryTile;
+    const std::int64_t Br = Br_;
     for (std::int64_t j = 0; j < cols; ++j) {
       load_row(element(args_.k, b, k0 + j, kv_head), ws.keys + j * head_dim_, head_dim_);
       load_row(element(args_.v, b, k0 + j, kv_head), ws.values + j * dim_v_padded_, dim_v_);
@@ -241,8 +266,8 @@ class FlashKernel {
                     ws.scores + j * Br + i, Br);
       }
     }
-    if (needs_mask) apply_mask(k0, cols, active, ws);
-    online_softmax(cols, active, ws);
+    if (needs_mask) apply_mask(k0, cols, active, Br, ws);
+    online_softmax(cols, active, Br, ws);
 
     constexpr int R = FlashTraits::kOutQueries;
     for (std::int64_t c = 0; c < dim_v_padded_; c += FlashTraits::kOutDims) {
@@ -265,8 +290,7 @@ class FlashKernel {
   }
 
   // Sᵀ[j][i] = -inf where key k0 + j is outside query i's [begin, end).
-  static void apply_mask(std::int64_t k0, std::int64_t cols, std::int64_t active, Workspace& ws) {
-    constexpr int Br = FlashTraits::kQueryTile;
+  static void apply_mask(std::int64_t k0, std::int64_t cols, std::int64_t active, std::int64_t Br, Workspace& ws) {
     const __m256 minus_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
     for (std::int64_t j = 0; j < cols; ++j) {
       const __m256i key = _mm256_set1_epi32(static_cast<int>(k0 + j));
@@ -288,8 +312,7 @@ class FlashKernel {
   // For 16 queries at a time: new max over the tile's rows, rescale factor for the running
   // sum and output, Pᵀ = exp2(Sᵀ - max) in place, running sum. A query that has seen no key
   // yet keeps max = -inf; its exponent is taken against 0 so -inf - -inf never makes a NaN.
-  static void online_softmax(std::int64_t cols, std::int64_t active, Workspace& ws) {
-    constexpr int Br = FlashTraits::kQueryTile;
+  static void online_softmax(std::int64_t cols, std::int64_t active, std::int64_t Br, Workspace& ws) {
     const __m256 minus_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
     for (std::int64_t i = 0; i < active; i += 16) {
       const __m256 old_max0 = _mm256_load_ps(ws.row_max + i);
@@ -363,6 +386,7 @@ class FlashKernel {
   std::int64_t head_dim_;
   std::int64_t dim_v_;
   std::int64_t dim_v_padded_;
+  std::int64_t Br_, Bc_;
   std::int64_t query_tiles_;
   std::int64_t element_bytes_;
   float q_scale_;
@@ -383,11 +407,24 @@ class FlashBackend final : public Backend {
     return supports_common(problem);
   }
 
+  std::vector<std::string> kernel_configs(const AttentionProblem&) const override {
+    std::vector<std::string> names;
+    for (const TileConfig& config : kTileConfigs) names.emplace_back(config.name);
+    return names;
+  }
+  void force_kernel_config(std::string_view name) override {
+    if (!name.empty()) (void)find_config(name);
+    forced_ = std::string(name);
+  }
+  std::string last_kernel_config() const override { return last_; }
+
   void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream) override {
     const Support support = supports(problem);
     ATTNSUITE_CHECK(support.ok, ErrorKind::Unsupported, "cpu-flash: " + support.reason);
     check_args(name(), problem, args, /*contiguous_last_dim=*/true);
-    const FlashKernel kernel(problem, args);
+    const TileConfig& tiles = choose(problem);
+    last_ = tiles.name;
+    const FlashKernel kernel(problem, args, tiles);
     const int threads =
         static_cast<int>(std::min<std::int64_t>(cpu_threads(), kernel.work_items()));
     std::vector<Workspace> workspaces;
@@ -397,6 +434,26 @@ class FlashBackend final : public Backend {
       kernel.run_item(item, workspaces[thread_index]);
     });
   }
+
+ private:
+  static const TileConfig& find_config(std::string_view name) {
+    std::string allowed;
+    for (const TileConfig& config : kTileConfigs) {
+      if (name == config.name) return config;
+      allowed += (allowed.empty() ? "" : ", ") + std::string(config.name);
+    }
+    throw Error(ErrorKind::Usage, fmt::format("cpu-flash: kernel config '{}' unknown; allowed: {}", name, allowed));
+  }
+  // Forced, else the cache's entry for this CPU, thread count and shape class, else the default.
+  const TileConfig& choose(const AttentionProblem& problem) const {
+    if (!forced_.empty()) return find_config(forced_);
+    if (const auto cached = KernelConfigCache::global().lookup(cpu_kernel_config_key("cpu-flash", problem))) {
+      for (const TileConfig& config : kTileConfigs)
+        if (*cached == config.name) return config;
+    }
+    return kTileConfigs[0];
+  }
+  std::string forced_, last_;
 };
 
 }  // namespace

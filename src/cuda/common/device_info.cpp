@@ -2,6 +2,10 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "attnsuite/error.hpp"
 #include "cuda/common/check.hpp"
 #include "cuda/common/nvml.hpp"
@@ -61,6 +65,22 @@ CudaDeviceInfo query_cuda_device(int device_index) {
                                       info.cuda_driver_version % 1000 / 10);
   }
   return info;
+}
+
+KernelConfigKey kernel_config_key(int device_index, std::string backend, const AttentionProblem& problem) {
+  static std::mutex mutex;
+  static std::map<int, std::pair<std::string, std::string>> known;
+  std::pair<std::string, std::string> device;
+  {
+    std::lock_guard lock(mutex);
+    auto found = known.find(device_index);
+    if (found == known.end()) {
+      const CudaDeviceInfo info = query_cuda_device(device_index);
+      found = known.emplace(device_index, std::make_pair(info.name, info.driver_version)).first;
+    }
+    device = found->second;
+  }
+  return {std::move(device.first), std::move(device.second), std::move(backend), kernel_shape_class(problem)};
 }
 
 }  // namespace attnsuite::cuda

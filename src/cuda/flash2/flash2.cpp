@@ -10,9 +10,12 @@
 #include <numbers>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "attnsuite/error.hpp"
 #include "cuda/common/backend_support.hpp"
+#include "cuda/cuda_backends.hpp"
+#include "cuda/flash2/configs.hpp"
 #include "cuda/flash2/launch.hpp"
 #ifdef ATTNSUITE_FLASH2_VARIANTS
 #include "cuda/flash2/variants/variants.hpp"
@@ -73,6 +76,31 @@ class Flash2Backend final : public Backend {
     return supports_device(name());
   }
 
+  // "default" (Config<> of traits.cuh) and the alternatives compiled for this head dim
+  // (configs.hpp); a variant backend is one fixed configuration.
+  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
+    if (variant_.launch != nullptr) return {};
+    std::vector<std::string> names{"default"};
+    for (const flash2::AlternativeConfig& config : flash2::alternative_configs())
+      if (config.head_dim == problem.head_dim) names.emplace_back(config.name);
+    return names;
+  }
+  void force_kernel_config(std::string_view config) override {
+    if (!config.empty() && config != "default") {
+      bool known = false;
+      std::string allowed = "default";
+      for (const flash2::AlternativeConfig& alternative : flash2::alternative_configs()) {
+        known = known || config == alternative.name;
+        allowed += fmt::format(", {} (d{})", alternative.name, alternative.head_dim);
+      }
+      if (!known || variant_.launch != nullptr)
+        throw Error(ErrorKind::Usage, fmt::format("{}: kernel config '{}' unknown; allowed: {}", name(), config,
+                                                  variant_.launch != nullptr ? "none (a fixed variant)" : allowed));
+    }
+    forced_ = std::string(config);
+  }
+  std::string last_kernel_config() const override { return last_config_; }
+
   void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
     const Support support = supports(problem);
     if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
@@ -114,12 +142,33 @@ class Flash2Backend final : public Backend {
     if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
     if (variant_.launch != nullptr) {
       variant_.launch(params, stream);
-    } else {
+      return;
+    }
+    const flash2::AlternativeConfig* alternative = choose(problem);
+    last_config_ = alternative != nullptr ? alternative->name : "default";
+    if (alternative == nullptr) {
       flash2::launch_forward(params, problem.dtype, stream);
+    } else {
+      (problem.dtype == DType::F16 ? alternative->launch_fp16 : alternative->launch_bf16)(params, stream);
     }
   }
 
  private:
+  // The forced configuration, else the kernel-config cache's entry for this GPU, driver and
+  // shape class, else the default (nullptr). A name that has no kernel for this head dim (a
+  // cache entry from another build) falls back to the default.
+  const flash2::AlternativeConfig* choose(const AttentionProblem& problem) const {
+    std::string wanted = forced_;
+    if (wanted.empty()) {
+      const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, name_, problem));
+      if (!cached) return nullptr;
+      wanted = *cached;
+    }
+    for (const flash2::AlternativeConfig& config : flash2::alternative_configs())
+      if (wanted == config.name && config.head_dim == problem.head_dim) return &config;
+    return nullptr;
+  }
+  std::string forced_, last_config_;
   std::string name_ = "flash2";
   std::string display_name_ = "flash2 (attnsuite FlashAttention-2-class kernel)";
   VariantInfo variant_;

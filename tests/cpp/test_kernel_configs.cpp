@@ -1,0 +1,193 @@
+// The kernel-config cache and `tune --kernels` (tune/kernel_tuner.hpp), on the CPU backends.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "attnsuite/attnsuite.hpp"
+#include "bench/plan.hpp"
+#include "bench/runner.hpp"
+#include "cli_test_support.hpp"
+#include "tune/kernel_tuner.hpp"
+
+namespace attnsuite {
+namespace {
+
+using testing_support::run_cli;
+using testing_support::scratch;
+using testing_support::slurp;
+
+AttentionProblem problem(int batch, int heads, int seq_q, int seq_kv, int head_dim, bool causal) {
+  AttentionProblem p;
+  p.batch = batch;
+  p.heads_q = p.heads_kv = heads;
+  p.seq_q = seq_q;
+  p.seq_kv = seq_kv;
+  p.head_dim = head_dim;
+  p.causal = causal;
+  p.dtype = DType::BF16;
+  return p;
+}
+
+TEST(KernelConfigs, ShapeClassBucketsByPowersOfTwo) {
+  EXPECT_EQ(kernel_shape_class(problem(2, 16, 4096, 4096, 128, true)), "bf16 d128 causal q4k kv4k bh32");
+  // Nearby shapes share a class; a doubled one does not.
+  EXPECT_EQ(kernel_shape_class(problem(2, 16, 3000, 3000, 128, true)),
+            kernel_shape_class(problem(1, 32, 4096, 4096, 128, true)));
+  EXPECT_NE(kernel_shape_class(problem(2, 16, 4097, 4097, 128, true)),
+            kernel_shape_class(problem(2, 16, 4096, 4096, 128, true)));
+  EXPECT_EQ(kernel_shape_class(problem(1, 1, 1, 300, 64, false)), "bf16 d64 dense q1 kv512 bh1");
+  AttentionProblem window = problem(1, 8, 1000, 1000, 64, false);
+  window.window_left = 100;
+  EXPECT_EQ(kernel_shape_class(window), "bf16 d64 dense-window q1k kv1k bh8");
+}
+
+TEST(KernelConfigs, CacheRoundTripsAndLooksUpByEveryKeyField) {
+  KernelConfigCache cache;
+  const KernelConfigKey key{"NVIDIA H200", "580.159.04", "flash2", "bf16 d128 causal q4k kv4k bh32"};
+  cache.set(key, {"m64", {{"ms_median", {{"default", 1.0}, {"m64", 0.9}}}}});
+  const KernelConfigCache back = KernelConfigCache::from_json(nlohmann::json::parse(cache.to_json().dump()), "test");
+  ASSERT_EQ(back.lookup(key), std::optional<std::string>("m64"));
+  for (int field = 0; field < 4; ++field) {
+    KernelConfigKey other = key;
+    (field == 0 ? other.device : field == 1 ? other.driver : field == 2 ? other.backend : other.shape_class) += "x";
+    EXPECT_FALSE(back.lookup(other)) << "field " << field;
+  }
+}
+
+TEST(KernelConfigs, InvalidCacheFilesAreUsageErrorsNamingTheProblem) {
+  const auto expect_error = [](const std::string& text, const std::string& needle) {
+    const std::filesystem::path path = scratch("kcache") / "cache.json";
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+    try {
+      (void)KernelConfigCache::load(path);
+      ADD_FAILURE() << "no error for " << text;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Usage);
+      EXPECT_NE(std::string(error.what()).find(needle), std::string::npos) << error.what();
+    }
+    std::filesystem::remove_all(path.parent_path());
+  };
+  expect_error("{not json", "not valid JSON");
+  expect_error("[]", "not an attnsuite kernel-config file");
+  expect_error(R"({"format": "attnsuite-kernel-configs", "version": 7, "entries": []})", "version 7 not supported");
+  expect_error(R"({"format": "attnsuite-kernel-configs", "version": 1, "entries": {}})", "'entries' must be an array");
+  expect_error(R"({"format": "attnsuite-kernel-configs", "version": 1, "entries": [{"device": "x"}]})",
+               "entry 0 has no string 'driver'");
+  expect_error(std::string(200, '[') + std::string(200, ']'), "nested deeper");
+  // A missing file is an empty cache.
+  EXPECT_EQ(KernelConfigCache::load(scratch("kcache-missing") / "none.json").size(), 0u);
+}
+
+bench::SweepSpec spec_for(const std::string& backend) {
+  bench::SweepSpec spec;
+  spec.backends = {backend};
+  spec.dtypes = {DType::F32};
+  spec.batches = {1};
+  spec.seq_q = {200};
+  spec.heads = {{2, 2, 64, ""}};
+  spec.timing.cold = false;
+  spec.timing.measure.warmup_reps = 1;
+  spec.timing.measure.min_reps = 5;
+  spec.timing.measure.max_reps = 20;
+  spec.reference_gflop = 0.01;
+  return spec;
+}
+
+TEST(KernelTuner, TriesEveryConfigurationOfCpuFlashAndPicksOneThatRan) {
+  const bench::SweepSpec spec = spec_for("cpu-flash");
+  Registry& registry = Registry::global();
+  bench::Runner runner(spec, registry);
+  const bench::Case c = bench::expand(spec).front();
+  int rows = 0;
+  const tune::KernelTuneResult result =
+      tune::tune_kernel_case(runner, registry, c, {}, [&](const std::string&, const bench::ResultRow&) { ++rows; });
+  const std::vector<std::string> configs = registry.find("cpu-flash").kernel_configs(c.problem);
+  ASSERT_EQ(result.candidates.size(), configs.size());
+  EXPECT_EQ(rows, static_cast<int>(configs.size()));
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    EXPECT_EQ(result.candidates[i].config, configs[i]);
+    EXPECT_EQ(result.candidates[i].row.kernel_config, configs[i]);  // the backend ran what was forced
+    EXPECT_EQ(result.candidates[i].row.status, bench::CaseStatus::Ok) << result.candidates[i].row.reason;
+  }
+  ASSERT_FALSE(result.best.empty()) << result.not_tuned;
+  EXPECT_GE(result.speedup, 1.0);
+  EXPECT_EQ(result.key.backend, "cpu-flash");
+  EXPECT_EQ(result.key.shape_class, kernel_shape_class(c.problem));
+}
+
+TEST(KernelTuner, ABackendWithoutConfigurationsIsNotTuned) {
+  const bench::SweepSpec spec = spec_for("cpu-vanilla");
+  bench::Runner runner(spec, Registry::global());
+  const tune::KernelTuneResult result = tune::tune_kernel_case(runner, Registry::global(), bench::expand(spec).front(), {});
+  EXPECT_TRUE(result.candidates.empty());
+  EXPECT_NE(result.not_tuned.find("no kernel configurations"), std::string::npos) << result.not_tuned;
+}
+
+TEST(KernelTuner, TheDefaultStaysUnlessAnotherIsFasterBeyondTheNoise) {
+  bench::ResultRow reference, candidate;
+  reference.ms_median = 1.0;
+  reference.ms_stddev = 0.01;
+  reference.reps = 100;
+  candidate = reference;
+  candidate.ms_median = 0.995;  // 0.5% faster: under the 1% floor
+  EXPECT_FALSE(tune::faster_beyond_noise(candidate, reference));
+  candidate.ms_median = 0.95;
+  EXPECT_TRUE(tune::faster_beyond_noise(candidate, reference));
+  candidate.ms_stddev = 0.5;  // noisy: 2·σ/√n ≈ 10% > 5%
+  candidate.reps = 100;
+  EXPECT_FALSE(tune::faster_beyond_noise(candidate, reference));
+}
+
+// The CLI end to end: tune --kernels writes the cache, and a bench run afterwards reports the
+// cached configuration in its rows (the backend read the cache).
+TEST(KernelTunerCli, WritesTheCacheThatBenchThenUses) {
+  const std::filesystem::path dir = scratch("tune_kernels");
+  std::filesystem::create_directories(dir);
+  const std::string cache = (dir / "cache" / "kernel-configs.json").string();
+  const std::vector<std::string> axes = {"--backends", "cpu-flash", "--dtype", "fp32", "--seq", "96",
+                                         "--heads", "2", "--head-dim", "64", "--causal", "false"};
+  std::vector<std::string> args = {"tune", "--kernels", "--suite", "default", "--kernel-cache", cache,
+                                   "--out", (dir / "tune").string(), "--max-time-ms", "50", "-q"};
+  args.insert(args.end(), axes.begin(), axes.end());
+  const auto tuned = run_cli(args);
+  ASSERT_EQ(tuned.code, 0) << tuned.err << tuned.out;
+  EXPECT_NE(tuned.out.find("q192-k96"), std::string::npos) << tuned.out;
+  const KernelConfigCache written = KernelConfigCache::load(cache);
+  ASSERT_GE(written.size(), 1u);
+  const nlohmann::json entries = nlohmann::json::parse(slurp(cache))["entries"];
+  const std::string chosen = entries[0]["config"];
+  EXPECT_EQ(entries[0]["backend"], "cpu-flash");
+
+  std::vector<std::string> bench = {"bench", "--suite", "default", "--out", (dir / "bench").string(),
+                                    "--batch", "1", "--max-time-ms", "20", "-q"};
+  bench.insert(bench.end(), axes.begin(), axes.end());
+  const auto ran = run_cli(bench, {"ATTNSUITE_KERNEL_CACHE=" + cache});
+  ASSERT_EQ(ran.code, 0) << ran.err;
+  const nlohmann::json results = nlohmann::json::parse(slurp(dir / "bench" / "results.json"));
+  bool found = false;
+  for (const auto& row : results["rows"]) {
+    if (row["backend"] != "cpu-flash") continue;
+    found = true;
+    EXPECT_EQ(row["kernel_config"], chosen) << row.dump();
+  }
+  EXPECT_TRUE(found);
+
+  // A broken cache file is refused by tune (not overwritten) and only warned about by bench.
+  std::ofstream(cache) << "{broken";
+  const auto refused = run_cli(args);
+  EXPECT_EQ(refused.code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("not valid JSON"), std::string::npos) << refused.err;
+  EXPECT_EQ(slurp(cache), "{broken");
+  bench.push_back("--force");
+  const auto warned = run_cli(bench, {"ATTNSUITE_KERNEL_CACHE=" + cache});
+  EXPECT_EQ(warned.code, 0) << warned.err;
+  EXPECT_NE(warned.err.find("warning"), std::string::npos) << warned.err;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace attnsuite
