@@ -11,6 +11,8 @@
 #   --tune (also `attnsuite tune --batch --exhaustive` on the headline suite, batches 1..64 or
 #   TUNE_MAX_BATCH: every probe makes new inputs on the host, so the sweep's cost grows with the
 #   sum of its batches).
+#   --tune-kernels (`attnsuite tune --kernels` on the kernel-tune suite into a fresh cache, then
+#   the same suite benched with that cache: rows name the configuration that ran).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -21,7 +23,7 @@ out=$(mktemp -d)
 mkdir -p "$final"
 build="$root/.device-build/build"
 deps="$root/.device-build/deps"
-run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 suites="headline,fa3-grid"
+run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 suites="headline,fa3-grid"
 for arg in "$@"; do
   case "$arg" in
     --no-tests) run_tests=0 ;;
@@ -30,7 +32,8 @@ for arg in "$@"; do
     --suites=*) suites=${arg#--suites=} ;;
     --variants) run_variants=1 ;;
     --tune) run_tune=1 ;;
-    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune)" >&2; exit 2 ;;
+    --tune-kernels) run_tune_kernels=1 ;;
+    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels)" >&2; exit 2 ;;
   esac
 done
 declare -a summary
@@ -128,6 +131,18 @@ if [ $run_tune = 1 ]; then
   cp "$out/tune-headline/tune.md" "$final/tune-headline.md" 2>/dev/null
   summary+=("tune headline (exhaustive check): exit $status in $(( $(date +%s) - start )) s")
 fi
+if [ $run_tune_kernels = 1 ]; then
+  start=$(date +%s)
+  "$cli" tune --kernels --suite kernel-tune --backends flash2 --kernel-cache "$out/kernel-configs.json" \
+    --out "$out/tune-kernels" --force >"$out/tune-kernels.txt" 2>"$out/tune-kernels.log"
+  status=$?
+  ATTNSUITE_KERNEL_CACHE="$out/kernel-configs.json" "$cli" bench --suite kernel-tune \
+    --out "$out/bench-kernel-tune" --force >"$out/bench-kernel-tune.txt" 2>"$out/bench-kernel-tune.log"
+  cp "$out/kernel-configs.json" "$final/kernel-configs.json" 2>/dev/null
+  cp "$out/tune-kernels/tune.md" "$final/tune-kernels.md" 2>/dev/null
+  cp "$out/bench-kernel-tune/results.json" "$final/kernel-tune.json" 2>/dev/null
+  summary+=("tune --kernels (kernel-tune suite, flash2): exit $status in $(( $(date +%s) - start )) s")
+fi
 printf '%s\n' "${summary[@]}" >"$out/summary.txt"
 tar czf "$final/logs.tar.gz" -C "$out" --exclude='results.jsonl' . 2>/dev/null
 
@@ -138,5 +153,6 @@ for suite in ${suites//,/ }; do
   [ $run_bench = 1 ] && [ -f "$out/bench-$suite.txt" ] && { echo; echo "## $suite"; cat "$out/bench-$suite.txt"; }
 done
 [ $run_variants = 1 ] && [ -f "$final/variants.md" ] && { echo; echo "## variants (TFLOP/s)"; cut -d'|' -f2,3,7 "$final/variants.md"; }
+[ $run_tune_kernels = 1 ] && [ -f "$out/tune-kernels.txt" ] && { echo; echo "## tune --kernels"; cat "$out/tune-kernels.txt"; }
 [ $run_tune = 1 ] && [ -f "$out/tune-headline.txt" ] && { echo; echo "## tune headline"; cat "$out/tune-headline.txt"; }
 exit 0
