@@ -145,6 +145,11 @@ if [ $run_tune_kernels = 1 ]; then
 fi
 printf '%s\n' "${summary[@]}" >"$out/summary.txt"
 tar czf "$final/logs.tar.gz" -C "$out" --exclude='results.jsonl' . 2>/dev/null
+# A device call brings back at most 8 files: past that, the result files travel as one archive.
+if [ "$(find "$final" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
+  (cd "$final" && tar czf results.tar.gz --exclude=logs.tar.gz --exclude=results.tar.gz ./*.json ./*.md 2>/dev/null &&
+   find . -maxdepth 1 -type f \( -name '*.json' -o -name '*.md' \) -delete)
+fi
 
 echo
 echo "=== attnsuite device run ==="
