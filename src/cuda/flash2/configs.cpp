@@ -6,9 +6,9 @@ namespace attnsuite::cuda::flash2 {
 extern const AlternativeConfig kM64D64;
 extern const AlternativeConfig kM64D128;
 
-std::span<const AlternativeConfig> alternative_configs() {
+AlternativeConfigs alternative_configs() {
   static const AlternativeConfig table[] = {kM64D64, kM64D128};
-  return table;
+  return {table, sizeof(table) / sizeof(table[0])};
 }
 
 }  // namespace attnsuite::cuda::flash2
