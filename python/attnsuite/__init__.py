@@ -137,6 +137,8 @@ def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd
     # numpy, the common CPU case, skips the framework lookups (~2 us of the call).
     is_numpy = type(q) is _np.ndarray
     if out is not None:
+        if isinstance(out, _np.ndarray) and not out.flags.writeable:
+            raise ValueError("out is a read-only numpy array; it must be writable")
         o, finish = out, _same
     elif is_numpy:
         o, finish = _np.empty(out_shape, q.dtype), _same

@@ -248,6 +248,16 @@ Choice choose(std::string_view name, const Call& call) {
     if (!support) throw Error(ErrorKind::Unsupported, fmt::format("backend '{}': {}", name, support.reason));
     return {&backend, "named", {}};
   }
+  // Only `reference` reads any strides; the kernels need a contiguous last dim. "auto" says so
+  // rather than fall back to the slowest backend.
+  for (const auto& [what, view] : {std::pair<const char*, const TensorView*>{"q", &call.args.q}, {"k", &call.args.k},
+                                   {"v", &call.args.v}})
+    if (view->strides[3] != 1)
+      throw Error(ErrorKind::Usage,
+                  fmt::format("{} has stride {} in its last dim; backend \"auto\" needs 1 (a contiguous last dim: "
+                              "numpy.ascontiguousarray, tensor.contiguous()); only backend=\"reference\" reads "
+                              "other strides",
+                              what, view->strides[3]));
   std::vector<std::string> order;
   std::string cache_source;
   if (const nlohmann::json* cache = current_cache()) {
