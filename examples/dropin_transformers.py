@@ -121,6 +121,8 @@ def main():
         results["ms_torch_sdpa"] = time_forward(lambda: model(tokens), args.device, args.reps)
         with drop_in.patched():
             results["ms_attnsuite"] = time_forward(lambda: model(tokens), args.device, args.reps)
+        results["ok"] = results["attnsuite_calls"] == args.layers and results["logits_rel_l2"] <= results["tolerance"]
+        save(args.out, results)  # the eager figures stand even if compiling is cut short
         if args.compile:
             compiled = torch.compile(model)
             results["ms_torch_sdpa_compiled"] = time_forward(lambda: compiled(tokens), args.device, args.reps)
@@ -131,17 +133,21 @@ def main():
                 results["ms_attnsuite_compiled"] = time_forward(lambda: compiled(tokens), args.device, args.reps)
             results["compiled_logits_rel_l2"] = ((compiled_logits - baseline).norm() / baseline.norm()).item()
 
-    ok = results["attnsuite_calls"] == args.layers and results["logits_rel_l2"] <= results["tolerance"]
+    ok = results["ok"]
     if args.compile:
         ok = ok and results["compiled_logits_rel_l2"] <= results["tolerance"]
     results["ok"] = ok
     for key, value in results.items():
         print(f"{key:>26}: {value}")
-    if args.out:
-        with open(args.out, "w") as file:
+    save(args.out, results)
+    return 0 if ok else 1
+
+
+def save(path, results):
+    if path:
+        with open(path, "w") as file:
             json.dump(results, file, indent=2)
             file.write("\n")
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":
