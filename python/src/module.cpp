@@ -188,23 +188,42 @@ struct BackendCache {
   std::filesystem::path path = tune::default_cache_path();
   bool enabled = true;
   bool loaded = false;
+  bool checked = false;  // checked_at is set
+  std::chrono::steady_clock::time_point checked_at{};
   std::filesystem::file_time_type mtime{};
   std::uintmax_t size = 0;
   nlohmann::json json;
 };
 BackendCache g_cache;
+// Bumped whenever what "auto" reads may have changed (the file was re-read or went away, another
+// file was set): the memo below is only good for the generation it was made in.
+std::uint64_t g_cache_generation = 0;
+
+// A stat costs 3-7 us in this sandbox (os.stat in a loop), as much as the whole binding: the
+// file is looked at again at most once a second (another process's tune shows up after that; a
+// tune in this process and set_backend_cache() reset it at once).
+constexpr auto kCacheRecheck = std::chrono::seconds(1);
 
 const nlohmann::json* current_cache() {
   if (!g_cache.enabled) return nullptr;
+  const auto now = std::chrono::steady_clock::now();
+  if (g_cache.checked && now - g_cache.checked_at < kCacheRecheck) return g_cache.loaded ? &g_cache.json : nullptr;
+  g_cache.checked = true;
+  g_cache.checked_at = now;
   std::error_code error;
   const auto mtime = std::filesystem::last_write_time(g_cache.path, error);
   const auto size = error ? 0 : std::filesystem::file_size(g_cache.path, error);
   if (error) {
+    if (g_cache.loaded) ++g_cache_generation;
     g_cache.loaded = false;
     return nullptr;
   }
   if (!g_cache.loaded || mtime != g_cache.mtime || size != g_cache.size) {
+    ++g_cache_generation;
+    g_cache.loaded = false;
+    g_cache.checked = false;  // a broken file stays an error on every call until it is fixed
     g_cache.json = tune::parse_cache(report::read_text_file(g_cache.path), g_cache.path.string());
+    g_cache.checked = true;
     g_cache.loaded = true;
     g_cache.mtime = mtime;
     g_cache.size = size;
@@ -236,7 +255,44 @@ struct Choice {
   std::vector<std::string> tried;  // "auto": the candidates in order, with why each was passed over
 };
 
+bool same_problem(const AttentionProblem& a, const AttentionProblem& b) {
+  return a.batch == b.batch && a.heads_q == b.heads_q && a.heads_kv == b.heads_kv && a.seq_q == b.seq_q &&
+         a.seq_kv == b.seq_kv && a.head_dim == b.head_dim && a.head_dim_v == b.head_dim_v && a.dtype == b.dtype &&
+         a.layout == b.layout && a.causal == b.causal && a.window_left == b.window_left &&
+         a.window_right == b.window_right && a.scale == b.scale;
+}
+
+// The last "auto" choice: a model calls attention with one problem many times, and the cache
+// lookup (class name, JSON search, each candidate's supports()) costs ~15 us a call on the
+// 2-core EPYC against ~1 us for this comparison and the file's stat.
+struct AutoMemo {
+  bool valid = false;
+  std::uint64_t generation = 0;
+  AttentionProblem problem;
+  Device device;
+  Choice choice;
+};
+AutoMemo g_auto_memo;
+
+Choice choose_uncached(std::string_view name, const Call& call);
+
 Choice choose(std::string_view name, const Call& call) {
+  if (name != "auto") return choose_uncached(name, call);
+  (void)current_cache();  // re-reads a changed file (a new generation)
+  const Device& device = call.args.q.device;
+  if (g_auto_memo.valid && g_auto_memo.generation == g_cache_generation && g_auto_memo.device == device &&
+      same_problem(g_auto_memo.problem, call.problem)) {
+    // The strides are not part of the problem: checked again, as choose_uncached does.
+    for (const TensorView* view : {&call.args.q, &call.args.k, &call.args.v})
+      if (view->strides[3] != 1) return choose_uncached(name, call);
+    return g_auto_memo.choice;
+  }
+  Choice choice = choose_uncached(name, call);
+  g_auto_memo = {true, g_cache_generation, call.problem, device, choice};
+  return choice;
+}
+
+Choice choose_uncached(std::string_view name, const Call& call) {
   Registry& registry = Registry::global();
   const DeviceType device = call.args.q.device.type;
   if (name != "auto") {
@@ -420,6 +476,7 @@ void set_backend_cache(std::optional<std::string> path) {
   nb::gil_scoped_release release;
   std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
   g_cache = BackendCache{};
+  ++g_cache_generation;
   if (path) {
     g_cache.enabled = !path->empty();
     if (g_cache.enabled) g_cache.path = *path;
@@ -509,6 +566,7 @@ std::string tune_batch(const std::string& suite, const std::string& overrides_te
     nb::gil_scoped_release release;
     std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
     outcome = tune::run_batch_tune(spec, options, Registry::global());
+    g_cache.checked = false;  // "auto" sees this tune's cache at once
   }
   if (interrupt->requested) {
     PyErr_SetString(PyExc_KeyboardInterrupt,

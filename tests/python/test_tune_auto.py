@@ -3,6 +3,7 @@ the backend cache that the tuner writes (a fabricated cache file here, on the CP
 import json
 import os
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -105,11 +106,13 @@ def test_plot_of_bench_rows_of_a_tune_and_of_a_file(tmp_path):
         attnsuite.plot([1, 2, 3])
 
 
-def fabricate_cache(path, device, driver, classes):
+def fabricate_cache(path, device, driver, classes, reread=True):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"version": 1, "machines": [
         {"device": device, "driver": driver,
          "classes": {name: {"order": order, "tokens_per_s": {}} for name, order in classes.items()}}]}))
+    if reread:  # at once, instead of within the second that "auto" waits between looks at the file
+        attnsuite.set_backend_cache(path)
 
 
 @pytest.fixture
@@ -153,17 +156,22 @@ def test_auto_skips_cached_backends_that_cannot_run_the_problem(cache_file):
     assert choice["backend"] == "reference", choice
     assert choice["passed_over"][0] == "no-such-backend: not in this build"
     assert choice["passed_over"][1].startswith("cpu-vanilla: ") and "fp16" in choice["passed_over"][1]
-    # The cache file changes: read again.
-    fabricate_cache(cache_file, this_cpu, "", {"fp16 bshd d64 full mha q64 k64": ["cpu-flash"]})
+    # The cache file changes (another process's tune): "auto" sees it within a second.
+    fabricate_cache(cache_file, this_cpu, "", {"fp16 bshd d64 full mha q64 k64": ["cpu-flash"]}, reread=False)
+    seen = attnsuite.resolve_backend(q, k, v)
+    assert seen in ("reference", "cpu-flash")
+    time.sleep(1.1)
     assert attnsuite.resolve_backend(q, k, v) == "cpu-flash"
 
 
 def test_a_broken_cache_is_one_clear_error_and_can_be_turned_off(cache_file):
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     cache_file.write_text("[1, 2, 3]")
+    attnsuite.set_backend_cache(cache_file)
     q, k, v = random_qkv()
-    with pytest.raises(OSError, match=f"backend cache '{cache_file}' is not a JSON object"):
-        attnsuite.attention(q, k, v)
+    for _ in range(2):  # every call, until it is fixed
+        with pytest.raises(OSError, match=f"backend cache '{cache_file}' is not a JSON object"):
+            attnsuite.attention(q, k, v)
     assert attnsuite.attention(q, k, v, backend="cpu-flash").shape == q.shape  # a named backend reads no cache
     attnsuite.set_backend_cache(False)
     assert attnsuite.backend_cache_path() is None
