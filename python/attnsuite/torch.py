@@ -61,6 +61,9 @@ def _stream(tensor):
 def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: Optional[float],
           backend: str) -> torch.Tensor:
     """4-D (batch, heads, seq, dim) inputs, PyTorch's layout; GQA when key has fewer heads."""
+    # The wrapper below falls back for such inputs; a compiled graph may still hand the op other
+    # strides than eager mode did, and the kernels need a contiguous last dim.
+    query, key, value = (x if x.stride(-1) == 1 else x.contiguous() for x in (query, key, value))
     out = torch.empty(query.shape[:3] + (value.shape[3],), dtype=query.dtype, device=query.device)
     try:
         _core.forward(backend, query, key, value, out, None, is_causal, scale, "bhsd", -1, -1, _stream(query))

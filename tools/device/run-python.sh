@@ -5,8 +5,8 @@
 # (.device-build/deps and cudnn-frontend: tools/device/pack-deps.sh; wheels: pack-python.sh.)
 # Steps, each under its own time limit inside one overall limit (RUN_LIMIT_S, default 560 s, so
 # that one hang does not eat the call):
-#   1. `pip install .` into the image's Python (torch 2.11 there), CUDA on (sm_90a), against the
-#      carried host deps; if pip fails early, the module is built with CMake instead;
+#   1. `pip install .` with the image's Python (torch 2.11 there) into a folder of its own, CUDA
+#      on (sm_90a), against the carried host deps; if pip fails early, CMake builds the module;
 #   2. the Python tests that need the GPU or torch (test_gpu.py, test_torch.py, test_module.py);
 #   3. the drop-in on a transformers Llama (random weights), eager and under torch.compile;
 #   4. DLPack in and out of torch, cupy and jax on the GPU; 5. ONNX Runtime's CUDA EP, if the
@@ -77,13 +77,15 @@ if compgen -G "$root/.device-build/wheels/*.whl" >/dev/null; then
     >>"$work/pip-install.log" 2>&1 && export PYTHONPATH="$work/site"
 fi
 
-# 1. pip install . (the image's venv; the machine is thrown away afterwards).
-run_step "pip install ." 330 "$work/pip-install.log" \
-  "$py" -m pip install --no-index --no-deps --no-build-isolation "${define[@]}" "$root"
+# 1. pip install . into a folder of its own (--target: the image's venv stays as it is), put
+#    ahead on PYTHONPATH; the CLI lands in its bin/.
+site="$work/site-attnsuite"
+run_step "pip install ." "${PIP_LIMIT_S:-330}" "$work/pip-install.log" \
+  "$py" -m pip install --no-index --no-deps --no-build-isolation --target "$site" "${define[@]}" "$root"
 status=$step_status
 record "pip install ." $status $step_seconds "$(grep -E 'Successfully installed|error:|Error' "$work/pip-install.log" | tail -1)"
-bindir=$(dirname "$py")
-cli="$bindir/attnsuite"
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+cli="$site/bin/attnsuite"
 if [ $status -ne 0 ] && [ "$step_seconds" -lt 120 ]; then
   # An early failure (the build backend, not the code): the same targets through CMake.
   build="$root/.device-build/pybuild"
@@ -128,7 +130,7 @@ echo "total: $(( $(date +%s) - start_all )) s" >>"$work/summary.txt"
 for f in summary.txt pytest.log dropin-transformers.json dlpack.json ort.json; do
   [ -f "$work/$f" ] && cp "$work/$f" "$final/$f"
 done
-tar czf "$final/logs.tar.gz" -C "$work" --exclude=site . 2>/dev/null
+tar czf "$final/logs.tar.gz" -C "$work" --exclude=./site --exclude=./site-attnsuite . 2>/dev/null
 echo
 echo "--- pytest (last lines) ---"
 tail -15 "$work/pytest.log" 2>/dev/null
