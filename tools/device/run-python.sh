@@ -81,7 +81,7 @@ fi
 #    ahead on PYTHONPATH; the CLI lands in its bin/.
 site="$work/site-attnsuite"
 run_step "pip install ." "${PIP_LIMIT_S:-330}" "$work/pip-install.log" \
-  "$py" -m pip install --no-index --no-deps --no-build-isolation --target "$site" "${define[@]}" "$root"
+  "$py" -m pip install -v --no-index --no-deps --no-build-isolation --target "$site" "${define[@]}" "$root"
 status=$step_status
 record "pip install ." $status $step_seconds "$(grep -E 'Successfully installed|error:|Error' "$work/pip-install.log" | tail -1)"
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
