@@ -17,9 +17,10 @@
 #include "commands.hpp"
 #include "report/atomic_file.hpp"
 #include "report/sinks.hpp"
-#include "tune/batch_evaluator.hpp"
+#include "attnsuite/kernel_configs.hpp"
+#include "tune/backend_cache.hpp"
 #include "tune/kernel_tuner.hpp"
-#include "tune/tune_output.hpp"
+#include "tune/tune_run.hpp"
 
 namespace attnsuite::cli {
 
@@ -37,13 +38,11 @@ struct TuneFlags {
   std::optional<double> noise, max_time_ms, reference_gflop;
   bool hot = false;
   std::string out;
-  std::string kernel_cache;
   bool force = false, quiet = false;
+  std::string cache;
+  bool no_cache = false;
+  std::string kernel_cache;
 };
-
-// Each probe checks its output against a sampled fp64 reference; a smaller budget than bench's
-// keeps that a small part of a probe (a new batch is a new shape: a new reference).
-constexpr double kTuneReferenceGflop = 0.1;
 
 nlohmann::json overrides_from(const TuneFlags& f) {
   nlohmann::json o = nlohmann::json::object();
@@ -95,7 +94,7 @@ int tune_kernels(TuneFlags& f) {
   if (const nlohmann::json overrides = overrides_from(f); !overrides.empty())
     suite_json = bench::merge_suite(std::move(suite_json), overrides);
   bench::SweepSpec spec = bench::parse_suite(suite_json, f.suite);
-  spec.reference_gflop = f.reference_gflop.value_or(std::min(spec.reference_gflop, kTuneReferenceGflop));
+  spec.reference_gflop = f.reference_gflop.value_or(std::min(spec.reference_gflop, tune::kTuneReferenceGflop));
   Registry& registry = Registry::global();
   for (const auto& name : spec.backends) (void)registry.find(name);
 
@@ -179,7 +178,7 @@ int tune_kernels(TuneFlags& f) {
 
 Action add_tune(CLI::App& app) {
   auto f = std::make_shared<TuneFlags>();
-  app.add_flag("--batch", f->batch, "Tune the batch size (the one tuner available)");
+  app.add_flag("--batch", f->batch, "Tune the batch size");
   app.add_flag("--kernels", f->kernels,
                "Tune the kernel configuration (tile sizes) of each backend that has a choice, per case; "
                "the winners go to the kernel-config cache");
@@ -207,11 +206,15 @@ Action add_tune(CLI::App& app) {
   app.add_option("--warmup", f->warmup, "Warm-up runs per probe");
   app.add_option("--max-time-ms", f->max_time_ms, "Time budget per probe for the measured repetitions");
   app.add_option("--reference-gflop", f->reference_gflop,
-                 fmt::format("fp64 reference budget per probe (default {})", kTuneReferenceGflop));
+                 fmt::format("fp64 reference budget per probe (default {})", tune::kTuneReferenceGflop));
   app.add_flag("--hot", f->hot, "Keep caches warm between samples");
   app.add_option("-o,--out", f->out, "Output directory (default: results/tune-<suite>-<time>)");
   app.add_flag("--force", f->force, "Overwrite a tune.json already in --out");
   app.add_flag("-q,--quiet", f->quiet, "No progress output");
+  app.add_option("--cache", f->cache,
+                 "Backend cache to update with the fastest backends per shape class, which backend=\"auto\" "
+                 "reads (default: " + tune::default_cache_path().string() + ")");
+  app.add_flag("--no-cache", f->no_cache, "Do not update the backend cache");
 
   return [f]() -> int {
     if (f->kernels && f->batch) throw Error(ErrorKind::Usage, "tune takes one of --batch or --kernels, not both");
@@ -219,80 +222,43 @@ Action add_tune(CLI::App& app) {
     if (!f->batch)
       throw Error(ErrorKind::Usage, "tune needs --batch (the batch-size tuner) or --kernels (kernel configurations)");
 
-    tune::BatchLimits limits;
-    limits.min_batch = f->min_batch;
-    limits.max_batch = f->max_batch;
-    if (f->max_memory_gib) limits.max_memory_bytes = *f->max_memory_gib * 1073741824.0;
-    limits.max_p95_ms = f->p95_ms;
-    limits.validate();
+    tune::TuneOptions options;
+    options.limits.min_batch = f->min_batch;
+    options.limits.max_batch = f->max_batch;
+    if (f->max_memory_gib) options.limits.max_memory_bytes = *f->max_memory_gib * 1073741824.0;
+    options.limits.max_p95_ms = f->p95_ms;
+    options.limits.validate();
+    options.exhaustive = f->exhaustive;
+    options.reference_gflop = f->reference_gflop;
+    options.out_dir = f->out;
+    options.force = f->force;
+    if (!f->no_cache) options.cache_path = f->cache.empty() ? tune::default_cache_path() : std::filesystem::path(f->cache);
+    options.cancelled = interrupt_requested;
+    if (!f->quiet) {
+      options.on_case = [](const bench::ResultRow& c) {
+        fmt::print(stderr, "tune {} {}\n", c.backend, report::shape_summary(c));
+      };
+      options.on_probe = [](const bench::ResultRow& r) { fmt::print(stderr, "  {}\n", probe_line(r)); };
+      options.on_sweep = [] { fmt::print(stderr, "  exhaustive sweep\n"); };
+    }
 
     if (f->suite.empty()) f->suite = default_suite_name();
     nlohmann::json suite_json = bench::load_suite_json(f->suite);
     if (const nlohmann::json overrides = overrides_from(*f); !overrides.empty())
       suite_json = bench::merge_suite(std::move(suite_json), overrides);
-    bench::SweepSpec spec = bench::parse_suite(suite_json, f->suite);
-    // The tuner chooses the batch: the suite's batch axis and tokens-per-batch do not apply.
-    spec.batches = {limits.min_batch};
-    spec.tokens_per_batch = 0;
-    spec.reference_gflop = f->reference_gflop.value_or(std::min(spec.reference_gflop, kTuneReferenceGflop));
-    Registry& registry = Registry::global();
-    for (const auto& name : spec.backends) (void)registry.find(name);
-
-    const std::filesystem::path out_dir = f->out.empty() ? default_out_dir("tune", spec.name) : std::filesystem::path(f->out);
-    const std::filesystem::path json_path = out_dir / "tune.json";
-    if (std::filesystem::exists(json_path) && !f->force)
-      throw Error(ErrorKind::Usage,
-                  fmt::format("'{}' already exists; use --force to overwrite it", json_path.string()));
-    report::ensure_writable_directory(out_dir);
+    const bench::SweepSpec spec = tune::tune_spec(suite_json, f->suite, options);
 
     install_interrupt_handlers();
-    std::vector<std::string> warnings;
-    bench::RunHeader header = bench::make_run_header(spec, registry, &warnings);
-    header.suite = "tune: " + spec.name;
-    header.settings["tune"] = {{"min_batch", limits.min_batch},
-                               {"max_batch", limits.max_batch},
-                               {"max_memory_gib", f->max_memory_gib ? nlohmann::json(*f->max_memory_gib) : nlohmann::json()},
-                               {"p95_ms", f->p95_ms ? nlohmann::json(*f->p95_ms) : nlohmann::json()},
-                               {"exhaustive", f->exhaustive}};
-    for (const auto& warning : warnings) fmt::print(stderr, "attnsuite: warning: {}\n", warning);
-
-    bench::Runner runner(spec, registry);
-    std::vector<bench::ResultRow> rows;
-    nlohmann::ordered_json tuning = nlohmann::ordered_json::array();
-    bool failed = false, interrupted = false;
-    for (const bench::Case& c : bench::expand(spec)) {
-      if (interrupted) break;
-      tune::TuneEntry entry;
-      entry.identity = bench::row_for_case(c, registry.contains(c.backend) ? &registry.find(c.backend) : nullptr);
-      entry.limits = limits;
-      if (!f->quiet) fmt::print(stderr, "tune {} {}\n", c.backend, report::shape_summary(entry.identity));
-      tune::RunnerBatchEvaluator evaluate(runner, registry, c, interrupt_requested);
-      if (!f->quiet) evaluate.on_row([](const bench::ResultRow& r) { fmt::print(stderr, "  {}\n", probe_line(r)); });
-      entry.search = tune::search_batch(std::ref(evaluate), limits);
-      if (f->exhaustive && !entry.search.interrupted && entry.search.failure.empty()) {
-        if (!f->quiet) fmt::print(stderr, "  exhaustive sweep\n");
-        entry.sweep = tune::sweep_batches(std::ref(evaluate), limits, entry.search.probes);
-      }
-      interrupted = entry.search.interrupted || (entry.sweep && entry.sweep->interrupted);
-      failed = failed || !entry.search.failure.empty() || (entry.sweep && !entry.sweep->failure.empty());
-      for (bench::ResultRow row : evaluate.rows()) {
-        bench::apply_profile(row, header.ceilings);
-        rows.push_back(std::move(row));
-      }
-      tuning.push_back(tune::to_json(entry));
-    }
-    header.finished_at = bench::utc_now_iso8601();
-    header.interrupted = interrupted;
-    report::fill_relative_to_vanilla(rows);
-
-    nlohmann::ordered_json document = nlohmann::ordered_json::parse(report::results_json_text(header, rows));
-    document["tuning"] = tuning;
-    report::write_file_atomic(json_path, document.dump(2) + "\n");
-    const report::TextTable table = tune::tuning_table(nlohmann::json(tuning));
-    report::write_file_atomic(out_dir / "tune.md", table.markdown());
-    fmt::print("{}", table.terminal());
-    fmt::print("\n{} {} tuned. Results in {}/ (tune.json: every probe's row and the tuning; tune.md)\n",
-               tuning.size(), tuning.size() == 1 ? "case" : "cases", out_dir.string());
+    const tune::TuneOutcome outcome = tune::run_batch_tune(spec, options, Registry::global());
+    for (const auto& warning : outcome.warnings) fmt::print(stderr, "attnsuite: warning: {}\n", warning);
+    const std::size_t cases = outcome.document["tuning"].size();
+    fmt::print("{}", outcome.table_terminal);
+    fmt::print("\n{} {} tuned. Results in {}/ (tune.json: every probe's row and the tuning; tune.md)\n", cases,
+               cases == 1 ? "case" : "cases", outcome.out_dir.string());
+    if (outcome.cache_path)
+      fmt::print("Backend cache {}: {} shape {} updated (backend=\"auto\" reads it)\n", outcome.cache_path->string(),
+                 outcome.cache_classes, outcome.cache_classes == 1 ? "class" : "classes");
+    const bool interrupted = outcome.interrupted, failed = outcome.failed;
     if (interrupted) {
       fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
       return kExitInterrupted;

@@ -4,14 +4,22 @@
     q = k = v = np.random.randn(1, 1024, 16, 64).astype(np.float32)   # (batch, seq, heads, dim)
     o = attnsuite.attention(q, k, v, causal=True)                     # cpu-flash here
     rows = attnsuite.bench(backends=["cpu-flash", "onnxruntime"], seq_lengths=[512, 2048])
+    tuned = attnsuite.tune_batch_size(backends=["cpu-flash"], seq_lengths=[1024], max_memory_gib=4)
+    attnsuite.plot(rows)                                              # PNG + SVG, as `attnsuite report --plots`
 
 Arrays cross through DLPack without copies: numpy on the CPU; torch, cupy and jax on the GPU
 (and torch on the CPU). Every call goes through the C++ library's one backend registry, the
-same one `attnsuite list` shows; ``bench`` runs the CLI's harness. PyTorch users: see
+same one `attnsuite list` shows; ``bench``, ``tune_batch_size`` and ``plot`` run the CLI's
+harness, tuner and plots (`attnsuite bench`, `tune --batch`, `report --plots`). PyTorch users: see
 ``attnsuite.torch`` (a drop-in for ``F.scaled_dot_product_attention``); ONNX: ``attnsuite.onnx``.
 """
 
+import importlib.util as _importlib_util
 import json as _json
+import math as _math
+import os as _os
+import sys as _sys
+import tempfile as _tempfile
 
 import numpy as _np
 
@@ -19,7 +27,8 @@ from . import _core
 from ._core import UnsupportedError
 
 __version__ = _core.__version__
-__all__ = ["attention", "resolve_backend", "backends", "bench", "model_presets", "suites", "UnsupportedError"]
+__all__ = ["attention", "resolve_backend", "auto_choice", "backends", "bench", "tune_batch_size", "plot", "model_presets",
+           "suites", "set_backend_cache", "backend_cache_path", "UnsupportedError"]
 
 _DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
@@ -34,6 +43,14 @@ def _dtype_name(array):
     if name not in _DTYPE_NAMES:
         raise ValueError(f"dtype {array.dtype} is not allowed: float32, float16, bfloat16")
     return _DTYPE_NAMES[name]
+
+
+def _check_arrays(named):
+    """What DLPack cannot take, said once and clearly (nanobind's own message lists overloads)."""
+    for name, array in named:
+        if not hasattr(array, "__dlpack__"):
+            raise TypeError(f"{name} is a {type(array).__module__}.{type(array).__qualname__}; attention takes arrays "
+                            "with DLPack: numpy (CPU), torch (CPU or CUDA), cupy or jax (CUDA)")
 
 
 def _empty(like, shape, dtype=None):
@@ -98,15 +115,20 @@ def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd
     supports. causal: bottom-right aligned when seq_q != seq_kv (FlashAttention >= 2.1).
     scale: default 1/sqrt(dim). window: (left, right) sliding window, -1 unbounded.
 
-    backend: a registry name (``attnsuite.backends()``) or "auto": on the CPU cpu-flash, then
-    cpu-vanilla, then reference; on a GPU cudnn, then flash2, then cuda-vanilla — the first
-    that supports the problem (that order is the measured one: docs/results). ``resolve_backend``
-    says which one runs.
+    backend: a registry name (``attnsuite.backends()``) or "auto": the fastest correct backend
+    for this problem on this device according to the backend cache that ``tune_batch_size`` and
+    ``attnsuite tune --batch`` write (keyed by GPU name and driver, or CPU model, and shape
+    class: ``backend_cache_path()``), then the default order — on the CPU cpu-flash,
+    cpu-vanilla, reference; on a GPU cudnn, flash3, flash2, cuda-vanilla (measured:
+    docs/results) — the first that supports the problem. ``resolve_backend`` says which one
+    runs, ``auto_choice`` also why.
 
     Returns o in the layout and framework of q (and the float32 log-sum-exp, shape (batch,
     heads_q, seq_q), natural log, when return_lse). Raises UnsupportedError (a ValueError)
     when the backend cannot run the problem, ValueError on bad arguments.
     """
+    if type(q) is not _np.ndarray or type(k) is not _np.ndarray or type(v) is not _np.ndarray:
+        _check_arrays((("q", q), ("k", k), ("v", v), ("out", out if out is not None else q)))
     shape = tuple(q.shape)
     if len(shape) != 4 or len(v.shape) != 4:
         raise ValueError(f"q, k, v must be 4-D ({'batch, seq, heads, dim' if layout == 'bshd' else 'batch, heads, seq, dim'}); "
@@ -115,6 +137,8 @@ def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd
     # numpy, the common CPU case, skips the framework lookups (~2 us of the call).
     is_numpy = type(q) is _np.ndarray
     if out is not None:
+        if isinstance(out, _np.ndarray) and not out.flags.writeable:
+            raise ValueError("out is a read-only numpy array; it must be writable")
         o, finish = out, _same
     elif is_numpy:
         o, finish = _np.empty(out_shape, q.dtype), _same
@@ -133,6 +157,26 @@ def resolve_backend(q, k, v, *, causal=False, scale=None, backend="auto", layout
     """The registry name of the backend ``attention`` would run for these arguments."""
     left, right = _window(window)
     return _core.resolve(backend, q, k, v, causal, scale, layout, left, right)
+
+
+def auto_choice(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd", window=None):
+    """What ``attention(..., backend="auto")`` runs and why: a dict with backend, source ("backend
+    cache PATH (CLASS)" or "default order"), shape_class (the cache's key for this problem) and
+    passed_over (the candidates before it, each with its reason)."""
+    left, right = _window(window)
+    return _core.auto_choice(backend, q, k, v, causal, scale, layout, left, right)
+
+
+def set_backend_cache(path=None):
+    """The backend cache file that backend="auto" reads: a path; None: the default
+    ($ATTNSUITE_CACHE_DIR/backends.json, else $XDG_CACHE_HOME/attnsuite/, else
+    ~/.cache/attnsuite/); False or "": none (the default order alone)."""
+    _core.set_backend_cache("" if path is False or path == "" else (None if path is None else _os.fspath(path)))
+
+
+def backend_cache_path():
+    """The backend cache file "auto" reads (it need not exist yet), or None when disabled."""
+    return _core.backend_cache_path()
 
 
 def backends():
@@ -165,25 +209,10 @@ def _as_list(value):
     return list(value) if isinstance(value, (list, tuple, set, range)) else [value]
 
 
-def bench(backends=None, batch_sizes=None, seq_lengths=None, model=None, *, suite=None, dtype=None, causal=None,
-          heads=None, kv_heads=None, head_dim=None, seq_kv=None, tokens=None, generator=None, layout=None, window=None,
-          seed=None, timing=None, reference_gflop=None, out=None, resume=False, force=False, progress=True,
-          dataframe=True):
-    """Runs a benchmark sweep with the CLI's harness (``attnsuite bench``) and returns its rows.
-
-    Starts from `suite` (a built-in name or a .json/.toml path; default: "headline" with a GPU,
-    else "default") and overrides its axes with the arguments given: backends (names),
-    batch_sizes, seq_lengths, model (a preset name or list: sets heads/kv_heads/head_dim),
-    dtype ("fp32"/"fp16"/"bf16" or a list), causal (bool, list, or "both"), heads, kv_heads,
-    head_dim, seq_kv, tokens (tokens per batch: batch = tokens / seq), generator, layout, window
-    ((left, right)), seed, timing (dict: warmup, min_reps, max_reps, noise, min_time_ms,
-    max_time_ms, cold), reference_gflop. Results files (JSONL, CSV, JSON, Markdown) go to `out`
-    (default results/<suite>-<time>); resume / force as in the CLI. progress: print one line
-    per finished case (or a callable(done, total, text)).
-
-    Returns a pandas DataFrame when pandas is installed (and dataframe=True), else a ``Rows``
-    list of dicts; both carry the header, out_dir and summary (DataFrame: in ``.attrs``).
-    """
+def _suite_overrides(backends=None, batch_sizes=None, seq_lengths=None, model=None, dtype=None, causal=None,
+                     heads=None, kv_heads=None, head_dim=None, seq_kv=None, tokens=None, generator=None, layout=None,
+                     window=None, seed=None, timing=None, reference_gflop=None):
+    """The suite keys that the arguments of bench / tune_batch_size set (the CLI's flags)."""
     overrides = {}
     for key, value in (("backends", _as_list(backends)), ("batch", _as_list(batch_sizes)),
                        ("seq", _as_list(seq_lengths)), ("model", _as_list(model)), ("dtype", _as_list(dtype)),
@@ -206,6 +235,30 @@ def bench(backends=None, batch_sizes=None, seq_lengths=None, model=None, *, suit
         overrides["timing"] = dict(timing)
     if reference_gflop is not None:
         overrides["accuracy"] = {"reference_gflop": float(reference_gflop)}
+    return overrides
+
+
+def bench(backends=None, batch_sizes=None, seq_lengths=None, model=None, *, suite=None, dtype=None, causal=None,
+          heads=None, kv_heads=None, head_dim=None, seq_kv=None, tokens=None, generator=None, layout=None, window=None,
+          seed=None, timing=None, reference_gflop=None, out=None, resume=False, force=False, progress=True,
+          dataframe=True):
+    """Runs a benchmark sweep with the CLI's harness (``attnsuite bench``) and returns its rows.
+
+    Starts from `suite` (a built-in name or a .json/.toml path; default: "headline" with a GPU,
+    else "default") and overrides its axes with the arguments given: backends (names),
+    batch_sizes, seq_lengths, model (a preset name or list: sets heads/kv_heads/head_dim),
+    dtype ("fp32"/"fp16"/"bf16" or a list), causal (bool, list, or "both"), heads, kv_heads,
+    head_dim, seq_kv, tokens (tokens per batch: batch = tokens / seq), generator, layout, window
+    ((left, right)), seed, timing (dict: warmup, min_reps, max_reps, noise, min_time_ms,
+    max_time_ms, cold), reference_gflop. Results files (JSONL, CSV, JSON, Markdown) go to `out`
+    (default results/<suite>-<time>); resume / force as in the CLI. progress: print one line
+    per finished case (or a callable(done, total, text)).
+
+    Returns a pandas DataFrame when pandas is installed (and dataframe=True), else a ``Rows``
+    list of dicts; both carry the header, out_dir and summary (DataFrame: in ``.attrs``).
+    """
+    overrides = _suite_overrides(backends, batch_sizes, seq_lengths, model, dtype, causal, heads, kv_heads, head_dim,
+                                 seq_kv, tokens, generator, layout, window, seed, timing, reference_gflop)
     if progress is True:
         def progress(done, total, text):
             print(f"[{done}/{total}] {text}", flush=True)
@@ -224,3 +277,154 @@ def bench(backends=None, batch_sizes=None, seq_lengths=None, model=None, *, suit
         frame.attrs.update(header=rows.header, out_dir=rows.out_dir, summary=rows.summary)
         return frame
     return rows
+
+
+class Tuning(list):
+    """The result of ``tune_batch_size``: one dict per tuned case (backend × shape) with the best
+    batch and its figures (best_batch None, and ``reason``, when no batch was feasible); its
+    ``entries`` (tune.json's "tuning": every probe), ``rows`` (every probe's results row),
+    ``header``, ``out_dir``, ``table`` (the CLI's table), ``cache_path`` (the backend cache
+    updated, or None) and ``document`` (all of tune.json)."""
+
+    entries: list
+    rows: list
+    header: dict
+    out_dir: str
+    table: str
+    cache_path: str
+    document: dict
+
+
+def _tuning_summary(entry):
+    best = entry["search"]["best"] or {}
+    row = {key: entry.get(key) for key in ("backend", "display_name", "device", "dtype", "layout", "heads_q",
+                                           "heads_kv", "head_dim", "seq_q", "seq_kv", "causal")}
+    row.update(best_batch=best.get("batch"), tokens_per_s=best.get("tokens_per_s"), p95_ms=best.get("p95_ms"),
+               median_ms=best.get("median_ms"), memory_gib=best.get("memory_gib"),
+               largest_feasible=entry["search"]["largest_feasible"], evaluations=entry["search"]["evaluations"],
+               reason=entry["search"]["reason"])
+    sweep = entry.get("exhaustive")
+    if sweep is not None:
+        sweep_best = sweep["best"] or {}
+        row.update(sweep_best_batch=sweep_best.get("batch"), sweep_tokens_per_s=sweep_best.get("tokens_per_s"),
+                   sweep_evaluations=sweep["evaluations"], agrees=sweep.get("agrees"))
+    return row
+
+
+def tune_batch_size(backends=None, seq_lengths=None, model=None, *, suite=None, dtype=None, causal=None, heads=None,
+                    kv_heads=None, head_dim=None, seq_kv=None, generator=None, layout=None, window=None, seed=None,
+                    max_memory_gib=None, p95_ms=None, min_batch=1, max_batch=1024, exhaustive=False, timing=None,
+                    reference_gflop=None, out=None, force=False, cache=True, progress=True, dataframe=True):
+    """The batch size of highest throughput (tokens/s) per backend and shape whose memory stays
+    under `max_memory_gib` (inputs plus the backend's peak extra memory; default: what the device
+    has) and whose p95 latency stays under `p95_ms` — ``attnsuite tune --batch``, the same
+    tuner and runner (docs/methodology.md, "Batch tuning").
+
+    The cases are the suite's (default: "headline" with a GPU, else "default") with the axes
+    given here overridden, as in ``bench``; the suite's batch axis is the tuner's to choose
+    (min_batch..max_batch). exhaustive: also measure every batch, to check the search. timing,
+    reference_gflop: per probe, as in ``bench``. Writes tune.json and tune.md into `out`
+    (default results/tune-<suite>-<time>; an existing tune.json needs force=True) and, unless
+    cache is False, updates the backend cache that backend="auto" reads (cache=True: the one
+    ``backend_cache_path()`` names; or a path). progress: print each case and probe (or a
+    callable(kind, text), kind "case", "probe" or "sweep").
+
+    Returns a pandas DataFrame (one row per case; ``.attrs`` holds the rest) when pandas is
+    installed and dataframe=True, else a ``Tuning`` list. Ctrl-C stops after the probe in
+    progress (KeyboardInterrupt; the cases tuned so far are saved).
+    """
+    overrides = _suite_overrides(backends, None, seq_lengths, model, dtype, causal, heads, kv_heads, head_dim, seq_kv,
+                                 None, generator, layout, window, seed, timing, None)
+    if cache is True:
+        cache_path = _core.backend_cache_path() or _core.default_backend_cache_path()
+    elif cache is False or cache is None:
+        cache_path = None
+    else:
+        cache_path = _os.fspath(cache)
+    if progress is True:
+        def progress(kind, text):
+            print(("  " if kind != "case" else "tune ") + text, flush=True)
+    result = _json.loads(_core.tune_batch(
+        suite or "", _json.dumps(overrides), int(min_batch), int(max_batch),
+        None if max_memory_gib is None else float(max_memory_gib), None if p95_ms is None else float(p95_ms),
+        bool(exhaustive), None if reference_gflop is None else float(reference_gflop), str(out or ""), bool(force),
+        cache_path, progress or None))
+    for warning in result["warnings"]:
+        print(f"attnsuite: warning: {warning}")
+    document = result["document"]
+    tuning = Tuning(_tuning_summary(entry) for entry in document["tuning"])
+    tuning.entries, tuning.rows, tuning.header = document["tuning"], document["rows"], document["header"]
+    tuning.out_dir, tuning.table, tuning.cache_path = result["out_dir"], result["table"], result["cache_path"]
+    tuning.document = document
+    if dataframe:
+        try:
+            import pandas
+        except ImportError:
+            return tuning
+        frame = pandas.DataFrame(list(tuning))
+        frame.attrs.update(entries=tuning.entries, rows=tuning.rows, header=tuning.header, out_dir=tuning.out_dir,
+                           table=tuning.table, cache_path=tuning.cache_path, document=document)
+        return frame
+    return tuning
+
+
+def _finite(value):
+    """JSON has no NaN: a DataFrame's missing numbers become null."""
+    if isinstance(value, float) and not _math.isfinite(value):
+        return None
+    if isinstance(value, (_np.floating,)):
+        return _finite(float(value))
+    if isinstance(value, (_np.integer,)):
+        return int(value)
+    if isinstance(value, (_np.bool_,)):
+        return bool(value)
+    return value
+
+
+def _results_document(source):
+    """(header, rows, tuning, out_dir) of what bench / tune_batch_size returned."""
+    attrs = getattr(source, "attrs", None)
+    if isinstance(source, Tuning):
+        return source.document["header"], source.rows, source.entries, source.out_dir
+    if attrs is not None and "document" in attrs:  # a tune_batch_size DataFrame
+        document = attrs["document"]
+        return document["header"], document["rows"], document["tuning"], attrs.get("out_dir")
+    if attrs is not None and "header" in attrs:  # a bench DataFrame (perhaps filtered)
+        records = [{key: _finite(value) for key, value in record.items()} for record in source.to_dict("records")]
+        return attrs["header"], records, [], attrs.get("out_dir")
+    if isinstance(source, Rows):
+        return source.header, list(source), [], source.out_dir
+    raise TypeError(f"plot takes a results file or directory, or what bench / tune_batch_size returned; "
+                    f"got a {type(source).__module__}.{type(source).__qualname__}")
+
+
+def plot(source, out=None):
+    """The report's plots (``attnsuite report FILE --plots DIR``: tools/plots/plots.py with
+    matplotlib) of `source`: what ``bench`` or ``tune_batch_size`` returned (a DataFrame may be
+    filtered first), or a results file (.json, .jsonl, .csv, tune.json) or a directory holding
+    one. PNG and SVG files go to `out` (default: <the results directory>/plots).
+
+    Returns a list of dicts, one per plot: name, title, caption, png, svg (paths). Raises
+    OSError when no Python with matplotlib can be found (this interpreter is tried first).
+    """
+    python = _sys.executable if _importlib_util.find_spec("matplotlib") is not None else ""
+    if isinstance(source, (str, bytes, _os.PathLike)):
+        path = _os.fspath(source)
+        if _os.path.isdir(path):
+            found = [name for name in ("tune.json", "results.json", "results.jsonl", "results.csv")
+                     if _os.path.exists(_os.path.join(path, name))]
+            if not found:
+                raise ValueError(f"'{path}' holds no tune.json, results.json, results.jsonl or results.csv")
+            path = _os.path.join(path, found[0])
+        out = _os.fspath(out) if out is not None else _os.path.join(_os.path.dirname(_os.path.abspath(path)), "plots")
+        return _core.plot(path, out, python)
+    header, rows, tuning, out_dir = _results_document(source)
+    if out is None:
+        if not out_dir:
+            raise ValueError("plot: say where the plots go (out=...): these results have no directory")
+        out = _os.path.join(out_dir, "plots")
+    with _tempfile.TemporaryDirectory(prefix="attnsuite-plot-") as scratch:
+        path = _os.path.join(scratch, "results.json")
+        with open(path, "w") as file:
+            _json.dump({"header": header, "rows": rows, "tuning": tuning}, file, allow_nan=False)
+        return _core.plot(path, _os.fspath(out), python)

@@ -10,8 +10,9 @@ through the torch custom op ``attnsuite::sdpa`` (torch.library, with a fake impl
 ``torch.compile`` traces it without a graph break into our code). What attnsuite does not do
 falls back to PyTorch's own SDPA with a one-time warning per reason: an attn_mask, dropout,
 inputs that need a gradient (the op has no backward), a causal mask with seq_q != seq_kv
-(PyTorch aligns it top-left, attnsuite bottom-right), inputs that are not 3-D or 4-D, and
-problems the chosen backend does not support (its reason is in the warning).
+(PyTorch aligns it top-left, attnsuite bottom-right), inputs that are not 3-D or 4-D, dtypes
+other than float32/float16/bfloat16 or mixed, inputs on different devices, a last dim that is
+not contiguous, and problems the chosen backend does not support (its reason is in the warning).
 """
 
 import threading
@@ -28,6 +29,7 @@ __all__ = ["scaled_dot_product_attention", "patch", "unpatch", "patched", "set_b
 # PyTorch's implementation, captured before any patch: the fallback and what unpatch() restores.
 _torch_sdpa = F.scaled_dot_product_attention
 _backend = "auto"
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _warned = set()
 _warned_lock = threading.Lock()
 
@@ -59,6 +61,9 @@ def _stream(tensor):
 def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: Optional[float],
           backend: str) -> torch.Tensor:
     """4-D (batch, heads, seq, dim) inputs, PyTorch's layout; GQA when key has fewer heads."""
+    # The wrapper below falls back for such inputs; a compiled graph may still hand the op other
+    # strides than eager mode did, and the kernels need a contiguous last dim.
+    query, key, value = (x if x.stride(-1) == 1 else x.contiguous() for x in (query, key, value))
     out = torch.empty(query.shape[:3] + (value.shape[3],), dtype=query.dtype, device=query.device)
     try:
         _core.forward(backend, query, key, value, out, None, is_causal, scale, "bhsd", -1, -1, _stream(query))
@@ -93,6 +98,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         reason = "is_causal with seq_q != seq_kv (PyTorch aligns it top-left, attnsuite bottom-right)"
     elif query.dim() == 4 and query.shape[1] != key.shape[1] and not enable_gqa:
         reason = "query and key head counts differ without enable_gqa=True"
+    elif query.dtype not in _DTYPES or key.dtype != query.dtype or value.dtype != query.dtype:
+        reason = f"dtypes {query.dtype}, {key.dtype}, {value.dtype} (attnsuite takes one of float32, float16, bfloat16)"
+    elif query.device != key.device or query.device != value.device:
+        reason = f"inputs on different devices ({query.device}, {key.device}, {value.device})"
+    elif query.stride(-1) != 1 or key.stride(-1) != 1 or value.stride(-1) != 1:
+        reason = "inputs whose last dim is not contiguous (stride != 1)"
     if reason is not None:
         _warn_once(reason)
         kwargs = {"enable_gqa": enable_gqa} if enable_gqa else {}

@@ -14,15 +14,24 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "attnsuite/attnsuite.hpp"
 #include "bench/plan.hpp"
+#include "bench/profile.hpp"
 #include "bench/sweep.hpp"
+#include "core/host_info.hpp"
 #include "core/presets.hpp"
+#include "report/atomic_file.hpp"
+#include "report/load.hpp"
+#include "report/plots.hpp"
 #include "report/sinks.hpp"
+#include "tune/backend_cache.hpp"
+#include "tune/tune_run.hpp"
 
 #if ATTNSUITE_HAVE_CUDA
 #include "cuda/common/device_buffer.hpp"
@@ -50,14 +59,36 @@ std::recursive_mutex g_backend_mutex;
 
 PyObject* g_unsupported_error = nullptr;
 
+// A DLPack dtype as numpy / torch name it: "int64", "float64", "complex64", "bool".
+std::string dlpack_dtype_name(const nb::dlpack::dtype& dtype) {
+  using Code = nb::dlpack::dtype_code;
+  std::string kind;
+  switch (static_cast<Code>(dtype.code)) {
+    case Code::Int: kind = "int"; break;
+    case Code::UInt: kind = "uint"; break;
+    case Code::Float: kind = "float"; break;
+    case Code::Bfloat: kind = "bfloat"; break;
+    case Code::Complex: kind = "complex"; break;
+    case Code::Bool: return "bool";
+    default: kind = fmt::format("dlpack-code-{}-", dtype.code);
+  }
+  std::string name = fmt::format("{}{}", kind, dtype.bits);
+  if (dtype.lanes != 1) name += fmt::format("x{}", dtype.lanes);
+  return name;
+}
+
 DType dtype_of(const nb::dlpack::dtype& dtype, const char* what) {
   if (dtype == nb::dtype<float>()) return DType::F32;
   if (dtype.bits == 16 && dtype.lanes == 1) {
     if (dtype.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float)) return DType::F16;
     if (dtype.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat)) return DType::BF16;
   }
-  throw Error(ErrorKind::Usage, fmt::format("{} has dtype code {} with {} bits; allowed: float32, float16, bfloat16",
-                                            what, dtype.code, dtype.bits));
+  throw Error(ErrorKind::Usage, fmt::format("{} has dtype {}; allowed: float32, float16, bfloat16", what,
+                                            dlpack_dtype_name(dtype)));
+}
+
+std::string device_name(const Device& device) {
+  return device.type == DeviceType::Cpu ? std::string("cpu") : fmt::format("cuda:{}", device.index);
 }
 
 Device device_of(int device_type, int device_id, const char* what) {
@@ -108,7 +139,9 @@ Call make_call(const Array& q, const Array& k, const Array& v, bool causal, std:
   ATTNSUITE_REQUIRE(qv.dtype == kv.dtype && qv.dtype == vv.dtype,
                     fmt::format("q, k and v must have one dtype; got {}, {}, {}", to_string(qv.dtype),
                                 to_string(kv.dtype), to_string(vv.dtype)));
-  ATTNSUITE_REQUIRE(qv.device == kv.device && qv.device == vv.device, "q, k and v must be on one device");
+  ATTNSUITE_REQUIRE(qv.device == kv.device && qv.device == vv.device,
+                    fmt::format("q, k and v must be on one device; got {}, {}, {}", device_name(qv.device),
+                                device_name(kv.device), device_name(vv.device)));
   ATTNSUITE_REQUIRE(kv.shape[0] == qv.shape[0] && vv.shape[0] == qv.shape[0],
                     fmt::format("batch sizes differ: q {}, k {}, v {}", qv.shape[0], kv.shape[0], vv.shape[0]));
   ATTNSUITE_REQUIRE(kv.shape[1] == vv.shape[1] && kv.shape[2] == vv.shape[2],
@@ -137,40 +170,192 @@ Call make_call(const Array& q, const Array& k, const Array& v, bool causal, std:
   return call;
 }
 
-// The backends "auto" tries, fastest first, per device. Measured: on the 2-core EPYC, cpu-flash
-// is 1.2-2.4x cpu-vanilla over the default suite (docs/results/cpu-default-epyc-2core); on the
-// H200, cuDNN SDPA runs the headline case in 0.299 ms against flash2's 0.501 ms and
-// cuda-vanilla's 3.23 ms (docs/results/h200/headline.md). The first that supports the problem
-// and writes into caller memory wins; `reference` is the CPU's last resort.
+// The backends "auto" tries when the backend cache has nothing for the problem, fastest first,
+// per device. Measured: on the 2-core EPYC, cpu-flash is 1.2-2.4x cpu-vanilla over the default
+// suite (docs/results/cpu-default-epyc-2core); on the H200 (docs/results/h200/headline.md),
+// cuDNN SDPA runs the headline case in 0.299 ms against flash2's 0.501 ms and cuda-vanilla's
+// 3.23 ms, and flash3 v1 runs at 0.73-0.96x cuDNN and 1.07-2.01x flash2. The first that
+// supports the problem and writes into caller memory wins; `reference` is the CPU's last resort.
 const std::vector<std::string>& auto_order(DeviceType device) {
   static const std::vector<std::string> cpu{"cpu-flash", "cpu-vanilla", "reference"};
-  static const std::vector<std::string> cuda{"cudnn", "flash2", "cuda-vanilla"};
+  static const std::vector<std::string> cuda{"cudnn", "flash3", "flash2", "cuda-vanilla"};
   return device == DeviceType::Cpu ? cpu : cuda;
 }
 
-Backend& resolve(std::string_view name, const Call& call) {
+// The backend cache (tune/backend_cache.hpp) as last read; re-read when the file changes (one
+// stat per "auto" call). Guarded by g_backend_mutex.
+struct BackendCache {
+  std::filesystem::path path = tune::default_cache_path();
+  bool enabled = true;
+  bool loaded = false;
+  bool checked = false;  // checked_at is set
+  std::chrono::steady_clock::time_point checked_at{};
+  std::filesystem::file_time_type mtime{};
+  std::uintmax_t size = 0;
+  nlohmann::json json;
+};
+BackendCache g_cache;
+// Bumped whenever what "auto" reads may have changed (the file was re-read or went away, another
+// file was set): the memo below is only good for the generation it was made in.
+std::uint64_t g_cache_generation = 0;
+
+// A stat costs 3-7 us in this sandbox (os.stat in a loop), as much as the whole binding: the
+// file is looked at again at most once a second (another process's tune shows up after that; a
+// tune in this process and set_backend_cache() reset it at once).
+constexpr auto kCacheRecheck = std::chrono::seconds(1);
+
+const nlohmann::json* current_cache() {
+  if (!g_cache.enabled) return nullptr;
+  const auto now = std::chrono::steady_clock::now();
+  if (g_cache.checked && now - g_cache.checked_at < kCacheRecheck) return g_cache.loaded ? &g_cache.json : nullptr;
+  g_cache.checked = true;
+  g_cache.checked_at = now;
+  std::error_code error;
+  const auto mtime = std::filesystem::last_write_time(g_cache.path, error);
+  const auto size = error ? 0 : std::filesystem::file_size(g_cache.path, error);
+  if (error) {
+    if (g_cache.loaded) ++g_cache_generation;
+    g_cache.loaded = false;
+    return nullptr;
+  }
+  if (!g_cache.loaded || mtime != g_cache.mtime || size != g_cache.size) {
+    ++g_cache_generation;
+    g_cache.loaded = false;
+    g_cache.checked = false;  // a broken file stays an error on every call until it is fixed
+    g_cache.json = tune::parse_cache(report::read_text_file(g_cache.path), g_cache.path.string());
+    g_cache.checked = true;
+    g_cache.loaded = true;
+    g_cache.mtime = mtime;
+    g_cache.size = size;
+  }
+  return &g_cache.json;
+}
+
+// The machine a device's entries in the cache are keyed by: the GPU's name and driver, or the
+// CPU model (what a tune's results header records).
+const tune::MachineKey& machine_key(const Device& device) {
+  static std::map<int, tune::MachineKey> gpus;
+  static const tune::MachineKey cpu{host_info().cpu_model, ""};
+  if (device.type == DeviceType::Cpu) return cpu;
+  auto found = gpus.find(device.index);
+  if (found == gpus.end()) {
+#if ATTNSUITE_HAVE_CUDA
+    const cuda::CudaDeviceInfo info = cuda::query_cuda_device(device.index);
+    found = gpus.emplace(device.index, tune::MachineKey{info.name, info.driver_version}).first;
+#else
+    found = gpus.emplace(device.index, tune::MachineKey{}).first;
+#endif
+  }
+  return found->second;
+}
+
+struct Choice {
+  Backend* backend = nullptr;
+  std::string source;       // "backend cache PATH (CLASS)", "default order", or "named"
+  std::vector<std::string> tried;  // "auto": the candidates in order, with why each was passed over
+};
+
+bool same_problem(const AttentionProblem& a, const AttentionProblem& b) {
+  return a.batch == b.batch && a.heads_q == b.heads_q && a.heads_kv == b.heads_kv && a.seq_q == b.seq_q &&
+         a.seq_kv == b.seq_kv && a.head_dim == b.head_dim && a.head_dim_v == b.head_dim_v && a.dtype == b.dtype &&
+         a.layout == b.layout && a.causal == b.causal && a.window_left == b.window_left &&
+         a.window_right == b.window_right && a.scale == b.scale;
+}
+
+// The last "auto" choice: a model calls attention with one problem many times, and the cache
+// lookup (class name, JSON search, each candidate's supports()) costs ~15 us a call on the
+// 2-core EPYC against ~1 us for this comparison and the file's stat.
+struct AutoMemo {
+  bool valid = false;
+  std::uint64_t generation = 0;
+  AttentionProblem problem;
+  Device device;
+  Choice choice;
+};
+AutoMemo g_auto_memo;
+
+Choice choose_uncached(std::string_view name, const Call& call);
+
+Choice choose(std::string_view name, const Call& call) {
+  if (name != "auto") return choose_uncached(name, call);
+  (void)current_cache();  // re-reads a changed file (a new generation)
+  const Device& device = call.args.q.device;
+  if (g_auto_memo.valid && g_auto_memo.generation == g_cache_generation && g_auto_memo.device == device &&
+      same_problem(g_auto_memo.problem, call.problem)) {
+    // The strides are not part of the problem: checked again, as choose_uncached does.
+    for (const TensorView* view : {&call.args.q, &call.args.k, &call.args.v})
+      if (view->strides[3] != 1) return choose_uncached(name, call);
+    return g_auto_memo.choice;
+  }
+  Choice choice = choose_uncached(name, call);
+  g_auto_memo = {true, g_cache_generation, call.problem, device, choice};
+  return choice;
+}
+
+Choice choose_uncached(std::string_view name, const Call& call) {
   Registry& registry = Registry::global();
+  const DeviceType device = call.args.q.device.type;
   if (name != "auto") {
     Backend& backend = registry.find(name);
-    if (backend.device().type != call.args.q.device.type)
+    if (backend.device().type != device)
       throw Error(ErrorKind::Unsupported, fmt::format("backend '{}' runs on the {}, the arrays are on the {}", name,
-                                                      to_string(backend.device().type),
-                                                      to_string(call.args.q.device.type)));
+                                                      to_string(backend.device().type), to_string(device)));
     const Support support = backend.supports(call.problem);
     if (!support) throw Error(ErrorKind::Unsupported, fmt::format("backend '{}': {}", name, support.reason));
-    return backend;
+    return {&backend, "named", {}};
+  }
+  // Only `reference` reads any strides; the kernels need a contiguous last dim. "auto" says so
+  // rather than fall back to the slowest backend.
+  for (const auto& [what, view] : {std::pair<const char*, const TensorView*>{"q", &call.args.q}, {"k", &call.args.k},
+                                   {"v", &call.args.v}})
+    if (view->strides[3] != 1)
+      throw Error(ErrorKind::Usage,
+                  fmt::format("{} has stride {} in its last dim; backend \"auto\" needs 1 (a contiguous last dim: "
+                              "numpy.ascontiguousarray, tensor.contiguous()); only backend=\"reference\" reads "
+                              "other strides",
+                              what, view->strides[3]));
+  std::vector<std::string> order;
+  std::string cache_source;
+  if (const nlohmann::json* cache = current_cache()) {
+    if (auto cached = tune::cached_order(*cache, machine_key(call.args.q.device), call.problem)) {
+      order = std::move(cached->backends);
+      cache_source = fmt::format("backend cache {} ({})", g_cache.path.string(), cached->shape_class);
+    }
+  }
+  const std::size_t from_cache = order.size();
+  for (const auto& candidate : auto_order(device))
+    if (std::find(order.begin(), order.end(), candidate) == order.end()) order.push_back(candidate);
+  Choice choice;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const std::string& candidate = order[i];
+    std::string why;
+    if (!registry.contains(candidate)) {
+      why = "not in this build";
+    } else {
+      Backend& backend = registry.find(candidate);
+      const Support support = backend.supports(call.problem);
+      if (backend.device().type != device)
+        why = fmt::format("runs on the {}", to_string(backend.device().type));
+      else if (!support)
+        why = support.reason;
+      else if (backend.produces_own_output())
+        why = "returns its own output";
+      if (why.empty()) {
+        choice.backend = &backend;
+        choice.source = i < from_cache ? cache_source : "default order";
+        return choice;
+      }
+    }
+    // Backends the default order names for another build are not worth a line each.
+    if (i < from_cache || why != "not in this build") choice.tried.push_back(fmt::format("{}: {}", candidate, why));
   }
   std::string reasons;
-  for (const auto& candidate : auto_order(call.args.q.device.type)) {
-    if (!registry.contains(candidate)) continue;
-    Backend& backend = registry.find(candidate);
-    const Support support = backend.supports(call.problem);
-    if (support && !backend.produces_own_output()) return backend;
-    reasons += fmt::format("; {}: {}", candidate, support ? "returns its own output" : support.reason);
-  }
-  throw Error(ErrorKind::Unsupported, fmt::format("no backend on the {} runs {}{}", to_string(call.args.q.device.type),
-                                                  call.problem.describe(), reasons));
+  for (const auto& line : choice.tried) reasons += "; " + line;
+  throw Error(ErrorKind::Unsupported,
+              fmt::format("no backend on the {} runs {}{}", to_string(device), call.problem.describe(), reasons));
 }
+
+Backend& resolve(std::string_view name, const Call& call) { return *choose(name, call).backend; }
 
 // Copies a backend's own output into the caller's array (CPU only), row by row through strides.
 void copy_output(const AttentionProblem& p, const TensorView& from, const TensorView& to) {
@@ -192,11 +377,19 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
   Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right);
   const auto& p = call.problem;
   TensorView out = view_of(o, p.layout, "out");
-  ATTNSUITE_REQUIRE(out.dtype == p.dtype && out.device == call.args.q.device,
-                    "out must have the dtype and device of q");
+  ATTNSUITE_REQUIRE(out.dtype == p.dtype, fmt::format("out has dtype {}; it must be q's, {}", to_string(out.dtype),
+                                                      to_string(p.dtype)));
+  ATTNSUITE_REQUIRE(out.device == call.args.q.device, fmt::format("out is on {}; it must be on q's device, {}",
+                                                                  device_name(out.device),
+                                                                  device_name(call.args.q.device)));
   const std::array<std::int64_t, 4> out_shape{p.batch, p.seq_q, p.heads_q, p.dim_v()};
-  ATTNSUITE_REQUIRE(out.shape == out_shape, "out must have q's shape with v's head dim");
-  ATTNSUITE_REQUIRE(out.strides[3] == 1, "out must be contiguous in its last dim");
+  ATTNSUITE_REQUIRE(out.shape == out_shape,
+                    fmt::format("out has (batch, seq, heads, dim) ({}, {}, {}, {}); it must be ({}, {}, {}, {}): "
+                                "q's with v's head dim",
+                                out.shape[0], out.shape[1], out.shape[2], out.shape[3], out_shape[0], out_shape[1],
+                                out_shape[2], out_shape[3]));
+  ATTNSUITE_REQUIRE(out.strides[3] == 1,
+                    fmt::format("out has stride {} in its last dim; it must be 1 (contiguous)", out.strides[3]));
   LseView lse_view;
   if (lse) {
     ATTNSUITE_REQUIRE(lse->ndim() == 3 && lse->dtype() == nb::dtype<float>() &&
@@ -253,6 +446,177 @@ std::string resolve_name(const std::string& backend_name, const Array& q, const 
   nb::gil_scoped_release release;  // always before taking the mutex: a sweep holding it takes the GIL
   std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
   return std::string(resolve(backend_name, call).name());
+}
+
+// What "auto" (or a named backend) picks for these arrays, and why: {backend, source, tried}.
+nb::dict auto_choice(const std::string& backend_name, const Array& q, const Array& k, const Array& v, bool causal,
+                     std::optional<float> scale, const std::string& layout, int window_left, int window_right) {
+  const Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right);
+  Choice choice;
+  std::string shape_class;
+  {
+    nb::gil_scoped_release release;
+    std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
+    choice = choose(backend_name, call);
+    shape_class = tune::shape_class(call.problem);
+  }
+  nb::dict out;
+  out["backend"] = std::string(choice.backend->name());
+  out["source"] = choice.source;
+  out["shape_class"] = shape_class;
+  nb::list tried;
+  for (const auto& line : choice.tried) tried.append(line);
+  out["passed_over"] = tried;
+  return out;
+}
+
+// The backend cache "auto" reads: set (a path; None: tune::default_cache_path(); "": none)
+// and get (the path, or None when disabled).
+void set_backend_cache(std::optional<std::string> path) {
+  nb::gil_scoped_release release;
+  std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
+  g_cache = BackendCache{};
+  ++g_cache_generation;
+  if (path) {
+    g_cache.enabled = !path->empty();
+    if (g_cache.enabled) g_cache.path = *path;
+  }
+}
+
+std::optional<std::string> backend_cache_path() {
+  std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
+  if (!g_cache.enabled) return std::nullopt;
+  return g_cache.path.string();
+}
+
+nb::dict machine_of(int device_type, int device_id) {
+  const Device device = device_of(device_type, device_id, "the device");
+  tune::MachineKey key;
+  {
+    nb::gil_scoped_release release;
+    std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
+    key = machine_key(device);
+  }
+  nb::dict out;
+  out["device"] = key.device;
+  out["driver"] = key.driver;
+  return out;
+}
+
+std::string default_suite();
+
+// Polls Python's signal handlers from a long C++ run (a sweep, a tune): Ctrl-C stops it after
+// the sample in progress.
+struct Interrupt {
+  bool requested = false;
+  bool operator()() {
+    if (requested) return true;
+    nb::gil_scoped_acquire acquire;
+    if (PyErr_CheckSignals() != 0) {
+      PyErr_Clear();
+      requested = true;
+    }
+    return requested;
+  }
+};
+
+// `attnsuite tune --batch` from Python: suite (name or path) + overrides (suite keys as JSON
+// text), the limits, out_dir, the cache to update (None: none). progress(kind, text): "case",
+// "probe", "sweep". Returns {out_dir, document (tune.json), table, warnings, cache_path,
+// cache_classes, failed, interrupted} as JSON text.
+std::string tune_batch(const std::string& suite, const std::string& overrides_text, int min_batch, int max_batch,
+                       std::optional<double> max_memory_gib, std::optional<double> p95_ms, bool exhaustive,
+                       std::optional<double> reference_gflop, const std::string& out_dir, bool force,
+                       std::optional<std::string> cache_path, nb::object progress) {
+  tune::TuneOptions options;
+  options.limits.min_batch = min_batch;
+  options.limits.max_batch = max_batch;
+  if (max_memory_gib) options.limits.max_memory_bytes = *max_memory_gib * 1073741824.0;
+  options.limits.max_p95_ms = p95_ms;
+  options.exhaustive = exhaustive;
+  options.reference_gflop = reference_gflop;
+  options.out_dir = out_dir;
+  options.force = force;
+  if (cache_path) options.cache_path = std::filesystem::path(*cache_path);
+  auto interrupt = std::make_shared<Interrupt>();
+  options.cancelled = [interrupt] { return (*interrupt)(); };
+  if (!progress.is_none()) {
+    const auto tell = [progress](const char* kind, std::string text) {
+      nb::gil_scoped_acquire acquire;
+      progress(kind, text);
+    };
+    options.on_case = [tell](const bench::ResultRow& c) {
+      tell("case", fmt::format("{} {}", c.backend, report::shape_summary(c)));
+    };
+    options.on_probe = [tell](const bench::ResultRow& r) {
+      tell("probe", r.status == bench::CaseStatus::Ok && r.tokens_per_s && r.ms_p95
+                          ? fmt::format("batch {}: {} tokens/s, p95 {} ms", r.batch, report::format_si(*r.tokens_per_s),
+                                        report::format_ms(*r.ms_p95))
+                          : fmt::format("batch {}: {}: {}", r.batch, bench::to_string(r.status), r.reason));
+    };
+    options.on_sweep = [tell] { tell("sweep", "exhaustive sweep"); };
+  }
+  const std::string source = suite.empty() ? default_suite() : suite;
+  nlohmann::json suite_json = bench::load_suite_json(source);
+  const nlohmann::json overrides = nlohmann::json::parse(overrides_text);
+  if (!overrides.empty()) suite_json = bench::merge_suite(std::move(suite_json), overrides);
+  const bench::SweepSpec spec = tune::tune_spec(suite_json, overrides.empty() ? source : source + " + arguments", options);
+  tune::TuneOutcome outcome;
+  {
+    nb::gil_scoped_release release;
+    std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
+    outcome = tune::run_batch_tune(spec, options, Registry::global());
+    g_cache.checked = false;  // "auto" sees this tune's cache at once
+  }
+  if (interrupt->requested) {
+    PyErr_SetString(PyExc_KeyboardInterrupt,
+                    fmt::format("tune interrupted; the cases tuned so far are in '{}'", outcome.out_dir.string()).c_str());
+    throw nb::python_error();
+  }
+  nlohmann::ordered_json result;
+  result["out_dir"] = outcome.out_dir.string();
+  result["document"] = outcome.document;
+  result["table"] = outcome.table_terminal;
+  result["warnings"] = outcome.warnings;
+  result["cache_path"] = outcome.cache_path ? nlohmann::ordered_json(outcome.cache_path->string()) : nullptr;
+  result["cache_classes"] = outcome.cache_classes;
+  result["failed"] = outcome.failed;
+  result["interrupted"] = outcome.interrupted;
+  return result.dump();
+}
+
+// `attnsuite report FILE --plots DIR` from Python: the results file (.json, .jsonl, .csv or a
+// tune.json) loaded, profiled and plotted by tools/plots/plots.py with `python` (empty: the
+// report's search, report::find_plot_python). Returns the plots made.
+nb::list plot(const std::string& results_path, const std::string& out_dir, const std::string& python) {
+  std::vector<report::PlotFile> files;
+  {
+    nb::gil_scoped_release release;
+    if (!std::filesystem::exists(results_path))
+      throw Error(ErrorKind::Usage, fmt::format("results file '{}' does not exist", results_path));
+    report::LoadedResults loaded = report::load_results(results_path);
+    report::fill_relative_to_vanilla(loaded.rows);
+    bench::apply_profile(loaded.rows, loaded.header.ceilings);
+    std::string interpreter = python;
+    if (interpreter.empty()) {
+      std::string why_not;
+      const std::optional<std::string> found = report::find_plot_python(&why_not);
+      if (!found) throw Error(ErrorKind::Io, why_not);
+      interpreter = *found;
+    }
+    files = report::make_plots(interpreter, report::plot_data(loaded.header, loaded.rows, loaded.tuning), out_dir);
+  }
+  nb::list out;
+  for (const auto& file : files) {
+    nb::dict entry;
+    entry["name"] = file.name;
+    entry["title"] = file.title;
+    entry["caption"] = file.caption;
+    entry["png"] = file.png.string();
+    entry["svg"] = file.svg.string();
+    out.append(entry);
+  }
+  return out;
 }
 
 // An uninitialized array the library owns until the last DLPack consumer drops it (an object
@@ -420,7 +784,7 @@ NB_MODULE(_core, m) {
       PyExc_ValueError, nullptr);
   m.attr("UnsupportedError") = nb::handle(g_unsupported_error);
   // attnsuite::Error -> Python: bad input ValueError, an unsupported problem UnsupportedError
-  // (a ValueError), out of memory MemoryError, the rest RuntimeError.
+  // (a ValueError), out of memory MemoryError, files OSError, the rest RuntimeError.
   nb::register_exception_translator([](const std::exception_ptr& pointer, void*) {
     try {
       std::rethrow_exception(pointer);
@@ -429,6 +793,7 @@ NB_MODULE(_core, m) {
       if (error.kind() == ErrorKind::Usage) type = PyExc_ValueError;
       if (error.kind() == ErrorKind::Unsupported) type = g_unsupported_error;
       if (error.kind() == ErrorKind::OutOfMemory) type = PyExc_MemoryError;
+      if (error.kind() == ErrorKind::Io) type = PyExc_OSError;
       PyErr_SetString(type, error.what());
     }
   });
@@ -447,6 +812,18 @@ NB_MODULE(_core, m) {
         "window_left"_a, "window_right"_a, "The backend `backend` (or 'auto') would run for these arrays.");
   m.def("time_forward", &time_forward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "causal"_a, "layout"_a, "reps"_a,
         "Seconds per backend.forward() call timed in C++ (the baseline of the binding overhead).");
+  m.def("auto_choice", &auto_choice, "backend"_a, "q"_a, "k"_a, "v"_a, "causal"_a, "scale"_a.none(), "layout"_a,
+        "window_left"_a, "window_right"_a, "The backend chosen, where the choice came from, and what was passed over.");
+  m.def("set_backend_cache", &set_backend_cache, "path"_a.none(),
+        "The backend cache 'auto' reads: a path; None: the default; '': none.");
+  m.def("backend_cache_path", &backend_cache_path);
+  m.def("default_backend_cache_path", [] { return tune::default_cache_path().string(); });
+  m.def("machine", &machine_of, "device_type"_a, "device_id"_a,
+        "The machine key of a DLPack device in the backend cache: {device, driver}.");
+  m.def("tune_batch", &tune_batch, "suite"_a, "overrides"_a, "min_batch"_a, "max_batch"_a, "max_memory_gib"_a.none(),
+        "p95_ms"_a.none(), "exhaustive"_a, "reference_gflop"_a.none(), "out_dir"_a, "force"_a, "cache_path"_a.none(),
+        "progress"_a.none());
+  m.def("plot", &plot, "results_path"_a, "out_dir"_a, "python"_a);
   m.def("empty", &empty, "shape"_a, "dtype"_a, "device_type"_a, "device_id"_a);
   m.def("backends", &backends);
   m.def("model_presets", &model_presets_list);

@@ -90,6 +90,9 @@ nlohmann::ordered_json to_json(const TuneEntry& e) {
   out["head_dim"] = id.head_dim;
   out["causal"] = id.causal;
   out["generator"] = id.generator;
+  out["layout"] = id.layout;  // layout and window: the backend cache's shape class (backend_cache.hpp)
+  out["window_left"] = id.window_left;
+  out["window_right"] = id.window_right;
   nlohmann::ordered_json limits;
   limits["min_batch"] = e.limits.min_batch;
   limits["max_batch"] = e.limits.max_batch;

@@ -310,9 +310,17 @@ TEST(TuneCli, TunesTheCpuBackendsAndWritesTheTable) {
   const fs::path dir = fresh_dir("tune");
   const CliResult r = run_cli({"tune", "--batch", "--backends", "cpu-flash", "--seq", "64", "--heads", "2", "--head-dim",
                                "32", "--dtype", "fp32", "--max-batch", "8", "--max-time-ms", "20", "--hot", "--exhaustive",
-                               "-q", "--out", (dir / "out").string()},
+                               "-q", "--out", (dir / "out").string(), "--cache", (dir / "cache" / "backends.json").string()},
                               dir);
   ASSERT_EQ(r.code, 0) << r.err;
+  // The backend cache that backend="auto" reads: this CPU, the class of the tuned shape.
+  const auto cache = nlohmann::json::parse(report::read_text_file(dir / "cache" / "backends.json"));
+  ASSERT_EQ(cache["machines"].size(), 1u) << cache.dump();
+  EXPECT_EQ(cache["machines"][0]["driver"], "");
+  const auto& tuned = cache["machines"][0]["classes"]["fp32 bshd d32 full mha q64 k64"];
+  EXPECT_EQ(tuned["order"], nlohmann::json::array({"cpu-flash"})) << cache.dump();
+  EXPECT_GT(tuned["tokens_per_s"]["cpu-flash"].get<double>(), 0);
+  EXPECT_NE(r.out.find("1 shape class updated"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("best batch"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("sweep evaluations"), std::string::npos) << r.out;
   const auto document = nlohmann::json::parse(report::read_text_file(dir / "out" / "tune.json"));
@@ -337,7 +345,8 @@ TEST(TuneCli, BadUsageIsOneLineAndExitCode2) {
   const fs::path dir = fresh_dir("tune_usage");
   for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"tune"}, "tune needs --batch"},
-           {{"tune", "--kernels"}, "tune --kernels is not available yet"},
+           {{"tune", "--kernels", "--batch"}, "tune takes one of --batch or --kernels, not both"},
+           {{"tune", "--kernels", "--backends", "nope"}, "unknown backend 'nope'"},
            {{"tune", "--batch", "--min-batch", "0"}, "--min-batch 0 is not allowed: at least 1"},
            {{"tune", "--batch", "--max-batch", "4", "--min-batch", "8"}, "--max-batch 4 is not allowed"},
            {{"tune", "--batch", "--p95-ms", "-1"}, "--p95-ms -1 is not allowed"},

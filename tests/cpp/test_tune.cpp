@@ -17,6 +17,7 @@
 #include "core/host_info.hpp"
 #include "cpu/common.hpp"
 #include "tune/batch_evaluator.hpp"
+#include "tune/backend_cache.hpp"
 #include "tune/batch_tuner.hpp"
 
 #if ATTNSUITE_HAVE_CUDA
@@ -430,3 +431,94 @@ TEST(BatchEvaluatorGpu, HundredOutOfMemoryProbesLeaveDeviceMemoryAtBaseline) {
   }
 }
 #endif
+
+// --- the backend cache (tune/backend_cache.hpp) that backend="auto" reads -----------------------
+
+namespace {
+
+nlohmann::json tuning_entry(const std::string& backend, const std::string& device, int seq, double tokens_per_s) {
+  nlohmann::json best = tokens_per_s > 0 ? nlohmann::json{{"batch", 4}, {"tokens_per_s", tokens_per_s}} : nlohmann::json();
+  return {{"backend", backend}, {"device", device}, {"dtype", "bf16"},   {"layout", "bshd"},
+          {"heads_q", 32},      {"heads_kv", 8},    {"seq_q", seq},      {"seq_kv", seq},
+          {"head_dim", 128},    {"causal", true},   {"search", {{"best", best}}}};
+}
+
+AttentionProblem gqa_problem(int seq) {
+  AttentionProblem p;
+  p.dtype = DType::BF16;
+  p.heads_q = 16;
+  p.heads_kv = 4;
+  p.head_dim = 128;
+  p.causal = true;
+  p.seq_q = p.seq_kv = seq;
+  return p;
+}
+
+}  // namespace
+
+TEST(BackendCache, ShapeClassRoundsLengthsUpToPowersOfTwo) {
+  EXPECT_EQ(shape_class(gqa_problem(1000)), "bf16 bshd d128 causal gqa q1024 k1024");
+  AttentionProblem p = gqa_problem(1);
+  p.heads_q = p.heads_kv = 4;
+  p.seq_kv = 4097;
+  p.causal = false;
+  p.window_left = 128;
+  p.window_right = 0;
+  p.head_dim_v = 64;
+  EXPECT_EQ(shape_class(p), "bf16 bshd d128/64 full window128,0 mha q1 k8192");
+}
+
+TEST(BackendCache, MergesATuneAndRanksTheFeasibleBackends) {
+  const nlohmann::json header = {{"gpu_name", "NVIDIA H200"}, {"gpu_driver", "580.1"}, {"cpu_model", "EPYC"}};
+  nlohmann::json cache = nlohmann::json::object();
+  // Two shapes of one class per backend: geometric mean; flash2 fails one of them.
+  const nlohmann::json tuning = {tuning_entry("cudnn", "cuda:0", 2048, 4e6), tuning_entry("cudnn", "cuda:0", 1500, 1e6),
+                                 tuning_entry("flash2", "cuda:0", 2048, 3e6), tuning_entry("flash2", "cuda:0", 1500, 0),
+                                 tuning_entry("flash3", "cuda:0", 2048, 2.5e6), tuning_entry("flash3", "cuda:0", 1500, 1.5e6),
+                                 tuning_entry("cpu-flash", "cpu", 2048, 1e4)};
+  EXPECT_EQ(merge_tuning(cache, header, tuning, "t.json", "now"), 2);
+  const auto gpu = cached_order(cache, {"NVIDIA H200", "580.1"}, gqa_problem(2048));
+  ASSERT_TRUE(gpu.has_value());
+  EXPECT_EQ(gpu->shape_class, "bf16 bshd d128 causal gqa q2048 k2048");
+  // cudnn: sqrt(4e6 * 1e6) = 2.0e6 > flash3: sqrt(2.5e6 * 1.5e6) = 1.94e6; flash2 failed a shape: out.
+  EXPECT_EQ(gpu->backends, (std::vector<std::string>{"cudnn", "flash3"}));
+  const auto cpu = cached_order(cache, {"EPYC", ""}, gqa_problem(2048));
+  ASSERT_TRUE(cpu.has_value());
+  EXPECT_EQ(cpu->backends, (std::vector<std::string>{"cpu-flash"}));
+  // Another driver or GPU: nothing.
+  EXPECT_FALSE(cached_order(cache, {"NVIDIA H200", "575.0"}, gqa_problem(2048)).has_value());
+  EXPECT_FALSE(cached_order(cache, {"NVIDIA H100", "580.1"}, gqa_problem(2048)).has_value());
+  // Another class (not causal): nothing; a length never tuned: the nearest tuned one.
+  AttentionProblem full = gqa_problem(2048);
+  full.causal = false;
+  EXPECT_FALSE(cached_order(cache, {"NVIDIA H200", "580.1"}, full).has_value());
+  const auto near = cached_order(cache, {"NVIDIA H200", "580.1"}, gqa_problem(100000));
+  ASSERT_TRUE(near.has_value());
+  EXPECT_EQ(near->shape_class, "bf16 bshd d128 causal gqa q2048 k2048");
+
+  // A later tune of flash3 alone replaces its figure and keeps cudnn's; flash2 that now runs
+  // every shape comes back.
+  const nlohmann::json later = {tuning_entry("flash3", "cuda:0", 2048, 9e6),
+                                tuning_entry("flash2", "cuda:0", 2048, 1e5)};
+  EXPECT_EQ(merge_tuning(cache, header, later, "u.json", "later"), 1);
+  EXPECT_EQ(cached_order(cache, {"NVIDIA H200", "580.1"}, gqa_problem(2048))->backends,
+            (std::vector<std::string>{"flash3", "cudnn", "flash2"}));
+}
+
+TEST(BackendCache, MalformedFilesAreOneClearError) {
+  for (const std::string text : {"[1, 2]", "{\"machines\": 3}", "not json"}) {
+    try {
+      (void)parse_cache(text, "/tmp/c.json");
+      ADD_FAILURE() << text;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Io);
+      EXPECT_NE(std::string(error.what()).find("/tmp/c.json"), std::string::npos) << error.what();
+    }
+  }
+  // Wrong types inside are skipped, not a crash.
+  const nlohmann::json odd = nlohmann::json::parse(
+      R"({"machines": [1, {"device": "G", "driver": "", "classes": {"bf16 bshd d128 causal gqa q2048 k2048": {"order": [1, "x"]}}}]})");
+  const auto order = cached_order(odd, {"G", ""}, gqa_problem(2048));
+  ASSERT_TRUE(order.has_value());
+  EXPECT_EQ(order->backends, std::vector<std::string>{"x"});
+}

@@ -4,8 +4,14 @@ pip install ., python3 -m pytest tests/python."""
 import os
 import sys
 
+import tempfile
+
 import numpy as np
 import pytest
+
+# backend="auto" reads the tuner's backend cache: the tests start from an empty one of their own,
+# never the user's (~/.cache/attnsuite/backends.json).
+os.environ["ATTNSUITE_CACHE_DIR"] = tempfile.mkdtemp(prefix="attnsuite-test-cache-")
 
 try:
     import attnsuite  # noqa: F401

@@ -41,7 +41,7 @@ def test_cuda_backends_against_the_reference(backend, layout, causal):
 
 def test_auto_on_the_gpu_and_in_place_output():
     q, k, v = qkv()
-    assert attnsuite.resolve_backend(q, k, v) in ("cudnn", "flash2", "cuda-vanilla")
+    assert attnsuite.resolve_backend(q, k, v) in ("cudnn", "flash3", "flash2", "cuda-vanilla")
     out = torch.empty_like(q)
     pointer = out.data_ptr()
     stream = torch.cuda.Stream()
@@ -69,25 +69,117 @@ def test_drop_in_under_inductor():
     assert torch.allclose(compiled(q, k, v), attend(q, k, v), atol=1e-2)
 
 
-def test_cupy_and_jax_round_trips():
-    tested = 0
+def _reference_of(q, k, v, **kwargs):
+    """attnsuite's fp64-accumulating CPU reference on host copies (numpy float32)."""
+    import numpy as np
+    host = [np.asarray(x, dtype=np.float32) for x in (q, k, v)]
+    return attnsuite.attention(*host, backend="reference", **kwargs)
+
+
+def test_cupy_zero_copy_in_and_out():
+    cupy = pytest.importorskip("cupy")
+    rng = cupy.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 256, 4, 64), dtype=cupy.float32).astype(cupy.float16) for _ in range(3))
+    out = cupy.empty_like(q)
+    pointer = out.data.ptr
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:  # launched on cupy's current stream
+        result = attnsuite.attention(q, k, v, out=out, causal=True)
+    stream.synchronize()
+    assert result is out and out.data.ptr == pointer
+    fresh = attnsuite.attention(q, k, v, causal=True)  # a new cupy array on q's device
+    assert isinstance(fresh, cupy.ndarray) and fresh.device.id == q.device.id
+    expected = _reference_of(cupy.asnumpy(q), cupy.asnumpy(k), cupy.asnumpy(v), causal=True)
+    got = cupy.asnumpy(out).astype("float64")
+    assert float(((got - expected) ** 2).sum() ** 0.5 / (expected.astype("float64") ** 2).sum() ** 0.5) < 1e-2
+
+
+def test_jax_arrays_on_the_gpu():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        pytest.skip("jax sees no GPU")
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    q, k, v = (jax.device_put(jax.random.normal(key, (2, 128, 4, 64), dtype=jnp.bfloat16), gpus[0]) for key in keys)
+    out = attnsuite.attention(q, k, v)
+    assert isinstance(out, jax.Array) and out.shape == q.shape and out.dtype == jnp.bfloat16
+    assert list(out.devices())[0].platform == "gpu"
+    expected = _reference_of(np.asarray(q.astype(jnp.float32)), np.asarray(k.astype(jnp.float32)),
+                             np.asarray(v.astype(jnp.float32)))
+    got = np.asarray(out.astype(jnp.float32)).astype(np.float64)
+    assert float(np.linalg.norm(got - expected) / np.linalg.norm(expected)) < 2e-2
+
+
+def test_torch_zero_copy_of_strided_views():
+    # BHSD tensors read as BSHD views, as the drop-in passes them: no copy, the right result.
+    q, k, v = qkv(layout="bhsd")
+    views = [x.transpose(1, 2) for x in (q, k, v)]
+    assert not views[0].is_contiguous()
+    out = attnsuite.attention(*views)
+    expected = _reference_of(*(x.float().cpu().numpy() for x in views))
+    got = out.float().cpu().double().numpy()
+    import numpy as np
+    assert float(np.linalg.norm(got - expected) / np.linalg.norm(expected)) < 2e-2
+
+
+def test_mismatched_devices_are_one_clear_error():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"q, k and v must be on one device; got cuda:0, cpu, cuda:0"):
+        attnsuite.attention(q, k.cpu(), v)
+    with pytest.raises(ValueError, match=r"out is on cpu; it must be on q's device, cuda:0"):
+        attnsuite.attention(q, k, v, out=torch.empty(q.shape, dtype=q.dtype))
+    with pytest.raises(attnsuite.UnsupportedError, match="backend 'cpu-flash' runs on the cpu, the arrays are on the cuda"):
+        attnsuite.attention(q, k, v, backend="cpu-flash")
+    with pytest.raises(ValueError, match="q, k and v must have one dtype; got bf16, fp16, bf16"):
+        attnsuite.attention(q, k.half(), v)
+
+
+def test_auto_follows_a_backend_cache_for_this_gpu(tmp_path):
+    import json
+    q, k, v = qkv()
+    machine = _core.machine(2, 0)
+    assert machine["device"] and machine["driver"]
+    default = attnsuite.auto_choice(q, k, v)
+    assert default["source"] == "default order"
+    path = tmp_path / "backends.json"
+    attnsuite.set_backend_cache(path)
     try:
-        import cupy
-    except ImportError:
-        cupy = None
-    if cupy is not None:
-        q = cupy.random.standard_normal((1, 128, 4, 64), dtype=cupy.float32).astype(cupy.float16)
-        out = attnsuite.attention(q, q, q)
-        assert isinstance(out, cupy.ndarray) and out.shape == q.shape
-        tested += 1
+        def runs(name):
+            try:
+                return attnsuite.resolve_backend(q, k, v, backend=name) == name
+            except (ValueError, attnsuite.UnsupportedError):
+                return False
+
+        others = [b for b in ("cuda-vanilla", "flash2", "flash3") if b != default["backend"] and runs(b)]
+        assert others, "no second CUDA backend runs the problem"
+        for fastest in others:
+            path.write_text(json.dumps({"version": 1, "machines": [{
+                "device": machine["device"], "driver": machine["driver"],
+                "classes": {default["shape_class"]: {"order": [fastest, default["backend"]]}}}]}))
+            attnsuite.set_backend_cache(path)  # read it now (else within a second)
+            choice = attnsuite.auto_choice(q, k, v)
+            assert choice["backend"] == fastest and default["shape_class"] in choice["source"], choice
+            expected = attnsuite.attention(q, k, v, backend=default["backend"]).float()
+            assert ((attnsuite.attention(q, k, v).float() - expected).norm() / expected.norm()).item() < 1e-2
+    finally:
+        attnsuite.set_backend_cache(None)
+
+
+def test_tune_batch_size_on_the_gpu_feeds_auto(tmp_path):
+    cache = tmp_path / "backends.json"
+    backends = [b for b in ("flash2", "cuda-vanilla") if b in CUDA_BACKENDS]
+    tuning = attnsuite.tune_batch_size(backends=backends, seq_lengths=[1024], heads=8, kv_heads=8, head_dim=128,
+                                       dtype="bf16", causal=True, layout="bshd", max_batch=8,
+                                       timing={"warmup": 1, "min_reps": 3, "max_reps": 10, "max_time_ms": 50},
+                                       out=tmp_path / "tune", cache=cache, progress=False, dataframe=False)
+    assert all(case["best_batch"] for case in tuning), tuning.table
+    attnsuite.set_backend_cache(cache)
     try:
-        import jax.numpy as jnp
-    except ImportError:
-        jnp = None
-    if jnp is not None:
-        q = jnp.ones((1, 128, 4, 64), dtype=jnp.float16)
-        out = attnsuite.attention(q, q, q)
-        assert out.shape == q.shape and float(jnp.abs(out - 1).max()) < 1e-3
-        tested += 1
-    if not tested:
-        pytest.skip("neither cupy nor jax is installed")
+        q = torch.randn(1, 1024, 8, 128, device="cuda", dtype=torch.bfloat16)
+        choice = attnsuite.auto_choice(q, q, q, causal=True)
+        fastest = max(tuning, key=lambda case: case["tokens_per_s"])["backend"]
+        assert choice["backend"] == fastest and str(cache) in choice["source"], (choice, tuning.table)
+    finally:
+        attnsuite.set_backend_cache(None)

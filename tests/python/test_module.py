@@ -112,3 +112,65 @@ def test_library_owned_buffers_export_through_dlpack():
     assert array.shape == (2, 3, 4, 5) and array.dtype == np.float32
     array[...] = 1.5
     assert np.from_dlpack(buffer).sum() == 1.5 * 120  # the same memory
+
+
+def _strided_last_dim(x):
+    return np.repeat(x, 2, axis=-1)[..., ::2]  # x itself, read with stride 2
+
+
+# Issue 9's bad-input matrix, the Python rows (docs/reliability.md): each bad call is one error
+# of the right type whose message names the value and what is allowed.
+BAD_INPUTS = [
+    ("float64", lambda q, k, v: dict(q=q.astype(np.float64), k=k.astype(np.float64), v=v.astype(np.float64)),
+     ValueError, "q has dtype float64; allowed: float32, float16, bfloat16"),
+    ("int32", lambda q, k, v: dict(q=q.astype(np.int32), k=k.astype(np.int32), v=v.astype(np.int32)),
+     ValueError, "q has dtype int32; allowed: float32, float16, bfloat16"),
+    ("bool", lambda q, k, v: dict(q=q > 0, k=k > 0, v=v > 0), ValueError, "q has dtype bool; allowed"),
+    ("mixed dtypes", lambda q, k, v: dict(k=k.astype(np.float16)), ValueError,
+     "q, k and v must have one dtype; got fp32, fp16, fp32"),
+    ("out dtype", lambda q, k, v: dict(out=np.empty(q.shape, np.float16)), ValueError,
+     "out has dtype fp16; it must be q's, fp32"),
+    ("not an array", lambda q, k, v: dict(q=q.tolist()), TypeError,
+     "q is a builtins.list; attention takes arrays with DLPack"),
+    ("3-D q", lambda q, k, v: dict(q=q[0]), ValueError, r"must be 4-D \(batch, seq, heads, dim\); got q with shape"),
+    ("3-D k", lambda q, k, v: dict(k=k[0]), ValueError, r"k has 3 dims; attention takes 4-D arrays"),
+    ("layout name", lambda q, k, v: dict(layout="sbhd"), ValueError, "layout 'sbhd' is not allowed: bshd or bhsd"),
+    ("k in the other layout", lambda q, k, v: dict(k=np.ascontiguousarray(k.transpose(0, 2, 1, 3))), ValueError,
+     r"k and v must have the same seq and heads; got k \(4, 64\), v \(64, 4\)"),
+    ("out shape", lambda q, k, v: dict(out=np.empty(q.shape[:3] + (32,), np.float32)), ValueError,
+     r"out has \(batch, seq, heads, dim\) \(2, 64, 4, 32\); it must be \(2, 64, 4, 64\)"),
+    ("out read-only", lambda q, k, v: dict(out=np.broadcast_to(np.empty((1, 1, 4, 64), np.float32), q.shape)),
+     ValueError, "out is a read-only numpy array; it must be writable"),
+    ("strided last dim, auto", lambda q, k, v: dict(q=_strided_last_dim(q), k=_strided_last_dim(k),
+                                                    v=_strided_last_dim(v)),
+     ValueError, "q has stride 2 in its last dim; backend \"auto\" needs 1"),
+    ("strided last dim, cpu-flash", lambda q, k, v: dict(q=_strided_last_dim(q), k=_strided_last_dim(k),
+                                                         v=_strided_last_dim(v), backend="cpu-flash"),
+     attnsuite.UnsupportedError, "cpu-flash: q has stride 2 in its last dim; this backend needs 1"),
+    ("out strided last dim", lambda q, k, v: dict(out=np.empty(q.shape[:3] + (128,), np.float32)[..., ::2]),
+     ValueError, "out has stride 2 in its last dim; it must be 1"),
+    ("CUDA backend on CPU arrays", lambda q, k, v: dict(backend="flash2"), ValueError,
+     "backend 'flash2' runs on the cuda, the arrays are on the cpu|unknown backend 'flash2'"),
+]
+
+
+@pytest.mark.parametrize("case, change, error, message", BAD_INPUTS, ids=[row[0] for row in BAD_INPUTS])
+def test_bad_input_matrix(case, change, error, message):
+    q, k, v = random_qkv()
+    args = dict(q=q, k=k, v=v)
+    args.update(change(q, k, v))
+    with pytest.raises(error, match=message) as raised:
+        attnsuite.attention(**args)
+    assert "\n" not in str(raised.value)  # one line
+
+
+def test_odd_strides_that_are_allowed_give_the_right_result():
+    q, k, v = random_qkv()
+    # negative strides (reversed sequence), zero strides (a broadcast key head), only "reference"
+    # for a strided last dim
+    reversed_q = q[:, ::-1]
+    broadcast_k = np.broadcast_to(k[:, :, :1], k.shape)
+    assert rel_l2(attnsuite.attention(reversed_q, k, v), numpy_attention(reversed_q, k, v)) < 1e-5
+    assert rel_l2(attnsuite.attention(q, broadcast_k, v), numpy_attention(q, broadcast_k, v)) < 1e-5
+    strided = [_strided_last_dim(x) for x in (q, k, v)]
+    assert rel_l2(attnsuite.attention(*strided, backend="reference"), numpy_attention(q, k, v)) < 1e-6

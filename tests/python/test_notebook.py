@@ -24,3 +24,7 @@ def test_notebook_runs(tmp_path, monkeypatch):
     assert "median latency (ms)" in text and "cpu-flash" in text
     assert any("image/png" in o.get("data", {}) for o in outputs), "the plots cell shows no figure"
     assert (tmp_path / "results" / "notebook-default" / "results.json").exists()
+    # The tuner's section: its table, the backend cache it wrote, "auto" reading it, the plots.
+    assert "best batch" in text and "after the tune:" in text and "Batch tuner: throughput vs batch" in text
+    assert (tmp_path / "results" / "notebook-tune" / "tune.json").exists()
+    assert (tmp_path / "results" / "notebook-backends.json").exists()

@@ -70,6 +70,9 @@ def test_three_dimensional_inputs():
     ("causal_cross", "top-left"),
     ("head_dim", "head dim"),
     ("gqa_without_flag", "enable_gqa"),
+    ("float64", "dtypes torch.float64"),
+    ("mixed_dtypes", "dtypes torch.float32, torch.float16"),
+    ("strided_last_dim", "last dim is not contiguous"),
 ])
 def test_fallbacks_warn_once_and_match_pytorch(case, reason):
     q, k, v = inputs(dim=16 if case == "head_dim" else 64, kv_heads=2 if case == "gqa_without_flag" else None,
@@ -81,11 +84,17 @@ def test_fallbacks_warn_once_and_match_pytorch(case, reason):
         kwargs["is_causal"] = True
     if case == "grad":
         q.requires_grad_(True)
+    if case == "float64":
+        q, k, v = (x.double() for x in (q, k, v))
+    if case == "mixed_dtypes":
+        k = k.half()
+    if case == "strided_last_dim":
+        q, k, v = (torch.cat([x, x], dim=-1)[..., ::2] for x in (q, k, v))
     if case == "dropout":
         kwargs["dropout_p"] = 0.5
         torch.manual_seed(0)
     call = (lambda: drop_in.scaled_dot_product_attention(q, k, v, **kwargs))
-    if case == "gqa_without_flag":  # PyTorch itself refuses it: the same error reaches the caller
+    if case in ("gqa_without_flag", "mixed_dtypes"):  # PyTorch itself refuses it: the same error reaches the caller
         with pytest.warns(RuntimeWarning, match=reason), pytest.raises(RuntimeError):
             call()
         return

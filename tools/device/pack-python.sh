@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# Run HERE, not on the GPU machine (it has no network): downloads the wheels the Python side
-# needs there into .device-build/wheels (ignored by git), for the GPU image's Python:
-#   tools/device/pack-python.sh 3.12        # the X.Y of `python3 --version` on the GPU machine
-# Then one device call, with .device-build/deps and .device-build/wheels carried:
-#   run(command="bash tools/device/run-python.sh", carry=[".device-build/deps", ".device-build/wheels"])
-# torch is not packed: the GPU image has it (run-python.sh uses a venv that sees it).
+# Run HERE, not on the GPU machine (it has no network): downloads into .device-build/wheels
+# (ignored by git) the wheels that tools/device/run-python.sh installs there ahead of the
+# image's packages. The image already has torch 2.11, numpy, nanobind 3.1.0, onnx, onnxruntime,
+# pytest (+ pytest-timeout), pandas, matplotlib, transformers, cupy and jax
+# (/work/.library/device/KINDS.md); what it may lack is the build backend at the version
+# pyproject.toml is tested with, scikit-build-core (pure Python, 0.2 MB; its needs, packaging
+# and pathspec, are in the image). More names, as NAME==VERSION, may follow:
+#   tools/device/pack-python.sh [NAME==VERSION ...]
+# The device call then carries .device-build/wheels (with deps and cudnn-frontend):
+#   run(command="bash tools/device/run-python.sh",
+#       carry=[".device-build/deps", ".device-build/cudnn-frontend", ".device-build/wheels"])
+# onnxruntime-gpu (the CUDA EP) is not packed: its wheel (~250 MB) is over the 64 MiB a call
+# carries; run-python.sh reports whether the image's onnxruntime has the CUDA EP.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-version=${1:?usage: tools/device/pack-python.sh PYTHON_X.Y (the GPU machine python3 version)}
 dest="$root/.device-build/wheels"
 rm -rf "$dest"
 mkdir -p "$dest"
-# Pins of python/requirements.txt, but onnxruntime-gpu (the CUDA EP) for onnxruntime, plus
-# transformers for examples/dropin_transformers.py; their dependencies are resolved for the
-# target Python. numpy and torch come from the image when it has them (pip takes those first).
-grep -v '^#' "$root/python/requirements.txt" | grep -v '^onnxruntime==' | grep -v '^$' >"$dest/requirements.txt"
-printf 'onnxruntime-gpu\ntransformers\n' >>"$dest/requirements.txt"
-python3 -m pip download -q --only-binary=:all: --python-version "$version" --platform manylinux_2_28_x86_64 \
-  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform linux_x86_64 \
-  -r "$dest/requirements.txt" -d "$dest"
-# onnxruntime-gpu pulls nothing large; the CUDA libraries it loads are the image's.
+pin=$(grep -E '^scikit-build-core==' "$root/python/requirements.txt")
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  --platform any -d "$dest" "$pin" "$@"
+ls -la "$dest"
 du -sh "$dest"

@@ -1,0 +1,102 @@
+#include "tune/tune_run.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "attnsuite/error.hpp"
+#include "bench/profile.hpp"
+#include "bench/runner.hpp"
+#include "bench/sweep.hpp"
+#include "report/atomic_file.hpp"
+#include "report/sinks.hpp"
+#include "tune/backend_cache.hpp"
+#include "tune/batch_evaluator.hpp"
+#include "tune/tune_output.hpp"
+
+namespace attnsuite::tune {
+
+bench::SweepSpec tune_spec(const nlohmann::json& suite_json, const std::string& source, const TuneOptions& options) {
+  options.limits.validate();
+  bench::SweepSpec spec = bench::parse_suite(suite_json, source);
+  spec.batches = {options.limits.min_batch};
+  spec.tokens_per_batch = 0;
+  spec.reference_gflop = options.reference_gflop.value_or(std::min(spec.reference_gflop, kTuneReferenceGflop));
+  for (const auto& name : spec.backends) (void)Registry::global().find(name);
+  return spec;
+}
+
+TuneOutcome run_batch_tune(const bench::SweepSpec& spec, const TuneOptions& options, Registry& registry) {
+  const BatchLimits& limits = options.limits;
+  limits.validate();
+  for (const auto& name : spec.backends) (void)registry.find(name);
+  TuneOutcome outcome;
+  outcome.out_dir = options.out_dir;
+  if (outcome.out_dir.empty()) {
+    std::string stamp = bench::utc_now_iso8601().substr(0, 19);
+    std::replace(stamp.begin(), stamp.end(), ':', '-');
+    outcome.out_dir = std::filesystem::path("results") / fmt::format("tune-{}-{}", spec.name, stamp);
+  }
+  const std::filesystem::path json_path = outcome.out_dir / "tune.json";
+  if (std::filesystem::exists(json_path) && !options.force)
+    throw Error(ErrorKind::Usage, fmt::format("'{}' already exists; use --force to overwrite it", json_path.string()));
+  report::ensure_writable_directory(outcome.out_dir);
+
+  bench::RunHeader header = bench::make_run_header(spec, registry, &outcome.warnings);
+  header.suite = "tune: " + spec.name;
+  const auto gib = limits.max_memory_bytes ? nlohmann::json(*limits.max_memory_bytes / 1073741824.0) : nlohmann::json();
+  header.settings["tune"] = {{"min_batch", limits.min_batch},
+                             {"max_batch", limits.max_batch},
+                             {"max_memory_gib", gib},
+                             {"p95_ms", limits.max_p95_ms ? nlohmann::json(*limits.max_p95_ms) : nlohmann::json()},
+                             {"exhaustive", options.exhaustive}};
+
+  bench::Runner runner(spec, registry);
+  std::vector<bench::ResultRow> rows;
+  nlohmann::ordered_json tuning = nlohmann::ordered_json::array();
+  const auto cancelled = options.cancelled ? options.cancelled : [] { return false; };
+  for (const bench::Case& c : bench::expand(spec)) {
+    if (outcome.interrupted) break;
+    TuneEntry entry;
+    entry.identity = bench::row_for_case(c, registry.contains(c.backend) ? &registry.find(c.backend) : nullptr);
+    entry.limits = limits;
+    if (options.on_case) options.on_case(entry.identity);
+    RunnerBatchEvaluator evaluate(runner, registry, c, cancelled);
+    if (options.on_probe) evaluate.on_row(options.on_probe);
+    entry.search = search_batch(std::ref(evaluate), limits);
+    if (options.exhaustive && !entry.search.interrupted && entry.search.failure.empty()) {
+      if (options.on_sweep) options.on_sweep();
+      entry.sweep = sweep_batches(std::ref(evaluate), limits, entry.search.probes);
+    }
+    outcome.interrupted = entry.search.interrupted || (entry.sweep && entry.sweep->interrupted);
+    outcome.failed = outcome.failed || !entry.search.failure.empty() || (entry.sweep && !entry.sweep->failure.empty());
+    for (bench::ResultRow row : evaluate.rows()) {
+      bench::apply_profile(row, header.ceilings);
+      rows.push_back(std::move(row));
+    }
+    tuning.push_back(to_json(entry));
+  }
+  header.finished_at = bench::utc_now_iso8601();
+  header.interrupted = outcome.interrupted;
+  report::fill_relative_to_vanilla(rows);
+
+  outcome.document = nlohmann::ordered_json::parse(report::results_json_text(header, rows));
+  outcome.document["tuning"] = tuning;
+  report::write_file_atomic(json_path, outcome.document.dump(2) + "\n");
+  const report::TextTable table = tuning_table(nlohmann::json(tuning));
+  report::write_file_atomic(outcome.out_dir / "tune.md", table.markdown());
+  outcome.table_terminal = table.terminal();
+  if (options.cache_path) {
+    // A cache that cannot be written costs the next `auto` its choice, not the tune its results.
+    try {
+      outcome.cache_classes = update_cache_file(*options.cache_path, nlohmann::json(outcome.document["header"]),
+                                                nlohmann::json(tuning), json_path.string());
+      outcome.cache_path = options.cache_path;
+    } catch (const Error& error) {
+      outcome.warnings.push_back(fmt::format("backend cache not updated: {}", error.what()));
+    }
+  }
+  return outcome;
+}
+
+}  // namespace attnsuite::tune
