@@ -9,7 +9,7 @@
 //    fence.proxy.async and arrive on a "Vᵀ full" barrier that the consumers wait on;
 //  - P is converted from the fp32 accumulator straight to e4m3 A-fragment registers.
 //
-// The key permutation. For S columns 32j..32j+31 (k-step j of P·V), the accumulator gives
+// The key permutation (fp8_layout.hpp, checked on the CPU). For S columns 32j..32j+31 (k-step j of P·V), the accumulator gives
 // thread t (c = t % 4) the keys 32j + 8i + 2c + e (i < 4, e < 2) of its two rows, while the
 // 8-bit A fragment wants columns 32j + 4c + v and 32j + 16 + 4c + v (v < 4) in a[0..3]. Instead
 // of shuffling P between lanes, A column 16g + 4c + v holds key 16g + π(4c + v) with
@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "cuda/common/key_range.cuh"
+#include "cuda/flash3/fp8_layout.hpp"
 #include "cuda/flash3/fp8_primitives.cuh"
 #include "cuda/flash3/params.hpp"
 
@@ -43,13 +44,12 @@ namespace attnsuite::cuda::flash3 {
 template <class Traits>
 __device__ __forceinline__ void transpose_v_tile(std::uint32_t v_tile, std::uint32_t vt_tile, int warp, int lane) {
   constexpr int kBlocks = Traits::kHeadDim / 16;
-  const int key0 = 16 * (lane / 4) + 2 * (lane % 4);
 #pragma unroll
   for (int block = warp; block < kBlocks; block += Traits::kProducerWarps) {
     uint4 rows[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const int key = key0 + (q & 1) + 8 * (q >> 1);
+      const int key = fp8_layout::transpose_key(lane, q);
       rows[q] = load_shared_16(
           v_tile + swizzle<Traits::kSwizzleBytes>(static_cast<std::uint32_t>(key * Traits::kRowBytes + 16 * block)));
     }
@@ -276,10 +276,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
     for (int j = 0; j < kTileN / 32; ++j) {
       const float* s = acc_s + 16 * j;
-      p[j][0] = pack_e4m3x4(s[0], s[1], s[4], s[5]);
-      p[j][1] = pack_e4m3x4(s[2], s[3], s[6], s[7]);
-      p[j][2] = pack_e4m3x4(s[8], s[9], s[12], s[13]);
-      p[j][3] = pack_e4m3x4(s[10], s[11], s[14], s[15]);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        using fp8_layout::p_entry;
+        p[j][r] = pack_e4m3x4(s[p_entry(r, 0)], s[p_entry(r, 1)], s[p_entry(r, 2)], s[p_entry(r, 3)]);
+      }
     }
 
     // O += P·V: k-step j reads Vᵀ columns 32j .. 32j+31 (32 bytes into every 128-byte row).
