@@ -39,16 +39,22 @@ struct QuantizeArgs {
   float* descales = nullptr;      // 3 floats, written by the quantize pass
 };
 
-// The source address of 16-byte chunk `index` (8 elements) of an operand, in (b, s, h, chunk) order.
-__device__ __forceinline__ const __nv_bfloat16* chunk_source(const QuantizeOperand& op, int head_dim, std::int64_t index,
-                                                             std::int64_t& dense_offset) {
-  const int chunks = head_dim / 8;
-  const std::int64_t chunk = index % chunks;
-  std::int64_t row = index / chunks;  // (b·rows + s)·heads + h
-  dense_offset = row * head_dim + chunk * 8;
-  const std::int64_t h = row % op.heads;
-  row /= op.heads;
-  const std::int64_t s = row % op.rows, b = row / op.rows;
+__device__ __forceinline__ std::uint32_t chunk_count(const QuantizeOperand& op, int batch, int head_dim) {
+  return static_cast<std::uint32_t>(static_cast<std::int64_t>(batch) * op.rows * op.heads * (head_dim / 8));
+}
+
+// The source address of 16-byte chunk `index` (8 elements) of an operand, in (b, s, h, chunk)
+// order. 32-bit index arithmetic (the host checks that every operand has < 2^31 chunks): 64-bit
+// divisions would make these memory-bound passes instruction-bound.
+__device__ __forceinline__ const __nv_bfloat16* chunk_source(const QuantizeOperand& op, int head_dim,
+                                                             std::uint32_t index, std::int64_t& dense_offset) {
+  const std::uint32_t chunks = static_cast<std::uint32_t>(head_dim) / 8;  // 8 or 16
+  const std::uint32_t chunk = index % chunks;
+  std::uint32_t row = index / chunks;  // (b·rows + s)·heads + h
+  dense_offset = static_cast<std::int64_t>(row) * head_dim + chunk * 8;
+  const std::uint32_t h = row % static_cast<std::uint32_t>(op.heads);
+  row /= static_cast<std::uint32_t>(op.heads);
+  const std::uint32_t s = row % static_cast<std::uint32_t>(op.rows), b = row / static_cast<std::uint32_t>(op.rows);
   return op.source + b * op.batch_stride + s * op.row_stride + h * op.head_stride + chunk * 8;
 }
 
@@ -64,10 +70,9 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&x)[8]) {
 
 __global__ void __launch_bounds__(kQuantizeThreads) amax_kernel(const __grid_constant__ QuantizeArgs args) {
   const QuantizeOperand& op = args.operands[blockIdx.y];
-  const std::int64_t total = static_cast<std::int64_t>(args.batch) * op.rows * op.heads * (args.head_dim / 8);
+  const std::uint32_t total = chunk_count(op, args.batch, args.head_dim);
   float amax = 0.0f;
-  for (std::int64_t index = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; index < total;
-       index += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  for (std::uint32_t index = blockIdx.x * blockDim.x + threadIdx.x; index < total; index += gridDim.x * blockDim.x) {
     std::int64_t dense_offset;
     const uint4 raw = *reinterpret_cast<const uint4*>(chunk_source(op, args.head_dim, index, dense_offset));
     float x[8];
@@ -93,9 +98,8 @@ __global__ void __launch_bounds__(kQuantizeThreads) quantize_kernel(const __grid
   const float descale = scaled ? amax / kE4m3Max : 1.0f;
   const float inverse = scaled ? kE4m3Max / amax : 1.0f;
   if (blockIdx.x == 0 && threadIdx.x == 0) args.descales[blockIdx.y] = descale;
-  const std::int64_t total = static_cast<std::int64_t>(args.batch) * op.rows * op.heads * (args.head_dim / 8);
-  for (std::int64_t index = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; index < total;
-       index += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  const std::uint32_t total = chunk_count(op, args.batch, args.head_dim);
+  for (std::uint32_t index = blockIdx.x * blockDim.x + threadIdx.x; index < total; index += gridDim.x * blockDim.x) {
     std::int64_t dense_offset;
     const uint4 raw = *reinterpret_cast<const uint4*>(chunk_source(op, args.head_dim, index, dense_offset));
     float x[8];
@@ -173,7 +177,17 @@ void launch_forward_fp8(const Params& params, void* workspace, void* stream) {
   set(args.operands[2], params.v, base + layout.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride,
       params.seq_kv, params.heads_kv);
 
-  // Enough blocks to fill the GPU with memory traffic (the loops are grid-strided).
+  for (const QuantizeOperand& op : args.operands) {
+    const std::int64_t chunks = static_cast<std::int64_t>(params.batch) * op.rows * op.heads * (params.head_dim / 8);
+    if (chunks >= (std::int64_t{1} << 31)) {
+      throw Error(ErrorKind::Unsupported,
+                  fmt::format("flash3-fp8: a tensor of {} 16-byte chunks is too large for the quantization pre-pass; "
+                              "at most 2^31 - 1",
+                              chunks));
+    }
+  }
+  // Enough blocks to fill the GPU with memory traffic (the loops are grid-strided; index +
+  // grid size stays below 2^32 since chunks < 2^31).
   int device = 0, sms = 0;
   ATTNSUITE_CUDA_CHECK(cudaGetDevice(&device));
   ATTNSUITE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
