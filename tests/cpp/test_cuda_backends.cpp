@@ -358,14 +358,20 @@ TEST(CudaFlash3, RefusesWhatItDoesNotSupport) {
 // Q, K or V as the backend's pre-pass leaves it, dequantized (e4m3 value · descale), at the
 // HostTensor's offsets.
 std::vector<double> dequantized_e4m3(const HostTensor& t) {
-  float amax = 0.0f;
-  for (const std::uint16_t bits : t.bits) amax = std::max(amax, std::abs(bf16_bits_to_float(bits)));
-  const bool scaled = amax > 0.0f && amax <= 3.0e38f;
+  float amax = 0.0f;  // over the finite values
+  for (const std::uint16_t bits : t.bits) {
+    const float magnitude = std::abs(bf16_bits_to_float(bits));
+    if (std::isfinite(magnitude)) amax = std::max(amax, magnitude);
+  }
+  const bool scaled = amax > 0.0f;
   const float descale = scaled ? amax / 448.0f : 1.0f;
   const float inverse = scaled ? 448.0f / amax : 1.0f;
   std::vector<double> values(t.bits.size());
-  for (std::size_t i = 0; i < t.bits.size(); ++i)
-    values[i] = double(e4m3_bits_to_float(float_to_e4m3_bits(bf16_bits_to_float(t.bits[i]) * inverse))) * descale;
+  for (std::size_t i = 0; i < t.bits.size(); ++i) {
+    const float x = bf16_bits_to_float(t.bits[i]);
+    values[i] = std::isinf(x) ? std::numeric_limits<double>::quiet_NaN()
+                              : double(e4m3_bits_to_float(float_to_e4m3_bits(x * inverse))) * descale;
+  }
   return values;
 }
 

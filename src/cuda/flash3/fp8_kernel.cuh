@@ -303,21 +303,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
   }
 
-  // Epilogue: O·dv / row sum, LSE = max·scale·dq·dk + ln(sum); rows that saw no key: 0, -inf.
+  // Epilogue: O·dv / row sum, LSE = max·scale·dq·dk + ln(sum). A row that saw no key has sum 0:
+  // O = 0 written as such (its P·V may hold 0·NaN from a NaN in V) and LSE = -inf. A NaN score
+  // (NaN in Q or K, ±Inf quantized to NaN) makes the sum NaN, and so O and LSE NaN
+  // (docs/reliability.md, "Defined numerics").
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float sum = quad_sum(row_sum[half]);
-    const float factor = sum > 0.0f ? descale_v / sum : 0.0f;
+    const bool no_key = sum == 0.0f;
+    const float factor = descale_v / sum;
     const int row = thread_row + 8 * half;
     if (row < params.seq_q) {
       if (lse_head != nullptr && quad_col == 0) {
-        lse_head[row] = sum > 0.0f ? row_max[half] * scale + logf(sum) : -INFINITY;
+        lse_head[row] = no_key ? -INFINITY : row_max[half] * scale + logf(sum);
       }
       Element* o_row = o_head + row * params.o_row_stride + 2 * quad_col;
 #pragma unroll
       for (int i = 0; i < kHeadDim / 8; ++i) {
-        *reinterpret_cast<std::uint32_t*>(o_row + 8 * i) =
-            pack_pair<Element>(acc_o[4 * i + 2 * half] * factor, acc_o[4 * i + 2 * half + 1] * factor);
+        const float low = no_key ? 0.0f : acc_o[4 * i + 2 * half] * factor;
+        const float high = no_key ? 0.0f : acc_o[4 * i + 2 * half + 1] * factor;
+        *reinterpret_cast<std::uint32_t*>(o_row + 8 * i) = pack_pair<Element>(low, high);
       }
     }
   }

@@ -3,9 +3,11 @@
 //
 // The pre-pass stands in for e4m3 inputs, which the harness cannot hold yet (DType has no 8-bit
 // type; docs/kernels/flash3.md "flash3-fp8 v1" says why this route was taken): per tensor,
-// amax = max |x| (one pass), descale = amax / 448 (1 when amax = 0), x₈ = e4m3(x / descale)
-// rounded to nearest even with saturation (a second pass), into dense BSHD copies in the
-// workspace. Both passes are memory-bound and timed as part of the backend's forward.
+// amax = max |x| over the finite values (one pass), descale = amax / 448 (1 when amax = 0),
+// x₈ = e4m3(x / descale) rounded to nearest even with saturation (a second pass), into dense
+// BSHD copies in the workspace; ±Inf becomes NaN (e4m3 has no infinity; an Inf never turns into
+// a finite value, nor changes the scale of the other elements). Both passes are memory-bound
+// and timed as part of the backend's forward.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -78,7 +80,10 @@ __global__ void __launch_bounds__(kQuantizeThreads) amax_kernel(const __grid_con
     float x[8];
     unpack8(raw, x);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));  // fmaxf drops NaN
+    for (int i = 0; i < 8; ++i) {
+      const float magnitude = fabsf(x[i]);
+      amax = fmaxf(amax, magnitude < INFINITY ? magnitude : 0.0f);  // finite values only (NaN, ±Inf: 0)
+    }
   }
   for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
   __shared__ float warp_max[kQuantizeThreads / 32];
@@ -94,7 +99,7 @@ __global__ void __launch_bounds__(kQuantizeThreads) amax_kernel(const __grid_con
 __global__ void __launch_bounds__(kQuantizeThreads) quantize_kernel(const __grid_constant__ QuantizeArgs args) {
   const QuantizeOperand& op = args.operands[blockIdx.y];
   const float amax = __uint_as_float(args.amax_bits[blockIdx.y]);
-  const bool scaled = amax > 0.0f && amax <= 3.0e38f;  // amax = inf: no finite scale helps
+  const bool scaled = amax > 0.0f;
   const float descale = scaled ? amax / kE4m3Max : 1.0f;
   const float inverse = scaled ? kE4m3Max / amax : 1.0f;
   if (blockIdx.x == 0 && threadIdx.x == 0) args.descales[blockIdx.y] = descale;
@@ -104,6 +109,9 @@ __global__ void __launch_bounds__(kQuantizeThreads) quantize_kernel(const __grid
     const uint4 raw = *reinterpret_cast<const uint4*>(chunk_source(op, args.head_dim, index, dense_offset));
     float x[8];
     unpack8(raw, x);
+    // e4m3 has no infinity: ±Inf becomes NaN (never a finite value), NaN stays NaN.
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = fabsf(x[i]) == INFINITY ? NAN : x[i];
     std::uint32_t packed[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
