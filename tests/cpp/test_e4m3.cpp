@@ -78,10 +78,10 @@ TEST(E4m3, SaturatesAndKeepsNan) {
   EXPECT_EQ(float_to_e4m3_bits(-std::numeric_limits<float>::infinity()), 0xfe);
   EXPECT_TRUE(std::isnan(e4m3_bits_to_float(float_to_e4m3_bits(std::numeric_limits<float>::quiet_NaN()))));
   EXPECT_EQ(float_to_e4m3_bits(-0.0f), 0x80);
-  EXPECT_EQ(float_to_e4m3_bits(1.0625f), 0x38);                  // tie 1 / 1.125: even → 1
-  EXPECT_EQ(float_to_e4m3_bits(1.1875f), 0x3a);                  // tie 1.125 / 1.25: even → 1.25
-  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(1.0f, -10)), 0x00);    // tie 0 / 2^-9 → 0
-  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(3.0f, -10)), 0x02);    // tie 2^-9 / 2^-8 → 2^-8
+  EXPECT_EQ(float_to_e4m3_bits(1.0625f), 0x38);                                       // tie 1 / 1.125: even → 1
+  EXPECT_EQ(float_to_e4m3_bits(1.1875f), 0x3a);                                       // tie 1.125 / 1.25: even → 1.25
+  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(1.0f, -10)), 0x00);                         // tie 0 / 2^-9 → 0
+  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(3.0f, -10)), 0x02);                         // tie 2^-9 / 2^-8 → 2^-8
   EXPECT_EQ(float_to_e4m3_bits(std::ldexp(1.0f, -6) - std::ldexp(1.0f, -11)), 0x08);  // up to the smallest normal
 }
 

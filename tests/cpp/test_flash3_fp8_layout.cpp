@@ -37,8 +37,8 @@ TEST(Flash3Fp8Layout, PackedPHoldsTheKeysItsColumnsStandFor) {
           const int entry = 16 * j + p_entry(reg, byte);
           const int key_held = accumulator_column(entry, lane);
           const int column = 32 * j + a_fragment_column(reg, byte, lane);
-          EXPECT_EQ(key_held, key_of_column(column)) << "lane " << lane << " k-step " << j << " a[" << reg << "] byte "
-                                                     << byte;
+          EXPECT_EQ(key_held, key_of_column(column))
+              << "lane " << lane << " k-step " << j << " a[" << reg << "] byte " << byte;
           EXPECT_EQ(accumulator_row_half(entry), a_fragment_row_half(reg)) << "lane " << lane << " a[" << reg << "]";
         }
 }

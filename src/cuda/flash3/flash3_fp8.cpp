@@ -66,9 +66,9 @@ class Flash3Fp8Backend final : public Backend {
     Support support = supports_problem_common(name(), problem);
     if (!support) return support;
     if (problem.dtype != DType::BF16) {
-      return Support::no(fmt::format(
-          "dtype {} not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend)",
-          to_string(problem.dtype)));
+      return Support::no(
+          fmt::format("dtype {} not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend)",
+                      to_string(problem.dtype)));
     }
     if (std::find(std::begin(flash3::kFp8HeadDims), std::end(flash3::kFp8HeadDims), problem.head_dim) ==
         std::end(flash3::kFp8HeadDims)) {

@@ -9,8 +9,9 @@
 //    fence.proxy.async and arrive on a "Vᵀ full" barrier that the consumers wait on;
 //  - P is converted from the fp32 accumulator straight to e4m3 A-fragment registers.
 //
-// The key permutation (fp8_layout.hpp, checked on the CPU). For S columns 32j..32j+31 (k-step j of P·V), the accumulator gives
-// thread t (c = t % 4) the keys 32j + 8i + 2c + e (i < 4, e < 2) of its two rows, while the
+// The key permutation (fp8_layout.hpp, checked on the CPU). For S columns 32j..32j+31 (k-step j
+// of P·V), the accumulator gives thread t (c = t % 4) the keys 32j + 8i + 2c + e (i < 4, e < 2)
+// of its two rows, while the
 // 8-bit A fragment wants columns 32j + 4c + v and 32j + 16 + 4c + v (v < 4) in a[0..3]. Instead
 // of shuffling P between lanes, A column 16g + 4c + v holds key 16g + π(4c + v) with
 //   π(s) = 2·(s / 4) + (s % 2) + 8·((s / 2) % 2)      (s < 16; a bijection),
