@@ -35,6 +35,14 @@ inline float bf16_bits_to_float(std::uint16_t half) {
 std::uint16_t float_to_fp16_bits(float value);
 float fp16_bits_to_float(std::uint16_t half);
 
+// FP8 e4m3 (OCP "E4M3FN": bias 7, no infinities, NaN = S.1111.111, largest finite ±448,
+// subnormals down to 2^-9), as the host model of the GPU's cvt.rn.satfinite.e4m3x2.f32:
+// round to nearest even, saturating to ±448 (±inf included), NaN stays NaN (0x7f | sign).
+// Not a tensor dtype yet: flash3-fp8 quantizes its bf16 inputs with it on the device, and the
+// tests model that quantization with these.
+std::uint8_t float_to_e4m3_bits(float value);
+float e4m3_bits_to_float(std::uint8_t bits);
+
 // Loads element i of a buffer of the given dtype as float.
 inline float load_as_float(const void* data, DType dtype, std::int64_t index) {
   switch (dtype) {

@@ -1,6 +1,7 @@
 #include "attnsuite/dtype.hpp"
 
 #include <cmath>
+#include <limits>
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -116,6 +117,39 @@ void convert_from_float(const float* src, void* dst, DType dtype, std::size_t co
       return;
     }
   }
+}
+
+std::uint8_t float_to_e4m3_bits(float value) {
+  const std::uint8_t sign = std::signbit(value) ? 0x80u : 0x00u;
+  if (std::isnan(value)) return static_cast<std::uint8_t>(sign | 0x7fu);
+  const float magnitude = std::fabs(value);
+  // Everything at or past the midpoint between 448 and 480 (the next step of the exponent
+  // range) would round to a value above 448: satfinite clamps it, inf included.
+  if (magnitude >= 464.0f) return static_cast<std::uint8_t>(sign | 0x7eu);
+  if (magnitude < 0.015625f) {
+    // Subnormal range (below 2^-6): steps of 2^-9; magnitude·512 is exact, nearbyint rounds
+    // half to even, and 8 steps encode as the smallest normal (exponent 1, mantissa 0).
+    return static_cast<std::uint8_t>(sign | static_cast<std::uint8_t>(std::nearbyint(magnitude * 512.0f)));
+  }
+  int exponent = 0;
+  const float fraction = std::frexp(magnitude, &exponent);  // magnitude = fraction·2^exponent, fraction in [0.5, 1)
+  // Mantissa steps of 1/8 of [1, 2): (2·fraction − 1)·8 is exact; a carry to 8 moves up an exponent.
+  int mantissa = static_cast<int>(std::nearbyint((2.0f * fraction - 1.0f) * 8.0f));
+  int biased = exponent - 1 + 7;
+  if (mantissa == 8) {
+    mantissa = 0;
+    ++biased;
+  }
+  if (biased > 15 || (biased == 15 && mantissa == 7)) return static_cast<std::uint8_t>(sign | 0x7eu);
+  return static_cast<std::uint8_t>(sign | biased << 3 | mantissa);
+}
+
+float e4m3_bits_to_float(std::uint8_t bits) {
+  const float sign = (bits & 0x80u) != 0 ? -1.0f : 1.0f;
+  const int exponent = (bits >> 3) & 0xf, mantissa = bits & 0x7;
+  if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
+  return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
 }
 
 }  // namespace attnsuite

@@ -14,6 +14,7 @@ void register_cuda_backends(Registry& registry) {
   registry.add("flash2", make_flash2_backend);
 #if ATTNSUITE_HAVE_FLASH3
   registry.add("flash3", make_flash3_backend);
+  registry.add("flash3-fp8", make_flash3_fp8_backend);
 #endif
   register_flash2_variants(registry);
 }

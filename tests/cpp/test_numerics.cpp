@@ -3,8 +3,9 @@
 // - NaN in the inputs reaches exactly the outputs whose defining sum includes it, as in
 //   PyTorch: a NaN in a query row makes that row (O and LSE) NaN; a NaN in key j makes every
 //   row that attends key j NaN; a NaN in V[j][c] makes column c of the rows that attend key j
-//   NaN and leaves their other columns and LSE alone. +Inf in V[j][c] makes that column +Inf;
-//   +Inf in a query makes its row NaN (a score of +Inf gives Inf/Inf in the softmax).
+//   NaN and leaves their other columns and LSE alone. +Inf in V[j][c] makes that column +Inf
+//   (NaN for flash3-fp8: e4m3 has no infinity); +Inf in a query makes its row NaN (a score of
+//   +Inf gives Inf/Inf in the softmax).
 //   Rows and heads that do not involve the value are bit for bit what they are without it.
 // - A row that sees no key (causal with seq_q > seq_kv, a window) is O = 0 exactly and
 //   LSE = -inf, whatever V holds.
@@ -286,6 +287,12 @@ TEST_P(Numerics, NanInAValueMakesItsColumnNan) {
 TEST_P(Numerics, InfInAValueMakesItsColumnInf) {
   AttentionProblem p = problem(40, 40, false);
   PICK_OR_SKIP(p);
+  // flash3-fp8 computes on e4m3, which has no infinity: its quantization turns ±Inf into NaN
+  // (never into a finite value), so the column is NaN there; everything else is as for the rest.
+  if (GetParam() == "flash3-fp8") {
+    check_value_column(*backend_, p, kInf, [](float x) { return std::isnan(x); });
+    return;
+  }
   check_value_column(*backend_, p, kInf, [](float x) { return x == kInf; });
 }
 

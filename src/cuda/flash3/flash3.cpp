@@ -17,10 +17,9 @@
 #include "cuda/flash3/tensor_map.hpp"
 
 namespace attnsuite::cuda {
-namespace {
 
 // wgmma and TMA as compiled here (sm_90a) run on compute capability 9.0 only.
-Support supports_hopper() {
+Support supports_hopper(std::string_view backend) {
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
@@ -29,10 +28,12 @@ Support supports_hopper() {
     return Support::no("no CUDA device available: could not query the current device");
   }
   if (major != 9 || minor != 0) {
-    return Support::no(fmt::format("flash3 needs sm_90 (Hopper); this GPU is sm_{}{}", major, minor));
+    return Support::no(fmt::format("{} needs sm_90 (Hopper); this GPU is sm_{}{}", backend, major, minor));
   }
   return Support::yes();
 }
+
+namespace {
 
 class Flash3Backend final : public Backend {
  public:
@@ -61,7 +62,7 @@ class Flash3Backend final : public Backend {
     }
     support = supports_device(name());
     if (!support) return support;
-    return supports_hopper();
+    return supports_hopper(name());
   }
 
   void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {

@@ -221,15 +221,7 @@ FLASH3_DEFINE_WGMMA_RS(__nv_bfloat16, "bf16", 256, FLASH3_ACC128, FLASH3_OUT128,
 
 #undef FLASH3_DEFINE_WGMMA_RS
 #undef FLASH3_DEFINE_WGMMA_SS
-#undef FLASH3_OUT128
-#undef FLASH3_OUT64
-#undef FLASH3_OUT32
-#undef FLASH3_OUT16
-#undef FLASH3_OUT4
-#undef FLASH3_ACC128
-#undef FLASH3_ACC64
-#undef FLASH3_ACC32
-#undef FLASH3_REGS10
+// FLASH3_ACC* and FLASH3_OUT* stay defined: fp8_primitives.cuh builds its e4m3 wgmma from them.
 // clang-format on
 
 }  // namespace attnsuite::cuda::flash3

@@ -37,11 +37,12 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 bool same_shape(const TensorMapShape& a, const TensorMapShape& b) {
   return a.data == b.data && a.dtype == b.dtype && a.head_dim == b.head_dim && a.rows == b.rows && a.heads == b.heads &&
          a.batch == b.batch && a.row_stride == b.row_stride && a.head_stride == b.head_stride &&
-         a.batch_stride == b.batch_stride && a.box_rows == b.box_rows;
+         a.batch_stride == b.batch_stride && a.box_rows == b.box_rows && a.e4m3 == b.e4m3 &&
+         a.box_columns == b.box_columns;
 }
 
 CUtensorMap encode(const TensorMapShape& shape) {
-  const std::int64_t element_bytes = static_cast<std::int64_t>(size_of(shape.dtype));
+  const std::int64_t element_bytes = shape.e4m3 ? 1 : static_cast<std::int64_t>(size_of(shape.dtype));
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(shape.head_dim), static_cast<cuuint64_t>(shape.rows),
                               static_cast<cuuint64_t>(shape.heads), static_cast<cuuint64_t>(shape.batch)};
   // Strides of dims 1..3 in bytes (dim 0 is contiguous). They need not grow with the dim
@@ -49,23 +50,29 @@ CUtensorMap encode(const TensorMapShape& shape) {
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(shape.row_stride * element_bytes),
                                  static_cast<cuuint64_t>(shape.head_stride * element_bytes),
                                  static_cast<cuuint64_t>(shape.batch_stride * element_bytes)};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(shape.box_rows), 1, 1};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(shape.box_columns), static_cast<cuuint32_t>(shape.box_rows), 1,
+                             1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type =
-      shape.dtype == DType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  // e4m3 is copied as bytes (the tensor map has no 8-bit float type; TMA moves bits anyway).
+  const CUtensorMapDataType type = shape.e4m3                  ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : shape.dtype == DType::F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  // The swizzle spans the box row: 128 bytes (every 16-bit map, e4m3 d128) or 64 (e4m3 d64).
+  const CUtensorMapSwizzle swizzle =
+      shape.box_columns * element_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
   CUtensorMap map;
-  // 128B swizzle: the layout wgmma's descriptors describe (primitives.cuh). OOB fill NONE
+  // 128B (64B) swizzle: the layout wgmma's descriptors describe (primitives.cuh). OOB fill NONE
   // writes zeros for rows past `rows`. L2 promotion 256B: rows are read whole (not yet
   // measured against 128B).
   const CUresult result = encode_tiled()(&map, type, 4, const_cast<void*>(shape.data), dims, strides, box,
-                                         element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                         element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
     throw Error(ErrorKind::Device,
                 fmt::format("flash3: cuTensorMapEncodeTiled failed (CUresult {}) for dims ({}, {}, {}, {}), strides "
-                            "({}, {}, {}) bytes, box (64, {})",
+                            "({}, {}, {}) bytes, box ({}, {})",
                             static_cast<int>(result), dims[0], dims[1], dims[2], dims[3], strides[0], strides[1],
-                            strides[2], box[1]));
+                            strides[2], box[0], box[1]));
   }
   return map;
 }

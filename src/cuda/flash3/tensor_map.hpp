@@ -23,6 +23,10 @@ struct TensorMapShape {
   int batch = 0;
   std::int64_t row_stride = 0, head_stride = 0, batch_stride = 0;
   int box_rows = 0;  // rows per copy; every copy is 64 columns (128 bytes) wide, 128B swizzle
+  // flash3-fp8: 1-byte e4m3 elements (dtype is then ignored), box_columns wide (64 or 128
+  // bytes, swizzled over the whole box row: 64B or 128B).
+  bool e4m3 = false;
+  int box_columns = 64;
 };
 
 // Why TMA cannot read a 16-bit tensor with this base address and these (batch, row, head)

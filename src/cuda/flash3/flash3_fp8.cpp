@@ -1,0 +1,129 @@
+// `flash3-fp8`: flash3 with e4m3 Q, K, V (fp8_kernel.cuh), as a Backend. The harness's tensors
+// are 16-bit, so the backend takes bf16 Q, K, V, quantizes them per tensor to e4m3 in a
+// pre-pass (fp8_launch.cu) whose time is part of every forward, and writes bf16 O and LSE.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <numbers>
+#include <string>
+
+#include "attnsuite/error.hpp"
+#include "cuda/common/backend_support.hpp"
+#include "cuda/flash3/flash3.hpp"
+#include "cuda/flash3/fp8_launch.hpp"
+#include "cuda/flash3/tensor_map.hpp"
+
+namespace attnsuite::cuda {
+namespace {
+
+flash3::Params make_params(const AttentionProblem& problem, const AttentionArgs& args) {
+  flash3::Params params;
+  params.q = args.q.data;
+  params.k = args.k.data;
+  params.v = args.v.data;
+  params.o = args.o.data;
+  params.lse = args.lse.data;
+  auto strides = [](const TensorView& view, std::int64_t& batch, std::int64_t& row, std::int64_t& head) {
+    batch = view.strides[0];
+    row = view.strides[1];
+    head = view.strides[2];
+  };
+  strides(args.q, params.q_batch_stride, params.q_row_stride, params.q_head_stride);
+  strides(args.k, params.k_batch_stride, params.k_row_stride, params.k_head_stride);
+  strides(args.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
+  strides(args.o, params.o_batch_stride, params.o_row_stride, params.o_head_stride);
+  params.batch = problem.batch;
+  params.heads_q = problem.heads_q;
+  params.heads_kv = problem.heads_kv;
+  params.group_size = problem.group_size();
+  params.seq_q = problem.seq_q;
+  params.seq_kv = problem.seq_kv;
+  params.head_dim = problem.head_dim;
+  params.scale = problem.softmax_scale();
+  params.scale_log2 = params.scale * std::numbers::log2e_v<float>;
+  params.window_left = problem.window_left;
+  params.window_right = problem.window_right;
+  if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
+  return params;
+}
+
+class Flash3Fp8Backend final : public Backend {
+ public:
+  std::string_view name() const override { return "flash3-fp8"; }
+  std::string_view display_name() const override {
+    return "flash3-fp8 (flash3 with e4m3 Q/K/V: bf16 in, per-tensor e4m3 quantization pre-pass timed, bf16 out)";
+  }
+  Device device() const override { return {DeviceType::Cuda, 0}; }
+  std::string capabilities() const override {
+    return "bf16 in/out (quantized to e4m3 per tensor inside forward, pre-pass timed), head dim 64/128, causal, "
+           "sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only";
+  }
+
+  Support supports(const AttentionProblem& problem) const override {
+    Support support = supports_problem_common(name(), problem);
+    if (!support) return support;
+    if (problem.dtype != DType::BF16) {
+      return Support::no(
+          fmt::format("dtype {} not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend)",
+                      to_string(problem.dtype)));
+    }
+    if (std::find(std::begin(flash3::kFp8HeadDims), std::end(flash3::kFp8HeadDims), problem.head_dim) ==
+        std::end(flash3::kFp8HeadDims)) {
+      return Support::no(fmt::format("head dim {} not supported by flash3-fp8; allowed: 64, 128", problem.head_dim));
+    }
+    if (problem.dim_v() != problem.head_dim) {
+      return Support::no(fmt::format("head_dim_v {} != head_dim {} not supported by flash3-fp8; needs equal head dims",
+                                     problem.dim_v(), problem.head_dim));
+    }
+    if (problem.heads_q > 65535 || problem.batch > 65535) {
+      return Support::no(fmt::format("batch {} × heads {} not supported by flash3-fp8; at most 65535 each",
+                                     problem.batch, problem.heads_q));
+    }
+    support = supports_device(name());
+    if (!support) return support;
+    return supports_hopper(name());
+  }
+
+  std::size_t workspace_bytes(const AttentionProblem& problem) const override {
+    flash3::Params params;
+    params.batch = problem.batch;
+    params.heads_q = problem.heads_q;
+    params.heads_kv = problem.heads_kv;
+    params.seq_q = problem.seq_q;
+    params.seq_kv = problem.seq_kv;
+    params.head_dim = problem.head_dim;
+    return flash3::fp8_workspace_bytes(params);
+  }
+
+  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
+    const Support support = supports(problem);
+    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("flash3-fp8: {}", support.reason));
+    check_cuda_args(name(), problem, args);
+    // The pre-pass reads Q, K, V in 16-byte pieces and the no-key path writes O so: the same
+    // base/stride rule as flash3's TMA reads.
+    const char* names[4] = {"q", "k", "v", "o"};
+    const TensorView* views[4] = {&args.q, &args.k, &args.v, &args.o};
+    for (int i = 0; i < 4; ++i) {
+      const std::string problem_text =
+          flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2]);
+      if (!problem_text.empty()) {
+        throw Error(ErrorKind::Unsupported,
+                    fmt::format("flash3-fp8: {} cannot be read in 16-byte pieces: {}", names[i], problem_text));
+      }
+    }
+    if (args.workspace == nullptr) {
+      throw Error(ErrorKind::Usage, fmt::format("flash3-fp8: needs a workspace of {} bytes (workspace_bytes), got none",
+                                                workspace_bytes(problem)));
+    }
+    flash3::launch_forward_fp8(make_params(problem, args), args.workspace, stream);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_flash3_fp8_backend() { return std::make_unique<Flash3Fp8Backend>(); }
+
+}  // namespace attnsuite::cuda

@@ -1,0 +1,336 @@
+// flash3-fp8's fused forward kernel (device code only): flash3's structure (kernel.cuh) with
+// e4m3 Q, K, V, per-tensor descale factors and bf16 output.
+//
+// Differences from flash3:
+//  - Q·Kᵀ is wgmma m64n128k32 e4m3 (Q and K K-major as TMA loads them: d contiguous);
+//  - e4m3 wgmma reads B only K-major, so P·V needs Vᵀ (d × keys, keys contiguous): the producer
+//    warpgroup's four warps transpose every V tile in shared memory into a second buffer, with
+//    the keys of each 16-key group in the order of P's A-fragment registers (below), then
+//    fence.proxy.async and arrive on a "Vᵀ full" barrier that the consumers wait on;
+//  - P is converted from the fp32 accumulator straight to e4m3 A-fragment registers.
+//
+// The key permutation (fp8_layout.hpp, checked on the CPU). For S columns 32j..32j+31 (k-step j
+// of P·V), the accumulator gives thread t (c = t % 4) the keys 32j + 8i + 2c + e (i < 4, e < 2)
+// of its two rows, while the
+// 8-bit A fragment wants columns 32j + 4c + v and 32j + 16 + 4c + v (v < 4) in a[0..3]. Instead
+// of shuffling P between lanes, A column 16g + 4c + v holds key 16g + π(4c + v) with
+//   π(s) = 2·(s / 4) + (s % 2) + 8·((s / 2) % 2)      (s < 16; a bijection),
+// i.e. thread c packs keys 2c, 2c+1, 2c+8, 2c+9 of each 16-key half into one register, and Vᵀ
+// column 16g + s holds key 16g + π(s): Σ_s P[π(s)]·V[π(s)] is the same sum. The transpose
+// applies π for free (it chooses which rows it reads).
+//
+// Scale factors: S is (Q₈·K₈ᵀ)·dq·dk, folded into the softmax's scale·log2e; O = (P₈·V₈)·dv / Σp,
+// folded into the epilogue's 1/Σp. P = 2^(s − max) is in [0, 1] and is quantized as is.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/key_range.cuh"
+#include "cuda/flash3/fp8_layout.hpp"
+#include "cuda/flash3/fp8_primitives.cuh"
+#include "cuda/flash3/params.hpp"
+
+namespace attnsuite::cuda::flash3 {
+
+// One warp's share of the transpose of a V tile (kTileN keys × head_dim bytes, TMA layout) into
+// Vᵀ (head_dim rows × 128 key bytes, 128B swizzle, keys permuted by π). Lane l writes the
+// 4-byte word of Vᵀ columns 4l..4l+3, i.e. keys 16·(l / 4) + 2·(l % 4) + {0, 1, 8, 9}, for 16 d
+// rows per 16-byte block of V: 4 ld.shared.v4 (one 16-byte chunk of each key), 24 byte
+// permutes, 16 st.shared.u32. The stores of a warp cover one full 128-byte Vᵀ row each: no bank
+// conflicts; the loads hit 2 keys of the same swizzle row per 8 lanes (2-way).
+template <class Traits>
+__device__ __forceinline__ void transpose_v_tile(std::uint32_t v_tile, std::uint32_t vt_tile, int warp, int lane) {
+  constexpr int kBlocks = Traits::kHeadDim / 16;
+#pragma unroll
+  for (int block = warp; block < kBlocks; block += Traits::kProducerWarps) {
+    uint4 rows[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int key = fp8_layout::transpose_key(lane, q);
+      rows[q] = load_shared_16(
+          v_tile + swizzle<Traits::kSwizzleBytes>(static_cast<std::uint32_t>(key * Traits::kRowBytes + 16 * block)));
+    }
+    const std::uint32_t words[4][4] = {{rows[0].x, rows[0].y, rows[0].z, rows[0].w},
+                                       {rows[1].x, rows[1].y, rows[1].z, rows[1].w},
+                                       {rows[2].x, rows[2].y, rows[2].z, rows[2].w},
+                                       {rows[3].x, rows[3].y, rows[3].z, rows[3].w}};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // words[q][i] holds d = 16·block + 4i + b of key q in byte b; out[b] gathers byte b of
+      // the four keys (key q in byte q).
+      const std::uint32_t low01 = __byte_perm(words[0][i], words[1][i], 0x5140);
+      const std::uint32_t high01 = __byte_perm(words[0][i], words[1][i], 0x7362);
+      const std::uint32_t low23 = __byte_perm(words[2][i], words[3][i], 0x5140);
+      const std::uint32_t high23 = __byte_perm(words[2][i], words[3][i], 0x7362);
+      const std::uint32_t out[4] = {__byte_perm(low01, low23, 0x5410), __byte_perm(low01, low23, 0x7632),
+                                    __byte_perm(high01, high23, 0x5410), __byte_perm(high01, high23, 0x7632)};
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int d = 16 * block + 4 * i + b;
+        store_shared_4(vt_tile + swizzle<128>(static_cast<std::uint32_t>(d * Traits::kVtRowBytes + 4 * lane)), out[b]);
+      }
+    }
+  }
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash3_fp8_forward_kernel(const __grid_constant__ Params params, const float* __restrict__ descales,
+                              const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                              const __grid_constant__ CUtensorMap v_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = __nv_bfloat16;  // the output
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kTileM = Traits::kTileM, kTileN = Traits::kTileN;
+  constexpr int kStages = Traits::kStages;
+
+  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
+  const int kv_head = head / params.group_size;
+  const int row_begin = m_block * kTileM;
+  const int row_last = min(row_begin + kTileM, params.seq_q) - 1;
+  auto* o_head = static_cast<Element*>(params.o) + batch * params.o_batch_stride + head * params.o_head_stride;
+  float* lse_head = params.lse != nullptr
+                        ? params.lse + (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q
+                        : nullptr;
+
+  const KeyRange first_row_keys = key_range(params, row_begin);
+  const KeyRange last_row_keys = key_range(params, row_last);
+  const int n_block_min = first_row_keys.begin / kTileN;
+  const int n_block_max = (last_row_keys.end + kTileN - 1) / kTileN;
+
+  if (n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
+    constexpr int kChunks = kHeadDim / 8;
+    for (int index = static_cast<int>(threadIdx.x); index < kTileM * kChunks; index += Traits::kThreads) {
+      const int row = index / kChunks, chunk = index % kChunks;
+      if (row_begin + row < params.seq_q) {
+        *reinterpret_cast<uint4*>(o_head + (row_begin + row) * params.o_row_stride + chunk * 8) =
+            make_uint4(0, 0, 0, 0);
+      }
+    }
+    if (lse_head != nullptr) {
+      for (int row = static_cast<int>(threadIdx.x); row < kTileM; row += Traits::kThreads)
+        if (row_begin + row < params.seq_q) lse_head[row_begin + row] = -INFINITY;
+    }
+    return;
+  }
+
+  extern __shared__ __align__(1024) unsigned char shared_bytes[];
+  const std::uint32_t smem = (shared_address(shared_bytes) + 1023u) & ~1023u;
+  const std::uint32_t smem_q = smem + Traits::kQOffset;
+  const std::uint32_t smem_k = smem + Traits::kKOffset;
+  const std::uint32_t smem_v = smem + Traits::kVOffset;
+  const std::uint32_t smem_vt = smem + Traits::kVtOffset;
+  const std::uint32_t q_full = smem + Traits::kBarrierOffset;
+  auto k_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + stage); };
+  auto v_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + kStages + stage); };
+  auto vt_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 2 * kStages + stage); };
+  auto kv_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 3 * kStages + stage); };
+
+  if (threadIdx.x == 0) {
+    barrier_init(q_full, 1);
+    for (int stage = 0; stage < kStages; ++stage) {
+      barrier_init(k_full(stage), 1);
+      barrier_init(v_full(stage), 1);
+      barrier_init(vt_full(stage), Traits::kProducerWarps);
+      barrier_init(kv_empty(stage), Traits::kConsumerWarps);
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (warpgroup == 0) {
+    // ---- Producer: TMA copies (thread 0), V transposes (all four warps) ----
+    release_registers<Traits::kProducerRegisters>();
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    if (threadIdx.x == 0) {
+      barrier_arrive_expect_bytes(q_full, Traits::kQBytes);
+      tma_load_4d(smem_q, &q_map, 0, row_begin, head, batch, q_full);
+    }
+    int stage = 0;
+    std::uint32_t phase = 0;
+    for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+      const std::uint32_t v_tile = smem_v + stage * Traits::kKVBytes;
+      if (threadIdx.x == 0) {
+        // The consumers are done with K, V and Vᵀ of this stage's previous tile.
+        barrier_wait(kv_empty(stage), phase ^ 1u);
+        const int key_begin = n_block * kTileN;
+        barrier_arrive_expect_bytes(k_full(stage), Traits::kKVBytes);
+        tma_load_4d(smem_k + stage * Traits::kKVBytes, &k_map, 0, key_begin, kv_head, batch, k_full(stage));
+        barrier_arrive_expect_bytes(v_full(stage), Traits::kKVBytes);
+        tma_load_4d(v_tile, &v_map, 0, key_begin, kv_head, batch, v_full(stage));
+      }
+      // V has landed (and so the stage was released: thread 0 waited for that before the copy).
+      barrier_wait(v_full(stage), phase);
+      transpose_v_tile<Traits>(v_tile, smem_vt + stage * Traits::kVtBytes, warp, lane);
+      fence_proxy_async_shared();
+      __syncwarp();
+      if (lane == 0) barrier_arrive(vt_full(stage));
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers ----
+  claim_registers<Traits::kConsumerRegisters>();
+  const int consumer = warpgroup - 1;
+  const int warpgroup_thread = static_cast<int>(threadIdx.x) % 128;
+  const int quad_row = lane / 4, quad_col = lane % 4;
+  const int thread_row = row_begin + consumer * Traits::kRowsPerConsumer + 16 * (warpgroup_thread / 32) + quad_row;
+
+  const int unmasked_key_begin = last_row_keys.begin;
+  const int unmasked_key_end = first_row_keys.end;
+
+  // Per-tensor descales (written by the quantization pre-pass earlier on the stream).
+  const float descale_qk = descales[0] * descales[1];
+  const float descale_v = descales[2];
+  const float scale_log2 = params.scale_log2 * descale_qk;
+  const float scale = params.scale * descale_qk;
+
+  float acc_o[kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] = 0.0f;
+  float acc_s[kTileN / 2];
+#pragma unroll
+  for (int i = 0; i < kTileN / 2; ++i) acc_s[i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+  // This warpgroup's 64 Q rows start 64 rows into the tile (a multiple of the swizzle period).
+  const std::uint64_t q_descriptor = matrix_descriptor_swizzled<Traits::kSwizzleBytes>(
+      smem_q + consumer * Traits::kRowsPerConsumer * Traits::kRowBytes, 16, Traits::kSwizzlePeriod);
+  barrier_wait(q_full, 0);
+
+  int stage = 0;
+  std::uint32_t phase = 0;
+  for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+    const std::uint32_t k_tile = smem_k + stage * Traits::kKVBytes;
+    const std::uint32_t vt_tile = smem_vt + stage * Traits::kVtBytes;
+
+    // S = Q·Kᵀ: head dim / 32 k-steps of 32 bytes inside the swizzled row.
+    barrier_wait(k_full(stage), phase);
+    fence_registers(acc_s);
+    wgmma_fence();
+    const std::uint64_t k_descriptor =
+        matrix_descriptor_swizzled<Traits::kSwizzleBytes>(k_tile, 16, Traits::kSwizzlePeriod);
+#pragma unroll
+    for (int k_step = 0; k_step < kHeadDim / 32; ++k_step) {
+      wgmma_ss_e4m3<kTileN>(acc_s, q_descriptor + 2 * k_step, k_descriptor + 2 * k_step, k_step > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(acc_s);
+
+    const int key_begin = n_block * kTileN;
+    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const KeyRange keys = key_range(params, thread_row + 8 * half);
+#pragma unroll
+        for (int i = 0; i < kTileN / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = key_begin + 8 * i + 2 * quad_col + e;
+            if (key < keys.begin || key >= keys.end) acc_s[4 * i + 2 * half + e] = -INFINITY;
+          }
+      }
+    }
+    float correction[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < kTileN / 8; ++i)
+        tile_max = fmaxf(tile_max, fmaxf(acc_s[4 * i + 2 * half], acc_s[4 * i + 2 * half + 1]));
+      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
+      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
+      correction[half] = exp2_approx(row_max[half] * scale_log2 - max_scaled);
+      row_max[half] = new_max;
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kTileN / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2_approx(fmaf(acc_s[4 * i + 2 * half + e], scale_log2, -max_scaled));
+          acc_s[4 * i + 2 * half + e] = p;
+          sum += p;
+        }
+      row_sum[half] = row_sum[half] * correction[half] + sum;
+    }
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[4 * i + e] *= correction[e / 2];
+
+    // P as e4m3 A fragments, 32 keys per k-step: accumulator entries 16j .. 16j+15 hold keys
+    // 32j + 8i' + 2c + e of rows (g, g+8); a[0] (row g) = keys 2c, 2c+1, 2c+8, 2c+9, a[1] the
+    // same of row g+8, a[2] / a[3] those keys + 16 (the π order that Vᵀ follows).
+    std::uint32_t p[kTileN / 32][4];
+#pragma unroll
+    for (int j = 0; j < kTileN / 32; ++j) {
+      const float* s = acc_s + 16 * j;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        using fp8_layout::p_entry;
+        p[j][r] = pack_e4m3x4(s[p_entry(r, 0)], s[p_entry(r, 1)], s[p_entry(r, 2)], s[p_entry(r, 3)]);
+      }
+    }
+
+    // O += P·V: k-step j reads Vᵀ columns 32j .. 32j+31 (32 bytes into every 128-byte row).
+    barrier_wait(vt_full(stage), phase);
+    fence_registers(acc_o);
+#pragma unroll
+    for (int j = 0; j < kTileN / 32; ++j) fence_registers(p[j]);
+    wgmma_fence();
+    const std::uint64_t vt_descriptor = matrix_descriptor_swizzled<128>(vt_tile, 16, 1024);
+#pragma unroll
+    for (int j = 0; j < kTileN / 32; ++j) wgmma_rs_e4m3<kHeadDim>(acc_o, p[j], vt_descriptor + 2 * j, 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(acc_o);
+
+    if (lane == 0) barrier_arrive(kv_empty(stage));
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+
+  // Epilogue: O·dv / row sum, LSE = max·scale·dq·dk + ln(sum). A row that saw no key has sum 0:
+  // O = 0 written as such (its P·V may hold 0·NaN from a NaN in V) and LSE = -inf. A NaN score
+  // (NaN in Q or K, ±Inf quantized to NaN) makes the sum NaN, and so O and LSE NaN
+  // (docs/reliability.md, "Defined numerics").
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float sum = quad_sum(row_sum[half]);
+    const bool no_key = sum == 0.0f;
+    const float factor = descale_v / sum;
+    const int row = thread_row + 8 * half;
+    if (row < params.seq_q) {
+      if (lse_head != nullptr && quad_col == 0) {
+        lse_head[row] = no_key ? -INFINITY : row_max[half] * scale + logf(sum);
+      }
+      Element* o_row = o_head + row * params.o_row_stride + 2 * quad_col;
+#pragma unroll
+      for (int i = 0; i < kHeadDim / 8; ++i) {
+        const float low = no_key ? 0.0f : acc_o[4 * i + 2 * half] * factor;
+        const float high = no_key ? 0.0f : acc_o[4 * i + 2 * half + 1] * factor;
+        *reinterpret_cast<std::uint32_t*>(o_row + 8 * i) = pack_pair<Element>(low, high);
+      }
+    }
+  }
+#else
+  (void)params;
+  (void)descales;
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+}  // namespace attnsuite::cuda::flash3
