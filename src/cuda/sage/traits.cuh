@@ -60,13 +60,16 @@ struct Traits {
 
 // The chosen configurations: flash2's tiles (docs/kernels/flash2.md records why they won
 // there); Q·Kᵀ halves its shared-memory bytes in INT8, P·V is flash2's (sage) or FP8 (sage2).
-// d64: 4 warps × 32 rows, 64-key tiles, Q fragments (16 registers in INT8) held in registers.
-// d128: 4 warps × 32 rows, 32-key tiles (O is 128 registers), Q re-read from shared memory.
+// d64: 4 warps × 32 rows, Q fragments (16 registers in INT8) held in registers; 64-key tiles
+// for sage, 32 for sage2 (ptxas, sm_90a: 64-key tiles spill 40 bytes there — the INT8 and the
+// dequantized fp32 scores of a tile are both live — and with Q in shared memory still 40).
+// d128: 4 warps × 32 rows, 32-key tiles (O is 128 registers), Q re-read from shared memory
+// (sage: 16 bytes of spill on sm_90a, as flash2's d128 had at 128×64; sage2: none).
 template <Mode kMode, class Element, int kHeadDim>
 struct Config;
 template <Mode kMode, class Element>
 struct Config<kMode, Element, 64> {
-  using Kernel = Traits<kMode, Element, 64, 128, 64, 4, 2, 2, 2>;
+  using Kernel = Traits<kMode, Element, 64, 128, kMode == Mode::Sage ? 64 : 32, 4, 2, 2, 2>;
 };
 template <Mode kMode, class Element>
 struct Config<kMode, Element, 128> {
