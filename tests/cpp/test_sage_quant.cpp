@@ -19,6 +19,7 @@
 #include "bench/generators.hpp"
 #include "cuda/sage/quant_reference.hpp"
 #include "cuda/sage/quant_rule.hpp"
+#include "sage_bounds.hpp"
 
 namespace attnsuite {
 namespace {
@@ -125,6 +126,19 @@ TEST(SageQuant, NonFiniteInputGivesANonFiniteScaleAndZeros) {
   EXPECT_TRUE(std::isinf(vt.scales[1]));
 }
 
+TEST(SageQuant, IntToFloatByTheExponentTrickIsExact) {
+  const std::int32_t edge = 127 * 127 * 256;
+  for (std::int32_t x : {0, 1, -1, 2, -2, 12345, -54321, 127 * 127 * 128, -127 * 127 * 128, edge, -edge,
+                         (1 << 22) - 1, -(1 << 22)})
+    EXPECT_EQ(int_to_float_exact(x), static_cast<float>(x)) << x;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<std::int32_t> dist(-edge, edge);
+  for (int i = 0; i < 100000; ++i) {
+    const std::int32_t x = dist(rng);
+    ASSERT_EQ(int_to_float_exact(x), static_cast<float>(x)) << x;
+  }
+}
+
 TEST(SageQuant, E4m3ConversionMatchesTheFormat) {
   EXPECT_EQ(e4m3_from_float_reference(0.0f), 0x00);
   EXPECT_EQ(e4m3_from_float_reference(-0.0f), 0x80);
@@ -182,7 +196,7 @@ TEST(SageQuant, VKeyPermutationMatchesTheMmaFragments) {
 
 TEST(SageQuant, WorkspaceLayoutIsAlignedAndDisjoint) {
   const WorkspaceLayout l = workspace_layout(Mode::Sage2, 2, 8, 2, 1000, 777, 128);
-  EXPECT_EQ(l.q_blocks, (1000 + 15) / 16);
+  EXPECT_EQ(l.q_blocks, 1000);  // sage2: one Q scale per row
   EXPECT_EQ(l.k_blocks, (777 + 7) / 8);
   EXPECT_EQ(l.splits, 4);
   EXPECT_EQ(l.v_keys, 832);
@@ -229,9 +243,11 @@ TEST(SageQuant, SmoothKIsExactForSoftmaxAndShrinksTheQuantizationError) {
       sum_a += std::exp((plain[j] - max_a) / std::sqrt(128.0));
       sum_b += std::exp((smooth[j] - max_b) / std::sqrt(128.0));
     }
-    for (int j = 0; j < 256; ++j)
-      EXPECT_NEAR(std::exp((plain[j] - max_a) / std::sqrt(128.0)) / sum_a,
-                  std::exp((smooth[j] - max_b) / std::sqrt(128.0)) / sum_b, 1e-9);
+    for (int j = 0; j < 256; ++j) {
+      const double a = std::exp((plain[j] - max_a) / std::sqrt(128.0)) / sum_a;
+      const double b = std::exp((smooth[j] - max_b) / std::sqrt(128.0)) / sum_b;
+      EXPECT_LE(std::abs(a - b), 1e-9 + 1e-6 * a);  // fp64 rounding of scores in the hundreds
+    }
   }
   auto error = [&](const float* m) {
     const reference::QuantizedRows q8 = reference::quantize_rows(k.data(), 256, 128, 32, 1.0f, m);
@@ -250,7 +266,7 @@ TEST(SageQuant, SmoothKIsExactForSoftmaxAndShrinksTheQuantizationError) {
 }
 
 // The whole quantized attention, emulated, against fp64 attention on the inputs: the bounds
-// the GPU kernels are held to (tests/cpp/test_sage.cpp) must hold for the algorithm itself.
+// the GPU kernels are held to (sage_bounds.hpp, test_sage.cpp) must hold for the algorithm.
 struct Accuracy {
   double cos = 0, rel_l1 = 0;
 };
@@ -302,8 +318,9 @@ TEST(SageQuant, EmulatedAttentionMeetsTheAccuracyBoundsOnEveryGenerator) {
         const Accuracy a = emulated_accuracy(mode, generator, 512, d, /*causal=*/d == 64);
         std::printf("  %-5s %-10s d%-3d  cos %.6f  rel L1 %.4f\n", mode == Mode::Sage ? "sage" : "sage2", generator, d,
                     a.cos, a.rel_l1);
-        EXPECT_GE(a.cos, 0.999) << generator << " d" << d;
-        EXPECT_LE(a.rel_l1, 0.03) << generator << " d" << d;
+        const testing_support::SageBound bound = testing_support::sage_bound(mode, generator);
+        EXPECT_GE(a.cos, bound.min_cos) << generator << " d" << d;
+        EXPECT_LE(a.rel_l1, bound.max_rel_l1) << generator << " d" << d;
       }
 }
 

@@ -122,13 +122,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const FragmentAddresses<kVRowBytes> v_addresses(kFp8PV ? b_row : a_row, kFp8PV ? b_chunk : a_chunk);
   const std::uint32_t smem_q_address = smem_q_base + warp_row * kQKRowBytes;
 
-  // Per 16-row mma tile: its Q scale (a Q scale block holds whole mma tiles).
-  float q_scale[kMTiles];
+  // The Q scales of this lane's two fragment rows per mma tile (rows quad_row, quad_row + 8).
+  float q_scale[kMTiles][2];
 #pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-    const int block = (row_begin + warp_row + mt * 16) / Traits::kQBlockRows;
-    q_scale[mt] = block < params.q_blocks ? params.q_scale[q_slice * params.q_blocks + block] : 0.0f;
-  }
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int block = (row_begin + warp_row + mt * 16 + quad_row + 8 * half) / Traits::kQBlockRows;
+      q_scale[mt][half] = block < params.q_blocks ? params.q_scale[q_slice * params.q_blocks + block] : 0.0f;
+    }
 
   constexpr int kQRegisterTiles = Traits::kQRegisterTiles;
   std::uint32_t q_frag[kQRegisterTiles > 0 ? kQRegisterTiles : 1][kQRegisterTiles > 0 ? kKSteps : 1][4];
@@ -193,7 +195,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         }
       }
     }
-    // Dequantize: one K scale per 8-key mma tile (kKBlockRows is a multiple of 8).
+    // Dequantize: one K scale per 8-key mma tile (kKBlockRows is a multiple of 8); int → float
+    // by the exponent trick (int_to_float_exact: IADD + FADD instead of the quarter-rate I2F).
+    static_assert(127 * 127 * kHeadDim < (1 << 22), "INT8 dot products must stay below 2^22");
     const int key_begin = n_block * kTileN;
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
@@ -201,9 +205,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       const float k_scale = block < params.k_blocks ? __ldg(k_scale_head + block) : 0.0f;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
-        const float scale = q_scale[mt] * k_scale;
+        const float scale[2] = {q_scale[mt][0] * k_scale, q_scale[mt][1] * k_scale};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = static_cast<float>(acc[mt][nt][e]) * scale;
+        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = int_to_float_exact(acc[mt][nt][e]) * scale[e / 2];
       }
     }
   };

@@ -89,8 +89,9 @@ inline QuantizedVt quantize_v(const float* v, int keys, int d) {
 // The quantized attention of one (batch, head) slice as sage / sage2 compute it, in fp64 apart
 // from the quantization steps: q (nq × d) and k, v (nk × d) are the 16-bit inputs as floats;
 // the mask is bottom-right causal when `causal`. Returns O (nq × d).
+// p_bits: the significant bits P is rounded to for sage's 16-bit P·V (11 for fp16, 8 for bf16).
 inline std::vector<double> emulate_attention(Mode mode, const float* q, const float* k, const float* v, int nq, int nk,
-                                             int d, bool causal) {
+                                             int d, bool causal, int p_bits = 8) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const std::vector<float> mean = channel_mean(k, nk, d);
   const QuantizedRows q8 = quantize_rows(q, nq, d, q_block_rows(mode), 1.0f);
@@ -119,10 +120,10 @@ inline std::vector<double> emulate_attention(Mode mode, const float* q, const fl
       sum += p;
       double* o = out.data() + static_cast<std::size_t>(i) * d;
       if (mode == Mode::Sage) {
-        // P rounded to fp16's 11 significant bits as the kernel rounds it (bf16 inputs: 8 bits).
+        // P rounded to V's 16-bit type as the kernel rounds it.
         int e = 0;
         std::frexp(p, &e);
-        const double p16 = std::ldexp(std::nearbyint(std::ldexp(p, 11 - e)), e - 11);
+        const double p16 = std::ldexp(std::nearbyint(std::ldexp(p, p_bits - e)), e - p_bits);
         for (int c = 0; c < d; ++c) o[c] += p16 * v[static_cast<std::size_t>(j) * d + c];
       } else {
         const double p8 = e4m3_to_float_reference(e4m3_from_float_reference(static_cast<float>(p * kFp8Max)));

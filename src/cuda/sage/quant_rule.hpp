@@ -31,8 +31,10 @@ enum class Mode : int { Sage = 0, Sage2 = 1 };
 
 // Rows of Q (keys of K) that share one fp32 scale. sage: one scale per Q tile of the kernel
 // (128 rows) and per K tile (64 keys at d64, 32 at d128: the kernel's kTileN); sage2: one per
-// 16-row mma tile of a warp and per 8-key mma tile (the keys one n8 fragment holds).
-ATTNSUITE_SAGE_HD constexpr int q_block_rows(Mode mode) { return mode == Mode::Sage ? 128 : 16; }
+// Q row — the thread group (quad of lanes) that holds the row's scores — and one per 8-key mma
+// tile (the keys one n8 fragment holds). Per row rather than per 16-row warp tile: on heavy-q
+// the emulated rel L1 of sage2 at d128 fell from 0.051 to EMULATED_ROW_GAIN (test_sage_quant.cpp).
+ATTNSUITE_SAGE_HD constexpr int q_block_rows(Mode mode) { return mode == Mode::Sage ? 128 : 1; }
 ATTNSUITE_SAGE_HD constexpr int k_block_rows(Mode mode, int head_dim) {
   return mode == Mode::Sage2 ? 8 : (head_dim == 64 ? 64 : 32);
 }
@@ -81,6 +83,15 @@ ATTNSUITE_SAGE_HD inline std::int8_t quantize_int8(float x, float inverse) {
   const float r = std::nearbyint(v);  // the default rounding mode: to nearest, ties to even
 #endif
   return static_cast<std::int8_t>(r > kInt8Max ? kInt8Max : (r < -kInt8Max ? -kInt8Max : r));
+}
+
+// An INT8 dot product (|x| < 2^22: at most 127² · 256) as a float, without I2F (the int → float
+// conversion runs at 16 per clock per SM on sm_80–sm_90, a quarter of FP32 math, and the
+// kernel converts every score): adding x to the bits of 1.5 · 2^23 puts it in the mantissa,
+// giving the float 1.5 · 2^23 + x exactly; subtracting 1.5 · 2^23 is exact too.
+inline constexpr std::int32_t kMagicFloatBits = 0x4B400000;  // 12582912.0f = 1.5 · 2^23
+ATTNSUITE_SAGE_HD inline float int_to_float_exact(std::int32_t x) {
+  return bits_float(static_cast<std::uint32_t>(x + kMagicFloatBits)) - 12582912.0f;
 }
 
 // Host reference of float → e4m3 (OCP FP8 "e4m3fn": bias 7, no inf, 0x7F/0xFF NaN) with
