@@ -33,7 +33,7 @@ enum class Mode : int { Sage = 0, Sage2 = 1 };
 // (128 rows) and per K tile (64 keys at d64, 32 at d128: the kernel's kTileN); sage2: one per
 // Q row — the thread group (quad of lanes) that holds the row's scores — and one per 8-key mma
 // tile (the keys one n8 fragment holds). Per row rather than per 16-row warp tile: on heavy-q
-// the emulated rel L1 of sage2 at d128 fell from 0.051 to EMULATED_ROW_GAIN (test_sage_quant.cpp).
+// the emulated rel L1 of sage2 at d128 fell from 0.051 to 0.039 (test_sage_quant.cpp).
 ATTNSUITE_SAGE_HD constexpr int q_block_rows(Mode mode) { return mode == Mode::Sage ? 128 : 1; }
 ATTNSUITE_SAGE_HD constexpr int k_block_rows(Mode mode, int head_dim) {
   return mode == Mode::Sage2 ? 8 : (head_dim == 64 ? 64 : 32);
