@@ -9,7 +9,8 @@ Usage (on the GPU machine; the wheel comes from tools/device/pack-sage.sh):
 What it measures, and how it differs from the C++ harness (docs/kernels/sage.md, "Peer"):
   - latency of one `sageattn(q, k, v, tensor_layout="NHD", is_causal=...)` call — its own
     quantization kernels included, as ours — timed with CUDA events around each call after
-    warm-up; median, mean, p05, p95, min and stddev over the repetitions;
+    warm-up, the L2 flushed (256 MiB written) before each call as the harness does by default;
+    median, mean, p05, p95, min and stddev over the repetitions;
   - inputs drawn with torch from the same distributions as the harness's named generators
     (randn, uniform, k-outliers, heavy-q, peaked; src/bench/generators.cpp), not bitwise the
     same values;
@@ -169,9 +170,15 @@ def run_case(torch, sageattn, case, seed, timing, gpu_name):
         min_reps = int(timing.get("min_reps", 15))
         max_time_ms = float(timing.get("max_time_ms", 800))
         noise = float(timing.get("noise", 0.005))
+        # Cold cache, as the harness times by default (settings.cold_cache): the L2 is flushed
+        # before every timed call by writing a buffer larger than it, outside the events.
+        cold = bool(timing.get("cold", True))
+        flush = torch.empty(64 << 20, dtype=torch.int32, device=device) if cold else None
         samples = []
         start_wall = time.perf_counter()
         while True:
+            if flush is not None:
+                flush.zero_()
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             call()
