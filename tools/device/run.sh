@@ -11,6 +11,9 @@
 #   --tune (also `attnsuite tune --batch --exhaustive` on the headline suite, batches 1..64 or
 #   TUNE_MAX_BATCH: every probe makes new inputs on the host, so the sweep's cost grows with the
 #   sum of its batches).
+#   --sage-peer: also time the peer SageAttention 1.0.6 (wheel from tools/device/pack-sage.sh,
+#   carried as .whl) on the sage suite with tools/peers/sageattention_runner.py, and, when the
+#   sage suite ran too, a Markdown report of both (sage-with-peer.md).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -21,7 +24,7 @@ out=$(mktemp -d)
 mkdir -p "$final"
 build="$root/.device-build/build"
 deps="$root/.device-build/deps"
-run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 suites="headline,fa3-grid"
+run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_sage_peer=0 suites="headline,fa3-grid"
 for arg in "$@"; do
   case "$arg" in
     --no-tests) run_tests=0 ;;
@@ -30,7 +33,8 @@ for arg in "$@"; do
     --suites=*) suites=${arg#--suites=} ;;
     --variants) run_variants=1 ;;
     --tune) run_tune=1 ;;
-    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune)" >&2; exit 2 ;;
+    --sage-peer) run_sage_peer=1 ;;
+    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --sage-peer)" >&2; exit 2 ;;
   esac
 done
 declare -a summary
@@ -127,6 +131,23 @@ if [ $run_tune = 1 ]; then
   cp "$out/tune-headline/tune.json" "$final/tune-headline.json" 2>/dev/null
   cp "$out/tune-headline/tune.md" "$final/tune-headline.md" 2>/dev/null
   summary+=("tune headline (exhaustive check): exit $status in $(( $(date +%s) - start )) s")
+fi
+if [ $run_sage_peer = 1 ]; then
+  start=$(date +%s)
+  if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-sage \
+       "$root"/.whl/sageattention-*.whl >"$out/sage-peer-install.log" 2>&1; then
+    PYTHONPATH=/tmp/site-sage${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 timeout "${SAGE_PEER_TIMEOUT_S:-300}" \
+      python3 "$root/tools/peers/sageattention_runner.py" --suite "$root/bench/suites/sage.json" \
+      --out "$final/sage-peer.jsonl" >"$out/sage-peer.txt" 2>&1
+    status=$?
+    if [ -f "$out/bench-sage/results.jsonl" ] && [ -f "$final/sage-peer.jsonl" ]; then
+      cat "$out/bench-sage/results.jsonl" "$final/sage-peer.jsonl" >"$out/sage-with-peer.jsonl"
+      "$cli" report "$out/sage-with-peer.jsonl" --markdown "$final/sage-with-peer.md" >>"$out/sage-peer.txt" 2>&1
+    fi
+    summary+=("sage peer (SageAttention 1.0.6): exit $status in $(( $(date +%s) - start )) s")
+  else
+    summary+=("sage peer: no wheel installed (run tools/device/pack-sage.sh here, carry .whl); see sage-peer-install.log")
+  fi
 fi
 printf '%s\n' "${summary[@]}" >"$out/summary.txt"
 tar czf "$final/logs.tar.gz" -C "$out" --exclude='results.jsonl' . 2>/dev/null
