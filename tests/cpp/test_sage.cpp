@@ -297,7 +297,7 @@ TEST_P(SageTest, AllZeroInputsGiveZeroOutput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, SageTest, ::testing::Values(std::string("sage"), std::string("sage2")),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<std::string>& param_info) { return param_info.param; });
 
 // ---- The quantization kernels against the host reference ---------------------------------
 
@@ -308,17 +308,17 @@ struct QuantCase {
 
 TEST(SageQuantKernels, MatchTheHostReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const AttentionProblem base = make_problem(2, 4, 2, 1000, 777, 128, DType::BF16, Layout::BSHD, false);
-  std::vector<QuantCase> cases = {{base, false},
+  const AttentionProblem wide = make_problem(2, 4, 2, 1000, 777, 128, DType::BF16, Layout::BSHD, false);
+  std::vector<QuantCase> cases = {{wide, false},
                                   {make_problem(1, 2, 1, 33, 300, 64, DType::F16, Layout::BHSD, false), false},
                                   {make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, false), true}};
-  for (const QuantCase& c : cases)
+  for (const QuantCase& quant_case : cases)
     for (const cuda::sage::Mode mode : {cuda::sage::Mode::Sage, cuda::sage::Mode::Sage2}) {
-      const AttentionProblem& p = c.problem;
+      const AttentionProblem& p = quant_case.problem;
       SCOPED_TRACE(p.describe() + (mode == cuda::sage::Mode::Sage ? " sage" : " sage2") +
-                   (c.poison_blocks ? " with zero/NaN/inf blocks" : ""));
+                   (quant_case.poison_blocks ? " with zero/NaN/inf blocks" : ""));
       Inputs in = random_inputs(p, 77);
-      if (c.poison_blocks) {
+      if (quant_case.poison_blocks) {
         for (int s = 0; s < 16; ++s)
           for (int d = 0; d < p.head_dim; ++d) in.q.bits[static_cast<std::size_t>(in.q.offset(0, 16 + s, 0, d))] = 0;
         in.q.bits[static_cast<std::size_t>(in.q.offset(0, 200, 1, 9))] = 0x7FC0;       // NaN

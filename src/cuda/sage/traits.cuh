@@ -64,7 +64,7 @@ struct Traits {
 // for sage, 32 for sage2 (ptxas, sm_90a: 64-key tiles spill 40 bytes there — the INT8 and the
 // dequantized fp32 scores of a tile are both live — and with Q in shared memory still 40).
 // d128: 4 warps × 32 rows, 32-key tiles (O is 128 registers), Q re-read from shared memory
-// (sage: 16 bytes of spill on sm_90a, as flash2's d128 had at 128×64; sage2: none).
+// (ptxas, sm_90a: sage 24 bytes of spill, as flash2 had at 128×64 d128; sage2 none).
 template <Mode kMode, class Element, int kHeadDim>
 struct Config;
 template <Mode kMode, class Element>
