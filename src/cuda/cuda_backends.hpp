@@ -14,7 +14,8 @@
 
 namespace attnsuite::cuda {
 
-// Registers "cuda-vanilla", "flash2" and, in builds with -DATTNSUITE_FLASH3=ON, "flash3" and "flash3-fp8".
+// Registers "cuda-vanilla", "flash2", in builds with -DATTNSUITE_FLASH3=ON "flash3" and
+// "flash3-fp8", then the quantized "sage" and "sage2".
 // Needs no GPU: without one, their supports() answer "no CUDA device available: ...".
 void register_cuda_backends(Registry& registry);
 

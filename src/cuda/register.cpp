@@ -1,6 +1,7 @@
 #include "attnsuite/registry.hpp"
 #include "cuda/cuda_backends.hpp"
 #include "cuda/flash2/flash2.hpp"
+#include "cuda/sage/sage.hpp"
 #include "cuda/vanilla/vanilla.hpp"
 #if ATTNSUITE_HAVE_FLASH3
 #include "cuda/flash3/flash3.hpp"
@@ -17,6 +18,8 @@ void register_cuda_backends(Registry& registry) {
   registry.add("flash3-fp8", make_flash3_fp8_backend);
 #endif
   register_flash2_variants(registry);
+  registry.add("sage", make_sage_backend);
+  registry.add("sage2", make_sage2_backend);
 }
 
 }  // namespace attnsuite::cuda

@@ -13,6 +13,9 @@
 #   sum of its batches).
 #   --tune-kernels (`attnsuite tune --kernels` on the kernel-tune suite into a fresh cache, then
 #   the same suite benched with that cache: rows name the configuration that ran).
+#   --sage-peer: also time the peer SageAttention 1.0.6 (wheel from tools/device/pack-sage.sh,
+#   carried as .whl) on the sage suite with tools/peers/sageattention_runner.py, and, when the
+#   sage suite ran too, a Markdown report of both (sage-with-peer.md).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -23,7 +26,7 @@ out=$(mktemp -d)
 mkdir -p "$final"
 build="$root/.device-build/build"
 deps="$root/.device-build/deps"
-run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 suites="headline,fa3-grid"
+run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 run_sage_peer=0 suites="headline,fa3-grid"
 for arg in "$@"; do
   case "$arg" in
     --no-tests) run_tests=0 ;;
@@ -33,7 +36,8 @@ for arg in "$@"; do
     --variants) run_variants=1 ;;
     --tune) run_tune=1 ;;
     --tune-kernels) run_tune_kernels=1 ;;
-    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels)" >&2; exit 2 ;;
+    --sage-peer) run_sage_peer=1 ;;
+    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels, --sage-peer)" >&2; exit 2 ;;
   esac
 done
 declare -a summary
@@ -144,6 +148,23 @@ if [ $run_tune_kernels = 1 ]; then
   cp "$out/tune-kernels/tune.md" "$final/tune-kernels.md" 2>/dev/null
   cp "$out/bench-kernel-tune/results.json" "$final/kernel-tune.json" 2>/dev/null
   summary+=("tune --kernels (kernel-tune suite, flash2): exit $status in $(( $(date +%s) - start )) s")
+fi
+if [ $run_sage_peer = 1 ]; then
+  start=$(date +%s)
+  if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-sage \
+       "$root"/.whl/sageattention-*.whl >"$out/sage-peer-install.log" 2>&1; then
+    PYTHONPATH=/tmp/site-sage${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 timeout "${SAGE_PEER_TIMEOUT_S:-300}" \
+      python3 "$root/tools/peers/sageattention_runner.py" --suite "$root/bench/suites/sage.json" \
+      --out "$final/sage-peer.jsonl" >"$out/sage-peer.txt" 2>&1
+    status=$?
+    if [ -f "$out/bench-sage/results.jsonl" ] && [ -f "$final/sage-peer.jsonl" ]; then
+      cat "$out/bench-sage/results.jsonl" "$final/sage-peer.jsonl" >"$out/sage-with-peer.jsonl"
+      "$cli" report "$out/sage-with-peer.jsonl" --markdown "$final/sage-with-peer.md" >>"$out/sage-peer.txt" 2>&1
+    fi
+    summary+=("sage peer (SageAttention 1.0.6): exit $status in $(( $(date +%s) - start )) s")
+  else
+    summary+=("sage peer: no wheel installed (run tools/device/pack-sage.sh here, carry .whl); see sage-peer-install.log")
+  fi
 fi
 printf '%s\n' "${summary[@]}" >"$out/summary.txt"
 tar czf "$final/logs.tar.gz" -C "$out" --exclude='results.jsonl' . 2>/dev/null

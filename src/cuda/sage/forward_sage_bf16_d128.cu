@@ -1,0 +1,6 @@
+// sage forward, bf16, head dim 128: one instantiation per translation unit.
+#include "cuda/sage/launch_template.cuh"
+
+namespace attnsuite::cuda::sage {
+template void run_forward<Mode::Sage, __nv_bfloat16, 128>(const Params& params, cudaStream_t stream);
+}  // namespace attnsuite::cuda::sage

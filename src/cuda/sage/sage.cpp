@@ -1,0 +1,239 @@
+// `sage` and `sage2`: attnsuite's SageAttention-class quantized kernels, as Backends. Host side
+// only: supports(), the workspace, and the four launches of one forward — statistics of K (and
+// V), INT8 Q, smoothed INT8 K, (FP8 Vᵀ), attention — all on the caller's stream and all part of
+// the forward, so the harness's latency includes the quantization.
+#include "cuda/sage/sage.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numbers>
+#include <string>
+
+#include "attnsuite/error.hpp"
+#include "cuda/common/backend_support.hpp"
+#include "cuda/common/check.hpp"
+#include "cuda/common/device_buffer.hpp"
+#include "cuda/sage/launch.hpp"
+#include "cuda/sage/quant_rule.hpp"
+
+namespace attnsuite::cuda {
+namespace {
+
+using sage::Mode;
+
+bool rows_aligned(const TensorView& view) {
+  constexpr std::int64_t kElementsPer16Bytes = 8;
+  return reinterpret_cast<std::uintptr_t>(view.data) % 16 == 0 && view.strides[0] % kElementsPer16Bytes == 0 &&
+         view.strides[1] % kElementsPer16Bytes == 0 && view.strides[2] % kElementsPer16Bytes == 0;
+}
+
+class SageBackend final : public Backend {
+ public:
+  explicit SageBackend(Mode mode) : mode_(mode) {}
+
+  std::string_view name() const override { return mode_ == Mode::Sage ? "sage" : "sage2"; }
+  std::string_view display_name() const override {
+    return mode_ == Mode::Sage ? "sage (attnsuite INT8 QK, fp16/bf16 PV)" : "sage2 (attnsuite INT8 QK, FP8 PV)";
+  }
+  Device device() const override { return {DeviceType::Cuda, 0}; }
+  std::string capabilities() const override {
+    return mode_ == Mode::Sage
+               ? "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
+                 "INT8 Q·Kᵀ (smoothed K), 16-bit P·V; sm80+ (mma.sync); quantization included in forward"
+               : "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
+                 "INT8 Q·Kᵀ (smoothed K), FP8 e4m3 P·V; sm89+ (mma.sync e4m3); quantization included in forward";
+  }
+
+  Support supports(const AttentionProblem& problem) const override {
+    Support support = supports_problem_common(name(), problem);
+    if (!support) return support;
+    if (std::find(std::begin(sage::kSupportedHeadDims), std::end(sage::kSupportedHeadDims), problem.head_dim) ==
+        std::end(sage::kSupportedHeadDims)) {
+      return Support::no(fmt::format("head dim {} not supported by {}; allowed: 64, 128", problem.head_dim, name()));
+    }
+    if (problem.dim_v() != problem.head_dim) {
+      return Support::no(fmt::format("head_dim_v {} != head_dim {} not supported by {}; needs equal head dims",
+                                     problem.dim_v(), problem.head_dim, name()));
+    }
+    if (problem.heads_q > 65535 || problem.batch > 65535) {
+      return Support::no(fmt::format("batch {} × heads {} not supported by {}; at most 65535 each", problem.batch,
+                                     problem.heads_q, name()));
+    }
+    support = supports_device(name());
+    if (!support || mode_ == Mode::Sage) return support;
+    // FP8 MMA: the GPU must be sm_89+ and this build must run sm_89+ code on it (its sm_80 pass
+    // has the FP8 MMAs compiled as traps; an sm_89 GPU would run that pass).
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+      cudaGetLastError();
+      return Support::no("no CUDA device available: could not query the current device");
+    }
+    if (major * 10 + minor < 89) {
+      return Support::no(fmt::format("compute capability {}.{} not supported by sage2; its FP8 e4m3 MMA needs 8.9 "
+                                     "or newer (sage runs here)",
+                                     major, minor));
+    }
+    const int arch = sage::binary_arch_on_current_device();
+    if (arch < 89) {
+      return Support::no(fmt::format("sage2: this build runs sm_{} code on this GPU, which has no FP8 MMA; build "
+                                     "with CMAKE_CUDA_ARCHITECTURES including 89 or 90a",
+                                     arch));
+    }
+    return Support::yes();
+  }
+
+  std::size_t workspace_bytes(const AttentionProblem& problem) const override {
+    return layout_of(problem).bytes;
+  }
+
+  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
+    const Support support = supports(problem);
+    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
+    check_cuda_args(name(), problem, args);
+    for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o}) {
+      if (!rows_aligned(*view)) {
+        throw Error(ErrorKind::Unsupported,
+                    fmt::format("{}: every row of Q, K, V and O must start 16-byte aligned (base pointer, and "
+                                "batch/seq/head strides multiples of 8 elements)",
+                                name()));
+      }
+    }
+    const sage::WorkspaceLayout layout = layout_of(problem);
+    auto* workspace = static_cast<unsigned char*>(args.workspace);
+    if (workspace == nullptr) {
+      // Called without the harness's workspace (tests, the Python module): a buffer of our
+      // own, kept between calls; replaced only after the stream is done with the old one.
+      if (own_workspace_.bytes() < layout.bytes) {
+        ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+        own_workspace_ = DeviceBuffer();
+        own_workspace_ = DeviceBuffer(layout.bytes);
+      }
+      workspace = own_workspace_.as<unsigned char>();
+    }
+    const int d = problem.head_dim;
+
+    sage::StatsParams stats;
+    stats.k = args.k.data;
+    stats.k_batch_stride = args.k.strides[0];
+    stats.k_row_stride = args.k.strides[1];
+    stats.k_head_stride = args.k.strides[2];
+    if (mode_ == Mode::Sage2) {
+      stats.v = args.v.data;
+      stats.v_batch_stride = args.v.strides[0];
+      stats.v_row_stride = args.v.strides[1];
+      stats.v_head_stride = args.v.strides[2];
+      stats.v_amax = reinterpret_cast<std::uint32_t*>(workspace + layout.v_amax);
+    }
+    stats.batch = problem.batch;
+    stats.heads = problem.heads_kv;
+    stats.seq = problem.seq_kv;
+    stats.head_dim = d;
+    stats.splits = layout.splits;
+    stats.k_sum = reinterpret_cast<float*>(workspace + layout.k_sum);
+    sage::launch_stats(stats, problem.dtype, stream);
+
+    const float scale_log2 = problem.softmax_scale() * std::numbers::log2e_v<float>;
+    sage::QuantParams q;
+    q.x = args.q.data;
+    q.batch_stride = args.q.strides[0];
+    q.row_stride = args.q.strides[1];
+    q.head_stride = args.q.strides[2];
+    q.batch = problem.batch;
+    q.heads = problem.heads_q;
+    q.seq = problem.seq_q;
+    q.head_dim = d;
+    q.out = reinterpret_cast<std::int8_t*>(workspace + layout.q8);
+    q.scale = reinterpret_cast<float*>(workspace + layout.q_scale);
+    q.block_rows = sage::q_block_rows(mode_);
+    q.blocks = layout.q_blocks;
+    q.scale_multiplier = scale_log2;
+    sage::launch_quantize_rows(q, problem.dtype, stream);
+
+    sage::QuantParams k;
+    k.x = args.k.data;
+    k.batch_stride = args.k.strides[0];
+    k.row_stride = args.k.strides[1];
+    k.head_stride = args.k.strides[2];
+    k.batch = problem.batch;
+    k.heads = problem.heads_kv;
+    k.seq = problem.seq_kv;
+    k.head_dim = d;
+    k.out = reinterpret_cast<std::int8_t*>(workspace + layout.k8);
+    k.scale = reinterpret_cast<float*>(workspace + layout.k_scale);
+    k.block_rows = sage::k_block_rows(mode_, d);
+    k.blocks = layout.k_blocks;
+    k.mean_partials = stats.k_sum;
+    k.splits = layout.splits;
+    sage::launch_quantize_rows(k, problem.dtype, stream);
+
+    sage::Params params;
+    if (mode_ == Mode::Sage2) {
+      sage::VQuantParams v;
+      v.v = args.v.data;
+      v.batch_stride = args.v.strides[0];
+      v.row_stride = args.v.strides[1];
+      v.head_stride = args.v.strides[2];
+      v.batch = problem.batch;
+      v.heads = problem.heads_kv;
+      v.seq = problem.seq_kv;
+      v.head_dim = d;
+      v.splits = layout.splits;
+      v.v_amax = stats.v_amax;
+      v.vt = workspace + layout.vt8;
+      v.padded_keys = layout.v_keys;
+      v.v_scale = reinterpret_cast<float*>(workspace + layout.v_scale);
+      sage::launch_quantize_v(v, problem.dtype, stream);
+      params.vt8 = v.vt;
+      params.v_scale = v.v_scale;
+      params.v_keys = layout.v_keys;
+    } else {
+      params.v = args.v.data;
+      params.v_batch_stride = args.v.strides[0];
+      params.v_row_stride = args.v.strides[1];
+      params.v_head_stride = args.v.strides[2];
+    }
+    params.q8 = q.out;
+    params.k8 = k.out;
+    params.q_scale = q.scale;
+    params.k_scale = k.scale;
+    params.q_blocks = layout.q_blocks;
+    params.k_blocks = layout.k_blocks;
+    params.o = args.o.data;
+    params.o_batch_stride = args.o.strides[0];
+    params.o_row_stride = args.o.strides[1];
+    params.o_head_stride = args.o.strides[2];
+    params.lse = args.lse.data;
+    params.batch = problem.batch;
+    params.heads_q = problem.heads_q;
+    params.heads_kv = problem.heads_kv;
+    params.group_size = problem.group_size();
+    params.seq_q = problem.seq_q;
+    params.seq_kv = problem.seq_kv;
+    params.head_dim = d;
+    params.window_left = problem.window_left;
+    params.window_right = problem.window_right;
+    if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
+    sage::launch_forward(mode_, params, problem.dtype, stream);
+  }
+
+ private:
+  sage::WorkspaceLayout layout_of(const AttentionProblem& problem) const {
+    return sage::workspace_layout(mode_, problem.batch, problem.heads_q, problem.heads_kv, problem.seq_q,
+                                  problem.seq_kv, problem.head_dim);
+  }
+
+  Mode mode_;
+  DeviceBuffer own_workspace_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_sage_backend() { return std::make_unique<SageBackend>(Mode::Sage); }
+std::unique_ptr<Backend> make_sage2_backend() { return std::make_unique<SageBackend>(Mode::Sage2); }
+
+}  // namespace attnsuite::cuda
