@@ -24,7 +24,7 @@ struct Field {
   Member member;
 };
 
-const std::array<Field, 48> kFields = {{
+const std::array<Field, 51> kFields = {{
     {"backend", &ResultRow::backend},
     {"display_name", &ResultRow::display_name},
     {"peer_of", &ResultRow::peer_of},
@@ -64,6 +64,9 @@ const std::array<Field, 48> kFields = {{
     {"rmse", &ResultRow::rmse},
     {"accuracy_fraction", &ResultRow::accuracy_fraction},
     {"sparsity", &ResultRow::sparsity},
+    {"predicted_sparsity", &ResultRow::predicted_sparsity},
+    {"predictor_ms", &ResultRow::predictor_ms},
+    {"effective_tflops", &ResultRow::effective_tflops},
     {"clock_mhz", &ResultRow::clock_mhz},
     {"clock_mhz_min", &ResultRow::clock_mhz_min},
     {"gpu_util_pct", &ResultRow::gpu_util_pct},

@@ -1,6 +1,7 @@
 #include "attnsuite/registry.hpp"
 #include "cuda/cuda_backends.hpp"
 #include "cuda/flash2/flash2.hpp"
+#include "cuda/sparge/sparge.hpp"
 #include "cuda/vanilla/vanilla.hpp"
 #if ATTNSUITE_HAVE_FLASH3
 #include "cuda/flash3/flash3.hpp"
@@ -15,6 +16,9 @@ void register_cuda_backends(Registry& registry) {
 #if ATTNSUITE_HAVE_FLASH3
   registry.add("flash3", make_flash3_backend);
 #endif
+  // Block-sparse attention on flash2 (issue 6): predicted, and with a given mask.
+  registry.add("sparge", make_sparge_backend);
+  registry.add("block-sparse", make_block_sparse_backend);
   register_flash2_variants(registry);
 }
 
