@@ -23,6 +23,15 @@ bool SparseOptions::set(std::string_view key, const std::string& value, bool pre
     config_path = value;
     return true;
   }
+  if (predicted && key == "sparse_config_json") {  // the tuner's candidates, without a file
+    const nlohmann::json document = nlohmann::json::parse(value, nullptr, false);
+    if (document.is_discarded()) throw Error(ErrorKind::Usage, "sparse_config_json is not valid JSON");
+    config = document.is_object() && document.contains("layers")
+                 ? config_from_json(document, "sparse_config_json")
+                 : SparseConfig{true, {head_settings_from_json(document, "sparse_config_json")}};
+    config_path = "(inline)";
+    return true;
+  }
   if (!predicted && key == "block_mask") {
     // Checked now against a small problem so that a bad spec fails before any case runs.
     AttentionProblem probe;

@@ -53,8 +53,10 @@ struct HeadSettings {
 
 // Settings for a whole layer: one per q head, or one for every head.
 struct SparseConfig {
+  SparseConfig() : heads(1) {}
+  SparseConfig(bool sink_block, std::vector<HeadSettings> settings) : sink(sink_block), heads(std::move(settings)) {}
   bool sink = true;
-  std::vector<HeadSettings> heads{HeadSettings{}};
+  std::vector<HeadSettings> heads;  // default: one HeadSettings{} for every head
 
   const HeadSettings& for_head(int q_head) const;
   // Throws Error(Usage) naming the bad value: thresholds out of range, head count neither 1 nor
