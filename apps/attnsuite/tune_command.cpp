@@ -28,7 +28,7 @@ struct TuneFlags {
   bool batch = false, kernels = false, sparse = false;
   // --sparse
   std::optional<double> target, target_cos, target_rmse;
-  double margin = 0.8, min_sparsity = 0.1;
+  double margin = 0.6, min_sparsity = 0.1;
   int calibration = 2, batch_size = 1;
   std::vector<std::string> generators;
   std::string dense_backend, sparse_out;
@@ -150,8 +150,8 @@ int run_sparse_tune(const TuneFlags& f) {
     // One layer, calibrated on `calibration` inputs of every generator given (a config that
     // serves all of them, as one model layer serves every prompt).
     const std::string name = fmt::format("{}", fmt::join(generators, "+"));
-    if (!f.quiet) fmt::print(stderr, "tune --sparse {} {} layer '{}'\n", backend, problem.describe(), name);
     tune::BackendLayerEvaluator evaluate(problem, backend, dense, generators, seed, f.calibration);
+    if (!f.quiet) fmt::print(stderr, "tune --sparse {} {} layer '{}'\n", backend, problem.describe(), name);
     const tune::SparseTuneResult result = tune::tune_sparse_layer(std::ref(evaluate), problem.heads_q, target);
     nlohmann::json layer = tune::layer_json(name, problem, result, target);
     // Held out: the next seed of each generator, which the search never saw.

@@ -300,17 +300,19 @@ TEST(SparseInputs, LoadsNpyAndSafetensorsAndRejectsBadFiles) {
 }
 
 TEST(SparseTuner, MeetsItsTargetOnHeldOutInputs) {
-  const AttentionProblem p = problem(1, 2, 2, 1024, 1024, 64, DType::F32, true);
+  const AttentionProblem p = problem(1, 2, 2, 2048, 2048, 64, DType::BF16, true);
   tune::SparseTarget target;  // rel L1 0.05
-  tune::BackendLayerEvaluator calibrate(p, "cpu-sparge", "cpu-flash", {"banded", "sinks"}, 0, 1);
+  tune::BackendLayerEvaluator calibrate(p, "cpu-sparge", "cpu-flash", {"banded", "sinks"}, 0, 2);
   const tune::SparseTuneResult result = tune::tune_sparse_layer(std::ref(calibrate), p.heads_q, target);
   ASSERT_EQ(result.config.heads.size(), 2u);
   tune::BackendLayerEvaluator held_out(p, "cpu-sparge", "cpu-flash", {"banded", "sinks"}, 100, 1);
   const auto outcome = held_out(result.config);
+  double sparsity = 0;
   for (const auto& head : outcome) {
     EXPECT_LE(head.rel_l1, target.value);
-    EXPECT_GT(head.predicted_sparsity, 0.2);  // causal N = 1024: about 0.45 of the blocks at most
+    sparsity += head.predicted_sparsity / static_cast<double>(outcome.size());
   }
+  EXPECT_GT(sparsity, 0.2);  // causal N = 2048: a band of ~512 keys leaves ~0.6 at most
   // Bisection, not a grid: 3 similarity thresholds × 7 steps + λ candidates + the final check.
   EXPECT_LE(result.evaluations, 3 * 7 + 4 + 1);
 }
