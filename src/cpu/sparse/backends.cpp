@@ -46,8 +46,6 @@ bool SparseOptions::set(std::string_view key, const std::string& value, bool pre
 }
 
 Support SparseOptions::supports(const AttentionProblem& problem, bool predicted) const {
-  if (!predicted && mask_spec.empty())
-    return Support::no("no block mask given; pass --block-mask band:W|random:P|file:PATH (suite: backend_options.block_mask)");
   if (predicted && config.heads.size() != 1 && static_cast<int>(config.heads.size()) != problem.heads_q)
     return Support::no(fmt::format("sparse config '{}' has settings for {} heads; the problem has {} q heads", config_path,
                                    config.heads.size(), problem.heads_q));

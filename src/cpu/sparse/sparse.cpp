@@ -360,6 +360,7 @@ BlockMask make_block_mask(const std::string& spec, const AttentionProblem& p, Bl
   const std::string kind = spec.substr(0, colon);
   const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
   if (kind == "file" && !arg.empty()) return mask_from_file(arg, p, shape);
+  if (spec == "dense") return dense_mask(p, shape);
   double value = 0;
   std::size_t used = 0;
   try {
@@ -396,7 +397,7 @@ BlockMask make_block_mask(const std::string& spec, const AttentionProblem& p, Bl
     return mask;
   }
   throw Error(ErrorKind::Usage, fmt::format("bad block mask '{}'; allowed: band:W (W >= 1 key blocks), random:P "
-                                            "(0 <= P <= 1), file:PATH",
+                                            "(0 <= P <= 1), file:PATH, dense",
                                             spec));
 }
 

@@ -17,7 +17,7 @@ namespace attnsuite::sparse {
 struct SparseOptions {
   SparseConfig config;
   std::string config_path;  // for messages; empty: defaults
-  std::string mask_spec;
+  std::string mask_spec = "dense";  // block-sparse without --block-mask computes every block
 
   // Backend::set_option for a predicted (sparge) or given-mask (block-sparse) backend.
   bool set(std::string_view key, const std::string& value, bool predicted);
