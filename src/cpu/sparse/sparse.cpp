@@ -498,13 +498,14 @@ void sparse_forward(const AttentionProblem& p, const AttentionArgs& args, BlockS
     }
     for (int r = 0; r < rows && row0 + r < p.seq_q; ++r) {
       const float sum = row_sum[static_cast<std::size_t>(r)];
-      const float inverse = sum > 0 ? 1.0f / sum : 0.0f;
+      // A NaN anywhere in the row's scores makes its sum NaN: O and LSE NaN, like the dense kernels.
+      const float inverse = sum > 0 ? 1.0f / sum : (std::isnan(sum) ? sum : 0.0f);
       for (int d = 0; d < dim_v; ++d)
         store_from_float(args.o.data, args.o.dtype, args.o.offset(b, row0 + r, h, d),
                          o[static_cast<std::size_t>(r) * dim_v + d] * inverse);
       if (!args.lse.empty())
         args.lse.data[(static_cast<std::int64_t>(b) * p.heads_q + h) * p.seq_q + row0 + r] =
-            sum > 0 ? row_max[static_cast<std::size_t>(r)] * scale + std::log(sum) : -INFINITY;
+            sum > 0 ? row_max[static_cast<std::size_t>(r)] * scale + std::log(sum) : (std::isnan(sum) ? sum : -INFINITY);
     }
   });
   if (stats != nullptr) {
