@@ -373,11 +373,17 @@ BlockMask make_block_mask(const std::string& spec, const AttentionProblem& p, Bl
   if (kind == "band" && number && value >= 1 && value == std::floor(value)) {
     const int width = static_cast<int>(value);
     for (std::size_t slot = 0; slot < mask.count.size(); ++slot) {
-      const auto [lo, hi] = visible_blocks(p, shape, static_cast<int>(slot % static_cast<std::size_t>(mask.m_blocks)));
+      const int mb = static_cast<int>(slot % static_cast<std::size_t>(mask.m_blocks));
+      const auto [lo, hi] = visible_blocks(p, shape, mb);
+      // The key blocks of the q block's diagonal (bottom-right aligned, as the causal mask).
+      const std::int64_t first = static_cast<std::int64_t>(mb) * shape.m;
+      const std::int64_t last = std::min<std::int64_t>(first + shape.m, p.seq_q) - 1;
+      const std::int64_t diag_first = (first + p.seq_kv - p.seq_q) / shape.n;
+      const std::int64_t diag_last = (last + p.seq_kv - p.seq_q) / shape.n;
       std::int32_t* list = mask.index.data() + slot * static_cast<std::size_t>(mask.n_blocks);
       int count = 0;
       for (int j = lo; j < hi; ++j)
-        if (j == 0 || j >= hi - width) list[count++] = j;
+        if (j == 0 || (j > diag_first - width && j < diag_last + width)) list[count++] = j;
       mask.count[slot] = count;
     }
     return mask;

@@ -112,8 +112,8 @@ BlockMask predict_blocks(const AttentionProblem& problem, const AttentionArgs& a
 BlockMask select_blocks(const AttentionProblem& problem, BlockShape shape, const SparseConfig& config,
                         const PooledBlocks& q, const PooledBlocks& k);
 
-// A user-given mask from a spec: "band:W" (the W key blocks up to each q block's diagonal, plus
-// block 0), "random:P" (each visible block kept with probability P, the diagonal always), or
+// A user-given mask from a spec: "band:W" (key blocks less than W blocks from the q block's
+// diagonal, either side — the causal mask cuts the right side — plus block 0), "random:P" (each visible block kept with probability P, the diagonal always), or
 // "file:PATH" (JSON: {"block_m": M, "block_n": N, "masks": [[[k blocks of q block 0], ...] per
 // q head]}, one list per head or one for all). Throws Error(Usage) naming the bad spec.
 BlockMask make_block_mask(const std::string& spec, const AttentionProblem& problem, BlockShape shape,
