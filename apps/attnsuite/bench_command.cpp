@@ -54,6 +54,7 @@ struct BenchFlags {
   std::optional<std::int64_t> seed;
   std::optional<double> noise, max_time_ms, reference_gflop;
   std::optional<std::string> layout;
+  std::optional<std::string> sparse_config, block_mask;
   bool hot = false;
   std::string out;
   bool resume = false, force = false, quiet = false;
@@ -84,6 +85,8 @@ nlohmann::json overrides_from(const BenchFlags& f) {
   if (f.max_time_ms) o["timing"]["max_time_ms"] = *f.max_time_ms;
   if (f.hot) o["timing"]["cold"] = false;
   if (f.reference_gflop) o["accuracy"]["reference_gflop"] = *f.reference_gflop;
+  if (f.sparse_config) o["backend_options"]["sparse_config"] = *f.sparse_config;
+  if (f.block_mask) o["backend_options"]["block_mask"] = *f.block_mask;
   return o;
 }
 
@@ -145,8 +148,10 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("--kv-heads", f->kv_heads, "Key/value heads (GQA/MQA; default = --heads)")->delimiter(',');
   app.add_option("--head-dim", f->head_dims, "Head dims")->delimiter(',');
   app.add_option("--causal", f->causal, "true, false or both")->delimiter(',');
-  app.add_option("--generator", f->generators, "Input generators (randn, uniform)")->delimiter(',');
+  app.add_option("--generator", f->generators, "Input generators (randn, uniform, banded, clustered, sinks, npy:DIR, safetensors:FILE; docs/generators.md)")->delimiter(',');
   app.add_option("--layout", f->layout, "bshd or bhsd");
+  app.add_option("--sparse-config", f->sparse_config, "Tuned sparse config for sparge/cpu-sparge (tune --sparse writes it)");
+  app.add_option("--block-mask", f->block_mask, "Block mask for block-sparse/cpu-block-sparse: band:W, random:P, file:PATH");
   app.add_option("--window", f->window, "Sliding window LEFT,RIGHT (-1 = unbounded)")->delimiter(',')->expected(2);
   app.add_option("--seed", f->seed, "Input seed");
   app.add_option("--noise", f->noise, "Stop repeating when the median's relative error is under this (0.01 = 1%)");

@@ -2,9 +2,12 @@
 // throughput under --max-memory-gib and --p95-ms, measured by the benchmark runner.
 // `attnsuite tune --kernels`: per case, the fastest kernel configuration of each backend that
 // has a choice, written to the kernel-config cache (tune/kernel_tuner.hpp).
+// `attnsuite tune --sparse`: the sparse predictor's settings per head (tune/sparse_tuner.hpp).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <optional>
 
@@ -20,6 +23,7 @@
 #include "attnsuite/kernel_configs.hpp"
 #include "tune/backend_cache.hpp"
 #include "tune/kernel_tuner.hpp"
+#include "tune/sparse_tuner.hpp"
 #include "tune/tune_run.hpp"
 
 namespace attnsuite::cli {
@@ -27,7 +31,14 @@ namespace attnsuite::cli {
 namespace {
 
 struct TuneFlags {
-  bool batch = false, kernels = false;
+  bool batch = false, kernels = false, sparse = false;
+  // --sparse
+  std::optional<double> target, target_cos, target_rmse;
+  double margin = 0.6, min_sparsity = 0.1;
+  int calibration = 2, batch_size = 1;
+  std::vector<std::string> generators;
+  std::string dense_backend, sparse_out;
+  std::optional<std::int64_t> seed;
   std::string suite;
   std::vector<std::string> backends, dtypes, models, causal;
   std::vector<int> seqs, heads, kv_heads, head_dims;
@@ -174,6 +185,115 @@ int tune_kernels(TuneFlags& f) {
   return kExitOk;
 }
 
+// `tune --sparse`: one layer per generator, every q head tuned at once (tune/sparse_tuner.hpp),
+// then a check on a held-out input; writes the config that --sparse-config reads.
+int run_sparse_tune(const TuneFlags& f) {
+  tune::SparseTarget target;
+  const int targets = (f.target ? 1 : 0) + (f.target_cos ? 1 : 0) + (f.target_rmse ? 1 : 0);
+  if (targets > 1) throw Error(ErrorKind::Usage, "give one of --target, --target-cos, --target-rmse");
+  if (f.target_cos) {
+    target.metric = tune::SparseMetric::Cosine;
+    target.value = *f.target_cos;
+  } else if (f.target_rmse) {
+    target.metric = tune::SparseMetric::Rmse;
+    target.value = *f.target_rmse;
+  } else if (f.target) {
+    target.value = *f.target;
+  }
+  target.margin = f.margin;
+  target.min_sparsity = f.min_sparsity;
+  target.validate();
+  if (f.backends.size() != 1)
+    throw Error(ErrorKind::Usage, "tune --sparse needs one backend: -b sparge (GPU) or -b cpu-sparge (CPU)");
+  const std::string& backend = f.backends.front();
+  Registry& registry = Registry::global();
+  const Device device = registry.find(backend).device();
+  const std::string dense = !f.dense_backend.empty() ? f.dense_backend : device.type == DeviceType::Cpu ? "cpu-flash" : "flash2";
+  AttentionProblem problem;
+  problem.batch = f.batch_size;
+  problem.seq_q = problem.seq_kv = f.seqs.empty() ? 4096 : f.seqs.front();
+  problem.heads_q = f.heads.empty() ? 32 : f.heads.front();
+  problem.heads_kv = f.kv_heads.empty() ? problem.heads_q : f.kv_heads.front();
+  problem.head_dim = f.head_dims.empty() ? 128 : f.head_dims.front();
+  problem.dtype = DType::BF16;
+  if (!f.dtypes.empty()) {
+    const auto dtype = parse_dtype(f.dtypes.front());
+    if (!dtype) throw Error(ErrorKind::Usage, fmt::format("--dtype '{}' is not a dtype; allowed: fp32, fp16, bf16", f.dtypes.front()));
+    problem.dtype = *dtype;
+  }
+  if (!f.causal.empty()) {
+    const nlohmann::json causal = causal_values(f.causal);
+    problem.causal = causal.is_array() ? causal.front().get<bool>() : causal.get<bool>();
+  }
+  problem.validate();
+  const std::vector<std::string> generators = f.generators.empty() ? std::vector<std::string>{"banded"} : f.generators;
+  const std::uint64_t seed = static_cast<std::uint64_t>(f.seed.value_or(0));
+  if (f.seed && *f.seed < 0) throw Error(ErrorKind::Usage, fmt::format("--seed {} out of range; allowed: 0 or more", *f.seed));
+
+  std::filesystem::path out_path = f.sparse_out;
+  if (out_path.empty()) {
+    std::filesystem::path out_dir = f.out;
+    if (out_dir.empty()) {
+      std::string stamp = bench::utc_now_iso8601().substr(0, 19);
+      std::replace(stamp.begin(), stamp.end(), ':', '-');
+      out_dir = std::filesystem::path("results") / fmt::format("tune-sparse-{}", stamp);
+    }
+    out_path = out_dir / "sparse-config.json";
+  }
+  if (std::filesystem::exists(out_path) && !f.force)
+    throw Error(ErrorKind::Usage, fmt::format("'{}' already exists; use --force to overwrite it", out_path.string()));
+  if (out_path.has_parent_path()) report::ensure_writable_directory(out_path.parent_path());
+
+  nlohmann::ordered_json document;
+  document["format"] = "attnsuite-sparse-config";
+  document["version"] = 1;
+  document["sink"] = true;
+  document["backend"] = backend;
+  document["dense_backend"] = dense;
+  document["block"] = {{"m", sparse::block_shape_for(problem.head_dim).m}, {"n", sparse::block_shape_for(problem.head_dim).n}};
+  document["created_at"] = bench::utc_now_iso8601();
+  nlohmann::json layers = nlohmann::json::array();
+  bool failed = false;
+  {
+    // One layer, calibrated on `calibration` inputs of every generator given (a config that
+    // serves all of them, as one model layer serves every prompt).
+    const std::string name = fmt::format("{}", fmt::join(generators, "+"));
+    const auto started = std::chrono::steady_clock::now();
+    tune::BackendLayerEvaluator evaluate(problem, backend, dense, generators, seed, f.calibration);
+    if (!f.quiet) fmt::print(stderr, "tune --sparse {} {} layer '{}'\n", backend, problem.describe(), name);
+    const tune::SparseTuneResult result = tune::tune_sparse_layer(std::ref(evaluate), problem.heads_q, target);
+    const double total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    nlohmann::json layer = tune::layer_json(name, problem, result, target);
+    layer["seconds_with_inputs"] = total_seconds;
+    // Held out: the next seed of each generator, which the search never saw.
+    const std::uint64_t held_seed = seed + static_cast<std::uint64_t>(f.calibration);
+    tune::BackendLayerEvaluator held_out(problem, backend, dense, generators, held_seed, 1);
+    const std::vector<tune::HeadOutcome> check = held_out(result.config);
+    double worst = 0, sparsity = 0;
+    int dense_heads = 0;
+    for (std::size_t h = 0; h < check.size(); ++h) {
+      worst = std::max(worst, check[h].error(target.metric));
+      sparsity += check[h].predicted_sparsity / static_cast<double>(check.size());
+      dense_heads += result.config.heads[h].dense ? 1 : 0;
+    }
+    const double allowed = target.allowed_error();
+    layer["held_out"] = {{"seed", held_seed}, {"worst_error", worst},
+                         {"min_predicted_sparsity_mean", sparsity}, {"meets_target", worst <= allowed}};
+    failed = worst > allowed;
+    fmt::print("{}: {} heads ({} dense), predicted sparsity {:.1f}% (held out, mean over heads of the least sparse "
+               "input), worst {} {:.4f} (allowed {:.4f}){}; {} evaluations in {:.2f} s ({:.2f} s with the calibration inputs "
+               "and the dense outputs)\n",
+               name, problem.heads_q, dense_heads, sparsity * 100,
+               target.metric == tune::SparseMetric::Cosine ? "1 − cos" : target.metric == tune::SparseMetric::Rmse ? "RMSE" : "rel L1",
+               worst, allowed, worst <= allowed ? "" : " — ABOVE TARGET", result.evaluations, result.seconds, total_seconds);
+    layers.push_back(layer);
+  }
+  document["layers"] = layers;
+  report::write_file_atomic(out_path, document.dump(2) + "\n");
+  fmt::print("sparse config written to {} (bench --sparse-config {})\n", out_path.string(), out_path.string());
+  return failed ? kExitFailed : kExitOk;
+}
+
 }  // namespace
 
 Action add_tune(CLI::App& app) {
@@ -185,6 +305,23 @@ Action add_tune(CLI::App& app) {
   app.add_option("--kernel-cache", f->kernel_cache,
                  "Kernel-config cache file that --kernels updates (default: $ATTNSUITE_KERNEL_CACHE, else "
                  "$XDG_CACHE_HOME/attnsuite/kernel-configs.json or ~/.cache/attnsuite/kernel-configs.json)");
+  app.add_flag("--sparse", f->sparse,
+               "Tune the sparse predictor per head to an error target (-b sparge|cpu-sparge; writes --sparse-out)");
+  app.add_option("--target", f->target, "--sparse: relative L1 against the dense output at most this (default 0.05)");
+  app.add_option("--target-cos", f->target_cos, "--sparse: cosine similarity at least this instead");
+  app.add_option("--target-rmse", f->target_rmse, "--sparse: RMSE at most this instead");
+  app.add_option("--margin", f->margin, "--sparse: share of the error budget for the block search (rest: P·V skip)")
+      ->capture_default_str();
+  app.add_option("--min-sparsity", f->min_sparsity, "--sparse: heads below this predicted sparsity fall back to dense")
+      ->capture_default_str();
+  app.add_option("--calibration", f->calibration, "--sparse: calibration inputs per layer (seeds seed..)")->capture_default_str();
+  app.add_option("--batch-size", f->batch_size, "--sparse: batch of the calibration inputs")->capture_default_str();
+  app.add_option("--generator", f->generators,
+                 "--sparse: one layer per generator (banded, clustered, sinks, npy:DIR, safetensors:FILE)")
+      ->delimiter(',');
+  app.add_option("--seed", f->seed, "--sparse: first calibration seed (held-out check: the next seed after them)");
+  app.add_option("--dense-backend", f->dense_backend, "--sparse: dense output to compare with (default flash2 / cpu-flash)");
+  app.add_option("--sparse-out", f->sparse_out, "--sparse: the config file to write (default <out>/sparse-config.json)");
   app.add_option("--suite", f->suite, "Suite whose cases to tune (default: headline with a GPU, else default)");
   app.add_option("-b,--backends", f->backends, "Backends (comma-separated)")->delimiter(',');
   app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16")->delimiter(',');
@@ -217,10 +354,13 @@ Action add_tune(CLI::App& app) {
   app.add_flag("--no-cache", f->no_cache, "Do not update the backend cache");
 
   return [f]() -> int {
-    if (f->kernels && f->batch) throw Error(ErrorKind::Usage, "tune takes one of --batch or --kernels, not both");
+    if ((f->kernels ? 1 : 0) + (f->batch ? 1 : 0) + (f->sparse ? 1 : 0) > 1)
+      throw Error(ErrorKind::Usage, "tune takes one of --batch, --kernels or --sparse, not several");
     if (f->kernels) return tune_kernels(*f);
+    if (f->sparse) return run_sparse_tune(*f);
     if (!f->batch)
-      throw Error(ErrorKind::Usage, "tune needs --batch (the batch-size tuner) or --kernels (kernel configurations)");
+      throw Error(ErrorKind::Usage,
+                  "tune needs --batch (the batch-size tuner), --kernels (kernel configurations) or --sparse (the sparse predictor)");
 
     tune::TuneOptions options;
     options.limits.min_batch = f->min_batch;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,6 +75,20 @@ class Backend {
   virtual void force_kernel_config(std::string_view) {}
   // The configuration the last forward() ran with; empty for a backend without configurations.
   virtual std::string last_kernel_config() const { return {}; }
+
+  // --- Options and sparse kernels --------------------------------------------------------------
+  // A named option from the suite or the CLI (e.g. "sparse_config" = a file). Returns false for
+  // a key this backend does not take; throws Error(Usage) for a bad value of one it takes.
+  virtual bool set_option(std::string_view /*key*/, const std::string& /*value*/) { return false; }
+  // Back to the defaults, before a sweep applies its own options.
+  virtual void reset_options() {}
+  // What the last forward() of a sparse backend skipped; nullopt for dense backends.
+  struct SparseReport {
+    double predicted_sparsity = 0;  // 1 − kept / visible key blocks
+    double achieved_sparsity = 0;   // 1 − (Q·Kᵀ + P·V work done) / (2 × visible), P·V skips counted
+    std::optional<double> predictor_ms;  // time of the predictor within that forward
+  };
+  virtual std::optional<SparseReport> last_sparse_report() const { return std::nullopt; }
 };
 
 }  // namespace attnsuite

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -19,15 +20,21 @@ namespace attnsuite::bench {
 struct GeneratorInfo {
   std::string name;
   std::string description;
-  void (*fill)(const AttentionProblem& problem, std::uint64_t seed, std::span<float> q,
-               std::span<float> k, std::span<float> v);
+  // A std::function so that a generator can carry state: npy:DIR and safetensors:FILE hold
+  // their path (see find_generator).
+  std::function<void(const AttentionProblem& problem, std::uint64_t seed, std::span<float> q, std::span<float> k,
+                     std::span<float> v)>
+      fill;
   // Set when the generator also runs on a GPU (bitwise the same values; generator_math.hpp):
   // the runner then fills device inputs in place instead of uploading the host copy.
   std::optional<genmath::Kind> device_kind;
 };
 
 const std::vector<GeneratorInfo>& generators();
-// Throws Error(Usage): "unknown input generator 'x'; available: randn, ...".
+// Throws Error(Usage): "unknown input generator 'x'; available: randn, ...". Besides the named
+// ones: "npy:DIR" (DIR/q.npy, k.npy, v.npy) and "safetensors:FILE" (tensors q, k, v): captured
+// activations of shape (batch, seq, heads, dim) or (seq, heads, dim), f32/f16/bf16/f64; the file
+// headers are checked here, the shapes against the problem when the inputs are filled.
 const GeneratorInfo& find_generator(std::string_view name);
 
 // Fills out[i] = N(0, 1) draws for stream `stream` of `seed`, in parallel.

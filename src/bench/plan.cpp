@@ -188,7 +188,7 @@ Json load_suite_json(const std::string& name_or_path) {
 Json merge_suite(Json base, const Json& overrides) {
   if (!base.is_object()) base = Json::object();
   for (const auto& [key, value] : overrides.items()) {
-    if (key == "timing" || key == "accuracy") {
+    if (key == "timing" || key == "accuracy" || key == "backend_options") {
       if (base.contains(key) && !base[key].is_object())
         throw Error(ErrorKind::Usage, fmt::format("suite: '{}' must be an object, got {}", key, describe_value(base[key])));
       if (!value.is_object()) {
@@ -215,7 +215,7 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
   check_keys(suite, source, "",
              {"name", "description", "backends", "dtype", "batch", "tokens_per_batch", "seq", "seq_kv", "model",
               "heads", "kv_heads", "head_dim", "hidden", "causal", "generator", "layout", "window", "seed", "timing",
-              "accuracy"});
+              "accuracy", "backend_options"});
   SweepSpec spec;
   if (suite.contains("name")) {
     spec.name = string_list(suite["name"], source, "name").front();
@@ -336,6 +336,15 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
     check_keys(suite["accuracy"], source, "accuracy", {"reference_gflop"});
     if (suite["accuracy"].contains("reference_gflop"))
       spec.reference_gflop = number_in(suite["accuracy"]["reference_gflop"], source, "accuracy.reference_gflop", 0, 1e6);
+  }
+  if (suite.contains("backend_options")) {
+    const auto& options = suite["backend_options"];
+    if (!options.is_object()) bad(source, "backend_options", "must be an object of option names to strings");
+    for (const auto& [key, value] : options.items()) {
+      if (!value.is_string())
+        bad(source, "backend_options." + key, fmt::format("must be a string, got {}", describe_value(value)));
+      spec.backend_options[key] = value.get<std::string>();
+    }
   }
   // Names are checked here so that a typo fails before the sweep starts.
   for (const auto& name : spec.generators) (void)find_generator(name);

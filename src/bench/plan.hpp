@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,10 @@ struct SweepSpec {
   // Accuracy against the fp64 reference is computed on all (batch, head) slices while that
   // costs at most this many GFLOP, else on an evenly spaced sample of slices that fits.
   double reference_gflop = 4.0;
+  // Options handed to the backends (Backend::set_option) before the sweep: suite key
+  // "backend_options" {"sparse_config": "FILE", "block_mask": "band:8"}; bench's --sparse-config
+  // and --block-mask. Each key must be taken by at least one of the sweep's backends.
+  std::map<std::string, std::string> backend_options;
 };
 
 struct Case {

@@ -24,7 +24,7 @@ struct Field {
   Member member;
 };
 
-const std::array<Field, 49> kFields = {{
+const std::array<Field, 52> kFields = {{
     {"backend", &ResultRow::backend},
     {"display_name", &ResultRow::display_name},
     {"peer_of", &ResultRow::peer_of},
@@ -65,6 +65,9 @@ const std::array<Field, 49> kFields = {{
     {"accuracy_fraction", &ResultRow::accuracy_fraction},
     {"sparsity", &ResultRow::sparsity},
     {"kernel_config", &ResultRow::kernel_config},
+    {"predicted_sparsity", &ResultRow::predicted_sparsity},
+    {"predictor_ms", &ResultRow::predictor_ms},
+    {"effective_tflops", &ResultRow::effective_tflops},
     {"clock_mhz", &ResultRow::clock_mhz},
     {"clock_mhz_min", &ResultRow::clock_mhz_min},
     {"gpu_util_pct", &ResultRow::gpu_util_pct},

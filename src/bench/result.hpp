@@ -47,7 +47,12 @@ struct ResultRow {
   std::optional<double> max_abs_err, rel_l2, rel_l1, cos_sim, rmse;
   std::optional<double> accuracy_fraction;  // share of (batch, head) slices compared; 1 = all
 
-  std::optional<double> sparsity;   // sparse kernels only
+  // Sparse kernels only: achieved sparsity (the share of the dense block work not done, P·V
+  // skips included), the predictor's share of that (1 − kept / visible key blocks), the
+  // predictor's time within ms_median, and TFLOP/s counting only the work done (`tflops` stays
+  // the dense-equivalent rate).
+  std::optional<double> sparsity;
+  std::optional<double> predicted_sparsity, predictor_ms, effective_tflops;
   // The kernel configuration (tile sizes, stages) the backend ran, for backends that have a
   // choice (Backend::kernel_configs): forced by `tune --kernels`, from the kernel-config cache,
   // or the default. Empty for the others.

@@ -1,6 +1,7 @@
 #include "bench/runner.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -121,7 +122,26 @@ struct Runner::Prepared {
   std::vector<double> reference_lse;  // per compared row
 };
 
-Runner::Runner(SweepSpec spec, Registry& registry) : spec_(std::move(spec)), registry_(registry) {}
+Runner::Runner(SweepSpec spec, Registry& registry) : spec_(std::move(spec)), registry_(registry) {
+  apply_backend_options(spec_, registry_);
+}
+
+void apply_backend_options(const SweepSpec& spec, Registry& registry) {
+  std::map<std::string, bool> taken;
+  for (const auto& [key, value] : spec.backend_options) taken[key] = false;
+  for (const auto& name : spec.backends) {
+    if (!registry.contains(name)) continue;
+    Backend& backend = registry.find(name);
+    backend.reset_options();
+    for (const auto& [key, value] : spec.backend_options)
+      if (backend.set_option(key, value)) taken[key] = true;
+  }
+  for (const auto& [key, used] : taken)
+    if (!used)
+      throw Error(ErrorKind::Usage, fmt::format("backend option '{}' is taken by none of the backends ({}); sparse_config: "
+                                                "sparge, cpu-sparge; block_mask: block-sparse, cpu-block-sparse",
+                                                key, fmt::join(spec.backends, ", ")));
+}
 Runner::~Runner() = default;
 
 DeviceContext& Runner::context_for(Device device) {
@@ -359,6 +379,12 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
       row.mem_reserved_mib =
           static_cast<double>(*used_after > *used_before ? *used_after - *used_before : 0) / 1048576.0;
 
+    const std::optional<Backend::SparseReport> sparse_report = backend->last_sparse_report();
+    if (sparse_report) {
+      row.sparsity = sparse_report->achieved_sparsity;
+      row.predicted_sparsity = sparse_report->predicted_sparsity;
+      row.predictor_ms = sparse_report->predictor_ms;
+    }
     TensorView result = own_output ? backend->produced_output() : args.o;
     LseView result_lse = own_output ? backend->produced_lse() : args.lse;
     ATTNSUITE_CHECK(!result.empty() && result.dtype == p.dtype && result.shape == o_view.shape, ErrorKind::Internal,
@@ -437,6 +463,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     const double seconds = st.median * 1e-3;
     row.tokens_per_s = static_cast<double>(p.batch) * p.seq_q / seconds;
     row.tflops = p.flops() / seconds * 1e-12;
+    if (row.sparsity) row.effective_tflops = p.flops() * (1.0 - *row.sparsity) / seconds * 1e-12;
     row.gbps = p.min_bytes() / seconds * 1e-9;
     if (clock_start > 0) row.clock_mhz = clock_start;
     if (samples.clock_mhz_mean) {

@@ -37,6 +37,10 @@ class AccuracyAccumulator {
 // The row fields that identify a case (no results yet).
 ResultRow row_for_case(const Case& c, Backend* backend);
 
+// Resets the options of the spec's backends, then gives each its spec.backend_options. Throws
+// Error(Usage) for a bad value, or for a key that none of the backends takes.
+void apply_backend_options(const SweepSpec& spec, Registry& registry);
+
 class Runner {
  public:
   Runner(SweepSpec spec, Registry& registry);

@@ -2,6 +2,7 @@
 #include "cuda/cuda_backends.hpp"
 #include "cuda/flash2/flash2.hpp"
 #include "cuda/sage/sage.hpp"
+#include "cuda/sparge/sparge.hpp"
 #include "cuda/vanilla/vanilla.hpp"
 #if ATTNSUITE_HAVE_FLASH3
 #include "cuda/flash3/flash3.hpp"
@@ -17,6 +18,9 @@ void register_cuda_backends(Registry& registry) {
   registry.add("flash3", make_flash3_backend);
   registry.add("flash3-fp8", make_flash3_fp8_backend);
 #endif
+  // Block-sparse attention on flash2 (issue 6): predicted, and with a given mask.
+  registry.add("sparge", make_sparge_backend);
+  registry.add("block-sparse", make_block_sparse_backend);
   register_flash2_variants(registry);
   registry.add("sage", make_sage_backend);
   registry.add("sage2", make_sage2_backend);

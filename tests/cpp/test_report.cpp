@@ -140,7 +140,7 @@ TEST(ResultRow, StatusNamesRoundTrip) {
 
 TEST(ResultRow, ColumnsAreInOrderAndMatchJsonKeys) {
   const auto& columns = bench::result_columns();
-  ASSERT_EQ(columns.size(), 48u);
+  ASSERT_EQ(columns.size(), 52u);  // 48 + the sparse kernels' predicted_sparsity, predictor_ms, effective_tflops + kernel_config
   EXPECT_EQ(columns.front(), "backend");
   EXPECT_EQ(columns[2], "peer_of");
   EXPECT_EQ(columns.back(), "reason");

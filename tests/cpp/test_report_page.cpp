@@ -345,7 +345,7 @@ TEST(TuneCli, BadUsageIsOneLineAndExitCode2) {
   const fs::path dir = fresh_dir("tune_usage");
   for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"tune"}, "tune needs --batch"},
-           {{"tune", "--kernels", "--batch"}, "tune takes one of --batch or --kernels, not both"},
+           {{"tune", "--kernels", "--batch"}, "tune takes one of --batch, --kernels or --sparse, not several"},
            {{"tune", "--kernels", "--backends", "nope"}, "unknown backend 'nope'"},
            {{"tune", "--batch", "--min-batch", "0"}, "--min-batch 0 is not allowed: at least 1"},
            {{"tune", "--batch", "--max-batch", "4", "--min-batch", "8"}, "--max-batch 4 is not allowed"},

@@ -21,8 +21,38 @@
 #include "cuda/flash2/variants/variants.hpp"
 #endif
 
-namespace attnsuite::cuda {
-namespace {
+namespace attnsuite::cuda::flash2 {
+
+Params make_params(const AttentionProblem& problem, const AttentionArgs& args) {
+  Params params;
+  params.q = args.q.data;
+  params.k = args.k.data;
+  params.v = args.v.data;
+  params.o = args.o.data;
+  params.lse = args.lse.data;
+  auto strides = [](const TensorView& view, std::int64_t& batch, std::int64_t& row, std::int64_t& head) {
+    batch = view.strides[0];
+    row = view.strides[1];
+    head = view.strides[2];
+  };
+  strides(args.q, params.q_batch_stride, params.q_row_stride, params.q_head_stride);
+  strides(args.k, params.k_batch_stride, params.k_row_stride, params.k_head_stride);
+  strides(args.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
+  strides(args.o, params.o_batch_stride, params.o_row_stride, params.o_head_stride);
+  params.batch = problem.batch;
+  params.heads_q = problem.heads_q;
+  params.heads_kv = problem.heads_kv;
+  params.group_size = problem.group_size();
+  params.seq_q = problem.seq_q;
+  params.seq_kv = problem.seq_kv;
+  params.head_dim = problem.head_dim;
+  params.scale = problem.softmax_scale();
+  params.scale_log2 = params.scale * std::numbers::log2e_v<float>;
+  params.window_left = problem.window_left;
+  params.window_right = problem.window_right;
+  if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
+  return params;
+}
 
 // cp.async moves 16-byte chunks: every row start must be 16-byte aligned.
 bool rows_aligned(const TensorView& view) {
@@ -31,6 +61,12 @@ bool rows_aligned(const TensorView& view) {
          view.strides[0] % kElementsPer16Bytes == 0 && view.strides[1] % kElementsPer16Bytes == 0 &&
          view.strides[2] % kElementsPer16Bytes == 0;
 }
+
+}  // namespace attnsuite::cuda::flash2
+
+namespace attnsuite::cuda {
+namespace {
+
 
 // A variant is an experimental configuration (bf16, one head dim); nullptr is flash2 itself.
 struct VariantInfo {
@@ -106,40 +142,14 @@ class Flash2Backend final : public Backend {
     if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
     check_cuda_args(name(), problem, args);
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o}) {
-      if (!rows_aligned(*view)) {
+      if (!flash2::rows_aligned(*view)) {
         throw Error(ErrorKind::Unsupported,
                     "flash2: every row of Q, K, V and O must start 16-byte aligned (base pointer, and "
                     "batch/seq/head strides multiples of 8 elements)");
       }
     }
 
-    flash2::Params params;
-    params.q = args.q.data;
-    params.k = args.k.data;
-    params.v = args.v.data;
-    params.o = args.o.data;
-    params.lse = args.lse.data;
-    auto strides = [](const TensorView& view, std::int64_t& batch, std::int64_t& row, std::int64_t& head) {
-      batch = view.strides[0];
-      row = view.strides[1];
-      head = view.strides[2];
-    };
-    strides(args.q, params.q_batch_stride, params.q_row_stride, params.q_head_stride);
-    strides(args.k, params.k_batch_stride, params.k_row_stride, params.k_head_stride);
-    strides(args.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
-    strides(args.o, params.o_batch_stride, params.o_row_stride, params.o_head_stride);
-    params.batch = problem.batch;
-    params.heads_q = problem.heads_q;
-    params.heads_kv = problem.heads_kv;
-    params.group_size = problem.group_size();
-    params.seq_q = problem.seq_q;
-    params.seq_kv = problem.seq_kv;
-    params.head_dim = problem.head_dim;
-    params.scale = problem.softmax_scale();
-    params.scale_log2 = params.scale * std::numbers::log2e_v<float>;
-    params.window_left = problem.window_left;
-    params.window_right = problem.window_right;
-    if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
+    const flash2::Params params = flash2::make_params(problem, args);
     if (variant_.launch != nullptr) {
       variant_.launch(params, stream);
       return;

@@ -73,9 +73,10 @@ __device__ __forceinline__ void load_tile_async(typename Traits::Element* tile,
 }
 
 
-template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
-    flash2_forward_kernel(const __grid_constant__ Params params) {
+// The whole forward of one CTA; the dense and the block-sparse kernel below are this body with
+// their own Params (BlockSparse<Traits> adds the kept-block lists and the P·V skip).
+template <class Traits, class KernelParams>
+__device__ __forceinline__ void forward_body(const KernelParams& params) {
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kTileM = Traits::kTileM, kTileN = Traits::kTileN;
@@ -114,8 +115,27 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const KeyRange last_row_keys = key_range(params, row_last);
   const int n_block_min = first_row_keys.begin / kTileN;
   const int n_block_max = (last_row_keys.end + kTileN - 1) / kTileN;
+  // Iterations [it_begin, it_end) visit key block block_at(it): every block of the range when
+  // dense, the q block's kept list when block-sparse.
+  [[maybe_unused]] const int* kept = nullptr;
+  [[maybe_unused]] int kept_count = 0;
+  if constexpr (Traits::kBlockSparse) {
+    const std::int64_t slot = (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.m_blocks + m_block;
+    kept = params.block_index + slot * params.n_blocks;
+    kept_count = params.block_count[slot];
+  }
+  const int it_begin = Traits::kBlockSparse ? 0 : n_block_min;
+  const int it_end = Traits::kBlockSparse ? kept_count : n_block_max;
+  auto block_at = [&](int it) {
+    if constexpr (Traits::kBlockSparse) {
+      return kept[it];
+    } else {
+      return it;
+    }
+  };
 
-  if (n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
+  if (n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin ||
+      (Traits::kBlockSparse && it_end <= it_begin)) {
     // No row of the tile sees a key: O = 0, LSE = -inf.
     for (int index = static_cast<int>(threadIdx.x); index < kTileM * kChunks; index += Traits::kThreads) {
       const int row = index / kChunks, chunk = index % kChunks;
@@ -134,9 +154,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const int unmasked_key_begin = last_row_keys.begin;
   const int unmasked_key_end = first_row_keys.end;
 
-  auto load_kv_tile = [&](int n_block) {
-    const int stage = (n_block - n_block_min) % kStages;
-    const int key_begin = n_block * kTileN;
+  auto load_kv_tile = [&](int it) {
+    const int stage = (it - it_begin) % kStages;
+    const int key_begin = block_at(it) * kTileN;
     load_tile_async<Traits, kTileN>(smem_k + stage * Traits::kKVTileElements, k_head + key_begin * params.k_row_stride,
                                     params.k_row_stride, params.seq_kv - key_begin, k_head);
     load_tile_async<Traits, kTileN>(smem_v + stage * Traits::kKVTileElements, v_head + key_begin * params.v_row_stride,
@@ -149,7 +169,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   commit_async_copies();
 #pragma unroll
   for (int stage = 0; stage < kStages - 1; ++stage) {
-    if (n_block_min + stage < n_block_max) load_kv_tile(n_block_min + stage);
+    if (it_begin + stage < it_end) load_kv_tile(it_begin + stage);
     commit_async_copies();
   }
 
@@ -202,8 +222,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   using ScoreTile = float[kMTiles][kNTiles][4];
 
   // S = Q·Kᵀ for this warp's rows and the tile's kTileN keys (unscaled, fp32).
-  auto compute_scores = [&](int n_block, ScoreTile& acc_s) {
-    const int stage = (n_block - n_block_min) % kStages;
+  auto compute_scores = [&](int it, ScoreTile& acc_s) {
+    const int stage = (it - it_begin) % kStages;
     const std::uint32_t k_tile = smem_k_address + stage * kKVTileBytes;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
@@ -236,6 +256,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     }
   };
 
+  // Block-sparse only: this warp's P·V skip threshold, and whether the current block's P is
+  // negligible for all of its rows (set by softmax, read by the loop).
+  [[maybe_unused]] float pv_limit_log2 = 0.0f;
+  [[maybe_unused]] bool pv_negligible = true;
+  [[maybe_unused]] unsigned pv_skipped = 0;
+  if constexpr (Traits::kBlockSparse) pv_limit_log2 = params.pv_threshold_log2[head];
+
   // Mask, then the online softmax: P = 2^(S·scale·log2e − max) in place, and the running O and
   // row sums rescaled by 2^((old max − new max)·scale·log2e).
   auto softmax = [&](int n_block, ScoreTile& acc_s) {
@@ -264,7 +291,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt)
           tile_max = fmaxf(tile_max, fmaxf(acc_s[mt][nt][2 * half], acc_s[mt][nt][2 * half + 1]));
-        const float new_max = fmaxf(row_max[mt][half], quad_max(tile_max));
+        const float row_tile_max = quad_max(tile_max);
+        const float new_max = fmaxf(row_max[mt][half], row_tile_max);
+        if constexpr (Traits::kBlockSparse) {
+          // P·V of this block may be skipped only if every row of the warp has it far below
+          // its running max: all p < 2^-λ·log2e relative to the row's largest.
+          if (!((row_tile_max - new_max) * params.scale_log2 < -pv_limit_log2)) pv_negligible = false;
+        }
         // A row that has seen no key yet keeps max -inf; subtracting 0 then keeps its p at 0
         // (2^-inf) instead of NaN (-inf − -inf).
         const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * params.scale_log2;
@@ -292,8 +325,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   };
 
   // O += P·V: S's accumulator layout for key tiles 2j, 2j+1 is the A fragment of k-step j.
-  auto accumulate_pv = [&](int n_block, ScoreTile& acc_s) {
-    const int stage = (n_block - n_block_min) % kStages;
+  auto accumulate_pv = [&](int it, ScoreTile& acc_s) {
+    const int stage = (it - it_begin) % kStages;
     const std::uint32_t v_tile = smem_v_address + stage * kKVTileBytes;
 #pragma unroll
     for (int kk = 0; kk < kTileN / 16; ++kk) {
@@ -319,16 +352,26 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   };
 
   ScoreTile acc_s;
-  for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+  for (int it = it_begin; it < it_end; ++it) {
     wait_async_copies<kStages - 2>();
-    __syncthreads();  // tile n_block visible to all; the stage computed last iteration is free
-    if (n_block + kStages - 1 < n_block_max) load_kv_tile(n_block + kStages - 1);
+    __syncthreads();  // tile `it` visible to all; the stage computed last iteration is free
+    if (it + kStages - 1 < it_end) load_kv_tile(it + kStages - 1);
     commit_async_copies();
-    compute_scores(n_block, acc_s);
-    softmax(n_block, acc_s);
-    accumulate_pv(n_block, acc_s);
+    compute_scores(it, acc_s);
+    if constexpr (Traits::kBlockSparse) pv_negligible = true;
+    softmax(block_at(it), acc_s);
+    if constexpr (Traits::kBlockSparse) {
+      if (__all_sync(0xffffffffu, pv_negligible)) {  // warp-uniform: no divergence
+        ++pv_skipped;
+        continue;
+      }
+    }
+    accumulate_pv(it, acc_s);
   }
   wait_async_copies<0>();  // only empty groups can be left; keep the count clean
+  if constexpr (Traits::kBlockSparse) {
+    if (params.pv_skips != nullptr && lane == 0 && pv_skipped > 0) atomicAdd(params.pv_skips, pv_skipped);
+  }
 
   // Epilogue: O /= row sum, LSE = max·scale + ln(sum); rows that saw no key: O = 0, LSE = -inf.
 #pragma unroll
@@ -375,6 +418,18 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           *reinterpret_cast<const uint4*>(smem_q + swizzled_offset<kHeadDim>(row, chunk));
     }
   }
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
+    flash2_forward_kernel(const __grid_constant__ Params params) {
+  forward_body<Traits>(params);
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
+    flash2_block_sparse_kernel(const __grid_constant__ SparseParams params) {
+  forward_body<Traits>(params);
 }
 
 }  // namespace attnsuite::cuda::flash2

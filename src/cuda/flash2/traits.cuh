@@ -24,6 +24,9 @@ struct Traits {
   // whole CTA; the others are re-read from shared memory per K tile.
   static constexpr int kQRegisterTiles = kQRegisterTiles_;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+  // The block-sparse variant (BlockSparse<Traits> below) visits only the key blocks of its q
+  // block's kept list and may skip P·V per warp; false here, so dense code is unchanged.
+  static constexpr bool kBlockSparse = false;
 
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowsPerWarp = kTileM / kWarps;
@@ -48,6 +51,13 @@ struct Traits {
   static_assert((kTileM * kChunksPerRow) % kThreads == 0 && (kTileN * kChunksPerRow) % kThreads == 0,
                 "tile loads divide evenly among the threads");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
+};
+
+// The block-sparse kernel on the same tiles (src/cuda/sparge, issue 6). Derived rather than a
+// Traits parameter so that the dense kernels' types and mangled names stay exactly as they were.
+template <class Base>
+struct BlockSparse : Base {
+  static constexpr bool kBlockSparse = true;
 };
 
 // The chosen configuration per (dtype, head dim); the dtype does not change the tiles.

@@ -1,0 +1,114 @@
+// `cpu-sparge` (the predictor, then the block-skipping forward) and `cpu-block-sparse` (a
+// user-given block mask): the CPU path of the sparse backends, so that CI runs the whole chain
+// — options, config files, predictor, skipping, result rows — without a GPU.
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "attnsuite/error.hpp"
+#include "cpu/common.hpp"
+#include "cpu/sparse/sparse.hpp"
+#include "cpu/sparse/sparse_backends.hpp"
+
+namespace attnsuite::sparse {
+
+bool SparseOptions::set(std::string_view key, const std::string& value, bool predicted) {
+  if (predicted && key == "sparse_config") {
+    if (value.empty()) {
+      config = SparseConfig{};
+      config_path.clear();
+      return true;
+    }
+    config = load_config(value);  // throws Error(Usage) naming the file and the reason
+    config_path = value;
+    return true;
+  }
+  if (predicted && key == "sparse_config_json") {  // the tuner's candidates, without a file
+    const nlohmann::json document = nlohmann::json::parse(value, nullptr, false);
+    if (document.is_discarded()) throw Error(ErrorKind::Usage, "sparse_config_json is not valid JSON");
+    config = document.is_object() && document.contains("layers")
+                 ? config_from_json(document, "sparse_config_json")
+                 : SparseConfig{true, {head_settings_from_json(document, "sparse_config_json")}};
+    config_path = "(inline)";
+    return true;
+  }
+  if (!predicted && key == "block_mask") {
+    // Checked now against a small problem so that a bad spec fails before any case runs.
+    AttentionProblem probe;
+    probe.head_dim = 128;
+    probe.seq_q = probe.seq_kv = 256;
+    if (value.rfind("file:", 0) != 0) (void)make_block_mask(value, probe, block_shape_for(128));
+    else if (value.size() <= 5) throw Error(ErrorKind::Usage, "bad block mask 'file:'; needs a path: file:PATH");
+    mask_spec = value;
+    return true;
+  }
+  return false;
+}
+
+Support SparseOptions::supports(const AttentionProblem& problem, bool predicted) const {
+  if (predicted && config.heads.size() != 1 && static_cast<int>(config.heads.size()) != problem.heads_q)
+    return Support::no(fmt::format("sparse config '{}' has settings for {} heads; the problem has {} q heads", config_path,
+                                   config.heads.size(), problem.heads_q));
+  return Support::yes();
+}
+
+namespace {
+
+class CpuSparseBackend final : public Backend {
+ public:
+  explicit CpuSparseBackend(bool predicted) : predicted_(predicted) {}
+
+  std::string_view name() const override { return predicted_ ? "cpu-sparge" : "cpu-block-sparse"; }
+  std::string_view display_name() const override {
+    return predicted_ ? "cpu-sparge (predicted block-sparse attention on the CPU)"
+                      : "cpu-block-sparse (block-sparse attention with a given mask, CPU)";
+  }
+  Device device() const override { return {DeviceType::Cpu, 0}; }
+  std::string capabilities() const override {
+    return predicted_ ? "fp32/fp16/bf16, head dim 64/128/256, causal, window, GQA; --sparse-config FILE"
+                      : "fp32/fp16/bf16, head dim 64/128/256, causal, window, GQA; --block-mask SPEC";
+  }
+  bool set_option(std::string_view key, const std::string& value) override {
+    return options_.set(key, value, predicted_);
+  }
+  void reset_options() override { options_ = SparseOptions{}; }
+  Support supports(const AttentionProblem& problem) const override {
+    Support support = cpu::supports_common(problem);
+    if (!support) return support;
+    if (problem.head_dim != 64 && problem.head_dim != 128 && problem.head_dim != 256)
+      return Support::no(fmt::format("head dim {} not supported by {}; allowed: 64, 128, 256", problem.head_dim, name()));
+    return options_.supports(problem, predicted_);
+  }
+  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream) override {
+    const Support support = supports(problem);
+    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
+    cpu::check_args(name(), problem, args, false);
+    const BlockShape shape = block_shape_for(problem.head_dim);
+    SparseStats stats;
+    BlockMask mask;
+    if (predicted_) {
+      const auto start = std::chrono::steady_clock::now();
+      mask = predict_blocks(problem, args, shape, options_.config);
+      stats.predictor_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    } else {
+      mask = make_block_mask(options_.mask_spec, problem, shape);
+    }
+    sparse_forward(problem, args, shape, mask, options_.config, &stats);
+    report_ = SparseReport{stats.predicted_sparsity(), stats.achieved_sparsity(),
+                           predicted_ ? std::optional<double>(stats.predictor_ms) : std::nullopt};
+  }
+  std::optional<SparseReport> last_sparse_report() const override { return report_; }
+
+ private:
+  bool predicted_;
+  SparseOptions options_;
+  std::optional<SparseReport> report_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_sparge_backend() { return std::make_unique<CpuSparseBackend>(true); }
+std::unique_ptr<Backend> make_cpu_block_sparse_backend() { return std::make_unique<CpuSparseBackend>(false); }
+
+}  // namespace attnsuite::sparse

@@ -1,0 +1,465 @@
+// Block-sparse attention (issue 6): the predictor's rule, the CPU block-skipping forward against
+// an fp64 reference of the masked attention, the tuner on held-out inputs, structured and
+// captured inputs, the CLI's errors; and on a GPU, the predictor and kernel against the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "attnsuite/attnsuite.hpp"
+#include "bench/captured_inputs.hpp"
+#include "bench/device_context.hpp"
+#include "bench/generators.hpp"
+#include "bench/runner.hpp"
+#include "cli_test_support.hpp"
+#include "cpu/sparse/sparse.hpp"
+#include "tune/sparse_tuner.hpp"
+
+#if ATTNSUITE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "cuda/common/device_buffer.hpp"
+#include "cuda/sparge/launch.hpp"
+#include "gpu_test_support.hpp"
+#endif
+
+namespace attnsuite {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Host inputs of a problem in its dtype (dense BSHD), from a generator.
+struct Host {
+  AttentionProblem p;
+  std::vector<unsigned char> q, k, v, o;
+  std::vector<float> lse;
+  AttentionArgs args;
+};
+
+TensorView view_of(std::vector<unsigned char>& bytes, DType dtype, int batch, int seq, int heads, int dim) {
+  TensorView t;
+  t.data = bytes.data();
+  t.dtype = dtype;
+  t.shape = {batch, seq, heads, dim};
+  t.strides = TensorView::dense_strides(t.shape, Layout::BSHD);
+  return t;
+}
+
+Host make_host(const AttentionProblem& p, const std::string& generator, std::uint64_t seed) {
+  Host h;
+  h.p = p;
+  const std::size_t nq = static_cast<std::size_t>(p.batch) * p.seq_q * p.heads_q * p.head_dim;
+  const std::size_t nk = static_cast<std::size_t>(p.batch) * p.seq_kv * p.heads_kv * p.head_dim;
+  std::vector<float> q(nq), k(nk), v(nk);
+  bench::find_generator(generator).fill(p, seed, q, k, v);
+  const std::size_t e = size_of(p.dtype);
+  h.q.resize(nq * e);
+  h.k.resize(nk * e);
+  h.v.resize(nk * e);
+  h.o.assign(nq * e, 0);
+  h.lse.assign(static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q, 0.0f);
+  convert_from_float(q.data(), h.q.data(), p.dtype, nq);
+  convert_from_float(k.data(), h.k.data(), p.dtype, nk);
+  convert_from_float(v.data(), h.v.data(), p.dtype, nk);
+  h.args.q = view_of(h.q, p.dtype, p.batch, p.seq_q, p.heads_q, p.head_dim);
+  h.args.k = view_of(h.k, p.dtype, p.batch, p.seq_kv, p.heads_kv, p.head_dim);
+  h.args.v = view_of(h.v, p.dtype, p.batch, p.seq_kv, p.heads_kv, p.head_dim);
+  h.args.o = view_of(h.o, p.dtype, p.batch, p.seq_q, p.heads_q, p.head_dim);
+  h.args.lse = {h.lse.data(), {}};
+  return h;
+}
+
+AttentionProblem problem(int batch, int hq, int hkv, int seq_q, int seq_kv, int d, DType dtype, bool causal) {
+  AttentionProblem p;
+  p.batch = batch;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.seq_q = seq_q;
+  p.seq_kv = seq_kv;
+  p.head_dim = d;
+  p.dtype = dtype;
+  p.causal = causal;
+  return p;
+}
+
+// fp64 attention over the kept blocks only: a row sees key j when the mask keeps j's block for
+// the row's q block and the causal/window mask allows j.
+std::vector<double> masked_reference(const Host& h, sparse::BlockShape shape, const sparse::BlockMask& mask) {
+  const AttentionProblem& p = h.p;
+  const int d = p.head_dim;
+  std::vector<double> out(static_cast<std::size_t>(p.batch) * p.seq_q * p.heads_q * d, 0.0);
+  const double scale = p.softmax_scale();
+  for (int b = 0; b < p.batch; ++b)
+    for (int hh = 0; hh < p.heads_q; ++hh) {
+      const int kvh = p.kv_head_of(hh);
+      for (int i = 0; i < p.seq_q; ++i) {
+        const int mb = i / shape.m;
+        const std::size_t slot = mask.slot(b, hh, mb);
+        std::vector<char> kept(static_cast<std::size_t>(mask.n_blocks), 0);
+        for (int c = 0; c < mask.count[slot]; ++c) kept[static_cast<std::size_t>(mask.index[slot * mask.n_blocks + c])] = 1;
+        std::vector<double> s;
+        std::vector<int> keys;
+        double mx = -INFINITY;
+        for (std::int64_t j = p.key_begin(i); j < p.key_end(i); ++j) {
+          if (!kept[static_cast<std::size_t>(j / shape.n)]) continue;
+          double dot = 0;
+          for (int x = 0; x < d; ++x)
+            dot += static_cast<double>(load_as_float(h.q.data(), p.dtype, h.args.q.offset(b, i, hh, x))) *
+                   load_as_float(h.k.data(), p.dtype, h.args.k.offset(b, j, kvh, x));
+          s.push_back(dot * scale);
+          keys.push_back(static_cast<int>(j));
+          mx = std::max(mx, dot * scale);
+        }
+        double sum = 0;
+        for (double& x : s) sum += (x = std::exp(x - mx));
+        for (std::size_t n = 0; n < keys.size(); ++n)
+          for (int x = 0; x < d; ++x)
+            out[static_cast<std::size_t>(h.args.o.offset(b, i, hh, x))] +=
+                s[n] / sum * load_as_float(h.v.data(), p.dtype, h.args.v.offset(b, keys[n], kvh, x));
+      }
+    }
+  return out;
+}
+
+double max_abs_error(const Host& h, const std::vector<double>& want) {
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::abs(load_as_float(h.o.data(), h.p.dtype, static_cast<std::int64_t>(i)) - want[i]));
+  return worst;
+}
+
+TEST(SparsePredictor, LargerCdfKeepsASupersetAndCdfOneIsDense) {
+  for (bool causal : {false, true}) {
+    const AttentionProblem p = problem(1, 4, 2, 1000, 1000, 64, DType::F32, causal);
+    const Host h = make_host(p, "banded", 3);
+    const sparse::BlockShape shape = sparse::block_shape_for(64);
+    sparse::SparseConfig low, high, full;
+    low.heads[0].cdf_threshold = 0.5;
+    high.heads[0].cdf_threshold = 0.9;
+    full.heads[0].cdf_threshold = 1.0;
+    const auto a = sparse::predict_blocks(p, h.args, shape, low);
+    const auto b = sparse::predict_blocks(p, h.args, shape, high);
+    const auto c = sparse::predict_blocks(p, h.args, shape, full);
+    const auto dense = sparse::dense_mask(p, shape);
+    EXPECT_EQ(c.count, dense.count);
+    EXPECT_EQ(c.index, dense.index);
+    EXPECT_LT(a.kept_blocks(), dense.kept_blocks());
+    for (std::size_t slot = 0; slot < a.count.size(); ++slot) {
+      std::vector<int> in_b(b.index.begin() + static_cast<std::ptrdiff_t>(slot * b.n_blocks),
+                            b.index.begin() + static_cast<std::ptrdiff_t>(slot * b.n_blocks + b.count[slot]));
+      for (int n = 0; n < a.count[slot]; ++n)
+        EXPECT_TRUE(std::binary_search(in_b.begin(), in_b.end(), a.index[slot * a.n_blocks + n]))
+            << "slot " << slot << (causal ? " causal" : "");
+      // The diagonal (blocks the causal mask cuts) and the sink are always kept.
+      if (a.count[slot] > 0 && p.causal) {
+        const auto [lo, hi] = sparse::visible_blocks(p, shape, static_cast<int>(slot % a.m_blocks));
+        EXPECT_EQ(a.index[slot * a.n_blocks + a.count[slot] - 1], hi - 1);
+        EXPECT_EQ(a.index[slot * a.n_blocks], lo);
+      }
+    }
+  }
+}
+
+TEST(SparseCpu, GivenMaskMatchesTheMaskedFp64Reference) {
+  for (bool causal : {false, true}) {
+    const AttentionProblem p = problem(2, 4, 2, 300, 333, 64, DType::F32, causal);
+    Host h = make_host(p, "randn", 5);
+    const sparse::BlockShape shape = sparse::block_shape_for(64);
+    const sparse::BlockMask mask = sparse::make_block_mask("random:0.4", p, shape, 9);
+    sparse::SparseStats stats;
+    sparse::sparse_forward(p, h.args, shape, mask, sparse::SparseConfig{}, &stats);
+    EXPECT_LT(max_abs_error(h, masked_reference(h, shape, mask)), 2e-5);
+    EXPECT_GT(stats.predicted_sparsity(), 0.2);
+    EXPECT_EQ(stats.pv_skipped_groups, 0);  // λ = infinity: never
+  }
+}
+
+TEST(SparseCpu, SparsityZeroReproducesDenseAttention) {
+  const AttentionProblem p = problem(1, 4, 4, 257, 257, 128, DType::F32, true);
+  Host h = make_host(p, "randn", 11);
+  const sparse::BlockShape shape = sparse::block_shape_for(128);
+  sparse::SparseConfig dense;
+  dense.heads[0].dense = true;
+  sparse::SparseStats stats;
+  sparse::sparse_forward(p, h.args, shape, sparse::predict_blocks(p, h.args, shape, dense), dense, &stats);
+  EXPECT_EQ(stats.predicted_sparsity(), 0.0);
+  EXPECT_LT(max_abs_error(h, masked_reference(h, shape, sparse::dense_mask(p, shape))), 2e-5);
+}
+
+TEST(SparseCpu, PvSkipSkipsOnlyNegligibleBlocks) {
+  const AttentionProblem p = problem(1, 2, 2, 1024, 1024, 64, DType::F32, true);
+  Host h = make_host(p, "banded", 1);
+  const sparse::BlockShape shape = sparse::block_shape_for(64);
+  sparse::SparseConfig config;
+  config.heads[0].pv_threshold = 6.0;
+  const auto mask = sparse::dense_mask(p, shape);
+  sparse::SparseStats stats;
+  sparse::sparse_forward(p, h.args, shape, mask, config, &stats);
+  EXPECT_GT(stats.pv_skipped_groups, 0);
+  EXPECT_GT(stats.achieved_sparsity(), stats.predicted_sparsity());
+  // Skipped P are below e^-6 of their row's max: the output moves little.
+  const auto want = masked_reference(h, shape, mask);
+  double diff = 0, ref = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    diff += std::abs(load_as_float(h.o.data(), p.dtype, static_cast<std::int64_t>(i)) - want[i]);
+    ref += std::abs(want[i]);
+  }
+  EXPECT_LT(diff / ref, 0.02);
+}
+
+TEST(SparseGenerators, StructuredInputsAreSparseAndRandnIsNot) {
+  const AttentionProblem p = problem(1, 2, 2, 2048, 2048, 64, DType::F32, false);
+  const sparse::BlockShape shape = sparse::block_shape_for(64);
+  auto sparsity = [&](const std::string& generator) {
+    const Host h = make_host(p, generator, 7);
+    const auto mask = sparse::predict_blocks(p, h.args, shape, sparse::SparseConfig{});
+    return 1.0 - static_cast<double>(mask.kept_blocks()) / static_cast<double>(sparse::visible_block_count(p, shape));
+  };
+  EXPECT_GT(sparsity("banded"), 0.4);
+  EXPECT_GT(sparsity("clustered"), 0.4);
+  EXPECT_GT(sparsity("sinks"), 0.4);
+  // Gaussian blocks are not self-similar (mean pairwise cosine ≈ 1/64): all computed.
+  EXPECT_LT(sparsity("randn"), 0.05);
+}
+
+void write_npy(const fs::path& path, const std::string& descr, const std::vector<std::int64_t>& shape, const void* data,
+               std::size_t bytes) {
+  std::string dims;
+  for (std::int64_t s : shape) dims += std::to_string(s) + ", ";
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const unsigned short len = static_cast<unsigned short>(header.size());
+  out.write(reinterpret_cast<const char*>(&len), 2);
+  out << header;
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+}
+
+TEST(SparseInputs, LoadsNpyAndSafetensorsAndRejectsBadFiles) {
+  const fs::path dir = testing_support::scratch("captured");
+  fs::create_directories(dir);
+  const AttentionProblem p = problem(1, 2, 2, 16, 16, 64, DType::BF16, false);
+  std::vector<float> values(16 * 2 * 64);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 97) * 0.25f - 3.0f;
+  for (const char* name : {"q", "k", "v"})
+    write_npy(dir / (std::string(name) + ".npy"), "<f4", {1, 16, 2, 64}, values.data(), values.size() * 4);
+  std::vector<float> q(values.size()), k(values.size()), v(values.size());
+  bench::find_generator("npy:" + dir.string()).fill(p, 0, q, k, v);
+  EXPECT_EQ(q, values);
+  EXPECT_EQ(v, values);
+
+  // safetensors, bf16, (seq, heads, dim) for batch 1.
+  std::vector<std::uint16_t> bf(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) bf[i] = float_to_bf16_bits(values[i]);
+  nlohmann::json header;
+  const std::size_t bytes = bf.size() * 2;
+  header["q"] = {{"dtype", "BF16"}, {"shape", {16, 2, 64}}, {"data_offsets", {0, bytes}}};
+  header["k"] = {{"dtype", "BF16"}, {"shape", {16, 2, 64}}, {"data_offsets", {bytes, 2 * bytes}}};
+  header["v"] = {{"dtype", "BF16"}, {"shape", {16, 2, 64}}, {"data_offsets", {2 * bytes, 3 * bytes}}};
+  const std::string text = header.dump();
+  {
+    std::ofstream out(dir / "qkv.safetensors", std::ios::binary);
+    const std::uint64_t len = text.size();
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out << text;
+    for (int t = 0; t < 3; ++t) out.write(reinterpret_cast<const char*>(bf.data()), static_cast<std::streamsize>(bytes));
+  }
+  bench::find_generator("safetensors:" + (dir / "qkv.safetensors").string()).fill(p, 0, q, k, v);
+  EXPECT_EQ(k, values);  // the values are exact in bf16
+
+  // Wrong dtype, wrong shape, missing file: Error(Usage) naming the problem.
+  const fs::path bad = dir / "bad";
+  fs::create_directories(bad);
+  std::vector<std::int32_t> ints(values.size());
+  for (const char* name : {"q", "k", "v"}) write_npy(bad / (std::string(name) + ".npy"), "<i4", {1, 16, 2, 64}, ints.data(), ints.size() * 4);
+  try {
+    bench::find_generator("npy:" + bad.string());
+    ADD_FAILURE() << "int32 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find("dtype '<i4' not supported"), std::string::npos) << e.what();
+  }
+  const AttentionProblem other = problem(1, 2, 2, 32, 32, 64, DType::BF16, false);
+  std::vector<float> q2(32 * 2 * 64), k2(q2.size()), v2(q2.size());
+  try {
+    bench::find_generator("npy:" + dir.string()).fill(other, 0, q2, k2, v2);
+    ADD_FAILURE() << "shape mismatch accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not match"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(bench::find_generator("safetensors:" + (dir / "missing.safetensors").string()), Error);
+  fs::remove_all(dir);
+}
+
+TEST(SparseTuner, MeetsItsTargetOnHeldOutInputs) {
+  const AttentionProblem p = problem(1, 2, 2, 2048, 2048, 64, DType::BF16, true);
+  tune::SparseTarget target;  // rel L1 0.05
+  tune::BackendLayerEvaluator calibrate(p, "cpu-sparge", "cpu-flash", {"banded", "sinks"}, 0, 2);
+  const tune::SparseTuneResult result = tune::tune_sparse_layer(std::ref(calibrate), p.heads_q, target);
+  ASSERT_EQ(result.config.heads.size(), 2u);
+  tune::BackendLayerEvaluator held_out(p, "cpu-sparge", "cpu-flash", {"banded", "sinks"}, 100, 1);
+  const auto outcome = held_out(result.config);
+  double sparsity = 0;
+  for (const auto& head : outcome) {
+    EXPECT_LE(head.rel_l1, target.value);
+    sparsity += head.predicted_sparsity / static_cast<double>(outcome.size());
+  }
+  EXPECT_GT(sparsity, 0.2);  // causal N = 2048: a band of ~512 keys leaves ~0.6 at most
+  // Bisection, not a grid: 3 similarity thresholds × 7 steps + λ candidates + the final check.
+  EXPECT_LE(result.evaluations, 3 * 7 + 4 + 1);
+}
+
+TEST(SparseBench, RowsCarrySparsityAndPredictorTime) {
+  bench::SweepSpec spec;
+  spec.backends = {"cpu-sparge", "cpu-block-sparse"};
+  spec.dtypes = {DType::BF16};
+  spec.seq_q = {1024};
+  spec.heads = {bench::HeadConfig{2, 2, 64, ""}};
+  spec.generators = {"banded"};
+  spec.timing.measure.min_reps = 1;
+  spec.timing.measure.max_reps = 2;
+  spec.timing.measure.warmup_reps = 0;
+  spec.backend_options["block_mask"] = "band:4";
+  bench::Runner runner(spec, Registry::global());
+  for (const bench::Case& c : bench::expand(spec)) {
+    const auto row = runner.run(c);
+    ASSERT_TRUE(row);
+    ASSERT_EQ(row->status, bench::CaseStatus::Ok) << row->reason;
+    ASSERT_TRUE(row->sparsity && row->predicted_sparsity && row->effective_tflops);
+    EXPECT_GT(*row->predicted_sparsity, 0.3) << c.backend;
+    EXPECT_LT(*row->effective_tflops, *row->tflops);
+    EXPECT_EQ(row->predictor_ms.has_value(), c.backend == "cpu-sparge");
+    if (c.backend == "cpu-sparge") {
+      EXPECT_LT(*row->rel_l1, 0.05);
+    }
+  }
+  bench::SweepSpec bad = spec;
+  bad.backend_options = {{"block_mask", "band:0"}};
+  EXPECT_THROW(bench::Runner(bad, Registry::global()), Error);
+  bad.backend_options = {{"no_such_option", "1"}};
+  EXPECT_THROW(bench::Runner(bad, Registry::global()), Error);
+}
+
+TEST(SparseCli, BadInputIsOneClearLineAndExitTwo) {
+  using testing_support::run_cli;
+  const std::vector<std::vector<std::string>> cases = {
+      {"tune", "--sparse", "-b", "cpu-sparge", "--target", "2", "--seq", "256", "--heads", "1", "--head-dim", "64"},
+      {"tune", "--sparse", "-b", "cpu-sparge", "--margin", "0", "--seq", "256", "--heads", "1", "--head-dim", "64"},
+      {"tune", "--sparse", "-b", "cpu-flash", "--seq", "256", "--heads", "1", "--head-dim", "64"},
+      {"bench", "-b", "cpu-sparge", "--sparse-config", "/nonexistent/sparse.json", "--seq", "256"},
+      {"bench", "-b", "cpu-block-sparse", "--block-mask", "band:x", "--seq", "256"},
+      {"bench", "-b", "cpu-flash", "--generator", "npy:/nonexistent", "--seq", "256"},
+  };
+  for (const auto& args : cases) {
+    const testing_support::CliResult r = run_cli(args);
+    EXPECT_EQ(r.code, 2) << args[0] << " " << args[3] << ": " << r.err;
+    EXPECT_EQ(testing_support::count_lines(r.err), 1) << r.err;
+  }
+  // A config with a threshold out of range.
+  const fs::path dir = testing_support::scratch("sparse_cfg");
+  fs::create_directories(dir);
+  std::ofstream(dir / "bad.json") << R"({"layers": [{"heads": [{"cdf_threshold": 1.5}]}]})";
+  const auto r = run_cli({"bench", "-b", "cpu-sparge", "--sparse-config", (dir / "bad.json").string(), "--seq", "256"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("cdf_threshold 1.5 out of range"), std::string::npos) << r.err;
+  fs::remove_all(dir);
+}
+
+#if ATTNSUITE_HAVE_CUDA
+
+// Device copies of a host problem's inputs.
+struct DeviceInputs {
+  cuda::DeviceBuffer q, k, v, o, workspace;
+  AttentionArgs args;
+  DeviceInputs(Host& h, std::size_t workspace_bytes)
+      : q(h.q.size()), k(h.k.size()), v(h.v.size()), o(h.o.size()), workspace(std::max<std::size_t>(workspace_bytes, 256)) {
+    cudaMemcpy(q.data(), h.q.data(), h.q.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(k.data(), h.k.data(), h.k.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(v.data(), h.v.data(), h.v.size(), cudaMemcpyHostToDevice);
+    args = h.args;
+    args.q.data = q.data();
+    args.k.data = k.data();
+    args.v.data = v.data();
+    args.o.data = o.data();
+    args.lse = {};
+    for (TensorView* t : {&args.q, &args.k, &args.v, &args.o}) t->device = {DeviceType::Cuda, 0};
+    args.workspace = workspace.data();
+  }
+  std::vector<unsigned char> output() const {
+    std::vector<unsigned char> host(o.bytes());
+    cudaMemcpy(host.data(), o.data(), host.size(), cudaMemcpyDeviceToHost);
+    return host;
+  }
+};
+
+TEST(SparseGpu, PredictorMatchesTheCpuRule) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (bool causal : {false, true})
+    for (int d : {64, 128}) {
+      const AttentionProblem p = problem(2, 8, 4, 4096, 4096, d, DType::BF16, causal);
+      Host h = make_host(p, "sinks", 21);
+      const sparse::BlockShape shape = sparse::block_shape_for(d);
+      sparse::SparseConfig config;
+      config.heads[0].cdf_threshold = 0.8;
+      const sparse::BlockMask want = sparse::predict_blocks(p, h.args, shape, config);
+      Backend& sparge = Registry::global().find("sparge");
+      sparge.reset_options();
+      ASSERT_TRUE(sparge.set_option("sparse_config_json", sparse::to_json(config.heads[0]).dump()));
+      DeviceInputs in(h, sparge.workspace_bytes(p));
+      sparge.forward(p, in.args, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto report = sparge.last_sparse_report();
+      ASSERT_TRUE(report && report->predictor_ms);
+      const double cpu_sparsity =
+          1.0 - static_cast<double>(want.kept_blocks()) / static_cast<double>(sparse::visible_block_count(p, shape));
+      // Pooling in fp32 on the GPU and fp64 here can move a block that sits exactly at the cdf
+      // boundary: the predicted sparsity agrees to 0.5% of the blocks.
+      EXPECT_NEAR(report->predicted_sparsity, cpu_sparsity, 0.005) << "d" << d << (causal ? " causal" : "");
+      EXPECT_GT(report->predicted_sparsity, 0.3);
+    }
+}
+
+TEST(SparseGpu, GivenMaskMatchesTheMaskedReferenceAndDenseMaskIsFlash2) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (bool causal : {false, true}) {
+    const AttentionProblem p = problem(1, 4, 2, 1000, 1000, 128, DType::BF16, causal);
+    Host h = make_host(p, "randn", 4);
+    const sparse::BlockShape shape = sparse::block_shape_for(128);
+    Backend& block_sparse = Registry::global().find("block-sparse");
+    block_sparse.reset_options();
+    ASSERT_TRUE(block_sparse.set_option("block_mask", "random:0.3"));
+    DeviceInputs in(h, 0);
+    block_sparse.forward(p, in.args, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<unsigned char> got = in.output();
+    std::memcpy(h.o.data(), got.data(), got.size());
+    const auto want = masked_reference(h, shape, sparse::make_block_mask("random:0.3", p, shape));
+    EXPECT_LT(max_abs_error(h, want), 2e-2);  // bf16 output, P rounded to bf16
+
+    // Sparsity 0: every block kept, λ = infinity: bitwise flash2's output.
+    Backend& sparge = Registry::global().find("sparge");
+    sparge.reset_options();
+    sparse::HeadSettings dense;
+    dense.dense = true;
+    ASSERT_TRUE(sparge.set_option("sparse_config_json", sparse::to_json(dense).dump()));
+    DeviceInputs in2(h, sparge.workspace_bytes(p));
+    sparge.forward(p, in2.args, nullptr);
+    Registry::global().find("flash2").forward(p, in.args, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(in2.output(), in.output());
+    EXPECT_EQ(sparge.last_sparse_report()->predicted_sparsity, 0.0);
+  }
+}
+
+#endif  // ATTNSUITE_HAVE_CUDA
+
+}  // namespace
+}  // namespace attnsuite
