@@ -178,7 +178,11 @@ Call make_call(const Array& q, const Array& k, const Array& v, bool causal, std:
 // supports the problem and writes into caller memory wins; `reference` is the CPU's last resort.
 const std::vector<std::string>& auto_order(DeviceType device) {
   static const std::vector<std::string> cpu{"cpu-flash", "cpu-vanilla", "reference"};
-  static const std::vector<std::string> cuda{"cudnn", "flash3", "flash2", "cuda-vanilla"};
+  // Our kernels first in a Python process: there PyTorch has loaded its own cuDNN, and the
+  // cudnn peer (built against the system's) crashed the interpreter on its first call on the
+  // H200 (segmentation fault, torch 2.11, 2026-12-02; not seen in the C++ harness, which also
+  // loads libtorch). The backend cache, when there is one, still orders by measured speed.
+  static const std::vector<std::string> cuda{"flash3", "flash2", "cudnn", "cuda-vanilla"};
   return device == DeviceType::Cpu ? cpu : cuda;
 }
 
@@ -410,15 +414,32 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
   } else {
     call.args.o = out;
     call.args.lse = lse_view;
-    // A GPU backend given no workspace allocates its own (the cudnn peer does, on its stream).
+    // The workspace a backend asks for (workspace_bytes), on its device: flash3-fp8, sage,
+    // sage2 and sparge keep their quantized copies or block lists there. (Without it they failed
+    // on the H200, 2026-12-02: "FF" in tests/python/test_gpu.py.)
     std::unique_ptr<HostBuffer> workspace;
+    const std::size_t workspace_bytes = backend.workspace_bytes(p);
     if (backend.device().type == DeviceType::Cpu) {
-      if (const std::size_t bytes = backend.workspace_bytes(p); bytes > 0) {
-        workspace = std::make_unique<HostBuffer>(bytes);
+      if (workspace_bytes > 0) {
+        workspace = std::make_unique<HostBuffer>(workspace_bytes);
         call.args.workspace = workspace->data();
       }
+      backend.forward(p, call.args, reinterpret_cast<Stream>(stream));
+    } else {
+#if ATTNSUITE_HAVE_CUDA
+      cuda::DeviceBuffer device_workspace;
+      if (workspace_bytes > 0) {
+        device_workspace = cuda::DeviceBuffer(workspace_bytes);
+        call.args.workspace = device_workspace.data();
+      }
+      backend.forward(p, call.args, reinterpret_cast<Stream>(stream));
+      // The kernels queued on the caller's stream read the workspace: wait for them before it
+      // is freed (only where there is one; the others stay asynchronous).
+      if (workspace_bytes > 0) cuda::synchronize_stream(reinterpret_cast<Stream>(stream));
+#else
+      backend.forward(p, call.args, reinterpret_cast<Stream>(stream));
+#endif
     }
-    backend.forward(p, call.args, reinterpret_cast<Stream>(stream));
   }
   return std::string(backend.name());
 }

@@ -56,6 +56,10 @@ CudaDeviceInfo query_cuda_device(int device_index);
 // require_cuda_device.
 KernelConfigKey kernel_config_key(int device_index, std::string backend, const AttentionProblem& problem);
 
+// Waits for the work queued on `stream` (a cudaStream_t; null: the legacy default stream).
+// Throws Error(Device) naming the CUDA error.
+void synchronize_stream(Stream stream);
+
 // The GPU fields of DeviceCeilings for device `device_index` (src/cuda/profile/ceilings.cpp):
 // copy bandwidth, fp16/bf16 GEMM through cuBLAS, fp8 GEMM through cuBLASLt (sm_89 and later),
 // the smallest timed operation. About a second. Throws Error.

@@ -83,4 +83,8 @@ KernelConfigKey kernel_config_key(int device_index, std::string backend, const A
   return {std::move(device.first), std::move(device.second), std::move(backend), kernel_shape_class(problem)};
 }
 
+void synchronize_stream(Stream stream) {
+  ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+}
+
 }  // namespace attnsuite::cuda
