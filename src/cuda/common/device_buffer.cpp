@@ -29,7 +29,14 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes) {
 void DeviceBuffer::release() noexcept {
   if (data_ == nullptr) return;
   MemoryTracker::for_device(DeviceType::Cuda).on_free(bytes_);
-  ATTNSUITE_CUDA_CHECK_NOTHROW(cudaFree(data_));
+  // A buffer held by a backend in the global registry is freed after main() returns, when the
+  // CUDA runtime may already be unloading: the driver frees the memory with the context then,
+  // so that one status is not an error (it printed "driver shutting down" at every exit).
+  if (const cudaError_t status = cudaFree(data_); status == cudaErrorCudartUnloading) {
+    cudaGetLastError();
+  } else {
+    ::attnsuite::cuda::detail::check_nothrow(status, "cudaFree(data_)", __FILE__, __LINE__);
+  }
   data_ = nullptr;
   bytes_ = 0;
 }

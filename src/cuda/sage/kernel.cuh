@@ -350,8 +350,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
+      // sum == 0 only where the row saw no key: O = 0 even where V holds NaN/Inf (P·V gave
+      // 0·NaN there). A NaN sum (NaN or +Inf among the row's scores) propagates to O and LSE.
       const float sum = quad_sum(row_sum[mt][half]);
-      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const bool seen = sum != 0.0f;
+      const float inverse = 1.0f / sum;
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
@@ -361,11 +364,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
             const int channel = dt * 8 + 2 * quad_col + e;
             factor *= __ldg(params.v_scale + kv_slice * kHeadDim + channel) * (1.0f / kFp8Max);
           }
-          acc_o[mt][dt][2 * half + e] *= factor;
+          acc_o[mt][dt][2 * half + e] = seen ? acc_o[mt][dt][2 * half + e] * factor : 0.0f;
         }
       const int row = row_begin + warp_row + mt * 16 + quad_row + 8 * half;
       if (lse_head != nullptr && quad_col == 0 && row < params.seq_q) {
-        lse_head[row] = sum > 0.0f ? (row_max[mt][half] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+        lse_head[row] = seen ? (row_max[mt][half] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
       }
     }
 

@@ -49,6 +49,19 @@ struct VQuantParams {
   float* v_scale = nullptr;  // [batch][heads][head_dim] = amax / 448
 };
 
+// After the attention kernel, where it wrote an LSE: smooth-K shifted every score of query row
+// i by −scale·(q_i·k̄), which leaves the softmax (and O) unchanged but moves the log-sum-exp by
+// that much; this pass adds it back, LSE += scale·(q_i·k̄), with k̄ the same mean the K
+// quantizer subtracted (the K partial sums in order, / seq_kv).
+struct LseShiftParams {
+  const void* q = nullptr;
+  std::int64_t batch_stride = 0, row_stride = 0, head_stride = 0;
+  int batch = 0, heads_q = 0, heads_kv = 0, group_size = 1, seq_q = 0, seq_kv = 0, head_dim = 0, splits = 0;
+  const float* k_sum = nullptr;  // the statistics partials, [batch][heads_kv][splits][head_dim]
+  float scale = 1.0f;            // the softmax scale (natural-log units, as the LSE)
+  float* lse = nullptr;          // (batch, heads_q, seq_q)
+};
+
 // The attention kernel.
 struct Params {
   const std::int8_t* q8 = nullptr;  // [batch][heads_q][seq_q][head_dim]

@@ -203,6 +203,46 @@ __global__ void __launch_bounds__(kThreads) quantize_v_kernel(const VQuantParams
   }
 }
 
+// A CTA per (64 query rows, q head, batch): the K mean of the head's kv head once into shared
+// memory (the same sum, in the same order, as quantize_rows_kernel's), then one warp per row:
+// the dot product of the row (16-bit, 8 elements a lane) with it, reduced over the warp.
+// −inf (no key) stays −inf; NaN stays NaN.
+constexpr int kLseRowsPerCta = 64;
+
+template <class Element, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) lse_shift_kernel(const LseShiftParams p) {
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float mean[kHeadDim];
+  const int head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
+  const int kv = head / p.group_size;
+  const float* partial = p.k_sum + (static_cast<std::int64_t>(batch) * p.heads_kv + kv) * p.splits * kHeadDim;
+  for (int c = static_cast<int>(threadIdx.x); c < kHeadDim; c += kThreads) {
+    float s = 0.0f;
+    for (int split = 0; split < p.splits; ++split) s += partial[split * kHeadDim + c];
+    mean[c] = s / static_cast<float>(p.seq_kv);
+  }
+  __syncthreads();
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const auto* q_head = static_cast<const Element*>(p.q) + batch * p.batch_stride + head * p.head_stride;
+  float* lse_head = p.lse + (static_cast<std::int64_t>(batch) * p.heads_q + head) * p.seq_q;
+  const int row_end = min(p.seq_q, (static_cast<int>(blockIdx.x) + 1) * kLseRowsPerCta);
+  for (int i = static_cast<int>(blockIdx.x) * kLseRowsPerCta + warp; i < row_end; i += kWarps) {
+    float dot = 0.0f;
+    for (int chunk = lane; chunk < kHeadDim / 8; chunk += 32) {
+      float x[8];
+      load_8(q_head + i * p.row_stride + chunk * 8, x);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) dot += x[j] * mean[chunk * 8 + j];
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    if (lane == 0) {
+      const float value = lse_head[i];
+      if (value != -INFINITY) lse_head[i] = value + p.scale * dot;
+    }
+  }
+}
+
 __global__ void probe_kernel() {}
 
 template <template <class, int> class Launch, class Params>
@@ -254,7 +294,21 @@ struct VLaunch {
   }
 };
 
+template <class Element, int kHeadDim>
+struct LseShiftLaunch {
+  static void run(const LseShiftParams& p, cudaStream_t stream) {
+    const int ctas = (p.seq_q + kLseRowsPerCta - 1) / kLseRowsPerCta;
+    lse_shift_kernel<Element, kHeadDim><<<grid_of(ctas, p.heads_q, p.batch), kThreads, 0, stream>>>(p);
+    ATTNSUITE_CUDA_CHECK_LAUNCH("sage lse_shift_kernel");
+  }
+};
+
 }  // namespace
+
+void launch_lse_shift(const LseShiftParams& params, DType dtype, void* stream) {
+  if (params.lse == nullptr || params.batch == 0 || params.heads_q == 0 || params.seq_q == 0) return;
+  dispatch<LseShiftLaunch>(params, dtype, params.head_dim, static_cast<cudaStream_t>(stream));
+}
 
 void launch_stats(const StatsParams& params, DType dtype, void* stream) {
   dispatch<StatsLaunch>(params, dtype, params.head_dim, static_cast<cudaStream_t>(stream));

@@ -219,6 +219,26 @@ class SageBackend final : public Backend {
     params.window_right = problem.window_right;
     if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
     sage::launch_forward(mode_, params, problem.dtype, stream);
+    if (args.lse.data != nullptr) {
+      // Smooth-K moved each row's scores by −scale·(q·k̄): O does not see it, the LSE does.
+      sage::LseShiftParams shift;
+      shift.q = args.q.data;
+      shift.batch_stride = args.q.strides[0];
+      shift.row_stride = args.q.strides[1];
+      shift.head_stride = args.q.strides[2];
+      shift.batch = problem.batch;
+      shift.heads_q = problem.heads_q;
+      shift.heads_kv = problem.heads_kv;
+      shift.group_size = problem.group_size();
+      shift.seq_q = problem.seq_q;
+      shift.seq_kv = problem.seq_kv;
+      shift.head_dim = d;
+      shift.splits = layout.splits;
+      shift.k_sum = stats.k_sum;
+      shift.scale = problem.softmax_scale();
+      shift.lse = args.lse.data;
+      sage::launch_lse_shift(shift, problem.dtype, stream);
+    }
   }
 
  private:
