@@ -98,6 +98,8 @@ if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   # sage/sage2 and their quantizers (causal, Nq != Nk); flash2's alternative configurations.
   filter+=':Cuda/SageTest.CausalWithDifferentQueryAndKeyLengths/*:SageQuantKernels.*'
   filter+=':CudaFlash2.EveryKernelConfigMatchesTheReference'
+  # sparge's predictor and block-sparse kernel.
+  filter+=':SparseGpu.*'
   filter+="${SANITIZE_EXTRA_FILTER:-}"
   # initcheck leaves out cuda-vanilla: it reports every read of the scores that cuBLAS's GEMM
   # wrote (444,344 reports on the H200, cuBLAS 13; memcheck is clean and the values match the

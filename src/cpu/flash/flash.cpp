@@ -447,6 +447,7 @@ class FlashBackend final : public Backend {
   // Forced, else the cache's entry for this CPU, thread count and shape class, else the default.
   const TileConfig& choose(const AttentionProblem& problem) const {
     if (!forced_.empty()) return find_config(forced_);
+    if (KernelConfigCache::global().size() == 0) return kTileConfigs[0];  // no cache: no key to build
     if (const auto cached = KernelConfigCache::global().lookup(cpu_kernel_config_key("cpu-flash", problem))) {
       for (const TileConfig& config : kTileConfigs)
         if (*cached == config.name) return config;

@@ -146,6 +146,8 @@ class Flash2Backend final : public Backend {
   const flash2::AlternativeConfig* choose(const AttentionProblem& problem) const {
     std::string wanted = forced_;
     if (wanted.empty()) {
+      // Without a cache file (the usual case) no key is built: forward() stays free of it.
+      if (KernelConfigCache::global().size() == 0) return nullptr;
       const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, name_, problem));
       if (!cached) return nullptr;
       wanted = *cached;
