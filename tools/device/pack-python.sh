@@ -23,3 +23,15 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform any -d "$dest" "$pin" "$@"
 ls -la "$dest"
 du -sh "$dest"
+# The notebook's runner (nbclient, nbformat, ipykernel at python/requirements.txt's pins) and what
+# they need, into wheels/notebook/: run-python.sh installs them apart, for its notebook step only.
+# Left out: packages the image has for torch/pandas (packaging, typing_extensions, dateutil,
+# tzdata), so that the step cannot shadow those with other versions. ~17 MB.
+nb="$dest/notebook"
+mkdir -p "$nb"
+python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  --platform any -d "$nb" $(grep -E '^(nbclient|nbformat|ipykernel)==' "$root/python/requirements.txt")
+rm -f "$nb"/packaging-*.whl "$nb"/typing_extensions-*.whl "$nb"/python_dateutil-*.whl "$nb"/tzdata-*.whl
+ls "$nb" | wc -l
+du -sh "$dest"

@@ -237,6 +237,9 @@ def table(directory):
             add("ONNX Runtime CUDA EP", "ok" if ort_results.get("ok") else "FAILED", "; ".join(cells))
     elif "ort" in steps:
         add("ONNX Runtime CUDA EP", status_of(steps["ort"]), "no results; see demo.log in logs.tar.gz")
+    if "notebook" in steps:
+        step = steps["notebook"]
+        add("notebook (nbclient)", status_of(step), f"{step['seconds']} s; {step['detail']}"[:300])
     width = max((len(step) for step, _, _ in lines), default=4)
     status_width = max((len(status) for _, status, _ in lines), default=6)
     print("\n=== attnsuite Python side on the GPU machine ===")

@@ -10,7 +10,7 @@
 #   2. the Python tests that need the GPU or torch (test_gpu.py, test_torch.py, test_module.py);
 #   3. DLPack in and out of torch, cupy and jax on the GPU; 4. ONNX Runtime's CUDA EP, if the
 #      installed onnxruntime has it; 5. the drop-in on a transformers Llama (random weights),
-#      eager and under torch.compile, with the time left;
+#      eager and under torch.compile, with the time left; 6. the example notebook (nbclient);
 # then a short table (printed last). Files in $OUT: summary.txt, pytest.log,
 # dropin-transformers.json, dlpack.json, ort.json, logs.tar.gz (pip, demo logs, steps.tsv).
 set -uo pipefail
@@ -126,10 +126,22 @@ run_step "drop-in" 300 "$work/dropin.log" "$py" "$root/examples/dropin_transform
   --reps 5 --out "$work/dropin-transformers.json"
 record "drop-in" $step_status $step_seconds "$(grep -E 'logits_rel_l2|ok:' "$work/dropin.log" | tr '\n' ' ' | tr -s ' ')"
 
+# 6. The example notebook, headless, as CI runs it on the CPU (tests/python/test_notebook.py),
+#    with its runner's wheels (pack-python.sh: wheels/notebook) ahead on PYTHONPATH for this
+#    step only.
+if compgen -G "$root/.device-build/wheels/notebook/*.whl" >/dev/null &&
+   "$py" -m pip install -q --no-index --no-deps --no-compile --target "$work/site-notebook" \
+     "$root"/.device-build/wheels/notebook/*.whl >>"$work/notebook.log" 2>&1; then
+  run_step "notebook" 240 "$work/notebook.log" env PYTHONPATH="$work/site-notebook:$PYTHONPATH" \
+    JUPYTER_PLATFORM_DIRS=1 "$py" -m pytest -q -rs -p no:cacheprovider "$root/tests/python/test_notebook.py"
+  record "notebook" $step_status $step_seconds "$(grep -E '(passed|failed|error|skipped)' "$work/notebook.log" | tail -1)"
+else
+  record "notebook" 1 0 "no notebook wheels (run tools/device/pack-python.sh here) or they did not install"
+fi
 
 "$py" "$root/tools/device/python_gpu_demo.py" table "$work" >"$work/summary.txt" 2>&1
 echo "total: $(( $(date +%s) - start_all )) s" >>"$work/summary.txt"
-for f in summary.txt pytest.log dropin-transformers.json dlpack.json ort.json; do
+for f in summary.txt pytest.log dropin-transformers.json dlpack.json ort.json notebook.log; do
   [ -f "$work/$f" ] && cp "$work/$f" "$final/$f"
 done
 tar czf "$final/logs.tar.gz" -C "$work" --exclude=./site --exclude=./site-attnsuite . 2>/dev/null
