@@ -81,12 +81,6 @@ std::string probe_line(const bench::ResultRow& r) {
   return fmt::format("batch {}: {}: {}", r.batch, bench::to_string(r.status), r.reason);
 }
 
-std::filesystem::path default_out_dir(const std::string& kind, const std::string& suite) {
-  std::string stamp = bench::utc_now_iso8601().substr(0, 19);
-  std::replace(stamp.begin(), stamp.end(), ':', '-');
-  return std::filesystem::path("results") / fmt::format("{}-{}-{}", kind, suite, stamp);
-}
-
 // tune --kernels: every case of the suite (its batches as given), each configuration forced in
 // turn; the winners are merged into the kernel-config cache file (atomically) and the global
 // cache, so the rest of this process uses them too.
@@ -109,7 +103,7 @@ int tune_kernels(TuneFlags& f) {
   Registry& registry = Registry::global();
   for (const auto& name : spec.backends) (void)registry.find(name);
 
-  const std::filesystem::path out_dir = f.out.empty() ? default_out_dir("tune-kernels", spec.name) : std::filesystem::path(f.out);
+  const std::filesystem::path out_dir = f.out.empty() ? tune::default_out_dir("tune-kernels-" + spec.name) : std::filesystem::path(f.out);
   const std::filesystem::path json_path = out_dir / "tune.json";
   if (std::filesystem::exists(json_path) && !f.force)
     throw Error(ErrorKind::Usage, fmt::format("'{}' already exists; use --force to overwrite it", json_path.string()));
@@ -232,12 +226,7 @@ int run_sparse_tune(const TuneFlags& f) {
 
   std::filesystem::path out_path = f.sparse_out;
   if (out_path.empty()) {
-    std::filesystem::path out_dir = f.out;
-    if (out_dir.empty()) {
-      std::string stamp = bench::utc_now_iso8601().substr(0, 19);
-      std::replace(stamp.begin(), stamp.end(), ':', '-');
-      out_dir = std::filesystem::path("results") / fmt::format("tune-sparse-{}", stamp);
-    }
+    const std::filesystem::path out_dir = f.out.empty() ? tune::default_out_dir("tune-sparse") : std::filesystem::path(f.out);
     out_path = out_dir / "sparse-config.json";
   }
   if (std::filesystem::exists(out_path) && !f.force)

@@ -26,17 +26,19 @@ bench::SweepSpec tune_spec(const nlohmann::json& suite_json, const std::string& 
   return spec;
 }
 
+std::filesystem::path default_out_dir(std::string_view name) {
+  std::string stamp = bench::utc_now_iso8601().substr(0, 19);
+  std::replace(stamp.begin(), stamp.end(), ':', '-');
+  return std::filesystem::path("results") / fmt::format("{}-{}", name, stamp);
+}
+
 TuneOutcome run_batch_tune(const bench::SweepSpec& spec, const TuneOptions& options, Registry& registry) {
   const BatchLimits& limits = options.limits;
   limits.validate();
   for (const auto& name : spec.backends) (void)registry.find(name);
   TuneOutcome outcome;
   outcome.out_dir = options.out_dir;
-  if (outcome.out_dir.empty()) {
-    std::string stamp = bench::utc_now_iso8601().substr(0, 19);
-    std::replace(stamp.begin(), stamp.end(), ':', '-');
-    outcome.out_dir = std::filesystem::path("results") / fmt::format("tune-{}-{}", spec.name, stamp);
-  }
+  if (outcome.out_dir.empty()) outcome.out_dir = default_out_dir("tune-" + spec.name);
   const std::filesystem::path json_path = outcome.out_dir / "tune.json";
   if (std::filesystem::exists(json_path) && !options.force)
     throw Error(ErrorKind::Usage, fmt::format("'{}' already exists; use --force to overwrite it", json_path.string()));

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -53,6 +54,9 @@ struct TuneOutcome {
 // tokens-per-batch dropped (the tuner chooses the batch). Validates the limits and the
 // backends' names. Throws Error(Usage) for bad values.
 bench::SweepSpec tune_spec(const nlohmann::json& suite_json, const std::string& source, const TuneOptions& options);
+
+// results/<name>-<UTC time, ':' as '-'>: where a tune writes when no --out is given.
+std::filesystem::path default_out_dir(std::string_view name);
 
 // Runs the tune. Throws Error(Usage) when out_dir/tune.json exists and !force, Error(Io) when
 // out_dir cannot be written; a case that fails is recorded (TuneOutcome::failed), not thrown.

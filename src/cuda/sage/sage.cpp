@@ -137,34 +137,29 @@ class SageBackend final : public Backend {
     stats.k_sum = reinterpret_cast<float*>(workspace + layout.k_sum);
     sage::launch_stats(stats, problem.dtype, stream);
 
+    // One quantization pass over a (batch, seq, heads, d) view into the workspace.
+    const auto rows_of = [&](const TensorView& view, int heads, int seq, std::size_t out, std::size_t scale) {
+      sage::QuantParams rows;
+      rows.x = view.data;
+      rows.batch_stride = view.strides[0];
+      rows.row_stride = view.strides[1];
+      rows.head_stride = view.strides[2];
+      rows.batch = problem.batch;
+      rows.heads = heads;
+      rows.seq = seq;
+      rows.head_dim = d;
+      rows.out = reinterpret_cast<std::int8_t*>(workspace + out);
+      rows.scale = reinterpret_cast<float*>(workspace + scale);
+      return rows;
+    };
     const float scale_log2 = problem.softmax_scale() * std::numbers::log2e_v<float>;
-    sage::QuantParams q;
-    q.x = args.q.data;
-    q.batch_stride = args.q.strides[0];
-    q.row_stride = args.q.strides[1];
-    q.head_stride = args.q.strides[2];
-    q.batch = problem.batch;
-    q.heads = problem.heads_q;
-    q.seq = problem.seq_q;
-    q.head_dim = d;
-    q.out = reinterpret_cast<std::int8_t*>(workspace + layout.q8);
-    q.scale = reinterpret_cast<float*>(workspace + layout.q_scale);
+    sage::QuantParams q = rows_of(args.q, problem.heads_q, problem.seq_q, layout.q8, layout.q_scale);
     q.block_rows = sage::q_block_rows(mode_);
     q.blocks = layout.q_blocks;
     q.scale_multiplier = scale_log2;
     sage::launch_quantize_rows(q, problem.dtype, stream);
 
-    sage::QuantParams k;
-    k.x = args.k.data;
-    k.batch_stride = args.k.strides[0];
-    k.row_stride = args.k.strides[1];
-    k.head_stride = args.k.strides[2];
-    k.batch = problem.batch;
-    k.heads = problem.heads_kv;
-    k.seq = problem.seq_kv;
-    k.head_dim = d;
-    k.out = reinterpret_cast<std::int8_t*>(workspace + layout.k8);
-    k.scale = reinterpret_cast<float*>(workspace + layout.k_scale);
+    sage::QuantParams k = rows_of(args.k, problem.heads_kv, problem.seq_kv, layout.k8, layout.k_scale);
     k.block_rows = sage::k_block_rows(mode_, d);
     k.blocks = layout.k_blocks;
     k.mean_partials = stats.k_sum;

@@ -33,7 +33,7 @@ struct ZeroRowsParams {
   int batch = 0, heads_q = 0, dim_v = 0;
   int seq_q = 0, seq_kv = 0, window_left = -1, window_right = -1;  // as in SoftmaxParams
 };
-// Launches nothing when no query can be fully masked.
+// The caller launches it only where some query sees no key (AttentionProblem::key_begin/key_end).
 void launch_zero_unseen_rows(const ZeroRowsParams& params, DType dtype, void* stream);
 
 }  // namespace attnsuite::cuda::vanilla

@@ -156,7 +156,11 @@ class CudaVanillaBackend final : public Backend {
     zero_rows.seq_kv = problem.seq_kv;
     zero_rows.window_left = softmax.window_left;
     zero_rows.window_right = softmax.window_right;
-    vanilla::launch_zero_unseen_rows(zero_rows, problem.dtype, stream);
+    // Key ranges move monotonically with the query, so the first and the last query are the
+    // ones that can see no key; without such a row there is nothing to zero.
+    const auto unseen = [&](int query) { return problem.key_begin(query) >= problem.key_end(query); };
+    if (problem.seq_q > 0 && (unseen(0) || unseen(problem.seq_q - 1)))
+      vanilla::launch_zero_unseen_rows(zero_rows, problem.dtype, stream);
     // The scores must outlive the queued GEMM that reads them: wait before the buffer is freed.
     // (Caching it across calls would hide its N² bytes from the per-forward peak memory.)
     ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
