@@ -140,33 +140,33 @@ TEST(SageQuant, IntToFloatByTheExponentTrickIsExact) {
 }
 
 TEST(SageQuant, E4m3ConversionMatchesTheFormat) {
-  EXPECT_EQ(e4m3_from_float_reference(0.0f), 0x00);
-  EXPECT_EQ(e4m3_from_float_reference(-0.0f), 0x80);
-  EXPECT_EQ(e4m3_from_float_reference(1.0f), 0x38);
-  EXPECT_EQ(e4m3_from_float_reference(-1.0f), 0xB8);
-  EXPECT_EQ(e4m3_from_float_reference(448.0f), 0x7E);
-  EXPECT_EQ(e4m3_from_float_reference(1e6f), 0x7E);  // satfinite
-  EXPECT_EQ(e4m3_from_float_reference(std::numeric_limits<float>::infinity()), 0x7E);
-  EXPECT_EQ(e4m3_from_float_reference(-std::numeric_limits<float>::infinity()), 0xFE);
-  EXPECT_EQ(e4m3_from_float_reference(std::nanf("")) & 0x7F, 0x7F);
-  EXPECT_EQ(e4m3_from_float_reference(std::ldexp(1.0f, -9)), 0x01);    // smallest subnormal
-  EXPECT_EQ(e4m3_from_float_reference(std::ldexp(1.0f, -10)), 0x00);   // tie → even (0)
-  EXPECT_EQ(e4m3_from_float_reference(std::ldexp(3.0f, -10)), 0x02);   // 1.5 steps → 2
-  EXPECT_EQ(e4m3_from_float_reference(1.0625f), 0x38);                 // tie between 1 and 1.125 → even
-  EXPECT_EQ(e4m3_from_float_reference(1.1875f), 0x3A);                 // tie between 1.125 and 1.25 → even
-  EXPECT_EQ(e4m3_from_float_reference(464.0f), 0x7E);                  // above 448 saturates
+  EXPECT_EQ(float_to_e4m3_bits(0.0f), 0x00);
+  EXPECT_EQ(float_to_e4m3_bits(-0.0f), 0x80);
+  EXPECT_EQ(float_to_e4m3_bits(1.0f), 0x38);
+  EXPECT_EQ(float_to_e4m3_bits(-1.0f), 0xB8);
+  EXPECT_EQ(float_to_e4m3_bits(448.0f), 0x7E);
+  EXPECT_EQ(float_to_e4m3_bits(1e6f), 0x7E);  // satfinite
+  EXPECT_EQ(float_to_e4m3_bits(std::numeric_limits<float>::infinity()), 0x7E);
+  EXPECT_EQ(float_to_e4m3_bits(-std::numeric_limits<float>::infinity()), 0xFE);
+  EXPECT_EQ(float_to_e4m3_bits(std::nanf("")) & 0x7F, 0x7F);
+  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(1.0f, -9)), 0x01);    // smallest subnormal
+  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(1.0f, -10)), 0x00);   // tie → even (0)
+  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(3.0f, -10)), 0x02);   // 1.5 steps → 2
+  EXPECT_EQ(float_to_e4m3_bits(1.0625f), 0x38);                 // tie between 1 and 1.125 → even
+  EXPECT_EQ(float_to_e4m3_bits(1.1875f), 0x3A);                 // tie between 1.125 and 1.25 → even
+  EXPECT_EQ(float_to_e4m3_bits(464.0f), 0x7E);                  // above 448 saturates
   // Every finite code decodes and re-encodes to itself; midpoints round to the even neighbour.
   for (int code = 0; code < 256; ++code) {
     if ((code & 0x7F) == 0x7F) {
-      EXPECT_TRUE(std::isnan(e4m3_to_float_reference(static_cast<std::uint8_t>(code))));
+      EXPECT_TRUE(std::isnan(e4m3_bits_to_float(static_cast<std::uint8_t>(code))));
       continue;
     }
-    const float value = e4m3_to_float_reference(static_cast<std::uint8_t>(code));
-    EXPECT_EQ(e4m3_from_float_reference(value), code) << code;
+    const float value = e4m3_bits_to_float(static_cast<std::uint8_t>(code));
+    EXPECT_EQ(float_to_e4m3_bits(value), code) << code;
     if ((code & 0x7F) < 0x7E) {
-      const float next = e4m3_to_float_reference(static_cast<std::uint8_t>(code + 1));
+      const float next = e4m3_bits_to_float(static_cast<std::uint8_t>(code + 1));
       const int even = (code & 1) == 0 ? code : code + 1;
-      EXPECT_EQ(e4m3_from_float_reference(0.5f * (value + next)), even) << code;
+      EXPECT_EQ(float_to_e4m3_bits(0.5f * (value + next)), even) << code;
     }
   }
   // Relative rounding error of normal values: at most 2^-4.
@@ -174,7 +174,7 @@ TEST(SageQuant, E4m3ConversionMatchesTheFormat) {
   std::uniform_real_distribution<float> dist(0.02f, 440.0f);
   for (int i = 0; i < 10000; ++i) {
     const float x = dist(rng);
-    const float back = e4m3_to_float_reference(e4m3_from_float_reference(x));
+    const float back = e4m3_bits_to_float(float_to_e4m3_bits(x));
     EXPECT_LE(std::abs(back - x), x * 0.0625f) << x;
   }
 }

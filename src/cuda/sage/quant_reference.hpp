@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "attnsuite/dtype.hpp"
 #include "cuda/sage/quant_rule.hpp"
 
 namespace attnsuite::cuda::sage::reference {
@@ -80,7 +81,7 @@ inline QuantizedVt quantize_v(const float* v, int keys, int d) {
     for (int j = 0; j < keys; ++j) {
       const int position = j / kVKeyPad * kVKeyPad + v_key_position(j % kVKeyPad);
       out.values[static_cast<std::size_t>(c * out.padded_keys + position)] =
-          e4m3_from_float_reference(v[static_cast<std::size_t>(j) * d + c] * inverse);
+          float_to_e4m3_bits(v[static_cast<std::size_t>(j) * d + c] * inverse);
     }
   }
   return out;
@@ -126,11 +127,11 @@ inline std::vector<double> emulate_attention(Mode mode, const float* q, const fl
         const double p16 = std::ldexp(std::nearbyint(std::ldexp(p, p_bits - e)), e - p_bits);
         for (int c = 0; c < d; ++c) o[c] += p16 * v[static_cast<std::size_t>(j) * d + c];
       } else {
-        const double p8 = e4m3_to_float_reference(e4m3_from_float_reference(static_cast<float>(p * kFp8Max)));
+        const double p8 = e4m3_bits_to_float(float_to_e4m3_bits(static_cast<float>(p * kFp8Max)));
         const int position = j / kVKeyPad * kVKeyPad + v_key_position(j % kVKeyPad);
         for (int c = 0; c < d; ++c)
           o[c] += p8 / kFp8Max *
-                  e4m3_to_float_reference(vt.values[static_cast<std::size_t>(c * vt.padded_keys + position)]) *
+                  e4m3_bits_to_float(vt.values[static_cast<std::size_t>(c * vt.padded_keys + position)]) *
                   vt.scales[static_cast<std::size_t>(c)];
       }
     }

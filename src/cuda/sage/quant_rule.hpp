@@ -94,39 +94,9 @@ ATTNSUITE_SAGE_HD inline float int_to_float_exact(std::int32_t x) {
   return bits_float(static_cast<std::uint32_t>(x + kMagicFloatBits)) - 12582912.0f;
 }
 
-// Host reference of float → e4m3 (OCP FP8 "e4m3fn": bias 7, no inf, 0x7F/0xFF NaN) with
-// round-to-nearest-even and saturation to ±448 — what cvt.rn.satfinite.e4m3x2.f32 (and
-// __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)) computes. Exact arithmetic only
-// (scaling by powers of two, one rint), so the result does not depend on the compiler.
-inline std::uint8_t e4m3_from_float_reference(float x) {
-  if (std::isnan(x)) return 0x7F;
-  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
-  const double a = std::fabs(static_cast<double>(x));
-  if (a >= 448.0) return sign | 0x7E;                  // satfinite, inf included
-  if (a < 0.015625) {                                   // below 2^-6: subnormals, step 2^-9
-    const double q = std::nearbyint(a * 512.0);         // 0 .. 8; 8 is the smallest normal
-    return static_cast<std::uint8_t>(sign | static_cast<std::uint8_t>(q));
-  }
-  int e = 0;
-  const double m = std::frexp(a, &e);                   // a = m · 2^e, m ∈ [0.5, 1)
-  int exponent = e - 1;                                 // a = (2m) · 2^exponent, 2m ∈ [1, 2)
-  double q = std::nearbyint((2.0 * m - 1.0) * 8.0);     // 3 mantissa bits
-  if (q == 8.0) {
-    q = 0.0;
-    ++exponent;
-  }
-  const int code = ((exponent + 7) << 3) | static_cast<int>(q);
-  return static_cast<std::uint8_t>(sign | (code > 0x7E ? 0x7E : code));
-}
-
-inline float e4m3_to_float_reference(std::uint8_t code) {
-  const bool negative = (code & 0x80) != 0;
-  const int exponent = (code >> 3) & 0xF, mantissa = code & 7;
-  if (exponent == 0xF && mantissa == 7) return std::nanf("");
-  const double magnitude = exponent == 0 ? std::ldexp(static_cast<double>(mantissa), -9)
-                                         : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
-  return static_cast<float>(negative ? -magnitude : magnitude);
-}
+// Host model of float → e4m3 (OCP "e4m3fn", round to nearest even, saturating to ±448, as
+// cvt.rn.satfinite.e4m3x2.f32): attnsuite::float_to_e4m3_bits / e4m3_bits_to_float
+// (attnsuite/dtype.hpp), which quant_reference.hpp uses.
 
 // Position of key `key` (relative to the start of the tile) in a row of the transposed FP8 V.
 // P·V runs m16n8k32 FP8 MMAs whose A operand is P straight from the Q·Kᵀ accumulators: lane
