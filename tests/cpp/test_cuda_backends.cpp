@@ -302,6 +302,31 @@ TEST(CudaFlash3, Deterministic) {
   }
 }
 
+// Both schedules (v2 "default": pipelined + ping-pong; "v1": serial) against the reference,
+// with tile counts 1 (only the prologue and the last P·V), 2 and many, causal rows with no key,
+// GQA, every head dim; and v2 equals v1 up to rounding order (same tiles, same arithmetic).
+TEST(CudaFlash3, EveryKernelConfigMatchesTheReference) {
+  Backend& flash3 = Registry::global().find("flash3");
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  const std::vector<std::string> configs =
+      flash3.kernel_configs(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  ASSERT_EQ(configs, (std::vector<std::string>{"default", "v1"}));
+  for (const std::string& config : configs) {
+    flash3.force_kernel_config(config);
+    SCOPED_TRACE("config " + config);
+    for (const int head_dim : {64, 128, 256}) {
+      SCOPED_TRACE("d" + std::to_string(head_dim));
+      check_backend("flash3", make_problem(1, 2, 2, 100, 100, head_dim, DType::BF16, Layout::BSHD, false));
+      check_backend("flash3", make_problem(1, 2, 1, 130, 250, head_dim, DType::F16, Layout::BHSD, false));
+      check_backend("flash3", make_problem(2, 4, 2, 1000, 333, head_dim, DType::BF16, Layout::BSHD, true));
+      check_backend("flash3", make_problem(1, 3, 1, 777, 2049, head_dim, DType::F16, Layout::BSHD, true));
+      EXPECT_EQ(flash3.last_kernel_config(), config);
+    }
+  }
+  flash3.force_kernel_config("");
+  EXPECT_THROW(flash3.force_kernel_config("v7"), Error);
+}
+
 // TMA descriptors are built from the views' strides: padded Q, K, V (every stride a larger
 // multiple of 8 elements than dense) must give bit for bit the output of dense ones.
 TEST(CudaFlash3, PaddedStridesReadLikeDenseOnes) {

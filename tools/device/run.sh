@@ -16,6 +16,10 @@
 #   --sage-peer: also time the peer SageAttention 1.0.6 (wheel from tools/device/pack-sage.sh,
 #   carried as .whl) on the sage suite with tools/peers/sageattention_runner.py, and, when the
 #   sage suite ran too, a Markdown report of both (sage-with-peer.md).
+#   --notebook: the example notebook (tests/python/test_notebook.py) headless on this GPU with the
+#   in-tree module of this build (<build>/python) and the runner's wheels from
+#   tools/device/pack-python.sh, carried as .device-build/wheels/notebook.
+#   --tune-kernels-backends=a,b (default flash2,flash3): the backends `tune --kernels` tries.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -26,7 +30,8 @@ out=$(mktemp -d)
 mkdir -p "$final"
 build="$root/.device-build/build"
 deps="$root/.device-build/deps"
-run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 run_sage_peer=0 suites="headline,fa3-grid"
+run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 run_sage_peer=0 run_notebook=0
+suites="headline,fa3-grid" tune_kernel_backends="flash2,flash3"
 for arg in "$@"; do
   case "$arg" in
     --no-tests) run_tests=0 ;;
@@ -37,7 +42,9 @@ for arg in "$@"; do
     --tune) run_tune=1 ;;
     --tune-kernels) run_tune_kernels=1 ;;
     --sage-peer) run_sage_peer=1 ;;
-    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels, --sage-peer)" >&2; exit 2 ;;
+    --notebook) run_notebook=1 ;;
+    --tune-kernels-backends=*) tune_kernel_backends=${arg#--tune-kernels-backends=} ;;
+    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels, --tune-kernels-backends=a,b, --sage-peer, --notebook)" >&2; exit 2 ;;
   esac
 done
 declare -a summary
@@ -97,7 +104,7 @@ if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   filter+=':CudaFlash3Fp8.Deterministic:CudaFlash3Fp8.PaddedStridesReadLikeDenseOnes'
   # sage/sage2 and their quantizers (causal, Nq != Nk); flash2's alternative configurations.
   filter+=':Cuda/SageTest.CausalWithDifferentQueryAndKeyLengths/*:SageQuantKernels.*'
-  filter+=':CudaFlash2.EveryKernelConfigMatchesTheReference'
+  filter+=':CudaFlash2.EveryKernelConfigMatchesTheReference:CudaFlash3.Deterministic'
   # sparge's predictor and block-sparse kernel.
   filter+=':SparseGpu.*'
   filter+="${SANITIZE_EXTRA_FILTER:-}"
@@ -147,7 +154,7 @@ if [ $run_tune = 1 ]; then
 fi
 if [ $run_tune_kernels = 1 ]; then
   start=$(date +%s)
-  "$cli" tune --kernels --suite kernel-tune --backends flash2 --kernel-cache "$out/kernel-configs.json" \
+  "$cli" tune --kernels --suite kernel-tune --backends "$tune_kernel_backends" --kernel-cache "$out/kernel-configs.json" \
     --out "$out/tune-kernels" --force >"$out/tune-kernels.txt" 2>"$out/tune-kernels.log"
   status=$?
   ATTNSUITE_KERNEL_CACHE="$out/kernel-configs.json" "$cli" bench --suite kernel-tune \
@@ -155,7 +162,7 @@ if [ $run_tune_kernels = 1 ]; then
   cp "$out/kernel-configs.json" "$final/kernel-configs.json" 2>/dev/null
   cp "$out/tune-kernels/tune.md" "$final/tune-kernels.md" 2>/dev/null
   cp "$out/bench-kernel-tune/results.json" "$final/kernel-tune.json" 2>/dev/null
-  summary+=("tune --kernels (kernel-tune suite, flash2): exit $status in $(( $(date +%s) - start )) s")
+  summary+=("tune --kernels (kernel-tune suite, $tune_kernel_backends): exit $status in $(( $(date +%s) - start )) s")
 fi
 if [ $run_sage_peer = 1 ]; then
   start=$(date +%s)
@@ -172,6 +179,23 @@ if [ $run_sage_peer = 1 ]; then
     summary+=("sage peer (SageAttention 1.0.6): exit $status in $(( $(date +%s) - start )) s")
   else
     summary+=("sage peer: no wheel installed (run tools/device/pack-sage.sh here, carry .whl); see sage-peer-install.log")
+  fi
+fi
+if [ $run_notebook = 1 ]; then
+  start=$(date +%s)
+  py=/opt/torch/.venv/bin/python3
+  [ -x "$py" ] || py=$(command -v python3)
+  if compgen -G "$root/.device-build/wheels/notebook/*.whl" >/dev/null &&
+     "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-notebook \
+       "$root"/.device-build/wheels/notebook/*.whl >"$out/notebook.log" 2>&1; then
+    (cd "$build" && PYTHONPATH="$build/python:/tmp/site-notebook" ATTNSUITE_CLI="$cli" JUPYTER_PLATFORM_DIRS=1 \
+       PYTHONDONTWRITEBYTECODE=1 timeout "${NOTEBOOK_TIMEOUT_S:-300}" "$py" -m pytest -q -rs -p no:cacheprovider \
+       "$root/tests/python/test_notebook.py") >>"$out/notebook.log" 2>&1
+    status=$?
+    cp "$out/notebook.log" "$final/notebook.log"
+    summary+=("notebook (GPU, in-tree module): exit $status in $(( $(date +%s) - start )) s; $(grep -E '(passed|failed|error)' "$out/notebook.log" | tail -1)")
+  else
+    summary+=("notebook: no runner wheels (run tools/device/pack-python.sh here, carry .device-build/wheels/notebook)")
   fi
 fi
 printf '%s\n' "${summary[@]}" >"$out/summary.txt"

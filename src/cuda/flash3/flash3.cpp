@@ -10,10 +10,13 @@
 #include <iterator>
 #include <numbers>
 #include <string>
+#include <vector>
 
 #include "attnsuite/error.hpp"
+#include "attnsuite/kernel_configs.hpp"
 #include "cuda/common/attention_params.hpp"
 #include "cuda/common/backend_support.hpp"
+#include "cuda/cuda_backends.hpp"
 #include "cuda/flash3/launch.hpp"
 #include "cuda/flash3/tensor_map.hpp"
 
@@ -85,8 +88,32 @@ class Flash3Backend final : public Backend {
 
     flash3::Params params;
     fill_attention_params(params, problem, args);
+    last_config_ = choose(problem);
+    params.serial_schedule = last_config_ == "v1";
     flash3::launch_forward(params, problem.dtype, stream);
   }
+
+  // "default" = the v2 schedule (intra-warpgroup overlap + ping-pong); "v1" = the first
+  // version's serial schedule, kept to measure the two side by side (docs/kernels/flash3.md).
+  std::vector<std::string> kernel_configs(const AttentionProblem&) const override { return {"default", "v1"}; }
+  void force_kernel_config(std::string_view config) override {
+    if (!config.empty() && config != "default" && config != "v1")
+      throw Error(ErrorKind::Usage,
+                  fmt::format("{}: kernel config '{}' unknown; allowed: default, v1", name(), config));
+    forced_ = std::string(config);
+  }
+  std::string last_kernel_config() const override { return last_config_; }
+
+ private:
+  // The forced configuration, else the kernel-config cache's entry for this GPU, driver and
+  // shape class, else "default". An unknown cached name (another build's) means "default".
+  std::string choose(const AttentionProblem& problem) const {
+    if (!forced_.empty()) return forced_;
+    if (KernelConfigCache::global().size() == 0) return "default";
+    const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, "flash3", problem));
+    return cached && *cached == "v1" ? "v1" : "default";
+  }
+  std::string forced_, last_config_;
 };
 
 }  // namespace

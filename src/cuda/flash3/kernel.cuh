@@ -27,6 +27,119 @@
 namespace attnsuite::cuda::flash3 {
 
 
+// A consumer thread's registers across the main loop: O and S accumulators, P (S rounded to the
+// input dtype, as P·V's A fragments) and the online softmax's row max and sum for its two rows.
+template <class Traits>
+struct ConsumerState {
+  float acc_o[Traits::kHeadDim / 2];
+  float acc_s[Traits::kTileN / 2];
+  std::uint32_t p[Traits::kTileN / 16][4];
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};
+  int thread_row = 0, quad_col = 0;
+  int unmasked_key_begin = 0, unmasked_key_end = 0;
+};
+
+// S = Q·Kᵀ: head dim / 16 k-steps; a k-step is 32 bytes into a 128-byte swizzled row, and every
+// 4 k-steps the next 64-column slab (the hardware applies the swizzle to the address).
+// Descriptors are built once per tile and advanced by adding the encoded byte offset to the
+// start-address field (addresses stay below 2^18, so the field never carries over).
+template <class Traits>
+__device__ __forceinline__ void issue_qk(float (&acc_s)[Traits::kTileN / 2], std::uint64_t q_descriptor,
+                                         std::uint32_t k_tile) {
+  const std::uint64_t k_descriptor = matrix_descriptor(k_tile, 16, 1024);
+#pragma unroll
+  for (int k_step = 0; k_step < Traits::kHeadDim / 16; ++k_step) {
+    const std::uint32_t column_bytes = static_cast<std::uint32_t>((k_step % 4) * 32);
+    wgmma_ss<typename Traits::Element, Traits::kTileN>(
+        acc_s, q_descriptor + ((k_step / 4) * Traits::kQSlabBytes + column_bytes) / 16,
+        k_descriptor + ((k_step / 4) * Traits::kKVSlabBytes + column_bytes) / 16, k_step > 0 ? 1 : 0);
+  }
+}
+
+// O += P·V: k-step j reads keys 16j .. 16j+15 = two 8-row groups of every V slab.
+template <class Traits>
+__device__ __forceinline__ void issue_pv(ConsumerState<Traits>& state, std::uint32_t v_tile) {
+  const std::uint64_t v_descriptor = matrix_descriptor(v_tile, Traits::kKVSlabBytes, 1024);
+#pragma unroll
+  for (int j = 0; j < Traits::kTileN / 16; ++j)
+    wgmma_rs<typename Traits::Element, Traits::kHeadDim>(state.acc_o, state.p[j],
+                                                         v_descriptor + j * 16 * Traits::kSlabRowBytes / 16, 1);
+}
+
+template <class Traits>
+__device__ __forceinline__ void fence_p(ConsumerState<Traits>& state) {
+#pragma unroll
+  for (int j = 0; j < Traits::kTileN / 16; ++j) fence_registers(state.p[j]);
+}
+
+// Mask (boundary tiles only), then the online softmax in place: P = 2^(S·scale·log2e − max),
+// the row sums updated; correction = 2^((old max − new max)·scale·log2e) for O.
+template <class Traits>
+__device__ __forceinline__ void softmax_tile(const Params& params, ConsumerState<Traits>& state, int n_block,
+                                             float (&correction)[2]) {
+  constexpr int kTileN = Traits::kTileN;
+  const int key_begin = n_block * kTileN;
+  if (key_begin < state.unmasked_key_begin || key_begin + kTileN > state.unmasked_key_end) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const KeyRange keys = key_range(params, state.thread_row + 8 * half);
+#pragma unroll
+      for (int i = 0; i < kTileN / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = key_begin + 8 * i + 2 * state.quad_col + e;
+          if (key < keys.begin || key >= keys.end) state.acc_s[4 * i + 2 * half + e] = -INFINITY;
+        }
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kTileN / 8; ++i)
+      tile_max = fmaxf(tile_max, fmaxf(state.acc_s[4 * i + 2 * half], state.acc_s[4 * i + 2 * half + 1]));
+    const float new_max = fmaxf(state.row_max[half], quad_max(tile_max));
+    // A row that has seen no key yet keeps max -inf; subtracting 0 then keeps its p at 0
+    // (2^-inf) instead of NaN (-inf − -inf).
+    const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * params.scale_log2;
+    correction[half] = exp2_approx(state.row_max[half] * params.scale_log2 - max_scaled);
+    state.row_max[half] = new_max;
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTileN / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = exp2_approx(fmaf(state.acc_s[4 * i + 2 * half + e], params.scale_log2, -max_scaled));
+        state.acc_s[4 * i + 2 * half + e] = p;
+        sum += p;
+      }
+    state.row_sum[half] = state.row_sum[half] * correction[half] + sum;
+  }
+}
+
+// O's previous P·V has completed (waited), so it can be rescaled in registers.
+template <class Traits>
+__device__ __forceinline__ void rescale_o(ConsumerState<Traits>& state, const float (&correction)[2]) {
+#pragma unroll
+  for (int i = 0; i < Traits::kHeadDim / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) state.acc_o[4 * i + e] *= correction[e / 2];
+}
+
+// P as the A operand of P·V, 16 keys per k-step: S columns 16j .. 16j+15 are accumulator entries
+// 8j .. 8j+7, in the order of the A fragment's four registers.
+template <class Traits>
+__device__ __forceinline__ void convert_p(ConsumerState<Traits>& state) {
+#pragma unroll
+  for (int j = 0; j < Traits::kTileN / 16; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      state.p[j][r] =
+          pack_pair<typename Traits::Element>(state.acc_s[8 * j + 2 * r], state.acc_s[8 * j + 2 * r + 1]);
+}
+
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash3_forward_kernel(const __grid_constant__ Params params, const __grid_constant__ CUtensorMap q_map,
@@ -80,14 +193,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t q_full = smem + Traits::kBarrierOffset;
   auto k_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + stage); };
   auto v_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + kStages + stage); };
-  auto kv_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 2 * kStages + stage); };
+  // K and V stages are released separately: v2 is done with K_j (S_j waited) one P·V earlier
+  // than with V_j, so the producer can refill K's slot while V's is still being read.
+  auto k_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 2 * kStages + stage); };
+  auto v_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 3 * kStages + stage); };
 
   if (threadIdx.x == 0) {
     barrier_init(q_full, 1);
     for (int stage = 0; stage < kStages; ++stage) {
       barrier_init(k_full(stage), 1);
       barrier_init(v_full(stage), 1);
-      barrier_init(kv_empty(stage), Traits::kConsumerWarps);
+      barrier_init(k_empty(stage), Traits::kConsumerWarps);
+      barrier_init(v_empty(stage), Traits::kConsumerWarps);
     }
     barrier_init_fence();
   }
@@ -108,17 +225,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       int stage = 0;
       std::uint32_t phase = 0;
       for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
-        // The stage's previous tile has been released by every consumer warp (the first pass
-        // waits for parity 1 of fresh barriers: returns at once).
-        barrier_wait(kv_empty(stage), phase ^ 1u);
+        // The stage's previous K (then V) tile has been released by every consumer warp (the
+        // first pass waits for parity 1 of fresh barriers: returns at once).
         const int key_begin = n_block * kTileN;
         const std::uint32_t k_tile = smem_k + stage * Traits::kKVBytes;
         const std::uint32_t v_tile = smem_v + stage * Traits::kKVBytes;
+        barrier_wait(k_empty(stage), phase ^ 1u);
         barrier_arrive_expect_bytes(k_full(stage), Traits::kKVBytes);
 #pragma unroll
         for (int slab = 0; slab < kSlabs; ++slab)
           tma_load_4d(k_tile + slab * Traits::kKVSlabBytes, &k_map, 64 * slab, key_begin, kv_head, batch,
                       k_full(stage));
+        barrier_wait(v_empty(stage), phase ^ 1u);
         barrier_arrive_expect_bytes(v_full(stage), Traits::kKVBytes);
 #pragma unroll
         for (int slab = 0; slab < kSlabs; ++slab)
@@ -138,126 +256,143 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int consumer = warpgroup - 1;
   const int warpgroup_thread = static_cast<int>(threadIdx.x) % 128;
   const int lane = warpgroup_thread % 32;
-  const int quad_row = lane / 4, quad_col = lane % 4;  // accumulator fragment coordinates
+  const int quad_col = lane % 4;  // accumulator fragment column pair
   // This thread's rows (wgmma accumulator layout): thread_row (half 0) and thread_row + 8 (half 1).
-  const int thread_row = row_begin + consumer * Traits::kRowsPerConsumer + 16 * (warpgroup_thread / 32) + quad_row;
+  const int thread_row = row_begin + consumer * Traits::kRowsPerConsumer + 16 * (warpgroup_thread / 32) + lane / 4;
 
+  ConsumerState<Traits> state;
+  state.thread_row = thread_row;
+  state.quad_col = quad_col;
   // Tiles fully inside every row's range need no element mask.
-  const int unmasked_key_begin = last_row_keys.begin;
-  const int unmasked_key_end = first_row_keys.end;
-
-  float acc_o[kHeadDim / 2];
+  state.unmasked_key_begin = last_row_keys.begin;
+  state.unmasked_key_end = first_row_keys.end;
 #pragma unroll
-  for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] = 0.0f;
-  float acc_s[kTileN / 2];
+  for (int i = 0; i < kHeadDim / 2; ++i) state.acc_o[i] = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kTileN / 2; ++i) acc_s[i] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  for (int i = 0; i < kTileN / 2; ++i) state.acc_s[i] = 0.0f;
 
   // This warpgroup's 64 Q rows: 8 KiB into every Q slab (a multiple of the 1024-byte period).
   const std::uint64_t q_descriptor =
       matrix_descriptor(smem_q + consumer * Traits::kRowsPerConsumer * Traits::kSlabRowBytes, 16, 1024);
   barrier_wait(q_full, 0);
 
-  int stage = 0;
-  std::uint32_t phase = 0;
-  for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
-    const std::uint32_t k_tile = smem_k + stage * Traits::kKVBytes;
-    const std::uint32_t v_tile = smem_v + stage * Traits::kKVBytes;
+  auto k_tile = [&](int stage) { return smem_k + stage * Traits::kKVBytes; };
+  auto v_tile = [&](int stage) { return smem_v + stage * Traits::kKVBytes; };
 
-    // S = Q·Kᵀ: head dim / 16 k-steps; a k-step is 32 bytes into a 128-byte swizzled row, and
-    // every 4 k-steps the next 64-column slab (the hardware applies the swizzle to the address).
-    // Descriptors are built once per tile and advanced by adding the encoded byte offset to
-    // the start-address field (addresses stay below 2^18, so the field never carries over).
-    barrier_wait(k_full(stage), phase);
-    fence_registers(acc_s);
-    wgmma_fence();
-    const std::uint64_t k_descriptor = matrix_descriptor(k_tile, 16, 1024);
-#pragma unroll
-    for (int k_step = 0; k_step < kHeadDim / 16; ++k_step) {
-      const std::uint32_t column_bytes = static_cast<std::uint32_t>((k_step % 4) * 32);
-      wgmma_ss<Element, kTileN>(acc_s, q_descriptor + ((k_step / 4) * Traits::kQSlabBytes + column_bytes) / 16,
-                                k_descriptor + ((k_step / 4) * Traits::kKVSlabBytes + column_bytes) / 16,
-                                k_step > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(acc_s);
-
-    // Mask (boundary tiles only), then the online softmax: P = 2^(S·scale·log2e − max) in place,
-    // O and the row sums rescaled by 2^((old max − new max)·scale·log2e).
-    const int key_begin = n_block * kTileN;
-    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const KeyRange keys = key_range(params, thread_row + 8 * half);
-#pragma unroll
-        for (int i = 0; i < kTileN / 8; ++i)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = key_begin + 8 * i + 2 * quad_col + e;
-            if (key < keys.begin || key >= keys.end) acc_s[4 * i + 2 * half + e] = -INFINITY;
-          }
+  if (params.serial_schedule) {
+    // v1: one tile at a time — S, wait, softmax, P·V, wait.
+    int stage = 0;
+    std::uint32_t phase = 0;
+    for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+      barrier_wait(k_full(stage), phase);
+      fence_registers(state.acc_s);
+      wgmma_fence();
+      issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(state.acc_s);
+      float correction[2];
+      softmax_tile(params, state, n_block, correction);
+      rescale_o(state, correction);
+      convert_p(state);
+      barrier_wait(v_full(stage), phase);
+      fence_registers(state.acc_o);
+      fence_p(state);
+      wgmma_fence();
+      issue_pv<Traits>(state, v_tile(stage));
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(state.acc_o);
+      // This warp is done with the stage (its wgmma reads of K and V have completed).
+      if (lane == 0) {
+        barrier_arrive(k_empty(stage));
+        barrier_arrive(v_empty(stage));
+      }
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1u;
       }
     }
-    float correction[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < kTileN / 8; ++i)
-        tile_max = fmaxf(tile_max, fmaxf(acc_s[4 * i + 2 * half], acc_s[4 * i + 2 * half + 1]));
-      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
-      // A row that has seen no key yet keeps max -inf; subtracting 0 then keeps its p at 0
-      // (2^-inf) instead of NaN (-inf − -inf).
-      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * params.scale_log2;
-      correction[half] = exp2_approx(row_max[half] * params.scale_log2 - max_scaled);
-      row_max[half] = new_max;
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kTileN / 8; ++i)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float p = exp2_approx(fmaf(acc_s[4 * i + 2 * half + e], params.scale_log2, -max_scaled));
-          acc_s[4 * i + 2 * half + e] = p;
-          sum += p;
-        }
-      row_sum[half] = row_sum[half] * correction[half] + sum;
-    }
-    // O's previous P·V has completed (waited below), so it can be rescaled in registers.
-#pragma unroll
-    for (int i = 0; i < kHeadDim / 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[4 * i + e] *= correction[e / 2];
+  } else {
+    // v2: software-pipelined inside the warpgroup, ping-pong between the two.
+    //  - Intra-warpgroup overlap: for tile j, Q·K_jᵀ and P_{j-1}·V_{j-1} are issued together;
+    //    wait_group 1 returns when S_j is done, so the softmax of tile j runs while the tensor
+    //    cores still do P_{j-1}·V_{j-1}; then wait_group 0, O *= correction_j, P_j = S_j rounded.
+    //    Costs one more live tile of registers (P of the previous tile beside S of this one).
+    //  - Ping-pong: each consumer issues its GEMMs only after the other has issued its own
+    //    (named barrier per consumer: sync on mine, arrive on the other's), so one consumer's
+    //    GEMMs queue on the tensor cores while the other runs its softmax, and the two
+    //    alternate. Consumer 1 arrives once first so that consumer 0 starts. Both consumers
+    //    visit the same tiles, so they pass the barriers equally often: T + 1 GEMM phases each
+    //    for T tiles; consumer 1 skips its last arrival, which no one would wait for.
+    const int my_barrier = 1 + consumer, other_barrier = 2 - consumer;
+    constexpr int kPair = 2 * 128;
+    if (consumer == 1) named_barrier_arrive(1, kPair);
 
-    // P as the A operand of P·V, 16 keys per k-step: S columns 16j .. 16j+15 are accumulator
-    // entries 8j .. 8j+7, in the order of the A fragment's four registers.
-    std::uint32_t p[kTileN / 16][4];
-#pragma unroll
-    for (int j = 0; j < kTileN / 16; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) p[j][r] = pack_pair<Element>(acc_s[8 * j + 2 * r], acc_s[8 * j + 2 * r + 1]);
-
-    // O += P·V: k-step j reads keys 16j .. 16j+15 = two 8-row groups of every V slab.
-    barrier_wait(v_full(stage), phase);
-    fence_registers(acc_o);
-#pragma unroll
-    for (int j = 0; j < kTileN / 16; ++j) fence_registers(p[j]);
+    int stage = 0;
+    std::uint32_t phase = 0;
+    // Tile n_block_min: S alone.
+    barrier_wait(k_full(stage), phase);
+    named_barrier_sync(my_barrier, kPair);
+    fence_registers(state.acc_s);
     wgmma_fence();
-    const std::uint64_t v_descriptor = matrix_descriptor(v_tile, Traits::kKVSlabBytes, 1024);
-#pragma unroll
-    for (int j = 0; j < kTileN / 16; ++j)
-      wgmma_rs<Element, kHeadDim>(acc_o, p[j], v_descriptor + j * 16 * Traits::kSlabRowBytes / 16, 1);
+    issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
     wgmma_commit();
+    named_barrier_arrive(other_barrier, kPair);
     wgmma_wait<0>();
-    fence_registers(acc_o);
-
-    // This warp is done with the stage (its wgmma reads of K and V have completed).
-    if (lane == 0) barrier_arrive(kv_empty(stage));
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1u;
+    fence_registers(state.acc_s);
+    if (lane == 0) barrier_arrive(k_empty(stage));
+    {
+      float correction[2];
+      softmax_tile(params, state, n_block_min, correction);  // O is 0: nothing to rescale
     }
+    convert_p(state);
+
+    for (int n_block = n_block_min + 1; n_block < n_block_max; ++n_block) {
+      const int previous_stage = stage;
+      const std::uint32_t previous_phase = phase;
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+      barrier_wait(k_full(stage), phase);
+      barrier_wait(v_full(previous_stage), previous_phase);
+      named_barrier_sync(my_barrier, kPair);
+      fence_registers(state.acc_s);
+      fence_registers(state.acc_o);
+      fence_p(state);
+      wgmma_fence();
+      issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
+      wgmma_commit();
+      issue_pv<Traits>(state, v_tile(previous_stage));
+      wgmma_commit();
+      named_barrier_arrive(other_barrier, kPair);
+      wgmma_wait<1>();  // S_j is in; P_{j-1}·V_{j-1} may still run
+      fence_registers(state.acc_s);
+      if (lane == 0) barrier_arrive(k_empty(stage));  // this warp's reads of K_j are done
+      float correction[2];
+      softmax_tile(params, state, n_block, correction);
+      wgmma_wait<0>();
+      fence_registers(state.acc_o);
+      fence_p(state);
+      // This warp's reads of V_{j-1} are done.
+      if (lane == 0) barrier_arrive(v_empty(previous_stage));
+      rescale_o(state, correction);
+      convert_p(state);
+    }
+
+    // The last tile's P·V.
+    barrier_wait(v_full(stage), phase);
+    named_barrier_sync(my_barrier, kPair);
+    fence_registers(state.acc_o);
+    fence_p(state);
+    wgmma_fence();
+    issue_pv<Traits>(state, v_tile(stage));
+    wgmma_commit();
+    if (consumer == 0) named_barrier_arrive(other_barrier, kPair);
+    wgmma_wait<0>();
+    fence_registers(state.acc_o);
+    if (lane == 0) barrier_arrive(v_empty(stage));
   }
 
   // Epilogue: O /= row sum, LSE = max·scale + ln(sum); rows that saw no key: O = 0, LSE = -inf.
@@ -265,20 +400,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   for (int half = 0; half < 2; ++half) {
     // sum == 0 only where the row saw no key: O = 0 even where V holds NaN/Inf (P·V gave
     // 0·NaN there). A NaN sum (NaN or +Inf in the row's scores) propagates to O and the LSE.
-    const float sum = quad_sum(row_sum[half]);
+    const float sum = quad_sum(state.row_sum[half]);
     const bool seen = sum != 0.0f;
     const float inverse = 1.0f / sum;
     const int row = thread_row + 8 * half;
     if (row < params.seq_q) {
       if (lse_head != nullptr && quad_col == 0) {
-        lse_head[row] = seen ? row_max[half] * params.scale + logf(sum) : -INFINITY;
+        lse_head[row] = seen ? state.row_max[half] * params.scale + logf(sum) : -INFINITY;
       }
       Element* o_row = o_head + row * params.o_row_stride + 2 * quad_col;
 #pragma unroll
       for (int i = 0; i < kHeadDim / 8; ++i) {
         *reinterpret_cast<std::uint32_t*>(o_row + 8 * i) =
-            pack_pair<Element>(seen ? acc_o[4 * i + 2 * half] * inverse : 0.0f,
-                               seen ? acc_o[4 * i + 2 * half + 1] * inverse : 0.0f);
+            pack_pair<Element>(seen ? state.acc_o[4 * i + 2 * half] * inverse : 0.0f,
+                               seen ? state.acc_o[4 * i + 2 * half + 1] * inverse : 0.0f);
       }
     }
   }

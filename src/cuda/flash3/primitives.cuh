@@ -100,6 +100,19 @@ __device__ __forceinline__ void claim_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 
+// ---- named barriers (ping-pong between the consumer warpgroups) -------------------------------
+
+// bar.sync / bar.arrive on hardware barrier `id` (1..15; 0 is __syncthreads) for `threads`
+// threads (a multiple of 32): sync waits until `threads` have arrived (itself included), arrive
+// counts without waiting. Two warpgroups order their GEMM issues with one barrier each: a
+// warpgroup syncs on its own (128 of its threads) and arrives on the other's (128 more).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- wgmma --------------------------------------------------------------------------------------
 
 // Shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"):

@@ -41,8 +41,8 @@ struct Traits {
   static constexpr int kKOffset = kQOffset + kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr int kBarrierOffset = kVOffset + kStages * kKVBytes;
-  // Barriers: Q full, K full ×stages, V full ×stages, K/V empty ×stages (8 bytes each).
-  static constexpr int kBarrierBytes = 8 * (1 + 3 * kStages);
+  // Barriers: Q full, K full ×stages, V full ×stages, K empty ×stages, V empty ×stages (8 bytes each).
+  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
   // +1024: nothing promises the dynamic shared memory a 1024-byte aligned start; the kernel
   // rounds its base up to the 1024-byte period of the 128B swizzle.
   static constexpr int kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;
