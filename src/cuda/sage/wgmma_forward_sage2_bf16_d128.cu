@@ -1,0 +1,6 @@
+// sage2 wgmma (sm_90a) forward, bf16, head dim 128: one instantiation per translation unit.
+#include "cuda/sage/wgmma_launch_template.cuh"
+
+namespace attnsuite::cuda::sage::wgmma {
+template void run_forward<Mode::Sage2, __nv_bfloat16, 128>(const Params& params, cudaStream_t stream);
+}  // namespace attnsuite::cuda::sage::wgmma
