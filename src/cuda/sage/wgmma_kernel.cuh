@@ -148,7 +148,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int unmasked_key_end = first_row_keys.end;
 
   // This thread's two Q scales (rows thread_row, thread_row + 8); 0 past the end of Q.
-  const float* q_scale_head = params.q_scale + (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.q_blocks;
+  const float* q_scale_head =
+      params.q_scale + (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.q_blocks;
   const float* k_scale_head =
       params.k_scale + (static_cast<std::int64_t>(batch) * params.heads_kv + kv_head) * params.k_blocks;
   float q_scale[2];
@@ -247,7 +248,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int half = 0; half < 2; ++half) {
       float tile_max = -INFINITY;
 #pragma unroll
-      for (int i = 0; i < kTileN / 8; ++i) tile_max = fmaxf(tile_max, fmaxf(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]));
+      for (int i = 0; i < kTileN / 8; ++i)
+        tile_max = fmaxf(tile_max, fmaxf(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]));
       const float new_max = fmaxf(row_max[half], quad_max(tile_max));
       // A row that has seen no key keeps max -inf; subtracting 0 keeps its p at 0, not NaN.
       const float max_used = new_max == -INFINITY ? 0.0f : new_max;
@@ -312,7 +314,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       wgmma_fence();
       const std::uint64_t vt_descriptor = matrix_descriptor_swizzled<128>(v_tile, 16, 1024);
 #pragma unroll
-      for (int j = 0; j < kTileN / 32; ++j) wgmma_rs_e4m3<kHeadDim>(acc_tile, p[j], vt_descriptor + 2 * j, j > 0 ? 1 : 0);
+      for (int j = 0; j < kTileN / 32; ++j)
+        wgmma_rs_e4m3<kHeadDim>(acc_tile, p[j], vt_descriptor + 2 * j, j > 0 ? 1 : 0);
       wgmma_commit();
       wgmma_wait<0>();
       fence_registers(acc_tile);

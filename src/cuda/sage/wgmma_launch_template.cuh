@@ -53,12 +53,12 @@ void run_kernel(const Params& params, cudaStream_t stream) {
     // every channel. Keys past v_keys (the last tile of a length that is not a multiple of
     // 128) are zero-filled; those between seq_kv and v_keys the quantizer wrote as zeros.
     const std::int64_t vt_head = static_cast<std::int64_t>(kHeadDim) * params.v_keys;
-    v_map = map_of(params.vt8, true, static_cast<int>(params.v_keys), kHeadDim, params.heads_kv, params.v_keys,
-                   vt_head, vt_head * params.heads_kv, Kernel::kTileN, kHeadDim);
+    v_map = map_of(params.vt8, true, static_cast<int>(params.v_keys), kHeadDim, params.heads_kv, params.v_keys, vt_head,
+                   vt_head * params.heads_kv, Kernel::kTileN, kHeadDim);
   } else {
     // The caller's V, flash3's 64-column boxes (128 bytes, 128B swizzle) of kTileN rows.
-    v_map = map_of(params.v, false, kHeadDim, params.seq_kv, params.heads_kv, params.v_row_stride,
-                   params.v_head_stride, params.v_batch_stride, 64, Kernel::kTileN);
+    v_map = map_of(params.v, false, kHeadDim, params.seq_kv, params.heads_kv, params.v_row_stride, params.v_head_stride,
+                   params.v_batch_stride, 64, Kernel::kTileN);
   }
 
   const auto kernel = sage_wgmma_forward_kernel<Kernel>;
