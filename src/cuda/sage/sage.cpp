@@ -4,9 +4,11 @@
 // the forward, so the harness's latency includes the quantization.
 //
 // Two attention kernels read the same quantized buffers, exposed as kernel configs
-// (Backend::kernel_configs): "mma" (kernel.cuh, mma.sync, sm80+ / sm89+ for sage2) and "wgmma"
-// (wgmma_kernel.cuh, sm_90a, built with ATTNSUITE_FLASH3). The default is "wgmma" wherever it
-// can run (a compute capability 9.0 GPU, and for sage a V that TMA can read), else "mma".
+// (Backend::kernel_configs): "mma" (kernel.cuh, mma.sync, sm80+ / sm89+ for sage2) and the
+// sm_90a wgmma kernel (wgmma_kernel.cuh, built with ATTNSUITE_FLASH3) in two schedules, "wgmma"
+// (the two consumer warpgroups ping-pong at the tensor cores) and "wgmma-serial" (flash3 v1's
+// unsynchronized consumers). The default is "wgmma" wherever it can run (a compute capability
+// 9.0 GPU, and for sage a V that TMA can read), else "mma".
 #include "cuda/sage/sage.hpp"
 
 #include <cuda_runtime_api.h>
@@ -37,6 +39,7 @@ using sage::Mode;
 
 constexpr std::string_view kMmaConfig = "mma";
 constexpr std::string_view kWgmmaConfig = "wgmma";
+constexpr std::string_view kWgmmaSerialConfig = "wgmma-serial";
 
 // Whether this build has the wgmma kernels and the current GPU runs sm_90a code (exactly
 // compute capability 9.0: "a" features do not carry over to later architectures).
@@ -125,19 +128,20 @@ class SageBackend final : public Backend {
   }
 
   // The default first (what `tune --kernels` compares the others against): "wgmma" where it
-  // runs, then "mma".
+  // runs, then "wgmma-serial" and "mma".
   std::vector<std::string> kernel_configs(const AttentionProblem&) const override {
-    if (wgmma_runs_here()) return {std::string(kWgmmaConfig), std::string(kMmaConfig)};
+    if (wgmma_runs_here())
+      return {std::string(kWgmmaConfig), std::string(kWgmmaSerialConfig), std::string(kMmaConfig)};
     return {std::string(kMmaConfig)};
   }
   void force_kernel_config(std::string_view config) override {
     const bool known = config.empty() || config == "default" || config == kMmaConfig ||
-                       (ATTNSUITE_HAVE_FLASH3 && config == kWgmmaConfig);
+                       (ATTNSUITE_HAVE_FLASH3 && (config == kWgmmaConfig || config == kWgmmaSerialConfig));
     if (!known) {
-      throw Error(ErrorKind::Usage, fmt::format("{}: kernel config '{}' unknown; allowed: {}", name(), config,
-                                                ATTNSUITE_HAVE_FLASH3 ? "default, wgmma, mma"
-                                                                      : "default, mma (this build has no wgmma: "
-                                                                        "ATTNSUITE_FLASH3=OFF)"));
+      throw Error(ErrorKind::Usage,
+                  fmt::format("{}: kernel config '{}' unknown; allowed: {}", name(), config,
+                              ATTNSUITE_HAVE_FLASH3 ? "default, wgmma, wgmma-serial, mma"
+                                                    : "default, mma (this build has no wgmma: ATTNSUITE_FLASH3=OFF)"));
     }
     forced_ = config == "default" ? std::string() : std::string(config);
   }
@@ -270,7 +274,7 @@ class SageBackend final : public Backend {
       sage::launch_forward(mode_, params, problem.dtype, stream);
     } else {
 #if ATTNSUITE_HAVE_FLASH3
-      sage::launch_forward_wgmma(mode_, params, problem.dtype, stream);
+      sage::launch_forward_wgmma(mode_, params, problem.dtype, last_config_ == kWgmmaConfig, stream);
 #endif
     }
     if (args.lse.data != nullptr) {
@@ -308,18 +312,21 @@ class SageBackend final : public Backend {
 
   // The forced configuration (an error where it cannot run), else the kernel-config cache's
   // entry for this GPU, driver and shape class, else "wgmma" where it can run, else "mma". A
-  // cached "wgmma" that cannot run here falls back to "mma".
+  // cached wgmma config that cannot run here falls back to "mma".
   std::string_view choose(const AttentionProblem& problem, const sage::Params& params) const {
     if (forced_ == kMmaConfig) return kMmaConfig;
     const std::string why_not = wgmma_problem(params);
-    if (forced_ == kWgmmaConfig) {
-      if (!why_not.empty())
-        throw Error(ErrorKind::Unsupported, fmt::format("{}: kernel config 'wgmma' cannot run: {}", name(), why_not));
-      return kWgmmaConfig;
+    if (!forced_.empty()) {
+      if (!why_not.empty()) {
+        throw Error(ErrorKind::Unsupported,
+                    fmt::format("{}: kernel config '{}' cannot run: {}", name(), forced_, why_not));
+      }
+      return forced_ == kWgmmaSerialConfig ? kWgmmaSerialConfig : kWgmmaConfig;
     }
     if (KernelConfigCache::global().size() != 0) {
       const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, std::string(name()), problem));
       if (cached && *cached == kMmaConfig) return kMmaConfig;
+      if (cached && *cached == kWgmmaSerialConfig && why_not.empty()) return kWgmmaSerialConfig;
     }
     return why_not.empty() ? kWgmmaConfig : kMmaConfig;
   }

@@ -18,6 +18,10 @@
 //    fresh fp32 accumulator, then O = O·correction + O_tile in fp32 (two-level accumulation: the
 //    FP8 wgmma's own accumulation spans one 128-key tile only). 1/448 and V's channel scales
 //    are applied once, in the epilogue.
+// Schedules (Traits::kPingPong): "wgmma" — the two consumers take turns at the tensor cores
+// (named barriers), one GEMM section (P·V of tile n + Q·Kᵀ of tile n + 1) at a time, so that one
+// consumer's softmax runs while the other's GEMMs execute (FlashAttention-3's ping-pong);
+// "wgmma-serial" — the consumers run unsynchronized, each GEMM → softmax → GEMM (flash3 v1).
 // Epilogue: O / row sum, LSE = (max + log2 sum)·ln 2 (before smooth-K's shift, which
 // lse_shift_kernel adds back), straight to global memory. Rows that see no key: O = 0,
 // LSE = -inf; a NaN sum propagates (docs/kernels/sage.md, "Edge cases").
@@ -162,9 +166,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   float acc_o[kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] = 0.0f;
-  std::uint32_t acc_s[kTileN / 2];
-#pragma unroll
-  for (int i = 0; i < kTileN / 2; ++i) acc_s[i] = 0u;
+  std::uint32_t acc_s[kTileN / 2];  // written by each tile's first Q·Kᵀ k-step (wgmma_ss_s8_first)
   // sage2: each tile's FP8 P·V (overwritten by scale-d 0, so initialized once).
   float acc_tile[kFp8PV ? kHeadDim / 2 : 1];
 #pragma unroll
@@ -177,35 +179,64 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   const std::uint64_t q_descriptor = matrix_descriptor_swizzled<Traits::kSwizzleBytes>(
       smem_q + consumer * Traits::kRowsPerConsumer * Traits::kRowBytes, 16, Traits::kSwizzlePeriod);
+
+  // Ping-pong (Traits::kPingPong): the two consumers take turns at the tensor cores, so that one
+  // runs its softmax while the other's GEMMs execute. A turn is one "GEMM section": P·V of tile n
+  // and the issue of Q·Kᵀ of tile n + 1 (and, before the loop, Q·Kᵀ of the first tile). Named
+  // barrier 1 + c is consumer c's turn: it waits there (bar.sync, 256 = its 128 threads + the
+  // other consumer's 128 arriving) and, after its section, arrives on the other's (bar.arrive).
+  // Consumer 1 arrives once on consumer 0's barrier first, so consumer 0 starts; both have the
+  // same number of sections (the same tiles), so consumer 1 skips its arrival after its last
+  // one and every bar.sync has exactly one matching bar.arrive. (Barrier 0 is __syncthreads.)
+  auto take_turn = [&] {
+    if constexpr (Traits::kPingPong) named_barrier_sync(1 + consumer, 256);
+  };
+  auto pass_turn = [&](bool last_section) {
+    if constexpr (Traits::kPingPong) {
+      if (!(last_section && consumer == 1)) named_barrier_arrive(2 - consumer, 256);
+    }
+  };
+  if constexpr (Traits::kPingPong) {
+    if (consumer == 1) named_barrier_arrive(1, 256);
+  }
+
+  // The K scales of tile n_block (blocks past the end of K are 0: those keys are masked).
+  auto load_k_scales = [&](int n_block, float(&k_scale)[Traits::kKBlocksPerTile]) {
+#pragma unroll
+    for (int b = 0; b < Traits::kKBlocksPerTile; ++b) {
+      const int block = n_block * kTileN / Traits::kKBlockRows + b;
+      k_scale[b] = block < params.k_blocks ? __ldg(k_scale_head + block) : 0.0f;
+    }
+  };
+  // Issues S = Q8·K8ᵀ of the tile in `stage` (committed, not waited for): head_dim / 32 k-steps
+  // of 32 bytes inside the swizzled row (+2 in the encoded start address; the hardware applies
+  // the swizzle to the computed addresses).
+  auto issue_scores = [&](int stage, std::uint32_t phase) {
+    barrier_wait(k_full(stage), phase);
+    wgmma_fence();
+    const std::uint64_t k_descriptor = matrix_descriptor_swizzled<Traits::kSwizzleBytes>(
+        smem_k + stage * Traits::kKBytes, 16, Traits::kSwizzlePeriod);
+    wgmma_ss_s8_first(acc_s, q_descriptor, k_descriptor);
+#pragma unroll
+    for (int k_step = 1; k_step < kHeadDim / 32; ++k_step)
+      wgmma_ss_s8<kTileN>(acc_s, q_descriptor + 2 * k_step, k_descriptor + 2 * k_step, 1);
+    wgmma_commit();
+  };
+
   barrier_wait(q_full, 0);
 
   int stage = 0;
   std::uint32_t phase = 0;
   for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
-    const std::uint32_t k_tile = smem_k + stage * Traits::kKBytes;
     const std::uint32_t v_tile = smem_v + stage * Traits::kVBytes;
     const int key_begin = n_block * kTileN;
-
-    // The tile's K scales (issued before the wait: their latency hides behind it and Q·Kᵀ);
-    // blocks past the end of K are 0 (those keys are masked anyway).
     float k_scale[Traits::kKBlocksPerTile];
-#pragma unroll
-    for (int b = 0; b < Traits::kKBlocksPerTile; ++b) {
-      const int block = key_begin / Traits::kKBlockRows + b;
-      k_scale[b] = block < params.k_blocks ? __ldg(k_scale_head + block) : 0.0f;
-    }
-
-    // S = Q8·K8ᵀ: head_dim / 32 k-steps of 32 bytes inside the swizzled row (+2 in the encoded
-    // start address; the hardware applies the swizzle to the computed addresses).
-    barrier_wait(k_full(stage), phase);
-    fence_registers(acc_s);
-    wgmma_fence();
-    const std::uint64_t k_descriptor =
-        matrix_descriptor_swizzled<Traits::kSwizzleBytes>(k_tile, 16, Traits::kSwizzlePeriod);
-#pragma unroll
-    for (int k_step = 0; k_step < kHeadDim / 32; ++k_step)
-      wgmma_ss_s8<kTileN>(acc_s, q_descriptor + 2 * k_step, k_descriptor + 2 * k_step, k_step > 0 ? 1 : 0);
-    wgmma_commit();
+    load_k_scales(n_block, k_scale);
+    // Q·Kᵀ of this tile ends the section that P·V of the previous tile began (the first tile's
+    // is a section of its own).
+    if (n_block == n_block_min) take_turn();
+    issue_scores(stage, phase);
+    pass_turn(false);
     wgmma_wait<0>();
     fence_registers(acc_s);
 
@@ -280,6 +311,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int j = 0; j < kTileN / 16; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) p[j][r] = pack_pair<Element>(s[8 * j + 2 * r], s[8 * j + 2 * r + 1]);
+      take_turn();
       barrier_wait(v_full(stage), phase);
       fence_registers(acc_o);
 #pragma unroll
@@ -307,6 +339,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         }
       }
       // The tile's FP8 product into a fresh fp32 accumulator (scale-d 0 on the first k-step).
+      take_turn();
       barrier_wait(v_full(stage), phase);
       fence_registers(acc_tile);
 #pragma unroll
@@ -333,6 +366,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       stage = 0;
       phase ^= 1u;
     }
+    // The section goes on with the next tile's Q·Kᵀ (top of the loop); after the last tile's
+    // P·V it ends here.
+    if (n_block + 1 == n_block_max) pass_turn(true);
   }
 
   // Epilogue: O / row sum (sage2: · v_scale[channel]; its sums are of P·448, which cancels the

@@ -14,10 +14,14 @@ namespace attnsuite::cuda::sage {
 namespace {
 
 template <Mode kMode, class Element>
-void launch_for_dtype(const Params& params, cudaStream_t stream) {
+void launch_for_dtype(const Params& params, bool ping_pong, cudaStream_t stream) {
   switch (params.head_dim) {
-    case 64: return wgmma::run_forward<kMode, Element, 64>(params, stream);
-    case 128: return wgmma::run_forward<kMode, Element, 128>(params, stream);
+    case 64:
+      return ping_pong ? wgmma::run_forward<kMode, Element, 64, true>(params, stream)
+                       : wgmma::run_forward<kMode, Element, 64, false>(params, stream);
+    case 128:
+      return ping_pong ? wgmma::run_forward<kMode, Element, 128, true>(params, stream)
+                       : wgmma::run_forward<kMode, Element, 128, false>(params, stream);
     default:
       throw Error(ErrorKind::Unsupported,
                   fmt::format("head dim {} not supported by sage's wgmma kernel; allowed: 64, 128", params.head_dim));
@@ -25,10 +29,10 @@ void launch_for_dtype(const Params& params, cudaStream_t stream) {
 }
 
 template <Mode kMode>
-void launch_for_mode(const Params& params, DType dtype, cudaStream_t stream) {
+void launch_for_mode(const Params& params, DType dtype, bool ping_pong, cudaStream_t stream) {
   switch (dtype) {
-    case DType::F16: return launch_for_dtype<kMode, __half>(params, stream);
-    case DType::BF16: return launch_for_dtype<kMode, __nv_bfloat16>(params, stream);
+    case DType::F16: return launch_for_dtype<kMode, __half>(params, ping_pong, stream);
+    case DType::BF16: return launch_for_dtype<kMode, __nv_bfloat16>(params, ping_pong, stream);
     default:
       throw Error(ErrorKind::Unsupported,
                   fmt::format("dtype {} not supported by sage's wgmma kernel; allowed: fp16, bf16", to_string(dtype)));
@@ -46,10 +50,10 @@ std::string wgmma_layout_problem(Mode mode, const Params& params) {
   return v.empty() ? v : "V: " + v;
 }
 
-void launch_forward_wgmma(Mode mode, const Params& params, DType dtype, void* stream) {
+void launch_forward_wgmma(Mode mode, const Params& params, DType dtype, bool ping_pong, void* stream) {
   auto cuda_stream = static_cast<cudaStream_t>(stream);
-  if (mode == Mode::Sage) return launch_for_mode<Mode::Sage>(params, dtype, cuda_stream);
-  return launch_for_mode<Mode::Sage2>(params, dtype, cuda_stream);
+  if (mode == Mode::Sage) return launch_for_mode<Mode::Sage>(params, dtype, ping_pong, cuda_stream);
+  return launch_for_mode<Mode::Sage2>(params, dtype, ping_pong, cuda_stream);
 }
 
 }  // namespace attnsuite::cuda::sage

@@ -15,8 +15,9 @@ namespace attnsuite::cuda::sage {
 // of 16 bytes); sage2 reads only the quantizer's buffers. Empty sequences go to the mma kernel.
 std::string wgmma_layout_problem(Mode mode, const Params& params);
 
-// The attention kernel for `mode` on sm_90a (dtype = the 16-bit dtype of V and O), on `stream`.
-// Throws Error(Unsupported) for a (dtype, head dim) without a kernel.
-void launch_forward_wgmma(Mode mode, const Params& params, DType dtype, void* stream);
+// The attention kernel for `mode` on sm_90a (dtype = the 16-bit dtype of V and O), on `stream`;
+// `ping_pong`: the consumers' ping-pong schedule (kernel config "wgmma") or the serial one
+// ("wgmma-serial"). Throws Error(Unsupported) for a (dtype, head dim) without a kernel.
+void launch_forward_wgmma(Mode mode, const Params& params, DType dtype, bool ping_pong, void* stream);
 
 }  // namespace attnsuite::cuda::sage

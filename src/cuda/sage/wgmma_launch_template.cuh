@@ -69,9 +69,9 @@ void run_kernel(const Params& params, cudaStream_t stream) {
   ATTNSUITE_CUDA_CHECK_LAUNCH("sage_wgmma_forward_kernel");
 }
 
-template <Mode kMode, class Element, int kHeadDim>
+template <Mode kMode, class Element, int kHeadDim, bool kPingPong>
 void run_forward(const Params& params, cudaStream_t stream) {
-  run_kernel<typename Config<kMode, Element, kHeadDim>::Kernel>(params, stream);
+  run_kernel<typename Config<kMode, Element, kHeadDim, kPingPong>::Kernel>(params, stream);
 }
 
 }  // namespace attnsuite::cuda::sage::wgmma

@@ -41,6 +41,16 @@ using flash3::wgmma_rs;
 using flash3::wgmma_rs_e4m3;
 using flash3::wgmma_wait;
 
+// Named CTA barriers (PTX ISA "bar.sync / bar.arrive", operands a = barrier 0..15, b = thread
+// count, a multiple of 32): barrier `id` completes when `threads` threads have arrived;
+// bar.sync waits for that, bar.arrive does not. Barrier 0 is __syncthreads()'s.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // acc (64×N s32, raw bits) (+)= A (64×32 s8) · B (N×32 s8), both K-major in shared memory by
 // descriptor (the same 8-bit layouts and descriptors as flash3-fp8's e4m3 Q·Kᵀ).
 // accumulate = 0 overwrites acc (scale-d false).
@@ -67,6 +77,25 @@ __device__ __forceinline__ void wgmma_ss_s8<128>(std::uint32_t (&acc)[64], std::
       : SAGE_WGMMA_OUT64
       : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate));
 }
+
+// The first k-step of S (scale-d false: acc is written, never read), with acc as write-only
+// operands: S's registers are then dead from its dequantization to the next tile's Q·Kᵀ
+// instead of being carried through the softmax and P·V as inputs of this asm. Early-clobber, so
+// that no output shares a register with the descriptors. (PTX ISA: scale-d is a predicate
+// operand; the immediate 0 is false, D = A·B.)
+#define SAGE_WGMMA_NEW4(i) "=&r"(acc[i]), "=&r"(acc[(i) + 1]), "=&r"(acc[(i) + 2]), "=&r"(acc[(i) + 3])
+#define SAGE_WGMMA_NEW16(i) SAGE_WGMMA_NEW4(i), SAGE_WGMMA_NEW4((i) + 4), SAGE_WGMMA_NEW4((i) + 8), SAGE_WGMMA_NEW4((i) + 12)
+#define SAGE_WGMMA_NEW64 SAGE_WGMMA_NEW16(0), SAGE_WGMMA_NEW16(16), SAGE_WGMMA_NEW16(32), SAGE_WGMMA_NEW16(48)
+__device__ __forceinline__ void wgmma_ss_s8_first(std::uint32_t (&acc)[64], std::uint64_t a_descriptor,
+                                                  std::uint64_t b_descriptor) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " FLASH3_ACC64 ", %64, %65, 0;\n"
+      : SAGE_WGMMA_NEW64
+      : "l"(a_descriptor), "l"(b_descriptor));
+}
+#undef SAGE_WGMMA_NEW64
+#undef SAGE_WGMMA_NEW16
+#undef SAGE_WGMMA_NEW4
 
 #undef SAGE_WGMMA_OUT64
 #undef SAGE_WGMMA_OUT16

@@ -8,7 +8,8 @@
 
 namespace attnsuite::cuda::sage::wgmma {
 
-template <Mode kMode, class Element, int kHeadDim>
+// kPingPong: the consumers' ping-pong schedule (config "wgmma") or not ("wgmma-serial").
+template <Mode kMode, class Element, int kHeadDim, bool kPingPong>
 void run_forward(const Params& params, cudaStream_t stream);
 
 }  // namespace attnsuite::cuda::sage::wgmma
