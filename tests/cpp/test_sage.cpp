@@ -58,7 +58,17 @@ cuda::sage::Mode mode_of(const std::string& backend) {
 struct DeviceRun {
   std::vector<std::uint16_t> out_bits;
   std::vector<float> lse;
+  std::string kernel_config;  // Backend::last_kernel_config() after the run
 };
+
+// The attention kernel a sage backend runs by default here: "wgmma" on a compute capability
+// 9.0 GPU when the build has it (ATTNSUITE_FLASH3), else "mma". Every test below that does not
+// force a config checks that it ran this one, so Cuda/SageTest.* test the wgmma kernel on the
+// H200 and the mma kernel elsewhere.
+std::string default_kernel_config() {
+  if (!ATTNSUITE_HAVE_FLASH3 || !cuda_device_missing().empty()) return "mma";
+  return cuda::query_cuda_device(0).compute_capability() == 90 ? "wgmma" : "mma";
+}
 
 // Copies the inputs to the GPU, poisons O and LSE, runs the backend (with a harness workspace
 // when `harness_workspace`, else the backend's own), copies back.
@@ -92,7 +102,8 @@ DeviceRun run_on_device(const std::string& backend_name, const AttentionProblem&
   }
   backend.forward(p, args, context->stream());
   context->synchronize();
-  DeviceRun run{std::vector<std::uint16_t>(o_layout.bits.size()), std::vector<float>(p.batch * p.heads_q * p.seq_q)};
+  DeviceRun run{std::vector<std::uint16_t>(o_layout.bits.size()), std::vector<float>(p.batch * p.heads_q * p.seq_q),
+                backend.last_kernel_config()};
   context->copy_to_host(run.out_bits.data(), o->data(), o_layout.bytes());
   context->copy_to_host(run.lse.data(), lse->data(), lse_bytes);
   return run;
@@ -152,11 +163,14 @@ Accuracy accuracy(const std::vector<double>& got, const std::vector<double>& wan
   return result;
 }
 
-// `generator`: whose accuracy bound applies (sage_bounds.hpp).
+// `generator`: whose accuracy bound applies (sage_bounds.hpp). `config`: the kernel config
+// that must have run ("" = the default of this GPU and build).
 Accuracy check_backend(const std::string& backend_name, const AttentionProblem& p, const Inputs& in,
-                       const std::string& what, const std::string& generator = "randn") {
+                       const std::string& what, const std::string& generator = "randn",
+                       const std::string& config = "") {
   SCOPED_TRACE(backend_name + " " + p.describe() + " " + what);
   const DeviceRun run = run_on_device(backend_name, p, in);
+  EXPECT_EQ(run.kernel_config, config.empty() ? default_kernel_config() : config) << "kernel config that ran";
   const Result ref = reference_f64(p, in);
   const std::vector<double> got = output_of(p, run);
   const ErrorStats err = compare(got, ref.out);
@@ -177,14 +191,15 @@ Accuracy check_backend(const std::string& backend_name, const AttentionProblem& 
   EXPECT_EQ(lse_nan, 0) << "NaN in LSE";
   EXPECT_EQ(inf_mismatch, 0) << "rows whose LSE is -inf in one of reference and backend only";
   EXPECT_LE(lse_err, generator == "heavy-q" ? kMaxLseErrorHeavyQ : kMaxLseError) << "LSE max abs error";
-  std::printf("  %-6s %-56s %-10s cos %.6f  rel L1 %.4f  O max err %.3g  LSE max err %.3g\n", backend_name.c_str(),
-              p.describe().c_str(), what.c_str(), acc.cos, acc.rel_l1, err.max_abs, lse_err);
+  std::printf("  %-6s %-5s %-56s %-10s cos %.6f  rel L1 %.4f  O max err %.3g  LSE max err %.3g\n",
+              backend_name.c_str(), run.kernel_config.c_str(), p.describe().c_str(), what.c_str(), acc.cos,
+              acc.rel_l1, err.max_abs, lse_err);
   return acc;
 }
 
-void check_random(const std::string& backend_name, const AttentionProblem& p) {
+void check_random(const std::string& backend_name, const AttentionProblem& p, const std::string& config = "") {
   const std::uint64_t seed = std::random_device{}();
-  check_backend(backend_name, p, random_inputs(p, seed), "seed " + std::to_string(seed));
+  check_backend(backend_name, p, random_inputs(p, seed), "seed " + std::to_string(seed), "randn", config);
 }
 
 class SageTest : public ::testing::TestWithParam<std::string> {};
@@ -295,6 +310,7 @@ TEST_P(SageTest, AllZeroInputsGiveZeroOutput) {
   Inputs in = random_inputs(p, 5);
   for (HostTensor* t : {&in.q, &in.k, &in.v}) std::fill(t->bits.begin(), t->bits.end(), std::uint16_t{0});
   const DeviceRun run = run_on_device(GetParam(), p, in);
+  EXPECT_EQ(run.kernel_config, default_kernel_config());
   for (std::uint16_t bits : run.out_bits) ASSERT_EQ(bits & 0x7FFF, 0);
   for (int h = 0; h < 2; ++h)
     for (int i = 0; i < p.seq_q; ++i)
@@ -471,6 +487,83 @@ TEST(SageQuantKernels, MatchTheHostReference) {
                   p.describe().c_str(), mode == cuda::sage::Mode::Sage ? "sage" : "sage2",
                   static_cast<long long>(k_off_by_one), worst_k_scale);
     }
+}
+
+// The configs of a sage backend that can run here ({} where the backend cannot), checked: the
+// default first, "mma" always, all three on a compute capability 9.0 GPU of a build with wgmma.
+std::vector<std::string> configs_to_check(const std::string& name) {
+  Backend& backend = Registry::global().find(name);
+  const AttentionProblem probe = make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false);
+  const Support runs = backend.supports(probe);
+  if (!runs.ok) {
+    std::printf("  %s skipped: %s\n", name.c_str(), runs.reason.c_str());
+    return {};
+  }
+  const std::vector<std::string> configs = backend.kernel_configs(probe);
+  EXPECT_FALSE(configs.empty()) << name;
+  if (configs.empty()) return {};
+  EXPECT_EQ(configs.front(), default_kernel_config()) << name << ": the default is listed first";
+  EXPECT_NE(std::find(configs.begin(), configs.end(), "mma"), configs.end()) << name;
+  if (default_kernel_config() == "wgmma") {
+    EXPECT_EQ(configs, (std::vector<std::string>{"wgmma", "wgmma-serial", "mma"})) << name;
+  }
+  return configs;
+}
+
+// Every kernel config (`mma`, and `wgmma`, `wgmma-serial` on a compute capability 9.0 GPU of a
+// build with them),
+// forced, on odd shapes: causal with seq_q != seq_kv, GQA, one row, both dtypes, BHSD, a
+// sliding window. (In tools/device/run.sh's compute-sanitizer filter.)
+TEST(SageBackends, EveryKernelConfigMatchesTheReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const std::string name : {"sage", "sage2"}) {
+    Backend& backend = Registry::global().find(name);
+    const std::vector<std::string> configs = configs_to_check(name);
+    if (configs.empty()) continue;
+    for (const std::string& config : configs) {
+      backend.force_kernel_config(config);
+      SCOPED_TRACE(name + " config " + config);
+      for (int head_dim : {64, 128}) {
+        check_random(name, make_problem(2, 4, 2, 1000, 333, head_dim, DType::BF16, Layout::BSHD, true), config);
+        check_random(name, make_problem(1, 3, 3, 1, 77, head_dim, DType::F16, Layout::BHSD, false), config);
+        check_random(name, make_problem(1, 2, 1, 200, 40, head_dim, DType::F16, Layout::BSHD, true), config);
+        check_random(name, make_problem(2, 2, 2, 129, 300, head_dim, DType::BF16, Layout::BHSD, false), config);
+        AttentionProblem window = make_problem(1, 4, 2, 700, 700, head_dim, DType::BF16, Layout::BHSD, true);
+        window.window_left = 129;
+        check_random(name, window, config);
+      }
+      EXPECT_EQ(backend.last_kernel_config(), config);
+    }
+    backend.force_kernel_config("");
+    EXPECT_THROW(backend.force_kernel_config("m7"), Error);
+    if (default_kernel_config() == "mma" && ATTNSUITE_HAVE_FLASH3) {
+      // Forced where it cannot run: one clear error, not a launch failure.
+      backend.force_kernel_config("wgmma");
+      const AttentionProblem p = make_problem(1, 2, 2, 64, 64, 64, DType::F16, Layout::BSHD, false);
+      EXPECT_THROW(run_on_device(name, p, random_inputs(p, 1)), Error);
+      backend.force_kernel_config("");
+    }
+  }
+}
+
+// Every kernel config on every generator with its accuracy bound (sage_bounds.hpp), bf16, d64
+// causal and d128 not (AccuracyBoundsOnEveryGenerator runs the default on more shapes).
+TEST(SageBackends, EveryKernelConfigMeetsTheBoundsOnEveryGenerator) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const std::string name : {"sage", "sage2"}) {
+    Backend& backend = Registry::global().find(name);
+    for (const std::string& config : configs_to_check(name)) {
+      backend.force_kernel_config(config);
+      SCOPED_TRACE(name + " config " + config);
+      for (const auto& generator : bench::generators())
+        for (int head_dim : {64, 128}) {
+          const AttentionProblem p =
+              make_problem(1, 2, 1, 1024, 1024, head_dim, DType::BF16, Layout::BSHD, head_dim == 64);
+          check_backend(name, p, generator_inputs(p, generator.name, 42), generator.name, generator.name, config);
+        }
+    }
+    backend.force_kernel_config("");
+  }
 }
 
 TEST(SageBackends, RegisteredAfterFlash2AndRefuseWhatTheyDoNotSupport) {

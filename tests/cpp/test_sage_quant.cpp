@@ -17,6 +17,7 @@
 
 #include "attnsuite/attnsuite.hpp"
 #include "bench/generators.hpp"
+#include "cuda/flash3/fp8_layout.hpp"
 #include "cuda/sage/quant_reference.hpp"
 #include "cuda/sage/quant_rule.hpp"
 #include "sage_bounds.hpp"
@@ -192,6 +193,42 @@ TEST(SageQuant, VKeyPermutationMatchesTheMmaFragments) {
       const int keys[4] = {2 * c, 2 * c + 1, 8 + 2 * c, 9 + 2 * c};
       for (int j = 0; j < 4; ++j) EXPECT_EQ(v_key_position(16 * half + keys[j]), 16 * half + 4 * c + j);
     }
+}
+
+// sage2's wgmma kernel (wgmma_kernel.cuh) packs P into the k32 A fragments in flash3-fp8's
+// order (fp8_layout.hpp: A column s of a 128-key tile carries key key_of_column(s); the
+// Flash3Fp8Layout tests tie that to the PTX fragment layouts) and TMA-loads the quantizer's Vᵀ
+// as is: the column at which the quantizer stores each key must be the column that stands for it.
+TEST(SageQuant, TransposedVKeyOrderIsTheWgmmaPOrder) {
+  constexpr int kTileKeys = 128;  // the wgmma kernel's kTileN; a multiple of kVKeyPad
+  static_assert(kTileKeys % kVKeyPad == 0);
+  for (int key = 0; key < kTileKeys; ++key) {
+    const int column = key / kVKeyPad * kVKeyPad + v_key_position(key % kVKeyPad);
+    EXPECT_EQ(cuda::flash3::fp8_layout::key_of_column(column), key) << "key " << key;
+  }
+}
+
+// The wgmma kernel's dequantization, IADD + FFMA: s = fma(float(bits(x) + 1.5·2^23), c,
+// −1.5·2^23·c) for an INT8 dot product x and scale c, against x·c in fp64: off by at most
+// 0.75·c (the rounding of 1.5·2^23·c) plus the final rounding; exactly 0 for c = 0.
+TEST(SageQuant, FusedDequantizationIsWithinOneIntegerStep) {
+  std::mt19937 rng(11);
+  const std::int32_t edge = 127 * 127 * 128;
+  std::uniform_int_distribution<std::int32_t> dots(-edge, edge);
+  std::uniform_real_distribution<float> exponents(-30.0f, 10.0f);
+  double worst_steps = 0.0;
+  for (int i = 0; i < 200000; ++i) {
+    const std::int32_t x = dots(rng);
+    const float c = std::exp2(exponents(rng));
+    const float fused = std::fma(bits_float(static_cast<std::uint32_t>(x + kMagicFloatBits)), c, -12582912.0f * c);
+    const double exact = static_cast<double>(x) * c;
+    const double error = std::abs(fused - exact) - std::abs(exact) * std::ldexp(1.0, -24);
+    worst_steps = std::max(worst_steps, error / c);
+  }
+  EXPECT_LE(worst_steps, 0.76);  // analytic: 0.75 (half an ulp of 1.5·2^23·c, worst at c = 4/3·2^k); measured 0.749
+  std::printf("  fused dequantization: worst error %.3f integer steps (beyond the final rounding)\n", worst_steps);
+  EXPECT_EQ(std::fma(bits_float(static_cast<std::uint32_t>(12345 + kMagicFloatBits)), 0.0f, -12582912.0f * 0.0f),
+            0.0f);
 }
 
 TEST(SageQuant, WorkspaceLayoutIsAlignedAndDisjoint) {

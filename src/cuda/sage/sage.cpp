@@ -2,6 +2,13 @@
 // only: supports(), the workspace, and the four launches of one forward — statistics of K (and
 // V), INT8 Q, smoothed INT8 K, (FP8 Vᵀ), attention — all on the caller's stream and all part of
 // the forward, so the harness's latency includes the quantization.
+//
+// Two attention kernels read the same quantized buffers, exposed as kernel configs
+// (Backend::kernel_configs): "mma" (kernel.cuh, mma.sync, sm80+ / sm89+ for sage2) and the
+// sm_90a wgmma kernel (wgmma_kernel.cuh, built with ATTNSUITE_FLASH3) in two schedules, "wgmma"
+// (the two consumer warpgroups ping-pong at the tensor cores) and "wgmma-serial" (flash3 v1's
+// unsynchronized consumers). The default is "wgmma" wherever it can run (a compute capability
+// 9.0 GPU, and for sage a V that TMA can read), else "mma".
 #include "cuda/sage/sage.hpp"
 
 #include <cuda_runtime_api.h>
@@ -11,18 +18,45 @@
 #include <cstdint>
 #include <numbers>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "attnsuite/error.hpp"
 #include "cuda/common/backend_support.hpp"
 #include "cuda/common/check.hpp"
 #include "cuda/common/device_buffer.hpp"
+#include "cuda/cuda_backends.hpp"
 #include "cuda/sage/launch.hpp"
 #include "cuda/sage/quant_rule.hpp"
+#if ATTNSUITE_HAVE_FLASH3
+#include "cuda/sage/wgmma_launch.hpp"
+#endif
 
 namespace attnsuite::cuda {
 namespace {
 
 using sage::Mode;
+
+constexpr std::string_view kMmaConfig = "mma";
+constexpr std::string_view kWgmmaConfig = "wgmma";
+constexpr std::string_view kWgmmaSerialConfig = "wgmma-serial";
+
+// Whether this build has the wgmma kernels and the current GPU runs sm_90a code (exactly
+// compute capability 9.0: "a" features do not carry over to later architectures).
+bool wgmma_runs_here() {
+#if ATTNSUITE_HAVE_FLASH3
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
 
 bool rows_aligned(const TensorView& view) {
   constexpr std::int64_t kElementsPer16Bytes = 8;
@@ -42,9 +76,11 @@ class SageBackend final : public Backend {
   std::string capabilities() const override {
     return mode_ == Mode::Sage
                ? "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
-                 "INT8 Q·Kᵀ (smoothed K), 16-bit P·V; sm80+ (mma.sync); quantization included in forward"
+                 "INT8 Q·Kᵀ (smoothed K), 16-bit P·V; sm80+ (mma.sync), sm_90a wgmma kernel config; "
+                 "quantization included in forward"
                : "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
-                 "INT8 Q·Kᵀ (smoothed K), FP8 e4m3 P·V; sm89+ (mma.sync e4m3); quantization included in forward";
+                 "INT8 Q·Kᵀ (smoothed K), FP8 e4m3 P·V; sm89+ (mma.sync e4m3), sm_90a wgmma kernel config; "
+                 "quantization included in forward";
   }
 
   Support supports(const AttentionProblem& problem) const override {
@@ -90,6 +126,26 @@ class SageBackend final : public Backend {
   std::size_t workspace_bytes(const AttentionProblem& problem) const override {
     return layout_of(problem).bytes;
   }
+
+  // The default first (what `tune --kernels` compares the others against): "wgmma" where it
+  // runs, then "wgmma-serial" and "mma".
+  std::vector<std::string> kernel_configs(const AttentionProblem&) const override {
+    if (wgmma_runs_here())
+      return {std::string(kWgmmaConfig), std::string(kWgmmaSerialConfig), std::string(kMmaConfig)};
+    return {std::string(kMmaConfig)};
+  }
+  void force_kernel_config(std::string_view config) override {
+    const bool known = config.empty() || config == "default" || config == kMmaConfig ||
+                       (ATTNSUITE_HAVE_FLASH3 && (config == kWgmmaConfig || config == kWgmmaSerialConfig));
+    if (!known) {
+      throw Error(ErrorKind::Usage,
+                  fmt::format("{}: kernel config '{}' unknown; allowed: {}", name(), config,
+                              ATTNSUITE_HAVE_FLASH3 ? "default, wgmma, wgmma-serial, mma"
+                                                    : "default, mma (this build has no wgmma: ATTNSUITE_FLASH3=OFF)"));
+    }
+    forced_ = config == "default" ? std::string() : std::string(config);
+  }
+  std::string last_kernel_config() const override { return last_config_; }
 
   void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
     const Support support = supports(problem);
@@ -213,7 +269,14 @@ class SageBackend final : public Backend {
     params.window_left = problem.window_left;
     params.window_right = problem.window_right;
     if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
-    sage::launch_forward(mode_, params, problem.dtype, stream);
+    last_config_ = std::string(choose(problem, params));
+    if (last_config_ == kMmaConfig) {
+      sage::launch_forward(mode_, params, problem.dtype, stream);
+    } else {
+#if ATTNSUITE_HAVE_FLASH3
+      sage::launch_forward_wgmma(mode_, params, problem.dtype, last_config_ == kWgmmaConfig, stream);
+#endif
+    }
     if (args.lse.data != nullptr) {
       // Smooth-K moved each row's scores by −scale·(q·k̄): O does not see it, the LSE does.
       sage::LseShiftParams shift;
@@ -237,6 +300,37 @@ class SageBackend final : public Backend {
   }
 
  private:
+  // Why the wgmma kernel cannot run this forward here, or "" when it can.
+  std::string wgmma_problem([[maybe_unused]] const sage::Params& params) const {
+#if ATTNSUITE_HAVE_FLASH3
+    if (!wgmma_runs_here()) return "it needs a compute capability 9.0 GPU (sm_90a code)";
+    return sage::wgmma_layout_problem(mode_, params);
+#else
+    return "this build has no wgmma kernels (ATTNSUITE_FLASH3=OFF)";
+#endif
+  }
+
+  // The forced configuration (an error where it cannot run), else the kernel-config cache's
+  // entry for this GPU, driver and shape class, else "wgmma" where it can run, else "mma". A
+  // cached wgmma config that cannot run here falls back to "mma".
+  std::string_view choose(const AttentionProblem& problem, const sage::Params& params) const {
+    if (forced_ == kMmaConfig) return kMmaConfig;
+    const std::string why_not = wgmma_problem(params);
+    if (!forced_.empty()) {
+      if (!why_not.empty()) {
+        throw Error(ErrorKind::Unsupported,
+                    fmt::format("{}: kernel config '{}' cannot run: {}", name(), forced_, why_not));
+      }
+      return forced_ == kWgmmaSerialConfig ? kWgmmaSerialConfig : kWgmmaConfig;
+    }
+    if (KernelConfigCache::global().size() != 0) {
+      const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, std::string(name()), problem));
+      if (cached && *cached == kMmaConfig) return kMmaConfig;
+      if (cached && *cached == kWgmmaSerialConfig && why_not.empty()) return kWgmmaSerialConfig;
+    }
+    return why_not.empty() ? kWgmmaConfig : kMmaConfig;
+  }
+
   sage::WorkspaceLayout layout_of(const AttentionProblem& problem) const {
     return sage::workspace_layout(mode_, problem.batch, problem.heads_q, problem.heads_kv, problem.seq_q,
                                   problem.seq_kv, problem.head_dim);
@@ -244,6 +338,7 @@ class SageBackend final : public Backend {
 
   Mode mode_;
   DeviceBuffer own_workspace_;
+  std::string forced_, last_config_;
 };
 
 }  // namespace

@@ -1,0 +1,77 @@
+// Launch of one configuration of sage's wgmma kernel: the three TMA descriptors, then the
+// kernel. Included only by the instantiation TUs.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "cuda/common/check.hpp"
+#include "cuda/flash3/tensor_map.hpp"
+#include "cuda/sage/wgmma_kernel.cuh"
+#include "cuda/sage/wgmma_run_forward.cuh"
+#include "cuda/sage/wgmma_traits.cuh"
+
+namespace attnsuite::cuda::sage::wgmma {
+
+template <class Kernel>
+void run_kernel(const Params& params, cudaStream_t stream) {
+  constexpr int kHeadDim = Kernel::kHeadDim;
+  // A 4-D map (innermost first: columns, rows, heads, batch); `columns` and `rows` are the
+  // extents TMA zero-fills beyond.
+  auto map_of = [&](const void* data, bool bytes, int columns, int rows, int heads, std::int64_t row_stride,
+                    std::int64_t head_stride, std::int64_t batch_stride, int box_columns, int box_rows) {
+    flash3::TensorMapShape shape;
+    shape.data = data;
+    shape.e4m3 = bytes;  // 1-byte elements copied as bits (INT8 Q/K, e4m3 Vᵀ)
+    shape.dtype = std::is_same_v<typename Kernel::Element, __half> ? DType::F16 : DType::BF16;
+    shape.box_columns = box_columns;
+    shape.head_dim = columns;
+    shape.rows = rows;
+    shape.heads = heads;
+    shape.batch = params.batch;
+    shape.row_stride = row_stride;
+    shape.head_stride = head_stride;
+    shape.batch_stride = batch_stride;
+    shape.box_rows = box_rows;
+    return flash3::make_tensor_map(shape);
+  };
+  // INT8 Q and K: dense [batch][heads][seq][head_dim] (quant.cu); one box = a whole tile of
+  // rows of head_dim bytes (64B / 128B swizzle).
+  const std::int64_t q_head = static_cast<std::int64_t>(params.seq_q) * kHeadDim;
+  const std::int64_t k_head = static_cast<std::int64_t>(params.seq_kv) * kHeadDim;
+  const CUtensorMap q_map = map_of(params.q8, true, kHeadDim, params.seq_q, params.heads_q, kHeadDim, q_head,
+                                   q_head * params.heads_q, kHeadDim, Kernel::kTileM);
+  const CUtensorMap k_map = map_of(params.k8, true, kHeadDim, params.seq_kv, params.heads_kv, kHeadDim, k_head,
+                                   k_head * params.heads_kv, kHeadDim, Kernel::kTileN);
+  CUtensorMap v_map;
+  if constexpr (Kernel::kMode == Mode::Sage2) {
+    // Vᵀ8: [batch][kv heads][head_dim][v_keys]; a box is 128 keys (128 bytes, 128B swizzle) of
+    // every channel. Keys past v_keys (the last tile of a length that is not a multiple of
+    // 128) are zero-filled; those between seq_kv and v_keys the quantizer wrote as zeros.
+    const std::int64_t vt_head = static_cast<std::int64_t>(kHeadDim) * params.v_keys;
+    v_map = map_of(params.vt8, true, static_cast<int>(params.v_keys), kHeadDim, params.heads_kv, params.v_keys, vt_head,
+                   vt_head * params.heads_kv, Kernel::kTileN, kHeadDim);
+  } else {
+    // The caller's V, flash3's 64-column boxes (128 bytes, 128B swizzle) of kTileN rows.
+    v_map = map_of(params.v, false, kHeadDim, params.seq_kv, params.heads_kv, params.v_row_stride, params.v_head_stride,
+                   params.v_batch_stride, 64, Kernel::kTileN);
+  }
+
+  const auto kernel = sage_wgmma_forward_kernel<Kernel>;
+  ATTNSUITE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSmemBytes));
+  const dim3 grid(static_cast<unsigned>((params.seq_q + Kernel::kTileM - 1) / Kernel::kTileM),
+                  static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
+  kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(params, q_map, k_map, v_map);
+  ATTNSUITE_CUDA_CHECK_LAUNCH("sage_wgmma_forward_kernel");
+}
+
+template <Mode kMode, class Element, int kHeadDim, bool kPingPong>
+void run_forward(const Params& params, cudaStream_t stream) {
+  run_kernel<typename Config<kMode, Element, kHeadDim, kPingPong>::Kernel>(params, stream);
+}
+
+}  // namespace attnsuite::cuda::sage::wgmma
