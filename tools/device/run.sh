@@ -20,6 +20,11 @@
 #   in-tree module of this build (<build>/python) and the runner's wheels from
 #   tools/device/pack-python.sh, carried as .device-build/wheels/notebook.
 #   --tune-kernels-backends=a,b (default flash2,flash3): the backends `tune --kernels` tries.
+#   --py-peer-probe: which backends survive `attnsuite.bench` inside a Python process
+#   (tools/device/python_peer_probe.py, each in a child interpreter) -> py-peer-probe.md.
+#   --tune-sparse: times `attnsuite tune --sparse` for one 32-head d128 layer at N = 8192 (banded).
+# Env BENCH_ARGS_<suite> (dashes as underscores) adds bench flags to that suite, e.g.
+#   BENCH_ARGS_sage='--seq 4096,16384 --backends sage,sage2,flash3,cudnn'.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -30,7 +35,7 @@ out=$(mktemp -d)
 mkdir -p "$final"
 build="$root/.device-build/build"
 deps="$root/.device-build/deps"
-run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 run_sage_peer=0 run_notebook=0
+run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 run_sage_peer=0 run_notebook=0 run_py_probe=0 run_tune_sparse=0
 suites="headline,fa3-grid" tune_kernel_backends="flash2,flash3"
 for arg in "$@"; do
   case "$arg" in
@@ -43,8 +48,10 @@ for arg in "$@"; do
     --tune-kernels) run_tune_kernels=1 ;;
     --sage-peer) run_sage_peer=1 ;;
     --notebook) run_notebook=1 ;;
+    --py-peer-probe) run_py_probe=1 ;;
+    --tune-sparse) run_tune_sparse=1 ;;
     --tune-kernels-backends=*) tune_kernel_backends=${arg#--tune-kernels-backends=} ;;
-    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels, --tune-kernels-backends=a,b, --sage-peer, --notebook)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels, --tune-kernels-backends=a,b, --sage-peer, --notebook, --py-peer-probe, --tune-sparse)" >&2; exit 2 ;;
   esac
 done
 declare -a summary
@@ -129,11 +136,13 @@ if [ $run_bench = 1 ]; then
   IFS=',' read -r -a suite_list <<<"$suites"
   for suite in "${suite_list[@]}"; do
     start=$(date +%s)
-    "$cli" bench --suite "$suite" --out "$out/bench-$suite" --force >"$out/bench-$suite.txt" 2>"$out/bench-$suite.log"
+    extra_var="BENCH_ARGS_${suite//-/_}"
+    read -r -a extra_args <<<"${!extra_var:-}"
+    "$cli" bench --suite "$suite" "${extra_args[@]}" --out "$out/bench-$suite" --force >"$out/bench-$suite.txt" 2>"$out/bench-$suite.log"
     status=$?
     cp "$out/bench-$suite/results.json" "$final/$suite.json" 2>/dev/null
     cp "$out/bench-$suite/summary.md" "$final/$suite.md" 2>/dev/null
-    summary+=("bench $suite: exit $status in $(( $(date +%s) - start )) s")
+    summary+=("bench $suite ${!extra_var:-}: exit $status in $(( $(date +%s) - start )) s")
   done
 fi
 if [ $run_variants = 1 ]; then
@@ -184,6 +193,22 @@ if [ $run_sage_peer = 1 ]; then
     summary+=("sage peer: no wheel installed (run tools/device/pack-sage.sh here, carry .whl); see sage-peer-install.log")
   fi
 fi
+if [ $run_tune_sparse = 1 ]; then
+  start=$(date +%s)
+  "$cli" tune --sparse -b sparge --seq 8192 --heads 32 --head-dim 128 --dtype bf16 --generator banded \
+    --sparse-out "$out/sparge-tuned-8k.json" --out "$out/tune-sparse" --force >"$out/tune-sparse.txt" 2>&1
+  status=$?
+  cp "$out/sparge-tuned-8k.json" "$final/sparge-tuned-8k.json" 2>/dev/null
+  summary+=("tune --sparse (one 32-head d128 layer, N 8192, banded): exit $status in $(( $(date +%s) - start )) s wall")
+fi
+if [ $run_py_probe = 1 ]; then
+  start=$(date +%s)
+  py=/opt/torch/.venv/bin/python3
+  [ -x "$py" ] || py=$(command -v python3)
+  PYTHONPATH="$build/python" timeout 240 "$py" "$root/tools/device/python_peer_probe.py" "$final/py-peer-probe.md" \
+    >"$out/py-peer-probe.txt" 2>&1
+  summary+=("python peer probe: exit $? in $(( $(date +%s) - start )) s (py-peer-probe.md)")
+fi
 if [ $run_notebook = 1 ]; then
   start=$(date +%s)
   py=/opt/torch/.venv/bin/python3
@@ -218,4 +243,6 @@ done
 [ $run_variants = 1 ] && [ -f "$final/variants.md" ] && { echo; echo "## variants (TFLOP/s)"; cut -d'|' -f2,3,7 "$final/variants.md"; }
 [ $run_tune_kernels = 1 ] && [ -f "$out/tune-kernels.txt" ] && { echo; echo "## tune --kernels"; cat "$out/tune-kernels.txt"; }
 [ $run_tune = 1 ] && [ -f "$out/tune-headline.txt" ] && { echo; echo "## tune headline"; cat "$out/tune-headline.txt"; }
+[ $run_tune_sparse = 1 ] && [ -f "$out/tune-sparse.txt" ] && { echo; echo "## tune --sparse"; tail -20 "$out/tune-sparse.txt"; }
+[ $run_py_probe = 1 ] && [ -f "$final/py-peer-probe.md" ] && { echo; echo "## python peer probe"; cat "$final/py-peer-probe.md"; }
 exit 0
