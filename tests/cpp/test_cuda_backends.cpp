@@ -540,14 +540,25 @@ TEST(CudaFlash3Fp8, MatchesTheQuantizedReference) {
       {1, 2, 2, 700, 700, 128, Layout::BSHD, false, 100, 0},   // sliding window
       {1, 2, 2, 1500, 1500, 128, Layout::BSHD, false, -1, -1}, // 12 K/V tiles: the stage ring wraps 4 times
   };
-  for (const Case& c : cases) {
-    AttentionProblem p =
-        make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, c.head_dim, DType::BF16, c.layout, c.causal);
-    p.window_left = c.window_left;
-    p.window_right = c.window_right;
-    SKIP_UNLESS_FLASH3_FP8_RUNS(p);
-    check_flash3_fp8(p);
+  // Both schedules (v2 "default", "v1"), each case against the e4m3 reference.
+  Backend& fp8 = Registry::global().find("flash3-fp8");
+  ASSERT_EQ(fp8.kernel_configs(make_problem(1, 1, 1, 64, 64, 128, DType::BF16, Layout::BSHD, false)),
+            (std::vector<std::string>{"default", "v1"}));
+  for (const std::string config : {"default", "v1"}) {
+    fp8.force_kernel_config(config);
+    SCOPED_TRACE("config " + config);
+    for (const Case& c : cases) {
+      AttentionProblem p =
+          make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, c.head_dim, DType::BF16, c.layout, c.causal);
+      p.window_left = c.window_left;
+      p.window_right = c.window_right;
+      SKIP_UNLESS_FLASH3_FP8_RUNS(p);
+      check_flash3_fp8(p);
+      EXPECT_EQ(fp8.last_kernel_config(), config);
+    }
   }
+  fp8.force_kernel_config("");
+  EXPECT_THROW(fp8.force_kernel_config("v3"), Error);
 }
 
 double cosine_similarity(const std::vector<double>& a, const std::vector<double>& b) {

@@ -131,6 +131,23 @@ if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   done
 fi
 
+# The notebook before the benchmarks: it is short, and a call that runs out of time loses the last steps.
+if [ $run_notebook = 1 ]; then
+  start=$(date +%s)
+  py=/opt/torch/.venv/bin/python3
+  [ -x "$py" ] || py=$(command -v python3)
+  if compgen -G "$root/.device-build/wheels/notebook/*.whl" >/dev/null &&
+     "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-notebook \
+       "$root"/.device-build/wheels/notebook/*.whl >"$out/notebook.log" 2>&1; then
+    (cd "$build" && PYTHONPATH="$build/python:/tmp/site-notebook" ATTNSUITE_CLI="$cli" JUPYTER_PLATFORM_DIRS=1 \
+       PYTHONDONTWRITEBYTECODE=1 timeout "${NOTEBOOK_TIMEOUT_S:-300}" "$py" -m pytest -q -rs -p no:cacheprovider \
+       "$root/tests/python/test_notebook.py") >>"$out/notebook.log" 2>&1
+    status=$?
+    cp "$out/notebook.log" "$final/notebook.log"
+    summary+=("notebook (GPU, in-tree module): exit $status in $(( $(date +%s) - start )) s; $(grep -E '(passed|failed|error)' "$out/notebook.log" | tail -1)")
+  else
+    summary+=("notebook: no runner wheels (run tools/device/pack-python.sh here, carry .device-build/wheels/notebook)")
+  fi
 if [ $run_bench = 1 ]; then
   "$cli" info >"$out/info.txt" 2>&1
   IFS=',' read -r -a suite_list <<<"$suites"
@@ -209,22 +226,6 @@ if [ $run_py_probe = 1 ]; then
     >"$out/py-peer-probe.txt" 2>&1
   summary+=("python peer probe: exit $? in $(( $(date +%s) - start )) s (py-peer-probe.md)")
 fi
-if [ $run_notebook = 1 ]; then
-  start=$(date +%s)
-  py=/opt/torch/.venv/bin/python3
-  [ -x "$py" ] || py=$(command -v python3)
-  if compgen -G "$root/.device-build/wheels/notebook/*.whl" >/dev/null &&
-     "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-notebook \
-       "$root"/.device-build/wheels/notebook/*.whl >"$out/notebook.log" 2>&1; then
-    (cd "$build" && PYTHONPATH="$build/python:/tmp/site-notebook" ATTNSUITE_CLI="$cli" JUPYTER_PLATFORM_DIRS=1 \
-       PYTHONDONTWRITEBYTECODE=1 timeout "${NOTEBOOK_TIMEOUT_S:-300}" "$py" -m pytest -q -rs -p no:cacheprovider \
-       "$root/tests/python/test_notebook.py") >>"$out/notebook.log" 2>&1
-    status=$?
-    cp "$out/notebook.log" "$final/notebook.log"
-    summary+=("notebook (GPU, in-tree module): exit $status in $(( $(date +%s) - start )) s; $(grep -E '(passed|failed|error)' "$out/notebook.log" | tail -1)")
-  else
-    summary+=("notebook: no runner wheels (run tools/device/pack-python.sh here, carry .device-build/wheels/notebook)")
-  fi
 fi
 printf '%s\n' "${summary[@]}" >"$out/summary.txt"
 tar czf "$final/logs.tar.gz" -C "$out" --exclude='results.jsonl' . 2>/dev/null

@@ -88,35 +88,38 @@ class Flash3Backend final : public Backend {
 
     flash3::Params params;
     fill_attention_params(params, problem, args);
-    last_config_ = choose(problem);
-    params.serial_schedule = last_config_ == "v1";
+    params.serial_schedule = schedule_.choose_serial(problem);
     flash3::launch_forward(params, problem.dtype, stream);
   }
 
-  // "default" = the v2 schedule (intra-warpgroup overlap + ping-pong); "v1" = the first
-  // version's serial schedule, kept to measure the two side by side (docs/kernels/flash3.md).
-  std::vector<std::string> kernel_configs(const AttentionProblem&) const override { return {"default", "v1"}; }
-  void force_kernel_config(std::string_view config) override {
-    if (!config.empty() && config != "default" && config != "v1")
-      throw Error(ErrorKind::Usage,
-                  fmt::format("{}: kernel config '{}' unknown; allowed: default, v1", name(), config));
-    forced_ = std::string(config);
-  }
-  std::string last_kernel_config() const override { return last_config_; }
+  std::vector<std::string> kernel_configs(const AttentionProblem&) const override { return schedule_.names(); }
+  void force_kernel_config(std::string_view config) override { schedule_.force(config); }
+  std::string last_kernel_config() const override { return schedule_.last(); }
 
  private:
-  // The forced configuration, else the kernel-config cache's entry for this GPU, driver and
-  // shape class, else "default". An unknown cached name (another build's) means "default".
-  std::string choose(const AttentionProblem& problem) const {
-    if (!forced_.empty()) return forced_;
-    if (KernelConfigCache::global().size() == 0) return "default";
-    const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, "flash3", problem));
-    return cached && *cached == "v1" ? "v1" : "default";
-  }
-  std::string forced_, last_config_;
+  Flash3Schedule schedule_{"flash3"};
 };
 
 }  // namespace
+
+void Flash3Schedule::force(std::string_view config) {
+  if (!config.empty() && config != "default" && config != "v1")
+    throw Error(ErrorKind::Usage, fmt::format("{}: kernel config '{}' unknown; allowed: default, v1", backend_, config));
+  forced_ = std::string(config);
+}
+
+bool Flash3Schedule::choose_serial(const AttentionProblem& problem) {
+  if (!forced_.empty()) {
+    last_ = forced_;
+  } else if (KernelConfigCache::global().size() == 0) {  // no cache file: no key is built
+    last_ = "default";
+  } else {
+    // An unknown cached name (another build's) means "default".
+    const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, backend_, problem));
+    last_ = cached && *cached == "v1" ? "v1" : "default";
+  }
+  return last_ == "v1";
+}
 
 std::unique_ptr<Backend> make_flash3_backend() { return std::make_unique<Flash3Backend>(); }
 

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <numbers>
 #include <string>
+#include <vector>
 
 #include "attnsuite/error.hpp"
 #include "cuda/common/attention_params.hpp"
@@ -94,8 +95,17 @@ class Flash3Fp8Backend final : public Backend {
       throw Error(ErrorKind::Usage, fmt::format("flash3-fp8: needs a workspace of {} bytes (workspace_bytes), got none",
                                                 workspace_bytes(problem)));
     }
-    flash3::launch_forward_fp8(make_params(problem, args), args.workspace, stream);
+    flash3::Params params = make_params(problem, args);
+    params.serial_schedule = schedule_.choose_serial(problem);
+    flash3::launch_forward_fp8(params, args.workspace, stream);
   }
+
+  std::vector<std::string> kernel_configs(const AttentionProblem&) const override { return schedule_.names(); }
+  void force_kernel_config(std::string_view config) override { schedule_.force(config); }
+  std::string last_kernel_config() const override { return schedule_.last(); }
+
+ private:
+  Flash3Schedule schedule_{"flash3-fp8"};
 };
 
 }  // namespace

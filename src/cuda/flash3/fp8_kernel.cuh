@@ -77,6 +77,110 @@ __device__ __forceinline__ void transpose_v_tile(std::uint32_t v_tile, std::uint
   }
 }
 
+// A consumer thread's registers across the main loop (as flash3's ConsumerState, kernel.cuh):
+// P here is e4m3, 32 keys per A fragment of four registers.
+template <class Traits>
+struct Fp8ConsumerState {
+  float acc_o[Traits::kHeadDim / 2];
+  float acc_s[Traits::kTileN / 2];
+  std::uint32_t p[Traits::kTileN / 32][4];
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};
+  int thread_row = 0, quad_col = 0;
+  int unmasked_key_begin = 0, unmasked_key_end = 0;
+};
+
+// S = Q·Kᵀ: head dim / 32 k-steps of 32 bytes inside the swizzled row.
+template <class Traits>
+__device__ __forceinline__ void fp8_issue_qk(float (&acc_s)[Traits::kTileN / 2], std::uint64_t q_descriptor,
+                                             std::uint32_t k_tile) {
+  const std::uint64_t k_descriptor =
+      matrix_descriptor_swizzled<Traits::kSwizzleBytes>(k_tile, 16, Traits::kSwizzlePeriod);
+#pragma unroll
+  for (int k_step = 0; k_step < Traits::kHeadDim / 32; ++k_step)
+    wgmma_ss_e4m3<Traits::kTileN>(acc_s, q_descriptor + 2 * k_step, k_descriptor + 2 * k_step, k_step > 0 ? 1 : 0);
+}
+
+// O += P·V: k-step j reads Vᵀ columns 32j .. 32j+31 (32 bytes into every 128-byte row).
+template <class Traits>
+__device__ __forceinline__ void fp8_issue_pv(Fp8ConsumerState<Traits>& state, std::uint32_t vt_tile) {
+  const std::uint64_t vt_descriptor = matrix_descriptor_swizzled<128>(vt_tile, 16, 1024);
+#pragma unroll
+  for (int j = 0; j < Traits::kTileN / 32; ++j) wgmma_rs_e4m3<Traits::kHeadDim>(state.acc_o, state.p[j], vt_descriptor + 2 * j, 1);
+}
+
+template <class Traits>
+__device__ __forceinline__ void fp8_fence_p(Fp8ConsumerState<Traits>& state) {
+#pragma unroll
+  for (int j = 0; j < Traits::kTileN / 32; ++j) fence_registers(state.p[j]);
+}
+
+// Mask (boundary tiles only), then the online softmax in place (scale_log2 includes dq·dk).
+template <class Traits>
+__device__ __forceinline__ void fp8_softmax_tile(const Params& params, Fp8ConsumerState<Traits>& state, int n_block,
+                                                 float scale_log2, float (&correction)[2]) {
+  constexpr int kTileN = Traits::kTileN;
+  const int key_begin = n_block * kTileN;
+  if (key_begin < state.unmasked_key_begin || key_begin + kTileN > state.unmasked_key_end) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const KeyRange keys = key_range(params, state.thread_row + 8 * half);
+#pragma unroll
+      for (int i = 0; i < kTileN / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = key_begin + 8 * i + 2 * state.quad_col + e;
+          if (key < keys.begin || key >= keys.end) state.acc_s[4 * i + 2 * half + e] = -INFINITY;
+        }
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kTileN / 8; ++i)
+      tile_max = fmaxf(tile_max, fmaxf(state.acc_s[4 * i + 2 * half], state.acc_s[4 * i + 2 * half + 1]));
+    const float new_max = fmaxf(state.row_max[half], quad_max(tile_max));
+    const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
+    correction[half] = exp2_approx(state.row_max[half] * scale_log2 - max_scaled);
+    state.row_max[half] = new_max;
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTileN / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = exp2_approx(fmaf(state.acc_s[4 * i + 2 * half + e], scale_log2, -max_scaled));
+        state.acc_s[4 * i + 2 * half + e] = p;
+        sum += p;
+      }
+    state.row_sum[half] = state.row_sum[half] * correction[half] + sum;
+  }
+}
+
+template <class Traits>
+__device__ __forceinline__ void fp8_rescale_o(Fp8ConsumerState<Traits>& state, const float (&correction)[2]) {
+#pragma unroll
+  for (int i = 0; i < Traits::kHeadDim / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) state.acc_o[4 * i + e] *= correction[e / 2];
+}
+
+// P as e4m3 A fragments, 32 keys per k-step: accumulator entries 16j .. 16j+15 hold keys
+// 32j + 8i' + 2c + e of rows (g, g+8); a[0] (row g) = keys 2c, 2c+1, 2c+8, 2c+9, a[1] the same of
+// row g+8, a[2] / a[3] those keys + 16 (the π order that Vᵀ follows).
+template <class Traits>
+__device__ __forceinline__ void fp8_convert_p(Fp8ConsumerState<Traits>& state) {
+#pragma unroll
+  for (int j = 0; j < Traits::kTileN / 32; ++j) {
+    const float* s = state.acc_s + 16 * j;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      using fp8_layout::p_entry;
+      state.p[j][r] = pack_e4m3x4(s[p_entry(r, 0)], s[p_entry(r, 1)], s[p_entry(r, 2)], s[p_entry(r, 3)]);
+    }
+  }
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash3_fp8_forward_kernel(const __grid_constant__ Params params, const float* __restrict__ descales,
@@ -129,7 +233,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto k_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + stage); };
   auto v_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + kStages + stage); };
   auto vt_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 2 * kStages + stage); };
-  auto kv_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 3 * kStages + stage); };
+  // Released separately (as in flash3 v2): K after S_j has been waited, V/Vᵀ after P_j·V_j.
+  auto k_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 3 * kStages + stage); };
+  auto vt_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 4 * kStages + stage); };
 
   if (threadIdx.x == 0) {
     barrier_init(q_full, 1);
@@ -137,7 +243,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       barrier_init(k_full(stage), 1);
       barrier_init(v_full(stage), 1);
       barrier_init(vt_full(stage), Traits::kProducerWarps);
-      barrier_init(kv_empty(stage), Traits::kConsumerWarps);
+      barrier_init(k_empty(stage), Traits::kConsumerWarps);
+      barrier_init(vt_empty(stage), Traits::kConsumerWarps);
     }
     barrier_init_fence();
   }
@@ -158,11 +265,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
       const std::uint32_t v_tile = smem_v + stage * Traits::kKVBytes;
       if (threadIdx.x == 0) {
-        // The consumers are done with K, V and Vᵀ of this stage's previous tile.
-        barrier_wait(kv_empty(stage), phase ^ 1u);
+        // The consumers are done with K (then Vᵀ, which was made from this stage's previous V)
+        // of this stage's previous tile.
         const int key_begin = n_block * kTileN;
+        barrier_wait(k_empty(stage), phase ^ 1u);
         barrier_arrive_expect_bytes(k_full(stage), Traits::kKVBytes);
         tma_load_4d(smem_k + stage * Traits::kKVBytes, &k_map, 0, key_begin, kv_head, batch, k_full(stage));
+        barrier_wait(vt_empty(stage), phase ^ 1u);
         barrier_arrive_expect_bytes(v_full(stage), Traits::kKVBytes);
         tma_load_4d(v_tile, &v_map, 0, key_begin, kv_head, batch, v_full(stage));
       }
@@ -196,112 +305,125 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const float scale_log2 = params.scale_log2 * descale_qk;
   const float scale = params.scale * descale_qk;
 
-  float acc_o[kHeadDim / 2];
+  Fp8ConsumerState<Traits> state;
+  state.thread_row = thread_row;
+  state.quad_col = quad_col;
+  state.unmasked_key_begin = unmasked_key_begin;
+  state.unmasked_key_end = unmasked_key_end;
 #pragma unroll
-  for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] = 0.0f;
-  float acc_s[kTileN / 2];
+  for (int i = 0; i < kHeadDim / 2; ++i) state.acc_o[i] = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kTileN / 2; ++i) acc_s[i] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  for (int i = 0; i < kTileN / 2; ++i) state.acc_s[i] = 0.0f;
 
   // This warpgroup's 64 Q rows start 64 rows into the tile (a multiple of the swizzle period).
   const std::uint64_t q_descriptor = matrix_descriptor_swizzled<Traits::kSwizzleBytes>(
       smem_q + consumer * Traits::kRowsPerConsumer * Traits::kRowBytes, 16, Traits::kSwizzlePeriod);
   barrier_wait(q_full, 0);
 
-  int stage = 0;
-  std::uint32_t phase = 0;
-  for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
-    const std::uint32_t k_tile = smem_k + stage * Traits::kKVBytes;
-    const std::uint32_t vt_tile = smem_vt + stage * Traits::kVtBytes;
+  auto k_tile = [&](int stage) { return smem_k + stage * Traits::kKVBytes; };
+  auto vt_tile = [&](int stage) { return smem_vt + stage * Traits::kVtBytes; };
 
-    // S = Q·Kᵀ: head dim / 32 k-steps of 32 bytes inside the swizzled row.
+  if (params.serial_schedule) {
+    // v1: one tile at a time.
+    int stage = 0;
+    std::uint32_t phase = 0;
+    for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+      barrier_wait(k_full(stage), phase);
+      fence_registers(state.acc_s);
+      wgmma_fence();
+      fp8_issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(state.acc_s);
+      float correction[2];
+      fp8_softmax_tile(params, state, n_block, scale_log2, correction);
+      fp8_rescale_o(state, correction);
+      fp8_convert_p(state);
+      barrier_wait(vt_full(stage), phase);
+      fence_registers(state.acc_o);
+      fp8_fence_p(state);
+      wgmma_fence();
+      fp8_issue_pv<Traits>(state, vt_tile(stage));
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(state.acc_o);
+      if (lane == 0) {
+        barrier_arrive(k_empty(stage));
+        barrier_arrive(vt_empty(stage));
+      }
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+  } else {
+    // v2, flash3's schedule (kernel.cuh): S_j issued with P_{j-1}·V_{j-1}, the softmax of tile j
+    // under that P·V, ping-pong between the consumers on named barriers 1 and 2.
+    const int my_barrier = 1 + consumer, other_barrier = 2 - consumer;
+    constexpr int kPair = 2 * 128;
+    if (consumer == 1) named_barrier_arrive(1, kPair);
+
+    int stage = 0;
+    std::uint32_t phase = 0;
     barrier_wait(k_full(stage), phase);
-    fence_registers(acc_s);
+    named_barrier_sync(my_barrier, kPair);
+    fence_registers(state.acc_s);
     wgmma_fence();
-    const std::uint64_t k_descriptor =
-        matrix_descriptor_swizzled<Traits::kSwizzleBytes>(k_tile, 16, Traits::kSwizzlePeriod);
-#pragma unroll
-    for (int k_step = 0; k_step < kHeadDim / 32; ++k_step) {
-      wgmma_ss_e4m3<kTileN>(acc_s, q_descriptor + 2 * k_step, k_descriptor + 2 * k_step, k_step > 0 ? 1 : 0);
-    }
+    fp8_issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
     wgmma_commit();
+    named_barrier_arrive(other_barrier, kPair);
     wgmma_wait<0>();
-    fence_registers(acc_s);
+    fence_registers(state.acc_s);
+    if (lane == 0) barrier_arrive(k_empty(stage));
+    {
+      float correction[2];
+      fp8_softmax_tile(params, state, n_block_min, scale_log2, correction);  // O is 0
+    }
+    fp8_convert_p(state);
 
-    const int key_begin = n_block * kTileN;
-    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const KeyRange keys = key_range(params, thread_row + 8 * half);
-#pragma unroll
-        for (int i = 0; i < kTileN / 8; ++i)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = key_begin + 8 * i + 2 * quad_col + e;
-            if (key < keys.begin || key >= keys.end) acc_s[4 * i + 2 * half + e] = -INFINITY;
-          }
+    for (int n_block = n_block_min + 1; n_block < n_block_max; ++n_block) {
+      const int previous_stage = stage;
+      const std::uint32_t previous_phase = phase;
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1u;
       }
-    }
-    float correction[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < kTileN / 8; ++i)
-        tile_max = fmaxf(tile_max, fmaxf(acc_s[4 * i + 2 * half], acc_s[4 * i + 2 * half + 1]));
-      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
-      const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
-      correction[half] = exp2_approx(row_max[half] * scale_log2 - max_scaled);
-      row_max[half] = new_max;
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kTileN / 8; ++i)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float p = exp2_approx(fmaf(acc_s[4 * i + 2 * half + e], scale_log2, -max_scaled));
-          acc_s[4 * i + 2 * half + e] = p;
-          sum += p;
-        }
-      row_sum[half] = row_sum[half] * correction[half] + sum;
-    }
-#pragma unroll
-    for (int i = 0; i < kHeadDim / 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[4 * i + e] *= correction[e / 2];
-
-    // P as e4m3 A fragments, 32 keys per k-step: accumulator entries 16j .. 16j+15 hold keys
-    // 32j + 8i' + 2c + e of rows (g, g+8); a[0] (row g) = keys 2c, 2c+1, 2c+8, 2c+9, a[1] the
-    // same of row g+8, a[2] / a[3] those keys + 16 (the π order that Vᵀ follows).
-    std::uint32_t p[kTileN / 32][4];
-#pragma unroll
-    for (int j = 0; j < kTileN / 32; ++j) {
-      const float* s = acc_s + 16 * j;
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        using fp8_layout::p_entry;
-        p[j][r] = pack_e4m3x4(s[p_entry(r, 0)], s[p_entry(r, 1)], s[p_entry(r, 2)], s[p_entry(r, 3)]);
-      }
+      barrier_wait(k_full(stage), phase);
+      barrier_wait(vt_full(previous_stage), previous_phase);
+      named_barrier_sync(my_barrier, kPair);
+      fence_registers(state.acc_s);
+      fence_registers(state.acc_o);
+      fp8_fence_p(state);
+      wgmma_fence();
+      fp8_issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
+      wgmma_commit();
+      fp8_issue_pv<Traits>(state, vt_tile(previous_stage));
+      wgmma_commit();
+      named_barrier_arrive(other_barrier, kPair);
+      wgmma_wait<1>();
+      fence_registers(state.acc_s);
+      if (lane == 0) barrier_arrive(k_empty(stage));
+      float correction[2];
+      fp8_softmax_tile(params, state, n_block, scale_log2, correction);
+      wgmma_wait<0>();
+      fence_registers(state.acc_o);
+      fp8_fence_p(state);
+      if (lane == 0) barrier_arrive(vt_empty(previous_stage));
+      fp8_rescale_o(state, correction);
+      fp8_convert_p(state);
     }
 
-    // O += P·V: k-step j reads Vᵀ columns 32j .. 32j+31 (32 bytes into every 128-byte row).
     barrier_wait(vt_full(stage), phase);
-    fence_registers(acc_o);
-#pragma unroll
-    for (int j = 0; j < kTileN / 32; ++j) fence_registers(p[j]);
+    named_barrier_sync(my_barrier, kPair);
+    fence_registers(state.acc_o);
+    fp8_fence_p(state);
     wgmma_fence();
-    const std::uint64_t vt_descriptor = matrix_descriptor_swizzled<128>(vt_tile, 16, 1024);
-#pragma unroll
-    for (int j = 0; j < kTileN / 32; ++j) wgmma_rs_e4m3<kHeadDim>(acc_o, p[j], vt_descriptor + 2 * j, 1);
+    fp8_issue_pv<Traits>(state, vt_tile(stage));
     wgmma_commit();
+    if (consumer == 0) named_barrier_arrive(other_barrier, kPair);
     wgmma_wait<0>();
-    fence_registers(acc_o);
-
-    if (lane == 0) barrier_arrive(kv_empty(stage));
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1u;
-    }
+    fence_registers(state.acc_o);
+    if (lane == 0) barrier_arrive(vt_empty(stage));
   }
 
   // Epilogue: O·dv / row sum, LSE = max·scale·dq·dk + ln(sum). A row that saw no key has sum 0:
@@ -310,19 +432,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // (docs/reliability.md, "Defined numerics").
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const float sum = quad_sum(row_sum[half]);
+    const float sum = quad_sum(state.row_sum[half]);
     const bool no_key = sum == 0.0f;
     const float factor = descale_v / sum;
     const int row = thread_row + 8 * half;
     if (row < params.seq_q) {
       if (lse_head != nullptr && quad_col == 0) {
-        lse_head[row] = no_key ? -INFINITY : row_max[half] * scale + logf(sum);
+        lse_head[row] = no_key ? -INFINITY : state.row_max[half] * scale + logf(sum);
       }
       Element* o_row = o_head + row * params.o_row_stride + 2 * quad_col;
 #pragma unroll
       for (int i = 0; i < kHeadDim / 8; ++i) {
-        const float low = no_key ? 0.0f : acc_o[4 * i + 2 * half] * factor;
-        const float high = no_key ? 0.0f : acc_o[4 * i + 2 * half + 1] * factor;
+        const float low = no_key ? 0.0f : state.acc_o[4 * i + 2 * half] * factor;
+        const float high = no_key ? 0.0f : state.acc_o[4 * i + 2 * half + 1] * factor;
         *reinterpret_cast<std::uint32_t*>(o_row + 8 * i) = pack_pair<Element>(low, high);
       }
     }

@@ -44,8 +44,8 @@ struct Fp8Traits {
   static constexpr int kVtOffset = kVOffset + kStages * kKVBytes;
   static constexpr int kBarrierOffset = kVtOffset + kStages * kVtBytes;
   // Barriers: Q full, K full ×stages, V full ×stages (TMA), Vᵀ full ×stages (producer warps),
-  // K/V empty ×stages (consumer warps).
-  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
+  // K empty ×stages and Vᵀ empty ×stages (consumer warps).
+  static constexpr int kBarrierBytes = 8 * (1 + 5 * kStages);
   static constexpr int kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // +1024: base rounded up
 
   static_assert(kHeadDim == 64 || kHeadDim == 128, "a Q/K/V row is one swizzle span: 64 or 128 bytes");
