@@ -81,17 +81,21 @@ class NcclRing {
         ATTNSUITE_CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
     }
   }
+  // Statuses are not reported here: the backend in the global registry is destroyed after
+  // main() returns, when the CUDA runtime may already be unloading (every call then fails with
+  // cudaErrorCudartUnloading and the driver frees everything with the context anyway).
   ~NcclRing() {
     for (RankDevice& rank : ranks_) {
-      cudaSetDevice(rank.device);
-      if (rank.compute) ATTNSUITE_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(rank.compute));
-      if (rank.comm_stream) ATTNSUITE_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(rank.comm_stream));
+      if (cudaSetDevice(rank.device) != cudaSuccess) continue;
+      if (rank.compute) cudaStreamSynchronize(rank.compute);
+      if (rank.comm_stream) cudaStreamSynchronize(rank.comm_stream);
       for (cudaEvent_t event : {rank.compute_done, rank.recv_done, rank.finished})
-        if (event) ATTNSUITE_CUDA_CHECK_NOTHROW(cudaEventDestroy(event));
-      if (rank.compute) ATTNSUITE_CUDA_CHECK_NOTHROW(cudaStreamDestroy(rank.compute));
-      if (rank.comm_stream) ATTNSUITE_CUDA_CHECK_NOTHROW(cudaStreamDestroy(rank.comm_stream));
+        if (event) cudaEventDestroy(event);
+      if (rank.compute) cudaStreamDestroy(rank.compute);
+      if (rank.comm_stream) cudaStreamDestroy(rank.comm_stream);
       if (rank.comm) ncclCommDestroy(rank.comm);
     }
+    cudaGetLastError();
   }
   NcclRing(const NcclRing&) = delete;
   NcclRing& operator=(const NcclRing&) = delete;
@@ -200,6 +204,11 @@ class RingBackend final : public Backend {
   Support supports(const AttentionProblem& problem) const override {
     if (Support common = supports_problem_common(name(), problem); !common) return common;
     if (Support device = supports_device(name()); !device) return device;
+    // The ring spreads itself over GPUs 0..W−1 from GPU 0; a --gpus worker on another GPU (or
+    // a launcher's process on its local rank) must not start a second ring over the same GPUs.
+    if (int current = 0; cudaGetDevice(&current) == cudaSuccess && current != 0)
+      return Support::no(fmt::format("ring: runs from GPU 0 over the visible GPUs; the current GPU is {} "
+                                     "(run ring without --gpus, and one process per node)", current));
     if (problem.seq_q != problem.seq_kv)
       return Support::no(fmt::format("ring: seq_q {} != seq_kv {}; the ring shards one sequence (needs Nq = Nk)",
                                      problem.seq_q, problem.seq_kv));
