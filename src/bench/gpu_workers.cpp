@@ -51,16 +51,15 @@ std::vector<int> parse_gpu_list(const std::string& text) {
 #endif
 }
 
-bool run_on_gpus(const SweepSpec& spec, const std::vector<int>& gpus, const std::vector<IndexedCase>& todo,
-                 Registry& registry, const GpuWorkCallbacks& callbacks) {
-  // Groups of consecutive GPU cases that share one input shape; CPU cases wait for the end.
+bool run_on_workers(int workers, const std::vector<IndexedCase>& todo, const std::function<bool(const Case&)>& parallel,
+                    const std::function<Worker(int)>& make_worker, const std::function<std::string(int)>& label,
+                    Runner& serial, const GpuWorkCallbacks& callbacks) {
+  // Groups of consecutive parallel cases that share one input shape; the others wait for the end.
   std::vector<std::vector<IndexedCase>> groups;
   std::vector<IndexedCase> host_cases;
   std::string last_shape;
   for (const IndexedCase& item : todo) {
-    const bool on_gpu = registry.contains(item.c->backend) &&
-                        registry.find(item.c->backend).device().type == DeviceType::Cuda;
-    if (!on_gpu) {
+    if (!parallel(*item.c)) {
       host_cases.push_back(item);
       continue;
     }
@@ -72,15 +71,12 @@ bool run_on_gpus(const SweepSpec& spec, const std::vector<int>& gpus, const std:
 
   std::mutex lock;
   std::atomic<std::size_t> next{0};
-  std::atomic<bool> stop{false}, interrupted{false};
+  std::atomic<bool> stop{false};
   std::exception_ptr failure;
   const auto cancelled = [&] { return stop.load() || (callbacks.cancelled && callbacks.cancelled()); };
-  const auto worker = [&](int gpu) {
+  const auto worker = [&](int index) {
     try {
-      Registry local;  // backend instances of this thread alone
-      register_builtin_backends(local);
-      Runner runner(spec, local);
-      runner.use_cuda_device(gpu);
+      Worker own = make_worker(index);
       while (!cancelled()) {
         const std::size_t g = next.fetch_add(1);
         if (g >= groups.size()) break;
@@ -88,17 +84,17 @@ bool run_on_gpus(const SweepSpec& spec, const std::vector<int>& gpus, const std:
           if (cancelled()) break;
           {
             std::lock_guard guard(lock);
-            if (callbacks.on_start) callbacks.on_start(item, gpu);
+            if (callbacks.on_start) callbacks.on_start(item, index);
           }
-          std::optional<ResultRow> row = runner.run(*item.c, cancelled);
+          std::optional<ResultRow> row = own.runner->run(*item.c, cancelled);
           if (!row) break;
           std::lock_guard guard(lock);
-          if (callbacks.on_row) callbacks.on_row(item, gpu, std::move(*row));
+          if (callbacks.on_row) callbacks.on_row(item, index, std::move(*row));
         }
       }
     } catch (const Error& error) {
       std::lock_guard guard(lock);
-      if (!failure) failure = std::make_exception_ptr(Error(error.kind(), fmt::format("GPU {}: {}", gpu, error.what())));
+      if (!failure) failure = std::make_exception_ptr(Error(error.kind(), fmt::format("{}: {}", label(index), error.what())));
       stop.store(true);
     } catch (...) {
       std::lock_guard guard(lock);
@@ -106,23 +102,46 @@ bool run_on_gpus(const SweepSpec& spec, const std::vector<int>& gpus, const std:
       stop.store(true);
     }
   };
-  {
+  if (!groups.empty()) {
     std::vector<std::jthread> threads;
-    for (int gpu : gpus) threads.emplace_back(worker, gpu);
+    for (int w = 0; w < workers; ++w) threads.emplace_back(worker, w);
   }
   if (failure) std::rethrow_exception(failure);
-  if (callbacks.cancelled && callbacks.cancelled()) interrupted.store(true);
-  if (interrupted.load()) return true;
+  if (callbacks.cancelled && callbacks.cancelled()) return true;
 
-  Runner runner(spec, registry);
   for (const IndexedCase& item : host_cases) {
     if (callbacks.cancelled && callbacks.cancelled()) return true;
     if (callbacks.on_start) callbacks.on_start(item, -1);
-    std::optional<ResultRow> row = runner.run(*item.c, callbacks.cancelled);
+    std::optional<ResultRow> row = serial.run(*item.c, callbacks.cancelled);
     if (!row) return true;
     if (callbacks.on_row) callbacks.on_row(item, -1, std::move(*row));
   }
   return false;
+}
+
+bool run_on_gpus(const SweepSpec& spec, const std::vector<int>& gpus, const std::vector<IndexedCase>& todo,
+                 Registry& registry, const GpuWorkCallbacks& callbacks) {
+  const auto on_gpu = [&](const Case& c) {
+    return registry.contains(c.backend) && registry.find(c.backend).device().type == DeviceType::Cuda;
+  };
+  const auto make_worker = [&](int w) {
+    Worker worker;
+    worker.registry = std::make_unique<Registry>();  // backend instances of this thread alone
+    register_builtin_backends(*worker.registry);
+    worker.runner = std::make_unique<Runner>(spec, *worker.registry);
+    worker.runner->use_cuda_device(gpus[static_cast<std::size_t>(w)]);
+    return worker;
+  };
+  const auto label = [&](int w) { return fmt::format("GPU {}", gpus[static_cast<std::size_t>(w)]); };
+  Runner serial(spec, registry);
+  // The callbacks see GPU indices, not worker numbers.
+  GpuWorkCallbacks mapped = callbacks;
+  const auto gpu_of = [&](int w) { return w < 0 ? -1 : gpus[static_cast<std::size_t>(w)]; };
+  if (callbacks.on_start)
+    mapped.on_start = [&](const IndexedCase& item, int w) { callbacks.on_start(item, gpu_of(w)); };
+  if (callbacks.on_row)
+    mapped.on_row = [&](const IndexedCase& item, int w, ResultRow row) { callbacks.on_row(item, gpu_of(w), std::move(row)); };
+  return run_on_workers(static_cast<int>(gpus.size()), todo, on_gpu, make_worker, label, serial, mapped);
 }
 
 }  // namespace attnsuite::bench

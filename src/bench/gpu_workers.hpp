@@ -3,11 +3,14 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "attnsuite/registry.hpp"
 #include "bench/plan.hpp"
 #include "bench/result.hpp"
+#include "bench/runner.hpp"
 
 namespace attnsuite::bench {
 
@@ -33,6 +36,18 @@ struct GpuWorkCallbacks {
 // the others and is rethrown here, naming the GPU.
 bool run_on_gpus(const SweepSpec& spec, const std::vector<int>& gpus, const std::vector<IndexedCase>& todo,
                  Registry& registry, const GpuWorkCallbacks& callbacks);
+
+// The pool under run_on_gpus, for any kind of worker (the CPU tests run it with CPU runners).
+// Worker w gets its runner (and the registry that runner uses) from make_worker(w), called on
+// the worker's own thread; `parallel` says which cases go to the workers, the others run after
+// them on the calling thread with `serial`. `label(w)` names a worker in errors ("GPU 3").
+struct Worker {
+  std::unique_ptr<Registry> registry;
+  std::unique_ptr<Runner> runner;
+};
+bool run_on_workers(int workers, const std::vector<IndexedCase>& todo, const std::function<bool(const Case&)>& parallel,
+                    const std::function<Worker(int)>& make_worker, const std::function<std::string(int)>& label,
+                    Runner& serial, const GpuWorkCallbacks& callbacks);
 
 // The devices of --gpus: "all" or a comma-separated list of indices. Throws Error(Usage) for a
 // bad list and Error(Device) with one line when this build or machine has no CUDA GPU.

@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "attnsuite/attnsuite.hpp"
+#include "bench/gpu_workers.hpp"
+#include "bench/runner.hpp"
 #include "bench/shard.hpp"
 #include "bench/sweep.hpp"
 #include "cli_test_support.hpp"
@@ -307,6 +309,93 @@ TEST(CpuRingSupport, RefusesWhatTheRingCannotShard) {
   EXPECT_THROW(backend->set_option("ring_world", "0"), Error);
   EXPECT_THROW(backend->set_option("ring_world", "x"), Error);
   EXPECT_FALSE(backend->set_option("other", "1"));
+}
+
+// --- The --gpus pool, with CPU workers ----------------------------------------------------------------
+
+TEST(Workers, ThreeWorkersGiveTheRowsOfOneRunnerEachCaseOnce) {
+  bench::SweepSpec spec;
+  spec.backends = {"cpu-flash", "reference", "cpu-ring"};
+  spec.dtypes = {DType::F32};
+  spec.seq_q = {40, 64, 90, 33};
+  spec.heads = {bench::HeadConfig{2, 1, 32, ""}};
+  spec.causal = {false, true};
+  spec.timing.cold = false;
+  spec.timing.measure.warmup_reps = 0;
+  spec.timing.measure.min_reps = 1;
+  spec.timing.measure.max_reps = 1;
+  const std::vector<bench::Case> cases = bench::expand(spec);
+  std::vector<bench::IndexedCase> todo;
+  for (std::size_t i = 0; i < cases.size(); ++i) todo.push_back({i, &cases[i]});
+
+  std::vector<bench::ResultRow> serial_rows;
+  {
+    bench::Runner serial(spec, Registry::global());
+    for (const auto& c : cases) serial_rows.push_back(*serial.run(c));
+  }
+
+  // `reference` runs after the workers, on the calling thread; the others on 3 workers.
+  std::vector<std::optional<bench::ResultRow>> rows(cases.size());
+  std::set<int> workers_seen;
+  bench::GpuWorkCallbacks callbacks;
+  bool reference_started_early = false;
+  std::size_t finished = 0;
+  callbacks.on_start = [&](const bench::IndexedCase& item, int worker) {
+    if (worker >= 0 && item.c->backend == "reference") reference_started_early = true;
+  };
+  callbacks.on_row = [&](const bench::IndexedCase& item, int worker, bench::ResultRow row) {
+    EXPECT_FALSE(rows[item.index].has_value()) << "case " << item.index << " ran twice";
+    EXPECT_EQ(worker < 0, item.c->backend == "reference");
+    if (item.c->backend == "reference") {
+      EXPECT_GE(finished, cases.size() - cases.size() / 3);  // after every worker row
+    }
+    workers_seen.insert(worker);
+    rows[item.index] = std::move(row);
+    ++finished;
+  };
+  bench::Runner serial(spec, Registry::global());
+  const bool interrupted = bench::run_on_workers(
+      3, todo, [](const bench::Case& c) { return c.backend != "reference"; },
+      [&](int) {
+        bench::Worker worker;
+        worker.registry = std::make_unique<Registry>();
+        register_builtin_backends(*worker.registry);
+        worker.runner = std::make_unique<bench::Runner>(spec, *worker.registry);
+        return worker;
+      },
+      [](int w) { return "worker " + std::to_string(w); }, serial, callbacks);
+  EXPECT_FALSE(interrupted);
+  EXPECT_FALSE(reference_started_early);
+  EXPECT_TRUE(workers_seen.contains(-1));
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(rows[i].has_value()) << "case " << i << " never ran";
+    const auto a = bench::to_json(serial_rows[i]), b = bench::to_json(*rows[i]);
+    for (const char* column : {"backend", "seq_q", "causal", "status", "max_abs_err", "rel_l2", "rmse"})
+      EXPECT_EQ(a[column], b[column]) << "case " << i << " column " << column;
+  }
+}
+
+TEST(Workers, AWorkerThatCannotStartStopsThePoolWithItsName) {
+  bench::SweepSpec spec;
+  spec.backends = {"cpu-flash"};
+  spec.seq_q = {32, 48};
+  const std::vector<bench::Case> cases = bench::expand(spec);
+  std::vector<bench::IndexedCase> todo;
+  for (std::size_t i = 0; i < cases.size(); ++i) todo.push_back({i, &cases[i]});
+  bench::Runner serial(spec, Registry::global());
+  try {
+    bench::run_on_workers(
+        2, todo, [](const bench::Case&) { return true; },
+        [](int w) -> bench::Worker {
+          throw Error(ErrorKind::Device, "no such device " + std::to_string(w));
+        },
+        [](int w) { return "GPU " + std::to_string(w); }, serial, {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Device);
+    EXPECT_NE(std::string(e.what()).find(": no such device"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("GPU ", 0), 0u) << e.what();
+  }
 }
 
 // --- Shards from the environment -------------------------------------------------------------------------
