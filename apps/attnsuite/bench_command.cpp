@@ -8,6 +8,8 @@
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/registry.hpp"
+#include "bench/gpu_workers.hpp"
+#include "bench/shard.hpp"
 #include "bench/sweep.hpp"
 #include "commands.hpp"
 #include "report/sinks.hpp"
@@ -58,6 +60,7 @@ struct BenchFlags {
   bool hot = false;
   std::string out;
   bool resume = false, force = false, quiet = false;
+  std::string gpus, shard;  // multi-GPU / multi-process (issue 10)
 };
 
 // The flags as a suite overlay, so that flags and suite files go through one validator.
@@ -165,6 +168,10 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_flag("--resume", f->resume, "Finish an interrupted sweep in --out, skipping finished cases");
   app.add_flag("--force", f->force, "Overwrite results already in --out");
   app.add_flag("-q,--quiet", f->quiet, "No progress output");
+  app.add_option("--gpus", f->gpus, "Run on several GPUs: all, or indices 0,1,... (one worker per GPU, one merged result)");
+  app.add_option("--shard", f->shard,
+                 "This process's part of a sweep split over processes, RANK/WORLD (default: from mpirun, torchrun or "
+                 "Slurm variables); writes OUT/shard-RANK-of-WORLD for `attnsuite merge`");
 }
 
 // The flag → plan path: everything the bench command decides before it runs a case.
@@ -173,7 +180,20 @@ BenchPlan make_bench_plan(const BenchFlags& f) {
   BenchPlan plan;
   nlohmann::json overrides = overrides_from(f);
   plan.source = suite;
-  const std::filesystem::path saved = f.out.empty() ? std::filesystem::path() : std::filesystem::path(f.out) / bench::kSuiteFile;
+  // A shard (--shard, or the launcher's environment; world size 1 is an ordinary run).
+  if (!f.shard.empty()) {
+    plan.shard = bench::parse_shard(f.shard);
+  } else if (auto from_env = bench::shard_from_environment(); from_env && from_env->world > 1) {
+    plan.shard = std::move(from_env);
+  }
+  if (plan.shard && f.out.empty())
+    throw Error(ErrorKind::Usage,
+                fmt::format("a sharded run ({}: rank {} of {}) needs --out DIR, the same folder for every process",
+                            plan.shard->source, plan.shard->rank, plan.shard->world));
+  plan.gpus = f.gpus;
+  const std::filesystem::path out_folder =
+      plan.shard ? std::filesystem::path(f.out) / bench::shard_dir_name(*plan.shard) : std::filesystem::path(f.out);
+  const std::filesystem::path saved = f.out.empty() ? std::filesystem::path() : out_folder / bench::kSuiteFile;
   std::error_code missing;  // an unusable --out (too long a name, ...) is reported by the sweep
   if (f.resume && !f.out.empty() && std::filesystem::exists(saved, missing)) {
     // Resuming: the sweep's own saved suite, with any flags given now on top.
@@ -252,6 +272,16 @@ Action add_bench(CLI::App& app) {
     options.force = plan.force;
     options.suite_json = plan.suite_json;
     options.cancelled = interrupt_requested;
+    options.shard = plan.shard;
+    if (!plan.gpus.empty()) options.gpus = bench::parse_gpu_list(plan.gpus);
+#if ATTNSUITE_HAVE_CUDA
+    // A process of a multi-process launch runs on its local rank's GPU.
+    if (plan.shard && plan.shard->local_rank >= 0 && options.gpus.empty() && cuda::cuda_device_count() > 0)
+      options.cuda_device = plan.shard->local_rank % cuda::cuda_device_count();
+#endif
+    if (plan.shard && !plan.quiet)
+      fmt::print(stderr, "attnsuite: shard {} of {} ({}), writing {}/{}\n", plan.shard->rank, plan.shard->world,
+                 plan.shard->source, plan.out_dir.string(), bench::shard_dir_name(*plan.shard));
     Progress progress(plan.quiet);
     options.on_progress = [&](const bench::SweepProgress& p) { progress.update(p); };
 
@@ -270,8 +300,8 @@ Action add_bench(CLI::App& app) {
                outcome.resumed ? fmt::format(" ({} resumed)", outcome.resumed) : "", outcome.out_dir.string(),
                bench::kCsvFile, bench::kJsonFile, bench::kMarkdownFile, bench::kRowsFile);
     if (outcome.interrupted) {
-      fmt::print(stderr, "attnsuite: interrupted; finish with: attnsuite bench --resume --out {}\n",
-                 outcome.out_dir.string());
+      fmt::print(stderr, "attnsuite: interrupted; finish with: attnsuite bench --resume --out {}{}\n",
+                 plan.out_dir.string(), plan.shard ? " (under the same rank)" : "");
       return kExitInterrupted;
     }
     return failed > 0 ? kExitFailed : kExitOk;

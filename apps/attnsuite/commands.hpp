@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/plan.hpp"
+#include "bench/shard.hpp"
 
 namespace attnsuite::cli {
 
@@ -37,6 +38,8 @@ std::string default_suite_name();
 // anything else is Error(Usage).
 nlohmann::json causal_values(const std::vector<std::string>& flags);
 Action add_export_onnx(CLI::App& app);
+// attnsuite merge SHARD... --out DIR (issue 10).
+Action add_merge(CLI::App& app);
 
 // What `attnsuite bench ARGS...` would run, decided without running it.
 struct BenchPlan {
@@ -45,6 +48,10 @@ struct BenchPlan {
   bench::SweepSpec spec;
   std::filesystem::path out_dir;
   bool resume = false, force = false, quiet = false;
+  // Multi-process sweeps (docs/multi-gpu.md): this process's shard, from --shard or the
+  // launcher's environment (mpirun, torchrun, Slurm); unset for an ordinary run.
+  std::optional<bench::ShardInfo> shard;
+  std::string gpus;  // --gpus as given (all | 0,1,...); parsed when the sweep starts
 };
 
 // Parses bench's arguments (without the program name and "bench") as the CLI does and returns

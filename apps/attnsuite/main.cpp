@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   add("list", "List the backends and what each supports here", cli::add_list);
   add("info", "Show the machine: CPU, SIMD, fp32 peak, GPU, library versions", cli::add_info);
   add("report", "Re-render a results file (.json, .jsonl or .csv) as tables", cli::add_report);
+  add("merge", "Join the shards of a sweep run over several processes (mpirun, torchrun, Slurm) into one result",
+      cli::add_merge);
   add("compare", "Compare two results files case by case (A = baseline, B = new)", cli::add_compare);
   add("tune", "Find the batch size of highest throughput under memory and p95 limits (--batch)", cli::add_tune);
   add("export-onnx", "Write an attention layer or block as ONNX (Attention op and MatMul/Softmax graph), "

@@ -12,7 +12,10 @@ namespace attnsuite {
 
 class MemoryTracker {
  public:
-  static MemoryTracker& for_device(DeviceType type);
+  // One tracker per device: CUDA devices by index (0..kMaxCudaDevices-1), so that workers
+  // on several GPUs at once (bench --gpus) each see only their own device's allocations.
+  static constexpr int kMaxCudaDevices = 64;
+  static MemoryTracker& for_device(DeviceType type, int index = 0);
 
   void on_alloc(std::size_t bytes);
   void on_free(std::size_t bytes);

@@ -19,22 +19,22 @@
 namespace attnsuite::bench {
 
 namespace {
-// Baselines live per tracker, so reset/peak pairs work for any context of that device type.
-std::size_t& baseline_for(DeviceType type) {
-  static std::size_t cpu = 0, cuda = 0;
-  return type == DeviceType::Cpu ? cpu : cuda;
+// Baselines live per tracker, so reset/peak pairs work for any context of that device.
+std::size_t& baseline_for(Device device) {
+  static std::size_t cpu = 0, cuda[MemoryTracker::kMaxCudaDevices] = {};
+  return device.type == DeviceType::Cpu ? cpu : cuda[device.index];
 }
 }  // namespace
 
 void DeviceContext::reset_peak_memory() {
-  auto& tracker = MemoryTracker::for_device(device().type);
+  auto& tracker = MemoryTracker::for_device(device().type, device().index);
   tracker.reset_peak();
-  baseline_for(device().type) = tracker.current();
+  baseline_for(device()) = tracker.current();
 }
 
 std::size_t DeviceContext::peak_memory_since_reset() {
-  const auto& tracker = MemoryTracker::for_device(device().type);
-  const std::size_t baseline = baseline_for(device().type);
+  const auto& tracker = MemoryTracker::for_device(device().type, device().index);
+  const std::size_t baseline = baseline_for(device());
   return tracker.peak() > baseline ? tracker.peak() - baseline : 0;
 }
 

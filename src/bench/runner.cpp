@@ -144,6 +144,17 @@ void apply_backend_options(const SweepSpec& spec, Registry& registry) {
 }
 Runner::~Runner() = default;
 
+void Runner::use_cuda_device(int index) {
+  cuda_device_ = index;
+  (void)context_for({DeviceType::Cuda, index});  // the context makes its device current
+}
+
+Device Runner::device_of(const Backend& backend) const {
+  Device device = backend.device();
+  if (device.type == DeviceType::Cuda && cuda_device_ >= 0) device.index = cuda_device_;
+  return device;
+}
+
 DeviceContext& Runner::context_for(Device device) {
   auto& slot = contexts_[{static_cast<int>(device.type), device.index}];
   if (!slot) slot = make_device_context(device);
@@ -266,6 +277,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
   try {
     backend = &registry_.find(c.backend);
     row = row_for_case(c, backend);
+    row.device = device_string(device_of(*backend));
   } catch (const Error& error) {
     row.status = CaseStatus::Failed;
     row.reason = error.what();
@@ -286,7 +298,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
   }
 
   try {
-    DeviceContext& ctx = context_for(backend->device());
+    DeviceContext& ctx = context_for(device_of(*backend));
     row.gpu = ctx.device_name();
 
     // Refuse what cannot fit before anything is allocated, the inputs and the reference included:
@@ -313,7 +325,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
         if (device_free > 0 && on_device > device_free)
           throw Error(ErrorKind::OutOfMemory,
                       fmt::format("out of memory: the case needs {:.2f} GiB on {}, {:.2f} GiB free", on_device / kGiB,
-                                  device_string(backend->device()), device_free / kGiB));
+                                  device_string(device_of(*backend)), device_free / kGiB));
       }
     }
     const Prepared& in = prepare(c);
@@ -322,7 +334,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     auto k = ctx.allocate(in.k.bytes.size());
     auto v = ctx.allocate(in.v.bytes.size());
     AttentionArgs args;
-    const Device device = backend->device();
+    const Device device = device_of(*backend);
     auto on_device = [&](TensorView view, void* data) {
       view.data = data;
       view.device = device;

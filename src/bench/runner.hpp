@@ -55,7 +55,14 @@ class Runner {
   // the device between cases: a tuner asserting that memory went back to its baseline.
   DeviceContext& context_for(Device device);
 
+  // Multi-GPU sweeps (bench --gpus): this runner measures the CUDA backends on device `index`
+  // instead of the device they name (cuda:0), and makes that device current on the calling
+  // thread. The backends run on the current device, so each worker thread needs its own runner
+  // and its own backend instances.
+  void use_cuda_device(int index);
+
  private:
+  Device device_of(const Backend& backend) const;
   struct Prepared;
   const Prepared& prepare(const Case& c);
 
@@ -63,6 +70,7 @@ class Runner {
   Registry& registry_;
   std::map<std::pair<int, int>, std::unique_ptr<DeviceContext>> contexts_;
   std::unique_ptr<Prepared> prepared_;  // inputs and reference of the current shape
+  int cuda_device_ = -1;                // >= 0: use_cuda_device()
 };
 
 }  // namespace attnsuite::bench

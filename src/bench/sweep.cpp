@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <set>
 
 #include "attnsuite/error.hpp"
+#include "bench/gpu_workers.hpp"
 #include "bench/profile.hpp"
 #include "bench/runner.hpp"
 #include "core/host_info.hpp"
@@ -125,7 +127,68 @@ RunHeader make_run_header(const SweepSpec& spec, Registry& registry, std::vector
   return header;
 }
 
-SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Registry& registry) {
+// --- bench --gpus (issue 10) ---------------------------------------------------------------------
+namespace {
+
+// The todo cases on one worker per GPU (bench/gpu_workers.hpp); rows are appended to the JSONL as
+// they finish (for --resume) and, at the end, all rows (resumed ones too) are put in the plan's
+// order and the JSONL is rewritten in that order.
+void run_sweep_on_gpus(const SweepSpec& spec, const SweepOptions& options, Registry& registry,
+                       const std::vector<Case>& cases, const std::vector<const Case*>& todo,
+                       const std::vector<std::size_t>& todo_index, report::JsonlWriter& writer, SweepOutcome& outcome,
+                       SweepProgress& progress) {
+  std::vector<IndexedCase> work;
+  for (std::size_t n = 0; n < todo.size(); ++n) work.push_back({todo_index[n], todo[n]});
+  const auto started = std::chrono::steady_clock::now();
+  std::size_t ran = 0;
+  GpuWorkCallbacks callbacks;
+  callbacks.cancelled = options.cancelled;
+  callbacks.on_start = [&](const IndexedCase& item, int) {
+    progress.current = item.c;
+    progress.finished = nullptr;
+    if (options.on_progress) options.on_progress(progress);
+  };
+  callbacks.on_row = [&](const IndexedCase&, int, ResultRow row) {
+    apply_profile(row, outcome.header.ceilings);
+    writer.append(row);
+    outcome.rows.push_back(std::move(row));
+    ++ran;
+    ++progress.done;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    progress.eta_seconds = elapsed / static_cast<double>(ran) * static_cast<double>(todo.size() - ran);
+    progress.current = nullptr;
+    progress.finished = &outcome.rows.back();
+    if (options.on_progress) options.on_progress(progress);
+  };
+  outcome.interrupted = run_on_gpus(spec, options.gpus, work, registry, callbacks);
+
+  // The plan's order: by the index of each row's case (a case listed twice fills its slots in turn).
+  std::map<std::string, std::vector<std::size_t>> index_of;
+  for (std::size_t i = 0; i < cases.size(); ++i) index_of[row_for_case(cases[i], nullptr).case_key()].push_back(i);
+  std::vector<std::pair<std::size_t, std::size_t>> order;  // (plan index, row)
+  std::map<std::string, std::size_t> used;
+  for (std::size_t r = 0; r < outcome.rows.size(); ++r) {
+    const std::string key = outcome.rows[r].case_key();
+    const auto& slots = index_of[key];
+    const std::size_t n = used[key]++;
+    order.emplace_back(n < slots.size() ? slots[n] : cases.size() + r, r);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<ResultRow> sorted;
+  sorted.reserve(outcome.rows.size());
+  for (const auto& [index, r] : order) sorted.push_back(std::move(outcome.rows[r]));
+  outcome.rows = std::move(sorted);
+  std::string jsonl = nlohmann::json{{"header", to_json(outcome.header)}}.dump() + "\n";
+  for (const ResultRow& row : outcome.rows) jsonl += to_ordered_json(row).dump() + "\n";
+  report::write_file_atomic(options.out_dir / kRowsFile, jsonl);
+}
+
+}  // namespace
+
+SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options_in, Registry& registry) {
+  // A shard writes into a folder of its own inside --out (shard-<rank>-of-<world>).
+  SweepOptions options = options_in;
+  if (options.shard) options.out_dir /= shard_dir_name(*options.shard);
   SweepOutcome outcome;
   outcome.out_dir = options.out_dir;
   outcome.header = make_run_header(spec, registry, &outcome.warnings);
@@ -170,19 +233,39 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Regis
 
   const std::vector<Case> cases = expand(spec);
   std::vector<const Case*> todo;
-  for (const auto& c : cases) {
-    if (!finished.contains(row_for_case(c, nullptr).case_key())) todo.push_back(&c);
+  std::vector<std::size_t> todo_index;  // each todo case's index in the plan
+  std::size_t planned = 0;              // the cases of this process (its shard's, or all)
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    if (options.shard && !shard_owns(*options.shard, i)) continue;
+    ++planned;
+    if (!finished.contains(row_for_case(cases[i], nullptr).case_key())) {
+      todo.push_back(&cases[i]);
+      todo_index.push_back(i);
+    }
+  }
+  if (options.shard) {
+    const nlohmann::json meta = {{"rank", options.shard->rank}, {"world", options.shard->world},
+                                 {"plan", plan_fingerprint(cases)}, {"cases", planned},
+                                 {"source", options.shard->source}};
+    report::write_file_atomic(options.out_dir / kShardFile, meta.dump(2) + "\n");
   }
 
   report::JsonlWriter writer(rows_path);
   // A new (or --force-cleared) file starts with the run header, so the JSONL describes itself.
   if (!(has_rows && options.resume)) writer.append_header(outcome.header);
-  Runner runner(spec, registry);
   SweepProgress progress;
-  progress.total = cases.size();
-  progress.done = cases.size() - todo.size();
+  progress.total = planned;
+  progress.done = planned - todo.size();
   const auto started = std::chrono::steady_clock::now();
   std::size_t ran = 0;
+  if (!options.gpus.empty()) {
+    run_sweep_on_gpus(spec, options, registry, cases, todo, todo_index, writer, outcome, progress);
+  } else {
+  Runner runner(spec, registry);
+  const bool has_cuda_backend = std::any_of(spec.backends.begin(), spec.backends.end(), [&](const std::string& name) {
+    return registry.contains(name) && registry.find(name).device().type == DeviceType::Cuda;
+  });
+  if (options.cuda_device >= 0 && has_cuda_backend) runner.use_cuda_device(options.cuda_device);
   for (const Case* c : todo) {
     if (options.cancelled && options.cancelled()) {
       outcome.interrupted = true;
@@ -207,6 +290,7 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options, Regis
     progress.finished = &outcome.rows.back();
     if (options.on_progress) options.on_progress(progress);
   }
+  }  // serial
 
   outcome.header.finished_at = utc_now_iso8601();
   outcome.header.interrupted = outcome.interrupted;

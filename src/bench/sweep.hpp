@@ -12,6 +12,7 @@
 #include "attnsuite/registry.hpp"
 #include "bench/plan.hpp"
 #include "bench/result.hpp"
+#include "bench/shard.hpp"
 
 namespace attnsuite::bench {
 
@@ -30,6 +31,17 @@ struct SweepOptions {
   nlohmann::json suite_json;      // what the spec was parsed from, saved as out_dir/suite.json
   std::function<void(const SweepProgress&)> on_progress;
   std::function<bool()> cancelled;  // polled between and inside cases
+
+  // --- Multi-GPU and multi-process sweeps (issue 10, docs/multi-gpu.md) ------------------------
+  // Set: this process runs only its shard's cases (i % world == rank) and writes them, with
+  // shard.json, into out_dir/shard-<rank>-of-<world>/; `attnsuite merge` joins the shards.
+  std::optional<ShardInfo> shard;
+  // Non-empty: one worker thread per listed GPU over a shared queue (bench/gpu_workers.hpp); the
+  // rows are written in the plan's order at the end.
+  std::vector<int> gpus;
+  // >= 0 (and gpus empty): run the CUDA backends on this device instead of cuda:0 (a process
+  // of a multi-process launch on its LOCAL_RANK's GPU).
+  int cuda_device = -1;
 };
 
 struct SweepOutcome {

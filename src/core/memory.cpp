@@ -11,10 +11,13 @@
 
 namespace attnsuite {
 
-MemoryTracker& MemoryTracker::for_device(DeviceType type) {
+MemoryTracker& MemoryTracker::for_device(DeviceType type, int index) {
   static MemoryTracker cpu;
-  static MemoryTracker cuda;
-  return type == DeviceType::Cpu ? cpu : cuda;
+  static MemoryTracker cuda[kMaxCudaDevices];
+  if (type == DeviceType::Cpu) return cpu;
+  ATTNSUITE_CHECK(index >= 0 && index < kMaxCudaDevices, ErrorKind::Internal,
+                  fmt::format("CUDA device index {} outside 0..{}", index, kMaxCudaDevices - 1));
+  return cuda[index];
 }
 
 void MemoryTracker::on_alloc(std::size_t bytes) {

@@ -7,6 +7,9 @@
 #if ATTNSUITE_HAVE_FLASH3
 #include "cuda/flash3/flash3.hpp"
 #endif
+#if ATTNSUITE_HAVE_NCCL
+#include "cuda/ring/ring.hpp"
+#endif
 
 namespace attnsuite::cuda {
 
@@ -24,6 +27,10 @@ void register_cuda_backends(Registry& registry) {
   register_flash2_variants(registry);
   registry.add("sage", make_sage_backend);
   registry.add("sage2", make_sage2_backend);
+#if ATTNSUITE_HAVE_NCCL
+  // Context-parallel ring attention over the visible GPUs (issue 10; needs NCCL at build time).
+  registry.add("ring", make_ring_backend);
+#endif
 }
 
 }  // namespace attnsuite::cuda

@@ -23,7 +23,7 @@ std::optional<BatchMeasurement> RunnerBatchEvaluator::operator()(int batch) {
   c.problem.batch = batch;
   const Device device =
       registry_.contains(c.backend) ? registry_.find(c.backend).device() : Device{DeviceType::Cpu, 0};
-  const MemoryTracker& tracker = MemoryTracker::for_device(device.type);
+  const MemoryTracker& tracker = MemoryTracker::for_device(device.type, device.index);
   const std::size_t baseline = tracker.current();
   // The device's own count as well, where it has one (a GPU); a device that cannot be opened
   // is the runner's to report, as a failed row.

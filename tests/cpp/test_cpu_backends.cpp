@@ -529,7 +529,7 @@ TEST(CpuBackends, RegistersInOrder) {
   Registry registry;
   cpu::register_cpu_backends(registry);
   EXPECT_EQ(registry.names(),
-            (std::vector<std::string>{"reference", "cpu-vanilla", "cpu-flash", "cpu-sparge", "cpu-block-sparse"}));
+            (std::vector<std::string>{"reference", "cpu-vanilla", "cpu-flash", "cpu-sparge", "cpu-block-sparse", "cpu-ring"}));
   EXPECT_EQ(registry.find("reference").display_name(), "fp64 reference (attnsuite)");
   EXPECT_EQ(registry.find("cpu-vanilla").display_name(), "vanilla attention (attnsuite, OpenBLAS)");
   EXPECT_EQ(registry.find("cpu-flash").display_name(),

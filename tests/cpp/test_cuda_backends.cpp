@@ -808,4 +808,107 @@ TEST(CudaContext, GeneratesInputsBitwiseEqualToTheHost) {
 }  // namespace
 }  // namespace attnsuite
 
+
+// --- ring (issue 10): context parallelism over the visible GPUs ------------------------------------
+#if ATTNSUITE_HAVE_NCCL
+namespace attnsuite {
+namespace {
+using namespace testing_support;
+
+int visible_gpus() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+// ring on `world` GPUs (ring_world), against the fp64 reference with the kernels' bound;
+// odd lengths (chunks of unequal length), causal and not, GQA, fp16 and bf16.
+void check_ring(int world) {
+  Backend& ring = Registry::global().find("ring");
+  ring.reset_options();
+  ASSERT_TRUE(ring.set_option("ring_world", std::to_string(world)));
+  for (bool causal : {false, true}) {
+    check_backend("ring", make_problem(1, 8, 8, 1024, 1024, 128, DType::BF16, Layout::BSHD, causal));
+    check_backend("ring", make_problem(2, 8, 2, 1000 + 2 * world + 1, 1000 + 2 * world + 1, 128, DType::BF16,
+                                       Layout::BSHD, causal));
+    check_backend("ring", make_problem(1, 4, 1, 777, 777, 64, DType::F16, Layout::BSHD, causal));
+  }
+  ring.reset_options();
+}
+
+TEST(CudaRing, OneGpuRunsARingOfOne) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_ring(1);
+}
+
+TEST(CudaRing, TwoGpus) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs; " << visible_gpus() << " visible";
+  check_ring(2);
+}
+
+TEST(CudaRing, EveryVisibleGpu) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  if (visible_gpus() < 3) GTEST_SKIP() << "needs 3 or more GPUs; " << visible_gpus() << " visible";
+  check_ring(visible_gpus());
+}
+
+TEST(CudaRing, RefusesWhatItCannotShard) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  Backend& ring = Registry::global().find("ring");
+  ring.reset_options();
+  ASSERT_TRUE(ring.set_option("ring_world", "1"));
+  AttentionProblem p = make_problem(1, 8, 8, 1024, 512, 128, DType::BF16, Layout::BSHD, true);
+  EXPECT_NE(ring.supports(p).reason.find("needs Nq = Nk"), std::string::npos) << ring.supports(p).reason;
+  p = make_problem(1, 8, 8, 1024, 1024, 128, DType::BF16, Layout::BHSD, true);
+  EXPECT_NE(ring.supports(p).reason.find("needs bshd"), std::string::npos) << ring.supports(p).reason;
+  ASSERT_TRUE(ring.set_option("ring_world", std::to_string(visible_gpus() + 1)));
+  p.layout = Layout::BSHD;
+  EXPECT_NE(ring.supports(p).reason.find("GPUs visible"), std::string::npos) << ring.supports(p).reason;
+  EXPECT_THROW(ring.set_option("ring_mode", "fast"), Error);
+  ring.reset_options();
+}
+
+// The harness's repeated forwards with ring_inputs=resident give the same output as the first.
+TEST(CudaRing, ResidentInputsRepeatTheFirstOutput) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  Backend& ring = Registry::global().find("ring");
+  ring.reset_options();
+  ASSERT_TRUE(ring.set_option("ring_inputs", "resident"));
+  const AttentionProblem p = make_problem(1, 8, 2, 999, 999, 128, DType::BF16, Layout::BSHD, true);
+  const Inputs in = random_inputs(p, 11);
+  auto context = cuda::make_cuda_context(0);
+  auto q = context->allocate(in.q.bytes()), k = context->allocate(in.k.bytes()), v = context->allocate(in.v.bytes());
+  const std::size_t o_bytes = in.q.bytes();
+  auto o = context->allocate(o_bytes);
+  context->copy_to_device(q->data(), in.q.bits.data(), in.q.bytes());
+  context->copy_to_device(k->data(), in.k.bits.data(), in.k.bytes());
+  context->copy_to_device(v->data(), in.v.bits.data(), in.v.bytes());
+  const Device device = context->device();
+  AttentionArgs args;
+  args.q = TensorView{q->data(), p.dtype, device, in.q.shape, in.q.strides};
+  args.k = TensorView{k->data(), p.dtype, device, in.k.shape, in.k.strides};
+  args.v = TensorView{v->data(), p.dtype, device, in.v.shape, in.v.strides};
+  args.o = TensorView{o->data(), p.dtype, device, in.q.shape, in.q.strides};
+  std::vector<std::uint16_t> first(o_bytes / 2), again(o_bytes / 2);
+  ring.forward(p, args, context->stream());
+  context->synchronize();
+  context->copy_to_host(first.data(), o->data(), o_bytes);
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    context->poison(o->data(), o_bytes);
+    ring.forward(p, args, context->stream());
+    context->synchronize();
+  }
+  context->copy_to_host(again.data(), o->data(), o_bytes);
+  EXPECT_EQ(first, again);
+  ring.reset_options();
+}
+
+}  // namespace
+}  // namespace attnsuite
+#endif  // ATTNSUITE_HAVE_NCCL
+
 #endif  // ATTNSUITE_HAVE_CUDA

@@ -23,12 +23,14 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes) {
   }
   ATTNSUITE_CUDA_CHECK_STATUS(status);
   bytes_ = bytes;
-  MemoryTracker::for_device(DeviceType::Cuda).on_alloc(bytes_);
+  // Not a checked call (each checked call is a fault-injection point, counted by the tests).
+  if (cudaGetDevice(&device_) != cudaSuccess) device_ = 0;
+  MemoryTracker::for_device(DeviceType::Cuda, device_).on_alloc(bytes_);
 }
 
 void DeviceBuffer::release() noexcept {
   if (data_ == nullptr) return;
-  MemoryTracker::for_device(DeviceType::Cuda).on_free(bytes_);
+  MemoryTracker::for_device(DeviceType::Cuda, device_).on_free(bytes_);
   // A buffer held by a backend in the global registry is freed after main() returns, when the
   // CUDA runtime may already be unloading: the driver frees the memory with the context then,
   // so that one status is not an error (it printed "driver shutting down" at every exit).
@@ -43,7 +45,8 @@ void DeviceBuffer::release() noexcept {
 
 DeviceBuffer::~DeviceBuffer() { release(); }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept : data_(other.data_), bytes_(other.bytes_) {
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(other.data_), bytes_(other.bytes_), device_(other.device_) {
   other.data_ = nullptr;
   other.bytes_ = 0;
 }
@@ -53,6 +56,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     release();
     data_ = other.data_;
     bytes_ = other.bytes_;
+    device_ = other.device_;
     other.data_ = nullptr;
     other.bytes_ = 0;
   }

@@ -1,4 +1,4 @@
-// A cudaMalloc'ed buffer counted in MemoryTracker::for_device(DeviceType::Cuda), so that the
+// A cudaMalloc'ed buffer counted in MemoryTracker::for_device(DeviceType::Cuda, its device), so that the
 // harness sees each backend's extra device memory (vanilla's N² scores above all). Move-only.
 #pragma once
 
@@ -21,12 +21,14 @@ class DeviceBuffer {
   template <class T>
   T* as() const { return static_cast<T*>(data_); }
   std::size_t bytes() const { return bytes_; }
+  int device() const { return device_; }
 
  private:
   void release() noexcept;
 
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+  int device_ = 0;  // the device it was allocated on, whose tracker counts it
 };
 
 }  // namespace attnsuite::cuda

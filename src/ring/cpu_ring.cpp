@@ -1,0 +1,230 @@
+#include "ring/cpu_ring.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <exception>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "attnsuite/error.hpp"
+#include "cpu/common.hpp"
+#include "cpu/cpu_backends.hpp"
+#include "ring/communicator.hpp"
+#include "ring/lse_merge.hpp"
+#include "ring/schedule.hpp"
+
+namespace attnsuite::ring {
+
+namespace {
+
+constexpr int kDefaultWorld = 2;
+constexpr int kMaxWorld = 64;
+
+// Where one rank's K/V block keeps its two chunks: [K lo | K hi | V lo | V hi], each dense
+// (batch, chunk length, heads_kv, dim) in fp32.
+struct BlockLayout {
+  std::int64_t k_offset[2], v_offset[2], length[2], floats = 0;
+};
+
+BlockLayout block_layout(const RingSchedule& schedule, const AttentionProblem& p, int rank) {
+  BlockLayout layout;
+  const auto chunks = schedule.chunks_of(rank);
+  for (int i = 0; i < 2; ++i) layout.length[i] = schedule.chunk_length(chunks[i]);
+  const std::int64_t k_row = static_cast<std::int64_t>(p.heads_kv) * p.head_dim;
+  const std::int64_t v_row = static_cast<std::int64_t>(p.heads_kv) * p.dim_v();
+  layout.k_offset[0] = 0;
+  layout.k_offset[1] = p.batch * layout.length[0] * k_row;
+  layout.v_offset[0] = layout.k_offset[1] + p.batch * layout.length[1] * k_row;
+  layout.v_offset[1] = layout.v_offset[0] + p.batch * layout.length[0] * v_row;
+  layout.floats = layout.v_offset[1] + p.batch * layout.length[1] * v_row;
+  return layout;
+}
+
+// Copies tokens [begin, begin + length) of `view` (any dtype, any strides) into dense fp32
+// (batch, length, heads, dim).
+void gather_chunk(const TensorView& view, std::int64_t begin, std::int64_t length, float* out) {
+  const std::int64_t heads = view.shape[2], dim = view.shape[3];
+  for (std::int64_t b = 0; b < view.shape[0]; ++b)
+    for (std::int64_t s = 0; s < length; ++s)
+      for (std::int64_t h = 0; h < heads; ++h)
+        for (std::int64_t d = 0; d < dim; ++d)
+          *out++ = load_as_float(view.data, view.dtype, view.offset(b, begin + s, h, d));
+}
+
+TensorView dense_f32(float* data, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t dim) {
+  TensorView view;
+  view.data = data;
+  view.dtype = DType::F32;
+  view.shape = {batch, seq, heads, dim};
+  view.strides = TensorView::dense_strides(view.shape, Layout::BSHD);
+  return view;
+}
+
+class CpuRingBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu-ring"; }
+  std::string_view display_name() const override {
+    return "Ring attention on simulated ranks (attnsuite; in-process communicator, cpu-flash blocks)";
+  }
+  Device device() const override { return {DeviceType::Cpu, 0}; }
+  std::string capabilities() const override {
+    return fmt::format("fp32/fp16/bf16, W = {} simulated ranks (option ring_world), zigzag causal, LSE merge, "
+                       "GQA/MQA, seq_q == seq_kv >= 2W, no window",
+                       world_);
+  }
+
+  Support supports(const AttentionProblem& problem) const override {
+    if (Support common = cpu::supports_common(problem); !common) return common;
+    if (problem.seq_q != problem.seq_kv)
+      return Support::no(fmt::format("cpu-ring: seq_q {} != seq_kv {}; the ring shards one sequence (needs Nq = Nk)",
+                                     problem.seq_q, problem.seq_kv));
+    if (problem.window_left >= 0 || problem.window_right >= 0)
+      return Support::no("cpu-ring: sliding windows are not supported by the ring schedule");
+    if (const std::string refusal = ring_refusal(world_, problem.seq_q); !refusal.empty())
+      return Support::no("cpu-" + refusal);
+    return Support::yes();
+  }
+
+  bool set_option(std::string_view key, const std::string& value) override {
+    if (key != "ring_world") return false;
+    int world = 0;
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), world);
+    if (error != std::errc() || end != value.data() + value.size() || world < 1 || world > kMaxWorld)
+      throw Error(ErrorKind::Usage, fmt::format("cpu-ring: ring_world '{}' is not allowed: 1..{}", value, kMaxWorld));
+    world_ = world;
+    return true;
+  }
+  void reset_options() override { world_ = kDefaultWorld; }
+
+  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream) override {
+    const Support support = supports(problem);
+    ATTNSUITE_CHECK(support.ok, ErrorKind::Unsupported, support.reason);
+    cpu::check_args(name(), problem, args, /*contiguous_last_dim=*/false);
+    const RingSchedule schedule(world_, problem.seq_q);
+    auto comms = make_in_process_ring(world_);
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world_));
+    {
+      std::vector<std::jthread> ranks;
+      for (int r = 0; r < world_; ++r)
+        ranks.emplace_back([&, r] {
+          try {
+            run_rank(schedule, problem, args, *comms[static_cast<std::size_t>(r)]);
+          } catch (...) {
+            errors[static_cast<std::size_t>(r)] = std::current_exception();
+            comms[static_cast<std::size_t>(r)]->abort();
+          }
+        });
+    }
+    // The first rank's own error, not a peer's "another rank failed".
+    for (const auto& error : errors)
+      if (error) {
+        try {
+          std::rethrow_exception(error);
+        } catch (const Error& e) {
+          if (std::string_view(e.what()).find("another rank failed") != std::string_view::npos) continue;
+          throw;
+        }
+      }
+    for (const auto& error : errors)
+      if (error) std::rethrow_exception(error);
+  }
+
+ private:
+  // One rank: its two query chunks against every K/V block as the blocks pass by.
+  static void run_rank(const RingSchedule& schedule, const AttentionProblem& p, const AttentionArgs& args,
+                       RingCommunicator& comm) {
+    const int rank = comm.rank(), world = comm.world();
+    const std::int64_t batch = p.batch, hq = p.heads_q, hkv = p.heads_kv, d = p.head_dim, dv = p.dim_v();
+    const auto mine = schedule.chunks_of(rank);
+    std::unique_ptr<Backend> kernel = cpu::make_flash_backend();  // one per rank: forward() is not shared
+
+    std::vector<float> q[2], acc_o[2], acc_lse[2];
+    for (int i = 0; i < 2; ++i) {
+      const std::int64_t length = schedule.chunk_length(mine[i]);
+      q[i].resize(static_cast<std::size_t>(batch * length * hq * d));
+      gather_chunk(args.q, schedule.chunk_begin(mine[i]), length, q[i].data());
+      acc_o[i].assign(static_cast<std::size_t>(batch * length * hq * dv), 0.0f);
+      acc_lse[i].assign(static_cast<std::size_t>(batch * hq * length), -std::numeric_limits<float>::infinity());
+    }
+    // Two block buffers (the one computed on, the one being received), each as large as the
+    // largest rank's block.
+    std::int64_t largest = 0;
+    for (int r = 0; r < world; ++r) largest = std::max(largest, block_layout(schedule, p, r).floats);
+    std::vector<float> current(static_cast<std::size_t>(largest)), next(static_cast<std::size_t>(largest));
+    {
+      const BlockLayout own = block_layout(schedule, p, rank);
+      for (int i = 0; i < 2; ++i) {
+        gather_chunk(args.k, schedule.chunk_begin(mine[i]), own.length[i], current.data() + own.k_offset[i]);
+        gather_chunk(args.v, schedule.chunk_begin(mine[i]), own.length[i], current.data() + own.v_offset[i]);
+      }
+    }
+
+    std::vector<float> part_o, part_lse;
+    for (int step = 0; step < world; ++step) {
+      const int source = schedule.kv_source(rank, step);
+      const BlockLayout block = block_layout(schedule, p, source);
+      if (step + 1 < world) {
+        const BlockLayout incoming = block_layout(schedule, p, schedule.kv_source(rank, step + 1));
+        comm.start_exchange(current.data(), static_cast<std::size_t>(block.floats) * sizeof(float), next.data(),
+                            static_cast<std::size_t>(incoming.floats) * sizeof(float));
+      }
+      const auto source_chunks = schedule.chunks_of(source);
+      for (const ChunkPair& pair : schedule.pairs(rank, step, p.causal)) {
+        const int qi = pair.q_chunk == mine[0] ? 0 : 1;
+        const int ki = pair.kv_chunk == source_chunks[0] ? 0 : 1;
+        const std::int64_t lq = schedule.chunk_length(pair.q_chunk), lk = block.length[ki];
+        AttentionProblem sub = p;
+        sub.dtype = DType::F32;
+        sub.layout = Layout::BSHD;
+        sub.seq_q = static_cast<int>(lq);
+        sub.seq_kv = static_cast<int>(lk);
+        sub.causal = pair.kind == PairKind::Diagonal;  // square: top-left = bottom-right aligned
+        sub.scale = p.softmax_scale();
+        part_o.resize(static_cast<std::size_t>(batch * lq * hq * dv));
+        part_lse.resize(static_cast<std::size_t>(batch * hq * lq));
+        AttentionArgs local;
+        local.q = dense_f32(q[qi].data(), batch, lq, hq, d);
+        local.k = dense_f32(current.data() + block.k_offset[ki], batch, lk, hkv, d);
+        local.v = dense_f32(current.data() + block.v_offset[ki], batch, lk, hkv, dv);
+        local.o = dense_f32(part_o.data(), batch, lq, hq, dv);
+        local.lse = {part_lse.data(), Device{}};
+        kernel->forward(sub, local, nullptr);
+        for (std::int64_t b = 0; b < batch; ++b)
+          for (std::int64_t s = 0; s < lq; ++s)
+            for (std::int64_t h = 0; h < hq; ++h) {
+              const std::int64_t row = (b * lq + s) * hq + h, lse_index = (b * hq + h) * lq + s;
+              merge_row(acc_o[qi].data() + row * dv, acc_lse[qi].data() + lse_index, part_o.data() + row * dv,
+                        part_lse[static_cast<std::size_t>(lse_index)], static_cast<int>(dv));
+            }
+      }
+      if (step + 1 < world) {
+        comm.wait_exchange();
+        std::swap(current, next);
+      }
+    }
+
+    // Each rank writes its own rows of O (and LSE): disjoint token ranges.
+    for (int i = 0; i < 2; ++i) {
+      const std::int64_t begin = schedule.chunk_begin(mine[i]), length = schedule.chunk_length(mine[i]);
+      for (std::int64_t b = 0; b < batch; ++b)
+        for (std::int64_t s = 0; s < length; ++s)
+          for (std::int64_t h = 0; h < hq; ++h) {
+            const float* row = acc_o[i].data() + ((b * length + s) * hq + h) * dv;
+            for (std::int64_t e = 0; e < dv; ++e)
+              store_from_float(args.o.data, args.o.dtype, args.o.offset(b, begin + s, h, e), row[e]);
+            if (!args.lse.empty())
+              args.lse.data[(b * hq + h) * p.seq_q + begin + s] = acc_lse[i][static_cast<std::size_t>((b * hq + h) * length + s)];
+          }
+    }
+  }
+
+  int world_ = kDefaultWorld;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_ring_backend() { return std::make_unique<CpuRingBackend>(); }
+
+}  // namespace attnsuite::ring
