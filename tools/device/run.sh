@@ -23,6 +23,7 @@
 #   --py-peer-probe: which backends survive `attnsuite.bench` inside a Python process
 #   (tools/device/python_peer_probe.py, each in a child interpreter) -> py-peer-probe.md.
 #   --tune-sparse: times `attnsuite tune --sparse` for one 32-head d128 layer at N = 8192 (banded).
+# Env SANITIZE_FILTER (a gtest filter) replaces the compute-sanitizer case list.
 # Env BENCH_ARGS_<suite> (dashes as underscores) adds bench flags to that suite, e.g.
 #   BENCH_ARGS_sage='--seq 4096,16384 --backends sage,sage2,flash3,cudnn'.
 set -uo pipefail
@@ -120,6 +121,8 @@ if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   # ring's merge/init/round kernels and its NCCL exchange (issue 10; one GPU: a ring of one).
   filter+=':CudaRing.OneGpuRunsARingOfOne:CudaRing.ResidentInputsRepeatTheFirstOutput'
   filter+="${SANITIZE_EXTRA_FILTER:-}"
+  # SANITIZE_FILTER replaces the whole list, e.g. with only the kernels changed since the last clean run.
+  filter=${SANITIZE_FILTER:-$filter}
   # initcheck leaves out cuda-vanilla: it reports every read of the scores that cuBLAS's GEMM
   # wrote (444,344 reports on the H200, cuBLAS 13; memcheck is clean and the values match the
   # reference), i.e. it does not see cuBLAS's writes — no kernel of ours is involved.
@@ -150,6 +153,7 @@ if [ $run_notebook = 1 ]; then
   else
     summary+=("notebook: no runner wheels (run tools/device/pack-python.sh here, carry .device-build/wheels/notebook)")
   fi
+fi
 if [ $run_bench = 1 ]; then
   "$cli" info >"$out/info.txt" 2>&1
   IFS=',' read -r -a suite_list <<<"$suites"
@@ -227,7 +231,6 @@ if [ $run_py_probe = 1 ]; then
   PYTHONPATH="$build/python" timeout 240 "$py" "$root/tools/device/python_peer_probe.py" "$final/py-peer-probe.md" \
     >"$out/py-peer-probe.txt" 2>&1
   summary+=("python peer probe: exit $? in $(( $(date +%s) - start )) s (py-peer-probe.md)")
-fi
 fi
 printf '%s\n' "${summary[@]}" >"$out/summary.txt"
 tar czf "$final/logs.tar.gz" -C "$out" --exclude='results.jsonl' . 2>/dev/null
