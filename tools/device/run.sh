@@ -34,6 +34,21 @@ cd "$root"
 final=${OUT:-$root/out/device}
 out=$(mktemp -d)
 mkdir -p "$final"
+res="$out/results"  # result files; packed into $final/results.tar.gz (a call brings back at most 8 files)
+mkdir -p "$res"
+# The call's limit (600 s) kills the script without warning: every 20 s the logs and results so
+# far are packed into $final/partial.tar.gz, and each step is skipped, or its timeout cut, when
+# less than DEADLINE_S (default 575 s from the start) remains. Progress lines go to stdout.
+t0=$(date +%s)
+deadline=${DEADLINE_S:-575}
+left() { echo $(( deadline - ($(date +%s) - t0) )); }
+cap() { local l; l=$(( $(left) - 10 )); [ "$l" -lt "$1" ] && echo $(( l > 1 ? l : 1 )) || echo "$1"; }
+step() { echo "[+$(( $(date +%s) - t0 )) s] $*"; }
+( while sleep 20; do
+    tar czf "$final/partial.tmp" -C "$out" --exclude='results.jsonl' . 2>/dev/null && mv -f "$final/partial.tmp" "$final/partial.tar.gz"
+  done ) >/dev/null 2>&1 &
+snapshot=$!
+trap 'kill "$snapshot" 2>/dev/null' EXIT
 build="$root/.device-build/build"
 deps="$root/.device-build/deps"
 run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 run_sage_peer=0 run_notebook=0 run_py_probe=0 run_tune_sparse=0
@@ -76,6 +91,7 @@ fi
 
 [ -d "$root/.device-build/cudnn-frontend/include" ] &&
   cmake_args+=("-DCUDNN_FRONTEND_INCLUDE_DIR=$root/.device-build/cudnn-frontend/include")
+step build
 start=$(date +%s)
 if cmake -S "$root" -B "$build" -G Ninja "${cmake_args[@]}" >"$out/configure.log" 2>&1 &&
    cmake --build "$build" -j 16 >"$out/build.log" 2>&1; then
@@ -97,11 +113,21 @@ if [ $run_tests = 1 ]; then
   # A kernel that hangs (a pipeline barrier never completing) must not eat the whole call.
   # TEST_FILTER (a gtest filter) narrows the run, e.g. to leave out the CPU-only suites that CI
   # runs anyway when the device time is short: TEST_FILTER='-Cli.*:BadInputs.Existing*'.
-  timeout "${TEST_TIMEOUT_S:-420}" "$tests" --gtest_filter="${TEST_FILTER:-*}" --gtest_output="xml:$out/gtest.xml" \
+  step "tests (${TEST_FILTER:-all})"
+  timeout "$(cap "${TEST_TIMEOUT_S:-420}")" "$tests" --gtest_filter="${TEST_FILTER:-*}" --gtest_output="xml:$out/gtest.xml" \
     >"$out/tests.log" 2>&1
   status=$?
   summary+=("tests (${TEST_FILTER:-all}, GPU included): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests.log" | tr '\n' ' ')exit $status, $(( $(date +%s) - start )) s")
   grep -E "^\[  FAILED|Failure" -A4 "$out/tests.log" | head -40
+  # TEST_FILTER_LATE: tests of a kernel that may hang, run apart after the others, under their
+  # own timeout (TEST_LATE_TIMEOUT_S, default 90 s), so a hang loses only them.
+  if [ -n "${TEST_FILTER_LATE:-}" ]; then
+    step "late tests ($TEST_FILTER_LATE)"
+    timeout "$(cap "${TEST_LATE_TIMEOUT_S:-90}")" "$tests" --gtest_filter="$TEST_FILTER_LATE" >"$out/tests-late.log" 2>&1
+    status=$?
+    summary+=("late tests ($TEST_FILTER_LATE): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/tests-late.log" | tr '\n' ' ')exit $status")
+    grep -E "^\[  FAILED|Failure" -A4 "$out/tests-late.log" | head -20
+  fi
 fi
 
 if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
@@ -129,7 +155,8 @@ if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck synccheck initcheck; do
     tool_filter=$filter
     [ "$tool" = initcheck ] && tool_filter="$filter-*/vanilla"
-    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 "$tests" \
+    step "compute-sanitizer $tool"
+    timeout "$(cap 120)" compute-sanitizer --tool "$tool" --error-exitcode 3 "$tests" \
       --gtest_filter="$tool_filter" >"$out/sanitize-$tool.log" 2>&1
     status=$?
     summary+=("compute-sanitizer $tool (our kernels, small cases): exit $status; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.log" | tail -1)")
@@ -145,10 +172,10 @@ if [ $run_notebook = 1 ]; then
      "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-notebook \
        "$root"/.device-build/wheels/notebook/*.whl >"$out/notebook.log" 2>&1; then
     (cd "$build" && PYTHONPATH="$build/python:/tmp/site-notebook" ATTNSUITE_CLI="$cli" JUPYTER_PLATFORM_DIRS=1 \
-       PYTHONDONTWRITEBYTECODE=1 timeout "${NOTEBOOK_TIMEOUT_S:-300}" "$py" -m pytest -q -rs -p no:cacheprovider \
+       PYTHONDONTWRITEBYTECODE=1 timeout "$(cap "${NOTEBOOK_TIMEOUT_S:-300}")" "$py" -m pytest -q -rs -p no:cacheprovider \
        "$root/tests/python/test_notebook.py") >>"$out/notebook.log" 2>&1
     status=$?
-    cp "$out/notebook.log" "$final/notebook.log"
+    cp "$out/notebook.log" "$res/notebook.log"
     summary+=("notebook (GPU, in-tree module): exit $status in $(( $(date +%s) - start )) s; $(grep -E '(passed|failed|error)' "$out/notebook.log" | tail -1)")
   else
     summary+=("notebook: no runner wheels (run tools/device/pack-python.sh here, carry .device-build/wheels/notebook)")
@@ -161,10 +188,11 @@ if [ $run_bench = 1 ]; then
     start=$(date +%s)
     extra_var="BENCH_ARGS_${suite//-/_}"
     read -r -a extra_args <<<"${!extra_var:-}"
-    "$cli" bench --suite "$suite" "${extra_args[@]}" --out "$out/bench-$suite" --force >"$out/bench-$suite.txt" 2>"$out/bench-$suite.log"
+    step "bench $suite"
+    timeout "$(cap 600)" "$cli" bench --suite "$suite" "${extra_args[@]}" --out "$out/bench-$suite" --force >"$out/bench-$suite.txt" 2>"$out/bench-$suite.log"
     status=$?
-    cp "$out/bench-$suite/results.json" "$final/$suite.json" 2>/dev/null
-    cp "$out/bench-$suite/summary.md" "$final/$suite.md" 2>/dev/null
+    cp "$out/bench-$suite/results.json" "$res/$suite.json" 2>/dev/null
+    cp "$out/bench-$suite/summary.md" "$res/$suite.md" 2>/dev/null
     summary+=("bench $suite ${!extra_var:-}: exit $status in $(( $(date +%s) - start )) s")
   done
 fi
@@ -174,29 +202,34 @@ if [ $run_variants = 1 ]; then
   "$cli" bench --suite fa3-grid --backends "torch-flash,flash2,$variants" --seq 1024,4096,16384 \
     --out "$out/bench-variants" --force >"$out/bench-variants.txt" 2>"$out/bench-variants.log"
   status=$?
-  cp "$out/bench-variants/results.json" "$final/variants.json" 2>/dev/null
-  cp "$out/bench-variants/summary.md" "$final/variants.md" 2>/dev/null
+  cp "$out/bench-variants/results.json" "$res/variants.json" 2>/dev/null
+  cp "$out/bench-variants/summary.md" "$res/variants.md" 2>/dev/null
   summary+=("bench variants ($variants): exit $status in $(( $(date +%s) - start )) s")
 fi
 if [ $run_tune = 1 ]; then
   start=$(date +%s)
-  "$cli" tune --batch --suite headline --exhaustive --max-batch "${TUNE_MAX_BATCH:-64}" --max-time-ms 200 \
+  step "tune --batch headline"
+  timeout "$(cap 600)" "$cli" tune --batch --suite headline --exhaustive --max-batch "${TUNE_MAX_BATCH:-64}" --max-time-ms 200 \
     --out "$out/tune-headline" --force >"$out/tune-headline.txt" 2>"$out/tune-headline.log"
   status=$?
-  cp "$out/tune-headline/tune.json" "$final/tune-headline.json" 2>/dev/null
-  cp "$out/tune-headline/tune.md" "$final/tune-headline.md" 2>/dev/null
+  cp "$out/tune-headline/tune.json" "$res/tune-headline.json" 2>/dev/null
+  cp "$out/tune-headline/tune.md" "$res/tune-headline.md" 2>/dev/null
   summary+=("tune headline (exhaustive check): exit $status in $(( $(date +%s) - start )) s")
 fi
 if [ $run_tune_kernels = 1 ]; then
   start=$(date +%s)
-  "$cli" tune --kernels --suite kernel-tune --backends "$tune_kernel_backends" --kernel-cache "$out/kernel-configs.json" \
+  step "tune --kernels"
+  # TUNE_KERNELS_SUITE / TUNE_KERNELS_ARGS: another suite, or bench overrides (e.g. --head-dim 64);
+  # with another suite the bench of kernel-tune through the new cache is left out.
+  read -r -a tk_args <<<"${TUNE_KERNELS_ARGS:-}"
+  timeout "$(cap 600)" "$cli" tune --kernels --suite "${TUNE_KERNELS_SUITE:-kernel-tune}" "${tk_args[@]}" --backends "$tune_kernel_backends" --kernel-cache "$out/kernel-configs.json" \
     --out "$out/tune-kernels" --force >"$out/tune-kernels.txt" 2>"$out/tune-kernels.log"
   status=$?
-  ATTNSUITE_KERNEL_CACHE="$out/kernel-configs.json" "$cli" bench --suite kernel-tune \
+  [ -n "${TUNE_KERNELS_SUITE:-}" ] || ATTNSUITE_KERNEL_CACHE="$out/kernel-configs.json" timeout "$(cap 600)" "$cli" bench --suite kernel-tune \
     --out "$out/bench-kernel-tune" --force >"$out/bench-kernel-tune.txt" 2>"$out/bench-kernel-tune.log"
-  cp "$out/kernel-configs.json" "$final/kernel-configs.json" 2>/dev/null
-  cp "$out/tune-kernels/tune.md" "$final/tune-kernels.md" 2>/dev/null
-  cp "$out/bench-kernel-tune/results.json" "$final/kernel-tune.json" 2>/dev/null
+  cp "$out/kernel-configs.json" "$res/kernel-configs.json" 2>/dev/null
+  cp "$out/tune-kernels/tune.md" "$res/tune-kernels.md" 2>/dev/null
+  cp "$out/bench-kernel-tune/results.json" "$res/kernel-tune.json" 2>/dev/null
   summary+=("tune --kernels (kernel-tune suite, $tune_kernel_backends): exit $status in $(( $(date +%s) - start )) s")
 fi
 if [ $run_sage_peer = 1 ]; then
@@ -205,11 +238,11 @@ if [ $run_sage_peer = 1 ]; then
        "$root"/.whl/sageattention-*.whl >"$out/sage-peer-install.log" 2>&1; then
     PYTHONPATH=/tmp/site-sage${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 timeout "${SAGE_PEER_TIMEOUT_S:-300}" \
       python3 "$root/tools/peers/sageattention_runner.py" --suite "$root/bench/suites/sage.json" \
-      --out "$final/sage-peer.jsonl" >"$out/sage-peer.txt" 2>&1
+      --out "$res/sage-peer.jsonl" >"$out/sage-peer.txt" 2>&1
     status=$?
-    if [ -f "$out/bench-sage/results.jsonl" ] && [ -f "$final/sage-peer.jsonl" ]; then
-      cat "$out/bench-sage/results.jsonl" "$final/sage-peer.jsonl" >"$out/sage-with-peer.jsonl"
-      "$cli" report "$out/sage-with-peer.jsonl" --markdown "$final/sage-with-peer.md" >>"$out/sage-peer.txt" 2>&1
+    if [ -f "$out/bench-sage/results.jsonl" ] && [ -f "$res/sage-peer.jsonl" ]; then
+      cat "$out/bench-sage/results.jsonl" "$res/sage-peer.jsonl" >"$out/sage-with-peer.jsonl"
+      "$cli" report "$out/sage-with-peer.jsonl" --markdown "$res/sage-with-peer.md" >>"$out/sage-peer.txt" 2>&1
     fi
     summary+=("sage peer (SageAttention 1.0.6): exit $status in $(( $(date +%s) - start )) s")
   else
@@ -218,27 +251,27 @@ if [ $run_sage_peer = 1 ]; then
 fi
 if [ $run_tune_sparse = 1 ]; then
   start=$(date +%s)
-  "$cli" tune --sparse -b sparge --seq 8192 --heads 32 --head-dim 128 --dtype bf16 --generator banded \
+  step "tune --sparse"
+  timeout "$(cap 300)" "$cli" tune --sparse -b sparge --seq 8192 --heads 32 --head-dim 128 --dtype bf16 --generator banded \
     --sparse-out "$out/sparge-tuned-8k.json" --out "$out/tune-sparse" --force >"$out/tune-sparse.txt" 2>&1
   status=$?
-  cp "$out/sparge-tuned-8k.json" "$final/sparge-tuned-8k.json" 2>/dev/null
+  cp "$out/sparge-tuned-8k.json" "$res/sparge-tuned-8k.json" 2>/dev/null
   summary+=("tune --sparse (one 32-head d128 layer, N 8192, banded): exit $status in $(( $(date +%s) - start )) s wall")
 fi
 if [ $run_py_probe = 1 ]; then
   start=$(date +%s)
   py=/opt/torch/.venv/bin/python3
   [ -x "$py" ] || py=$(command -v python3)
-  PYTHONPATH="$build/python" timeout 240 "$py" "$root/tools/device/python_peer_probe.py" "$final/py-peer-probe.md" \
+  step "python peer probe"
+  PYTHONPATH="$build/python" timeout "$(cap 240)" "$py" "$root/tools/device/python_peer_probe.py" "$res/py-peer-probe.md" \
     >"$out/py-peer-probe.txt" 2>&1
   summary+=("python peer probe: exit $? in $(( $(date +%s) - start )) s (py-peer-probe.md)")
 fi
 printf '%s\n' "${summary[@]}" >"$out/summary.txt"
-tar czf "$final/logs.tar.gz" -C "$out" --exclude='results.jsonl' . 2>/dev/null
-# A device call brings back at most 8 files: past that, the result files travel as one archive.
-if [ "$(find "$final" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
-  (cd "$final" && tar czf results.tar.gz --exclude=logs.tar.gz --exclude=results.tar.gz ./*.json ./*.md 2>/dev/null &&
-   find . -maxdepth 1 -type f \( -name '*.json' -o -name '*.md' \) -delete)
-fi
+kill "$snapshot" 2>/dev/null; wait "$snapshot" 2>/dev/null
+tar czf "$final/results.tar.gz" -C "$res" . 2>/dev/null
+tar czf "$final/logs.tar.gz" -C "$out" --exclude='results.jsonl' --exclude='./results' . 2>/dev/null
+rm -f "$final/partial.tar.gz" "$final/partial.tmp"
 
 echo
 echo "=== attnsuite device run ==="
@@ -246,9 +279,9 @@ printf '%s\n' "${summary[@]}"
 for suite in ${suites//,/ }; do
   [ $run_bench = 1 ] && [ -f "$out/bench-$suite.txt" ] && { echo; echo "## $suite"; cat "$out/bench-$suite.txt"; }
 done
-[ $run_variants = 1 ] && [ -f "$final/variants.md" ] && { echo; echo "## variants (TFLOP/s)"; cut -d'|' -f2,3,7 "$final/variants.md"; }
+[ $run_variants = 1 ] && [ -f "$res/variants.md" ] && { echo; echo "## variants (TFLOP/s)"; cut -d'|' -f2,3,7 "$res/variants.md"; }
 [ $run_tune_kernels = 1 ] && [ -f "$out/tune-kernels.txt" ] && { echo; echo "## tune --kernels"; cat "$out/tune-kernels.txt"; }
 [ $run_tune = 1 ] && [ -f "$out/tune-headline.txt" ] && { echo; echo "## tune headline"; cat "$out/tune-headline.txt"; }
 [ $run_tune_sparse = 1 ] && [ -f "$out/tune-sparse.txt" ] && { echo; echo "## tune --sparse"; tail -20 "$out/tune-sparse.txt"; }
-[ $run_py_probe = 1 ] && [ -f "$final/py-peer-probe.md" ] && { echo; echo "## python peer probe"; cat "$final/py-peer-probe.md"; }
+[ $run_py_probe = 1 ] && [ -f "$res/py-peer-probe.md" ] && { echo; echo "## python peer probe"; cat "$res/py-peer-probe.md"; }
 exit 0
