@@ -327,6 +327,114 @@ TEST(CudaFlash3, EveryKernelConfigMatchesTheReference) {
   EXPECT_THROW(flash3.force_kernel_config("v7"), Error);
 }
 
+// Kernel config "m192" (d64 only: three consumer warpgroups, 192-row Q tiles) against the
+// reference: sequence lengths 1, 7, 33 (one partial Q tile, mostly out of range: consumers 1
+// and 2 own no row at seq 1..33), 193 (a second Q tile of one row), 1000; 1, 2 and many K tiles;
+// causal with seq_q < seq_kv and seq_q > seq_kv (Q tiles and rows that see no key), GQA/MQA,
+// BHSD, sliding windows; fp16 and bf16. And m192 equals the default up to rounding order.
+TEST(CudaFlash3, M192MatchesTheReference) {
+  Backend& flash3 = Registry::global().find("flash3");
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false));
+  ASSERT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false)),
+            (std::vector<std::string>{"default", "v1", "m192"}));
+  struct Case {
+    int batch, heads_q, heads_kv, seq_q, seq_kv;
+    Layout layout;
+    bool causal;
+    int window_left, window_right;
+  };
+  const Case cases[] = {
+      {1, 2, 2, 1, 1, Layout::BSHD, false, -1, -1},         // one row, one key
+      {2, 2, 2, 7, 7, Layout::BSHD, true, -1, -1},          // seq 7 causal
+      {1, 3, 3, 33, 33, Layout::BHSD, false, -1, -1},       // seq 33, BHSD
+      {1, 2, 2, 100, 128, Layout::BSHD, false, -1, -1},     // exactly one full K tile
+      {1, 2, 1, 193, 250, Layout::BHSD, false, -1, -1},     // 2 K tiles, Q tiles of 192 + 1 rows, GQA
+      {1, 2, 2, 193, 193, Layout::BSHD, true, -1, -1},      // causal, 2 K tiles, 192 + 1 rows
+      {1, 4, 2, 385, 385, Layout::BSHD, true, -1, -1},      // 3 Q tiles (192, 192, 1), causal GQA
+      {2, 4, 2, 1000, 1000, Layout::BSHD, true, -1, -1},    // many K tiles, causal GQA
+      {1, 2, 2, 1000, 1000, Layout::BHSD, false, -1, -1},   // many K tiles, dense, BHSD
+      {2, 4, 2, 1000, 333, Layout::BSHD, true, -1, -1},     // seq_q > seq_kv: rows and tiles with no key
+      {1, 3, 1, 300, 2049, Layout::BSHD, true, -1, -1},     // seq_q < seq_kv causal, MQA, 17 K tiles
+      {1, 4, 2, 700, 700, Layout::BHSD, true, 129, -1},     // causal + left window (local), GQA
+      {1, 2, 2, 1000, 1000, Layout::BSHD, false, 100, 37},  // two-sided window: tiles skipped on both sides
+  };
+  flash3.force_kernel_config("m192");
+  for (const DType dtype : {DType::BF16, DType::F16}) {
+    for (const Case& c : cases) {
+      AttentionProblem p =
+          make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, 64, dtype, c.layout, c.causal);
+      p.window_left = c.window_left;
+      p.window_right = c.window_right;
+      check_backend("flash3", p);
+      EXPECT_EQ(flash3.last_kernel_config(), "m192");
+    }
+  }
+
+  // The same tiles and arithmetic as the default (128-row tiles), in another grouping of rows:
+  // equal up to rounding order.
+  {
+    const AttentionProblem p = make_problem(2, 4, 2, 1000, 1000, 64, DType::BF16, Layout::BSHD, true);
+    const Inputs in = random_inputs(p, std::random_device{}());
+    const DeviceRun m192 = run_on_device("flash3", p, in);
+    flash3.force_kernel_config("default");
+    const DeviceRun standard = run_on_device("flash3", p, in);
+    // NaN on either side counts as apart.
+    int lse_apart = 0, o_apart = 0;
+    for (std::size_t i = 0; i < m192.lse.size(); ++i) {
+      const float a = m192.lse[i], b = standard.lse[i];
+      if (a != b && !(std::abs(a - b) <= 1e-4f * std::max(std::abs(a), 1.0f))) ++lse_apart;
+    }
+    for (std::size_t i = 0; i < m192.out_bits.size(); ++i) {  // bf16: 2^-6 relative = 2 to 4 ulps
+      const float a = load_as_float(m192.out_bits.data(), p.dtype, static_cast<std::int64_t>(i));
+      const float b = load_as_float(standard.out_bits.data(), p.dtype, static_cast<std::int64_t>(i));
+      if (!(std::abs(a - b) <= std::ldexp(1.0f, -6) * std::max(std::abs(a), 1.0f / 64))) ++o_apart;
+    }
+    EXPECT_EQ(lse_apart, 0) << "LSE entries of m192 and default apart";
+    EXPECT_EQ(o_apart, 0) << "O entries of m192 and default apart";
+  }
+
+  // Forced on another head dim: a clear error, before any launch.
+  flash3.force_kernel_config("m192");
+  for (const int head_dim : {128, 256}) {
+    const AttentionProblem p = make_problem(1, 2, 2, 64, 64, head_dim, DType::BF16, Layout::BSHD, false);
+    try {
+      run_on_device("flash3", p, random_inputs(p, 1));
+      ADD_FAILURE() << "flash3 ran kernel config m192 at head dim " << head_dim;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
+      EXPECT_EQ(std::string(error.what()), "flash3: kernel config 'm192' exists for head dim 64 only; this problem has "
+                                           "head dim " + std::to_string(head_dim) + " (its configs: default, v1)");
+    }
+  }
+  flash3.force_kernel_config("");
+}
+
+// m192 is listed for head dim 64 only, and only by flash3 (flash3-fp8 has no such kernel).
+// Host only: runs everywhere, CI included.
+TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
+  Backend& flash3 = Registry::global().find("flash3");
+  for (const int head_dim : {64, 128, 256}) {
+    const std::vector<std::string> configs =
+        flash3.kernel_configs(make_problem(1, 2, 2, 300, 300, head_dim, DType::F16, Layout::BSHD, true));
+    EXPECT_EQ(configs, head_dim == 64 ? (std::vector<std::string>{"default", "v1", "m192"})
+                                      : (std::vector<std::string>{"default", "v1"}))
+        << "d" << head_dim;
+  }
+  EXPECT_NO_THROW(flash3.force_kernel_config("m192"));
+  flash3.force_kernel_config("");
+  try {
+    flash3.force_kernel_config("m256");
+    ADD_FAILURE() << "an unknown config was accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_EQ(std::string(error.what()), "flash3: kernel config 'm256' unknown; allowed: default, v1, m192 (head dim 64)");
+  }
+  Backend& fp8 = Registry::global().find("flash3-fp8");
+  EXPECT_EQ(fp8.kernel_configs(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, false)),
+            (std::vector<std::string>{"default", "v1"}));
+  EXPECT_THROW(fp8.force_kernel_config("m192"), Error);
+}
+
 // TMA descriptors are built from the views' strides: padded Q, K, V (every stride a larger
 // multiple of 8 elements than dense) must give bit for bit the output of dense ones.
 TEST(CudaFlash3, PaddedStridesReadLikeDenseOnes) {

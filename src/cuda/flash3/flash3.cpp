@@ -88,37 +88,65 @@ class Flash3Backend final : public Backend {
 
     flash3::Params params;
     fill_attention_params(params, problem, args);
-    params.serial_schedule = schedule_.choose_serial(problem);
-    flash3::launch_forward(params, problem.dtype, stream);
+    const Flash3Schedule::Choice choice = schedule_.choose(problem);
+    params.serial_schedule = choice == Flash3Schedule::Choice::V1;
+    if (choice == Flash3Schedule::Choice::M192) {
+      flash3::launch_forward_m192(params, problem.dtype, stream);
+    } else {
+      flash3::launch_forward(params, problem.dtype, stream);
+    }
   }
 
-  std::vector<std::string> kernel_configs(const AttentionProblem&) const override { return schedule_.names(); }
+  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
+    return schedule_.names(problem);
+  }
   void force_kernel_config(std::string_view config) override { schedule_.force(config); }
   std::string last_kernel_config() const override { return schedule_.last(); }
 
  private:
-  Flash3Schedule schedule_{"flash3"};
+  Flash3Schedule schedule_{"flash3", /*with_m192=*/true};
 };
 
 }  // namespace
 
+bool Flash3Schedule::has_m192(const AttentionProblem& problem) const {
+  return with_m192_ && problem.head_dim == 64;
+}
+
+std::vector<std::string> Flash3Schedule::names(const AttentionProblem& problem) const {
+  std::vector<std::string> configs{"default", "v1"};
+  if (has_m192(problem)) configs.emplace_back("m192");
+  return configs;
+}
+
 void Flash3Schedule::force(std::string_view config) {
-  if (!config.empty() && config != "default" && config != "v1")
-    throw Error(ErrorKind::Usage, fmt::format("{}: kernel config '{}' unknown; allowed: default, v1", backend_, config));
+  const bool known = config.empty() || config == "default" || config == "v1" || (with_m192_ && config == "m192");
+  if (!known) {
+    throw Error(ErrorKind::Usage, fmt::format("{}: kernel config '{}' unknown; allowed: default, v1{}", backend_,
+                                              config, with_m192_ ? ", m192 (head dim 64)" : ""));
+  }
   forced_ = std::string(config);
 }
 
-bool Flash3Schedule::choose_serial(const AttentionProblem& problem) {
+Flash3Schedule::Choice Flash3Schedule::choose(const AttentionProblem& problem) {
+  std::string chosen;
   if (!forced_.empty()) {
-    last_ = forced_;
+    if (forced_ == "m192" && !has_m192(problem)) {
+      throw Error(ErrorKind::Unsupported,
+                  fmt::format("{}: kernel config 'm192' exists for head dim 64 only; this problem has head dim {} "
+                              "(its configs: default, v1)",
+                              backend_, problem.head_dim));
+    }
+    chosen = forced_;
   } else if (KernelConfigCache::global().size() == 0) {  // no cache file: no key is built
-    last_ = "default";
+    chosen = "default";
   } else {
-    // An unknown cached name (another build's) means "default".
+    // An unknown cached name (another build's), or one without a kernel here, means "default".
     const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, backend_, problem));
-    last_ = cached && *cached == "v1" ? "v1" : "default";
+    chosen = !cached ? "default" : *cached == "v1" ? "v1" : *cached == "m192" && has_m192(problem) ? "m192" : "default";
   }
-  return last_ == "v1";
+  last_ = chosen;
+  return chosen == "v1" ? Choice::V1 : chosen == "m192" ? Choice::M192 : Choice::Default;
 }
 
 std::unique_ptr<Backend> make_flash3_backend() { return std::make_unique<Flash3Backend>(); }

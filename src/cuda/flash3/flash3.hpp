@@ -19,19 +19,29 @@ std::unique_ptr<Backend> make_flash3_fp8_backend();
 Support supports_hopper(std::string_view backend);
 
 // The consumer schedule of flash3 and flash3-fp8 as kernel configs (docs/kernels/flash3.md):
-// "default" = v2 (intra-warpgroup overlap + ping-pong), "v1" = the serial first version. Chosen
-// by force_kernel_config, else the kernel-config cache, else "default".
+// "default" = v2 (intra-warpgroup overlap + ping-pong), "v1" = the serial first version, and,
+// for flash3 at head dim 64 only, "m192" = v2 on three consumer warpgroups (192-row Q tiles).
+// Chosen by force_kernel_config, else the kernel-config cache, else "default".
 class Flash3Schedule {
  public:
-  explicit Flash3Schedule(std::string backend) : backend_(std::move(backend)) {}
-  std::vector<std::string> names() const { return {"default", "v1"}; }
+  enum class Choice { Default, V1, M192 };
+  // with_m192: the backend has the m192 kernels (flash3 does, flash3-fp8 does not).
+  explicit Flash3Schedule(std::string backend, bool with_m192 = false)
+      : backend_(std::move(backend)), with_m192_(with_m192) {}
+  // The configs for `problem`, "default" first; "m192" only where it has a kernel (head dim 64).
+  std::vector<std::string> names(const AttentionProblem& problem) const;
   void force(std::string_view config);  // throws Error(Usage) for an unknown name
-  // Picks the schedule for `problem`, remembers it (last()) and says whether it is v1's.
-  bool choose_serial(const AttentionProblem& problem);
+  // Picks the config for `problem` and remembers it (last()). A forced "m192" at a head dim
+  // without its kernel throws Error(Unsupported); a cached one there means "default".
+  Choice choose(const AttentionProblem& problem);
+  // choose(problem) == Choice::V1, for a backend without m192 (flash3-fp8).
+  bool choose_serial(const AttentionProblem& problem) { return choose(problem) == Choice::V1; }
   const std::string& last() const { return last_; }
 
  private:
+  bool has_m192(const AttentionProblem& problem) const;
   std::string backend_, forced_, last_;
+  bool with_m192_ = false;
 };
 
 }  // namespace attnsuite::cuda

@@ -100,7 +100,9 @@ class Flash3Fp8Backend final : public Backend {
     flash3::launch_forward_fp8(params, args.workspace, stream);
   }
 
-  std::vector<std::string> kernel_configs(const AttentionProblem&) const override { return schedule_.names(); }
+  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
+    return schedule_.names(problem);
+  }
   void force_kernel_config(std::string_view config) override { schedule_.force(config); }
   std::string last_kernel_config() const override { return schedule_.last(); }
 

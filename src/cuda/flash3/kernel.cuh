@@ -1,11 +1,12 @@
 // flash3's fused forward kernel (device code only): FlashAttention-3's structure on sm_90a.
 //
-// One CTA per (128-row query tile, q head, batch), three warpgroups:
+// One CTA per (query tile of 64 · kConsumers rows, q head, batch); 1 + kConsumers warpgroups
+// (kConsumers = 2, 128-row tiles, by default; 3, 192-row tiles, for kernel config "m192" at d64):
 //  - warpgroup 0, the producer, gives most of its registers away (setmaxnreg.dec) and one of its
 //    threads issues every TMA copy: Q once, then K and V tiles into a kStages-deep shared ring,
 //    each stage guarded by a "full" mbarrier per tensor (transaction bytes) and an "empty" one
 //    that the consumers' warps arrive on when they are done with the stage;
-//  - warpgroups 1 and 2, the consumers, take the registers (setmaxnreg.inc) and own 64 query
+//  - warpgroups 1 .. kConsumers, the consumers, take the registers (setmaxnreg.inc) and own 64 query
 //    rows each: per K/V tile, S = Q·Kᵀ with wgmma (both operands in shared memory), the online
 //    softmax in registers (exp2, scale·log2e folded in, O rescaled every tile), P rounded to the
 //    input dtype in registers and O += P·V with wgmma (A = P from registers, B = V read
@@ -38,6 +39,9 @@ struct ConsumerState {
   float row_sum[2] = {0.0f, 0.0f};
   int thread_row = 0, quad_col = 0;
   int unmasked_key_begin = 0, unmasked_key_end = 0;
+  // Traits::kPrecomputedKeyRanges (m192): the keys [begin, end) of the thread's two rows, each
+  // less 2·quad_col (the thread's first column in every 8), computed once before the main loop.
+  int key_begin_less_col[2] = {0, 0}, key_end_less_col[2] = {0, 0};
 };
 
 // S = Q·Kᵀ: head dim / 16 k-steps; a k-step is 32 bytes into a 128-byte swizzled row, and every
@@ -83,14 +87,25 @@ __device__ __forceinline__ void softmax_tile(const Params& params, ConsumerState
   if (key_begin < state.unmasked_key_begin || key_begin + kTileN > state.unmasked_key_end) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const KeyRange keys = key_range(params, state.thread_row + 8 * half);
+      if constexpr (Traits::kPrecomputedKeyRanges) {
+        // Column 8i + e of this thread is key key_begin + 8i + 2·quad_col + e.
+        const int begin = state.key_begin_less_col[half] - key_begin;
+        const int end = state.key_end_less_col[half] - key_begin;
 #pragma unroll
-      for (int i = 0; i < kTileN / 8; ++i)
+        for (int i = 0; i < kTileN / 8; ++i)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = key_begin + 8 * i + 2 * state.quad_col + e;
-          if (key < keys.begin || key >= keys.end) state.acc_s[4 * i + 2 * half + e] = -INFINITY;
-        }
+          for (int e = 0; e < 2; ++e)
+            if (8 * i + e < begin || 8 * i + e >= end) state.acc_s[4 * i + 2 * half + e] = -INFINITY;
+      } else {
+        const KeyRange keys = key_range(params, state.thread_row + 8 * half);
+#pragma unroll
+        for (int i = 0; i < kTileN / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = key_begin + 8 * i + 2 * state.quad_col + e;
+            if (key < keys.begin || key >= keys.end) state.acc_s[4 * i + 2 * half + e] = -INFINITY;
+          }
+      }
     }
   }
 #pragma unroll
@@ -266,12 +281,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // Tiles fully inside every row's range need no element mask.
   state.unmasked_key_begin = last_row_keys.begin;
   state.unmasked_key_end = first_row_keys.end;
+  if constexpr (Traits::kPrecomputedKeyRanges) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const KeyRange keys = key_range(params, thread_row + 8 * half);
+      state.key_begin_less_col[half] = keys.begin - 2 * quad_col;
+      state.key_end_less_col[half] = keys.end - 2 * quad_col;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) state.acc_o[i] = 0.0f;
 #pragma unroll
   for (int i = 0; i < kTileN / 2; ++i) state.acc_s[i] = 0.0f;
 
-  // This warpgroup's 64 Q rows: 8 KiB into every Q slab (a multiple of the 1024-byte period).
+  // This warpgroup's 64 Q rows: consumer · 8 KiB into every Q slab (a multiple of the 1024-byte
+  // period: TMA's 128B swizzle of the whole kTileM-row box then matches a 64-row box at that offset).
   const std::uint64_t q_descriptor =
       matrix_descriptor(smem_q + consumer * Traits::kRowsPerConsumer * Traits::kSlabRowBytes, 16, 1024);
   barrier_wait(q_full, 0);
@@ -279,7 +303,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto k_tile = [&](int stage) { return smem_k + stage * Traits::kKVBytes; };
   auto v_tile = [&](int stage) { return smem_v + stage * Traits::kKVBytes; };
 
-  if (params.serial_schedule) {
+  // v1 is a 2-consumer config only ("m192" is v2's schedule on three consumers).
+  if (Traits::kConsumers == 2 && params.serial_schedule) {
     // v1: one tile at a time — S, wait, softmax, P·V, wait.
     int stage = 0;
     std::uint32_t phase = 0;
@@ -314,20 +339,30 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     }
   } else {
-    // v2: software-pipelined inside the warpgroup, ping-pong between the two.
+    // v2: software-pipelined inside the warpgroup, ping-pong (round-robin) between the consumers.
     //  - Intra-warpgroup overlap: for tile j, Q·K_jᵀ and P_{j-1}·V_{j-1} are issued together;
     //    wait_group 1 returns when S_j is done, so the softmax of tile j runs while the tensor
     //    cores still do P_{j-1}·V_{j-1}; then wait_group 0, O *= correction_j, P_j = S_j rounded.
     //    Costs one more live tile of registers (P of the previous tile beside S of this one).
-    //  - Ping-pong: each consumer issues its GEMMs only after the other has issued its own
-    //    (named barrier per consumer: sync on mine, arrive on the other's), so one consumer's
-    //    GEMMs queue on the tensor cores while the other runs its softmax, and the two
-    //    alternate. Consumer 1 arrives once first so that consumer 0 starts. Both consumers
-    //    visit the same tiles, so they pass the barriers equally often: T + 1 GEMM phases each
-    //    for T tiles; consumer 1 skips its last arrival, which no one would wait for.
-    const int my_barrier = 1 + consumer, other_barrier = 2 - consumer;
+    //  - Ping-pong: each consumer issues its GEMMs only after the previous one in turn has
+    //    issued its own (named barrier 1 + c per consumer c: sync on mine, arrive on the next
+    //    one's, 1 + (c + 1) % kConsumers), so one consumer's GEMMs queue on the tensor cores
+    //    while the other(s) run their softmax, in the order 0, 1, (2,) 0, 1, ... The last
+    //    consumer arrives once first so that consumer 0 starts. All consumers visit the same
+    //    tiles, so they pass the barriers equally often: T + 1 GEMM phases each for T tiles;
+    //    the last consumer skips its last arrival (on consumer 0's barrier), which no one would
+    //    wait for. Every barrier then gets as many arrivals as syncs: 128 + 128 threads each
+    //    time. (With 2 consumers this is exactly v2's ping-pong: barriers 1 and 2.)
+    //    No consumer arrives twice on a barrier before its owner has synced on it: consumer c's
+    //    arrival k + 1 follows c's sync k + 1, which the ring lets through only after the next
+    //    consumer has passed its sync k (the arrivals go once around the ring in between).
+    //    (For 2 consumers the expressions are v2's own, 2 - consumer and consumer == 0, so that
+    //    the default config's code is unchanged.)
+    constexpr int kLastConsumer = Traits::kConsumers - 1;
+    const int my_barrier = 1 + consumer;
+    const int next_barrier = Traits::kConsumers == 2 ? 2 - consumer : 1 + (consumer + 1) % Traits::kConsumers;
     constexpr int kPair = 2 * 128;
-    if (consumer == 1) named_barrier_arrive(1, kPair);
+    if (consumer == kLastConsumer) named_barrier_arrive(1, kPair);
 
     int stage = 0;
     std::uint32_t phase = 0;
@@ -338,7 +373,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     wgmma_fence();
     issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
     wgmma_commit();
-    named_barrier_arrive(other_barrier, kPair);
+    named_barrier_arrive(next_barrier, kPair);
     wgmma_wait<0>();
     fence_registers(state.acc_s);
     if (lane == 0) barrier_arrive(k_empty(stage));
@@ -366,7 +401,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       wgmma_commit();
       issue_pv<Traits>(state, v_tile(previous_stage));
       wgmma_commit();
-      named_barrier_arrive(other_barrier, kPair);
+      named_barrier_arrive(next_barrier, kPair);
       wgmma_wait<1>();  // S_j is in; P_{j-1}·V_{j-1} may still run
       fence_registers(state.acc_s);
       if (lane == 0) barrier_arrive(k_empty(stage));  // this warp's reads of K_j are done
@@ -389,7 +424,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     wgmma_fence();
     issue_pv<Traits>(state, v_tile(stage));
     wgmma_commit();
-    if (consumer == 0) named_barrier_arrive(other_barrier, kPair);
+    if (Traits::kConsumers == 2 ? consumer == 0 : consumer != kLastConsumer)
+      named_barrier_arrive(next_barrier, kPair);
     wgmma_wait<0>();
     fence_registers(state.acc_o);
     if (lane == 0) barrier_arrive(v_empty(stage));

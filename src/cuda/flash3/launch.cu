@@ -24,6 +24,21 @@ void launch_for_dtype(const Params& params, cudaStream_t stream) {
 
 }  // namespace
 
+void launch_forward_m192(const Params& params, DType dtype, void* stream) {
+  auto cuda_stream = static_cast<cudaStream_t>(stream);
+  if (params.head_dim != 64) {
+    throw Error(ErrorKind::Unsupported,
+                fmt::format("flash3: kernel config 'm192' exists for head dim 64 only, not {}", params.head_dim));
+  }
+  switch (dtype) {
+    case DType::F16: return run_forward_m192<__half>(params, cuda_stream);
+    case DType::BF16: return run_forward_m192<__nv_bfloat16>(params, cuda_stream);
+    default:
+      throw Error(ErrorKind::Unsupported,
+                  fmt::format("dtype {} not supported by flash3; allowed: fp16, bf16", to_string(dtype)));
+  }
+}
+
 void launch_forward(const Params& params, DType dtype, void* stream) {
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   switch (dtype) {

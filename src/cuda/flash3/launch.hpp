@@ -14,4 +14,9 @@ inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
 // without a kernel, listing those that have one.
 void launch_forward(const Params& params, DType dtype, void* stream);
 
+// The same with kernel config "m192" (three consumer warpgroups, 192-row Q tiles; the v2
+// schedule whatever params.serial_schedule says). Head dim 64 only: throws Error(Unsupported)
+// for another head dim or dtype.
+void launch_forward_m192(const Params& params, DType dtype, void* stream);
+
 }  // namespace attnsuite::cuda::flash3

@@ -56,4 +56,9 @@ void run_forward(const Params& params, cudaStream_t stream) {
   run_kernel<typename Config<Element, kHeadDim>::Kernel>(params, stream);
 }
 
+template <class Element>
+void run_forward_m192(const Params& params, cudaStream_t stream) {
+  run_kernel<typename ConfigM192<Element>::Kernel>(params, stream);
+}
+
 }  // namespace attnsuite::cuda::flash3

@@ -11,4 +11,9 @@ namespace attnsuite::cuda::flash3 {
 template <class Element, int kHeadDim>
 void run_forward(const Params& params, cudaStream_t stream);
 
+// Kernel config "m192" (d64 only: three consumer warpgroups, 192-row Q tiles; traits.cuh
+// ConfigM192), in forward_<dtype>_d64_m192.cu.
+template <class Element>
+void run_forward_m192(const Params& params, cudaStream_t stream);
+
 }  // namespace attnsuite::cuda::flash3

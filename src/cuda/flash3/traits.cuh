@@ -9,25 +9,32 @@
 
 namespace attnsuite::cuda::flash3 {
 
-// A CTA owns kTileM = 128 query rows of one (batch, q head): warpgroup 0 is the producer (one
-// thread issues every TMA copy), warpgroups 1 and 2 are the consumers, 64 rows each (one
-// wgmma M = 64 tile). K/V tiles of kTileN keys stream through a kStages-deep shared ring.
-template <class Element_, int kHeadDim_, int kTileN_, int kStages_>
+// A CTA owns kTileM = 64 · kConsumers query rows of one (batch, q head): warpgroup 0 is the
+// producer (one thread issues every TMA copy), warpgroups 1 .. kConsumers are the consumers, 64
+// rows each (one wgmma M = 64 tile). K/V tiles of kTileN keys stream through a kStages-deep
+// shared ring. kConsumers = 2 (128-row tiles) is every head dim's default; 3 (192-row tiles) is
+// kernel config "m192" at d64 (ConfigM192 below).
+template <class Element_, int kHeadDim_, int kTileN_, int kStages_, int kConsumers_ = 2>
 struct Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kTileM = 128;
+  static constexpr int kConsumers = kConsumers_;  // consumer warpgroups
+  static constexpr int kTileM = 64 * kConsumers;  // 128, or 192 for m192
   static constexpr int kTileN = kTileN_;
   static constexpr int kStages = kStages_;
 
-  static constexpr int kConsumers = 2;                     // consumer warpgroups
-  static constexpr int kThreads = 128 * (1 + kConsumers);  // 384
+  static constexpr int kThreads = 128 * (1 + kConsumers);  // 384, or 512 for m192
   static constexpr int kRowsPerConsumer = kTileM / kConsumers;
   static constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals that free a K/V stage
-  // setmaxnreg: __launch_bounds__(384, 1) gives every thread 65536 / 384 → 168 registers;
-  // the producer hands its surplus to the consumers: 128·24 + 256·240 = 384·168.
+  // setmaxnreg: __launch_bounds__(kThreads, 1) gives every thread 65536 / kThreads registers
+  // (168 at 384 threads, 128 at 512); the producer hands its surplus to the consumers:
+  // 2 consumers: 128·24 + 256·240 = 384·168; 3 consumers: 128·24 + 384·160 = 64512 ≤ 512·128.
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
+  // The softmax's element mask takes every row's key range from 4 registers computed before the
+  // main loop instead of evaluating key_range (64-bit) on every boundary tile: the latter needs
+  // more temporaries than 160 registers leave beside S, P and O (ptxas spilled 88 bytes).
+  static constexpr bool kPrecomputedKeyRanges = kConsumers == 3;
 
   // Shared memory holds every tile as 64-column slabs (128 bytes of a row: the TMA box width
   // and the 128-byte swizzle span), each slab [rows][64] with the 128B swizzle of TMA and wgmma.
@@ -52,8 +59,14 @@ struct Traits {
   static_assert(kTileN % 16 == 0 && kTileN <= 256, "S = Q·Kᵀ is one wgmma N = kTileN; P·V consumes 16 keys a step");
   static_assert(kTileN % 8 == 0 && kKVSlabBytes % 1024 == 0, "every slab starts on a 1024-byte swizzle period");
   static_assert(kStages >= 2, "at least double-buffered K/V");
+  static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups (named barriers 1 .. kConsumers)");
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <= 65536,
                 "the register split fits the SM's register file");
+  static_assert(kConsumerRegisters % 8 == 0 && kConsumerRegisters >= 65536 / kThreads / 8 * 8,
+                "setmaxnreg.inc: a multiple of 8, not below the launch bound's share");
+  static_assert(kTileM <= 256, "Q is one TMA box of kTileM rows (a box dimension is at most 256)");
+  static_assert(kQSlabBytes % 1024 == 0 && (kRowsPerConsumer * kSlabRowBytes) % 1024 == 0,
+                "every consumer's Q rows start on a 1024-byte swizzle period");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 
@@ -66,6 +79,15 @@ struct Config;
 template <class Element>
 struct Config<Element, 64> {
   using Kernel = Traits<Element, 64, 128, 3>;
+};
+// Kernel config "m192" (d64 only, not the default): three consumer warpgroups on 192-row Q
+// tiles, 512 threads, consumers at 160 registers (S 64 + P 32 + O 32 = 128 live accumulators).
+// Per K tile the softmax is as long as at d128 while the GEMMs are half as long; a third
+// consumer gives the tensor cores two other warpgroups' GEMMs to run during each softmax.
+// 24 KiB Q + 3 stages × (16 + 16) KiB = 120 KiB.
+template <class Element>
+struct ConfigM192 {
+  using Kernel = Traits<Element, 64, 128, 3, 3>;
 };
 // d128: S 64 + P 32 + O 64 registers; 32 KiB Q + 2 stages × (32 + 32) KiB = 160 KiB (a third
 // stage would need 224 KiB, at the limit).
