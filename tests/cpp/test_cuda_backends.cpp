@@ -332,6 +332,19 @@ TEST(CudaFlash3, EveryKernelConfigMatchesTheReference) {
 // and 2 own no row at seq 1..33), 193 (a second Q tile of one row), 1000; 1, 2 and many K tiles;
 // causal with seq_q < seq_kv and seq_q > seq_kv (Q tiles and rows that see no key), GQA/MQA,
 // BHSD, sliding windows; fp16 and bf16. And m192 equals the default up to rounding order.
+// Small cases of m192 for compute-sanitizer (tools/device/run.sh): the partial 192-row Q tile, a
+// K tile cut by the sequence end, causal GQA, both warpgroup barriers orders.
+TEST(CudaFlash3, M192SmallCases) {
+  Backend& flash3 = Registry::global().find("flash3");
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false));
+  flash3.force_kernel_config("m192");
+  for (const bool causal : {false, true}) {
+    check_backend("flash3", make_problem(1, 4, 2, 385, 200, 64, DType::BF16, Layout::BSHD, causal));
+    EXPECT_EQ(flash3.last_kernel_config(), "m192");
+  }
+  flash3.force_kernel_config("");
+}
+
 TEST(CudaFlash3, M192MatchesTheReference) {
   Backend& flash3 = Registry::global().find("flash3");
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false));
