@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "attnsuite/attnsuite.hpp"
+#include "attnsuite/kernel_configs.hpp"
 #include "bench/device_context.hpp"
 #include "bench/generators.hpp"
 #include "cuda/cuda_backends.hpp"
@@ -342,7 +343,16 @@ TEST(CudaFlash3, M192SmallCases) {
     check_backend("flash3", make_problem(1, 4, 2, 385, 200, 64, DType::BF16, Layout::BSHD, causal));
     EXPECT_EQ(flash3.last_kernel_config(), "m192");
   }
+  // Unforced, with no cache entry: the built-in choice (m192 at d64 but for causal N <= 1k).
   flash3.force_kernel_config("");
+  if (KernelConfigCache::global().size() == 0) {
+    check_backend("flash3", make_problem(1, 2, 2, 1500, 1500, 64, DType::BF16, Layout::BSHD, true));
+    EXPECT_EQ(flash3.last_kernel_config(), "m192");
+    check_backend("flash3", make_problem(1, 2, 2, 1000, 1000, 64, DType::BF16, Layout::BSHD, true));
+    EXPECT_EQ(flash3.last_kernel_config(), "default");
+    check_backend("flash3", make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, false));
+    EXPECT_EQ(flash3.last_kernel_config(), "default");
+  }
 }
 
 TEST(CudaFlash3, M192MatchesTheReference) {

@@ -113,6 +113,15 @@ bool Flash3Schedule::has_m192(const AttentionProblem& problem) const {
   return with_m192_ && problem.head_dim == 64;
 }
 
+// Without a tuned cache entry: m192 at d64, except causal with seq_q <= 1024. Measured on the H200
+// (tune --kernels on fa3-grid d64, bf16, 2026-12-04, docs/kernels/flash3.md "v3"): m192 took
+// 1.08-1.21x less time than the 128-row kernel in every dense case (N 512..16k) and causal N >= 2k;
+// causal N 512 and 1k were 1.00x and 0.94x (default 0.269 ms, m192 0.286 ms at 1k).
+std::string Flash3Schedule::builtin(const AttentionProblem& problem) const {
+  if (has_m192(problem) && !(problem.causal && problem.seq_q <= 1024)) return "m192";
+  return "default";
+}
+
 std::vector<std::string> Flash3Schedule::names(const AttentionProblem& problem) const {
   std::vector<std::string> configs{"default", "v1"};
   if (has_m192(problem)) configs.emplace_back("m192");
@@ -139,11 +148,15 @@ Flash3Schedule::Choice Flash3Schedule::choose(const AttentionProblem& problem) {
     }
     chosen = forced_;
   } else if (KernelConfigCache::global().size() == 0) {  // no cache file: no key is built
-    chosen = "default";
+    chosen = builtin(problem);
   } else {
-    // An unknown cached name (another build's), or one without a kernel here, means "default".
+    // An unknown cached name (another build's), or one without a kernel here, means the built-in choice.
     const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, backend_, problem));
-    chosen = !cached ? "default" : *cached == "v1" ? "v1" : *cached == "m192" && has_m192(problem) ? "m192" : "default";
+    chosen = !cached                                       ? builtin(problem)
+             : *cached == "v1"                             ? "v1"
+             : *cached == "m192" && has_m192(problem)      ? "m192"
+             : *cached == "default"                        ? "default"
+                                                           : builtin(problem);
   }
   last_ = chosen;
   return chosen == "v1" ? Choice::V1 : chosen == "m192" ? Choice::M192 : Choice::Default;

@@ -21,7 +21,8 @@ Support supports_hopper(std::string_view backend);
 // The consumer schedule of flash3 and flash3-fp8 as kernel configs (docs/kernels/flash3.md):
 // "default" = v2 (intra-warpgroup overlap + ping-pong), "v1" = the serial first version, and,
 // for flash3 at head dim 64 only, "m192" = v2 on three consumer warpgroups (192-row Q tiles).
-// Chosen by force_kernel_config, else the kernel-config cache, else "default".
+// Chosen by force_kernel_config, else the kernel-config cache, else the built-in choice (builtin():
+// "m192" at d64 except causal seq_q <= 1024, as measured; "default" elsewhere).
 class Flash3Schedule {
  public:
   enum class Choice { Default, V1, M192 };
@@ -32,7 +33,7 @@ class Flash3Schedule {
   std::vector<std::string> names(const AttentionProblem& problem) const;
   void force(std::string_view config);  // throws Error(Usage) for an unknown name
   // Picks the config for `problem` and remembers it (last()). A forced "m192" at a head dim
-  // without its kernel throws Error(Unsupported); a cached one there means "default".
+  // without its kernel throws Error(Unsupported); a cached one there means the built-in choice.
   Choice choose(const AttentionProblem& problem);
   // choose(problem) == Choice::V1, for a backend without m192 (flash3-fp8).
   bool choose_serial(const AttentionProblem& problem) { return choose(problem) == Choice::V1; }
@@ -40,6 +41,7 @@ class Flash3Schedule {
 
  private:
   bool has_m192(const AttentionProblem& problem) const;
+  std::string builtin(const AttentionProblem& problem) const;
   std::string backend_, forced_, last_;
   bool with_m192_ = false;
 };
