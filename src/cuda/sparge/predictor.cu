@@ -47,6 +47,8 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel(const Element* x, lo
   float sum[kPerLane], unit[kPerLane];
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) sum[e] = unit[e] = 0.0f;
+  // Unrolled so that a warp has several rows' loads in flight (each row ends in a shuffle sum).
+#pragma unroll 4
   for (int r = warp; r < rows; r += kWarps) {
     const Element* row = base + static_cast<long long>(first + r) * row_stride;
     float v[kPerLane];
@@ -91,8 +93,8 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel(const Element* x, lo
   }
 }
 
-// Exclusive prefix sums of values[0, n) in place (n a multiple of blockDim.x or smaller);
-// returns the total. Each thread scans a contiguous chunk; thread 0 scans the chunk totals.
+// Exclusive prefix sums of values[0, n) in place (blockDim.x a multiple of 32); returns the
+// total. Each thread scans a contiguous chunk; warp 0 scans the chunk totals.
 template <class T>
 __device__ T block_exclusive_scan(T* values, int n, T* chunk_totals) {
   const int threads = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
@@ -102,14 +104,23 @@ __device__ T block_exclusive_scan(T* values, int n, T* chunk_totals) {
   for (int i = begin; i < end; ++i) local += values[i];
   chunk_totals[tid] = local;
   __syncthreads();
-  if (tid == 0) {
-    T running = 0;
-    for (int t = 0; t < threads; ++t) {
-      const T v = chunk_totals[t];
-      chunk_totals[t] = running;
+  if (tid < 32) {  // warp 0 scans the chunk totals: `per` consecutive ones per lane, then shuffles
+    const int per = threads / 32;
+    T lane_sum = 0;
+    for (int k = 0; k < per; ++k) lane_sum += chunk_totals[tid * per + k];
+    T inclusive = lane_sum;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const T up = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (tid >= offset) inclusive += up;
+    }
+    T running = inclusive - lane_sum;
+    for (int k = 0; k < per; ++k) {
+      const T v = chunk_totals[tid * per + k];
+      chunk_totals[tid * per + k] = running;
       running += v;
     }
-    chunk_totals[threads] = running;
+    if (tid == 31) chunk_totals[threads] = inclusive;
   }
   __syncthreads();
   T running = chunk_totals[tid];
@@ -171,20 +182,32 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const __grid_con
   for (int d = tid; d < kHeadDim; d += kSelectThreads) q_bar[d] = q_mean[d];
   __syncthreads();
   const float* k_base = params.k_mean + (static_cast<long long>(b) * params.heads_kv + kv_head) * params.n_blocks * kHeadDim;
+  // One warp per key block, its lanes across the head dim: every load of k̄ is one coalesced
+  // 128-byte row segment. (v1 gave each thread a whole k̄ row, so a warp's load touched 32 rows:
+  // 32 sectors per instruction; the predictor took 1.4 ms of sparge's 3.5 ms at N = 16k, d128,
+  // 512 key blocks — H200, 2026-12-04, docs/kernels/sparge.md.)
+  constexpr int kPerLane = kHeadDim / 32;
+  const int warp = tid / 32, lane = tid % 32;
+  float q_lane[kPerLane];
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) q_lane[e] = q_bar[lane + 32 * e];
   float local_max = -INFINITY;
-  for (int i = tid; i < sort_size; i += kSelectThreads) {
+  for (int i = warp; i < sort_size; i += kSelectThreads / 32) {
     float score = -INFINITY;
     if (i < visible) {
       const float* k_bar = k_base + static_cast<long long>(lo + i) * kHeadDim;
       float dot = 0.0f;
-#pragma unroll 8
-      for (int d = 0; d < kHeadDim; ++d) dot = fmaf(q_bar[d], k_bar[d], dot);
-      score = dot * params.scale;
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) dot = fmaf(q_lane[e], k_bar[lane + 32 * e], dot);
+      score = warp_sum(dot) * params.scale;  // every lane holds the sum
       local_max = fmaxf(local_max, score);
     }
-    prob[i] = score;
-    order[i] = i;
+    if (lane == 0) {
+      prob[i] = score;
+      order[i] = i;
+    }
   }
+  __syncthreads();
   // Block max, then Σ exp, then p.
   for (int offset = 16; offset > 0; offset >>= 1) local_max = fmaxf(local_max, __shfl_xor_sync(0xffffffffu, local_max, offset));
   if (tid % 32 == 0) reduce[tid / 32] = local_max;
