@@ -132,7 +132,8 @@ def shared_legend(fig, axes):
                 labels.append(label)
     if not labels:
         return 0
-    columns = min(len(labels), 3)
+    # As many columns as fit the figure's width: a peer's label is up to ~3.3 inches at this font size.
+    columns = max(1, min(len(labels), 3, int(fig.get_size_inches()[0] // 3.3)))
     fig.legend(handles, labels, loc="lower center", ncol=columns, frameon=False)
     return math.ceil(len(labels) / columns)
 
@@ -165,9 +166,12 @@ class Plotter:
     def save(self, fig, name, title, caption, legend_rows=0):
         fig.suptitle(title + (f" — {self.machine}" if self.machine else ""), fontsize=10)
         if legend_rows:
-            # Room under the panels for the shared legend: about 0.2 inch a row.
-            bottom = min(0.45, (0.25 + 0.2 * legend_rows) / fig.get_size_inches()[1])
-            fig.tight_layout(rect=(0, bottom, 1, 1))
+            # Room under the panels for the shared legend, about 0.2 inch a row, added to the figure's
+            # height (taken from the panels, nine one-column rows squeezed a single panel flat).
+            width, height = fig.get_size_inches()
+            legend_height = 0.25 + 0.2 * legend_rows
+            fig.set_size_inches(width, height + legend_height)
+            fig.tight_layout(rect=(0, legend_height / (height + legend_height), 1, 1))
         else:
             fig.tight_layout()
         png, svg = f"{name}.png", f"{name}.svg"
@@ -318,8 +322,11 @@ class Plotter:
                             linewidth=0.8, alpha=0.5)
                 probes = entry["search"]["probes"]
                 feasible = sorted((p["batch"], p["tokens_per_s"]) for p in probes if p.get("feasible"))
+                # One panel: the search's evaluation count in the legend; several: a backend's label must be
+                # the same in every panel for the shared legend, so the count goes beside its star.
+                evaluations = entry["search"]["evaluations"]
                 ax.plot([m[0] for m in feasible], [m[1] for m in feasible], linestyle="none", markersize=4,
-                        label=f"{label} (search: {entry['search']['evaluations']} evaluations)", **style)
+                        label=f"{label} ({evaluations} evaluations)" if len(panels) == 1 else label, **style)
                 over = [(p["batch"], p["tokens_per_s"]) for p in probes if not p.get("feasible") and p.get("tokens_per_s")]
                 if over:
                     ax.plot([m[0] for m in over], [m[1] for m in over], linestyle="none", marker="x",
@@ -328,8 +335,9 @@ class Plotter:
                 if best:
                     ax.plot([best["batch"]], [best["tokens_per_s"]], marker="*", markersize=14, linestyle="none",
                             markeredgecolor="black", color=style["color"])
-                    ax.annotate(f"B{best['batch']}", (best["batch"], best["tokens_per_s"]), textcoords="offset points",
-                                xytext=(6, 6), fontsize=7)
+                    note = f"B{best['batch']}" if len(panels) == 1 else f"B{best['batch']}, {evaluations} evals"
+                    ax.annotate(note, (best["batch"], best["tokens_per_s"]), textcoords="offset points", xytext=(6, 6),
+                                fontsize=7)
                 for p in probes:
                     if p.get("outcome") == "out of memory":
                         ax.axvline(p["batch"], color=style["color"], linewidth=0.6, linestyle=":")
@@ -338,10 +346,11 @@ class Plotter:
             ax.set_xlabel("batch")
             ax.set_ylabel("tokens/s")
             ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(si_label))
-            ax.legend(loc="best")
+        # Under the panels, as the other plots do: inside one, nine backends' labels hid the low curves.
         self.save(fig, "tuner_throughput_vs_batch", "Batch tuner: throughput vs batch",
                   "Dots: the search's feasible probes; x: measured but over a limit; dotted lines: out of memory; "
-                  "star: the chosen batch; thin line: the exhaustive sweep, where run.")
+                  "star: the chosen batch, with the search's evaluation count; thin line: the exhaustive sweep, where run.",
+                  legend_rows=shared_legend(fig, axes))
 
     def all(self):
         if self.tuning:
