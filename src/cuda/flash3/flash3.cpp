@@ -114,9 +114,9 @@ bool Flash3Schedule::has_m192(const AttentionProblem& problem) const {
 }
 
 // Without a tuned cache entry: m192 at d64, except causal with seq_q <= 1024. Measured on the H200
-// (tune --kernels on fa3-grid d64, bf16, 2026-12-04, docs/kernels/flash3.md "v3"): m192 took
-// 1.08-1.21x less time than the 128-row kernel in every dense case (N 512..16k) and causal N >= 2k;
-// causal N 512 and 1k were 1.00x and 0.94x (default 0.269 ms, m192 0.286 ms at 1k).
+// (tune --kernels on fa3-grid d64, bf16, 2026-12-04, docs/kernels/flash3.md "v3"): m192 was
+// 1.08-1.21x as fast as the 128-row kernel in every dense case (N 512..16k) and causal N >= 2k;
+// causal N 512 and 1k were 0.95x and 0.94x (default 0.269 ms, m192 0.286 ms at 1k).
 std::string Flash3Schedule::builtin(const AttentionProblem& problem) const {
   if (has_m192(problem) && !(problem.causal && problem.seq_q <= 1024)) return "m192";
   return "default";
