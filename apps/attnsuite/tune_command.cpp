@@ -44,6 +44,7 @@ struct TuneFlags {
   std::vector<int> seqs, heads, kv_heads, head_dims;
   std::optional<double> max_memory_gib, p95_ms;
   int min_batch = 1, max_batch = 1024;
+  double tolerance = 0.01;
   bool exhaustive = false;
   std::optional<int> min_reps, max_reps, warmup;
   std::optional<double> noise, max_time_ms, reference_gflop;
@@ -325,6 +326,10 @@ Action add_tune(CLI::App& app) {
   app.add_option("--p95-ms", f->p95_ms, "p95 latency target per forward (default: none)");
   app.add_option("--min-batch", f->min_batch, "Smallest batch to consider")->capture_default_str();
   app.add_option("--max-batch", f->max_batch, "Largest batch to consider")->capture_default_str();
+  app.add_option("--tolerance", f->tolerance,
+                 "Throughputs closer than this (relative), or than twice their noise, are the same: the "
+                 "batch search does not split a flat peak finer")
+      ->capture_default_str();
   app.add_flag("--exhaustive", f->exhaustive, "Also sweep every batch, to check the search's answer");
   app.add_option("--noise", f->noise, "Stop repeating when the median's relative error is under this");
   app.add_option("--min-reps", f->min_reps, "Fewest measured repetitions per probe");
@@ -356,6 +361,7 @@ Action add_tune(CLI::App& app) {
     options.limits.max_batch = f->max_batch;
     if (f->max_memory_gib) options.limits.max_memory_bytes = *f->max_memory_gib * 1073741824.0;
     options.limits.max_p95_ms = f->p95_ms;
+    options.limits.tolerance = f->tolerance;
     options.limits.validate();
     options.exhaustive = f->exhaustive;
     options.reference_gflop = f->reference_gflop;

@@ -313,7 +313,8 @@ def _tuning_summary(entry):
 
 def tune_batch_size(backends=None, seq_lengths=None, model=None, *, suite=None, dtype=None, causal=None, heads=None,
                     kv_heads=None, head_dim=None, seq_kv=None, generator=None, layout=None, window=None, seed=None,
-                    max_memory_gib=None, p95_ms=None, min_batch=1, max_batch=1024, exhaustive=False, timing=None,
+                    max_memory_gib=None, p95_ms=None, min_batch=1, max_batch=1024, tolerance=0.01, exhaustive=False,
+                    timing=None,
                     reference_gflop=None, out=None, force=False, cache=True, progress=True, dataframe=True):
     """The batch size of highest throughput (tokens/s) per backend and shape whose memory stays
     under `max_memory_gib` (inputs plus the backend's peak extra memory; default: what the device
@@ -322,7 +323,9 @@ def tune_batch_size(backends=None, seq_lengths=None, model=None, *, suite=None, 
 
     The cases are the suite's (default: "headline" with a GPU, else "default") with the axes
     given here overridden, as in ``bench``; the suite's batch axis is the tuner's to choose
-    (min_batch..max_batch). exhaustive: also measure every batch, to check the search. timing,
+    (min_batch..max_batch). tolerance: throughputs closer than this (relative), or than twice
+    their noise, are the same, so a flat peak is not split finer (``--tolerance``). exhaustive:
+    also measure every batch, to check the search. timing,
     reference_gflop: per probe, as in ``bench``. Writes tune.json and tune.md into `out`
     (default results/tune-<suite>-<time>; an existing tune.json needs force=True) and, unless
     cache is False, updates the backend cache that backend="auto" reads (cache=True: the one
@@ -347,7 +350,7 @@ def tune_batch_size(backends=None, seq_lengths=None, model=None, *, suite=None, 
     result = _json.loads(_core.tune_batch(
         suite or "", _json.dumps(overrides), int(min_batch), int(max_batch),
         None if max_memory_gib is None else float(max_memory_gib), None if p95_ms is None else float(p95_ms),
-        bool(exhaustive), None if reference_gflop is None else float(reference_gflop), str(out or ""), bool(force),
+        float(tolerance), bool(exhaustive), None if reference_gflop is None else float(reference_gflop), str(out or ""), bool(force),
         cache_path, progress or None))
     for warning in result["warnings"]:
         print(f"attnsuite: warning: {warning}")

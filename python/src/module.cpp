@@ -546,14 +546,15 @@ struct Interrupt {
 // "probe", "sweep". Returns {out_dir, document (tune.json), table, warnings, cache_path,
 // cache_classes, failed, interrupted} as JSON text.
 std::string tune_batch(const std::string& suite, const std::string& overrides_text, int min_batch, int max_batch,
-                       std::optional<double> max_memory_gib, std::optional<double> p95_ms, bool exhaustive,
-                       std::optional<double> reference_gflop, const std::string& out_dir, bool force,
+                       std::optional<double> max_memory_gib, std::optional<double> p95_ms, double tolerance,
+                       bool exhaustive, std::optional<double> reference_gflop, const std::string& out_dir, bool force,
                        std::optional<std::string> cache_path, nb::object progress) {
   tune::TuneOptions options;
   options.limits.min_batch = min_batch;
   options.limits.max_batch = max_batch;
   if (max_memory_gib) options.limits.max_memory_bytes = *max_memory_gib * 1073741824.0;
   options.limits.max_p95_ms = p95_ms;
+  options.limits.tolerance = tolerance;
   options.exhaustive = exhaustive;
   options.reference_gflop = reference_gflop;
   options.out_dir = out_dir;
@@ -842,7 +843,7 @@ NB_MODULE(_core, m) {
   m.def("machine", &machine_of, "device_type"_a, "device_id"_a,
         "The machine key of a DLPack device in the backend cache: {device, driver}.");
   m.def("tune_batch", &tune_batch, "suite"_a, "overrides"_a, "min_batch"_a, "max_batch"_a, "max_memory_gib"_a.none(),
-        "p95_ms"_a.none(), "exhaustive"_a, "reference_gflop"_a.none(), "out_dir"_a, "force"_a, "cache_path"_a.none(),
+        "p95_ms"_a.none(), "tolerance"_a, "exhaustive"_a, "reference_gflop"_a.none(), "out_dir"_a, "force"_a, "cache_path"_a.none(),
         "progress"_a.none());
   m.def("plot", &plot, "results_path"_a, "out_dir"_a, "python"_a);
   m.def("empty", &empty, "shape"_a, "dtype"_a, "device_type"_a, "device_id"_a);

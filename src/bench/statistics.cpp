@@ -13,6 +13,10 @@ double Statistics::relative_median_error() const {
   return 1.2533141373155001 * stddev / (std::sqrt(static_cast<double>(count)) * median);
 }
 
+double same_within(double spread_a, double spread_b, double floor) {
+  return std::max(2 * std::sqrt(spread_a * spread_a + spread_b * spread_b), floor);
+}
+
 namespace {
 double percentile(const std::vector<double>& sorted, double fraction) {
   const double position = fraction * static_cast<double>(sorted.size() - 1);

@@ -6,6 +6,15 @@
 
 namespace attnsuite::bench {
 
+// Below 1% two measurements are the same whatever their noise says: clocks and layouts move
+// that much between runs (docs/results/h200: the same case drifts 0.5-1% within one sweep).
+inline constexpr double kMinRelativeChange = 0.01;
+
+// The relative difference under which two measurements with relative spreads `spread_a` and
+// `spread_b` are the same: 2·√(a² + b²), and never under `floor`. `attnsuite compare`, the
+// kernel-config tuner and the batch tuner all judge "the same" by this.
+double same_within(double spread_a, double spread_b, double floor = kMinRelativeChange);
+
 struct Statistics {
   int count = 0;
   double min = 0, max = 0, mean = 0, median = 0, p05 = 0, p95 = 0, stddev = 0;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bench/statistics.hpp"
 #include "report/sinks.hpp"
 #include "report/table.hpp"
 
@@ -19,8 +20,6 @@ using bench::ResultRow;
 
 // 1.645 is the 95th percentile of a standard normal: p95 − p05 spans 2·1.645 σ.
 constexpr double kP05ToP95Sigmas = 2 * 1.645;
-// Below 1% we call it the same whatever the noise says: clocks and layouts move that much.
-constexpr double kMinRelativeChange = 0.01;
 constexpr double kAccuracyGrowth = 2.0;
 constexpr double kAccuracyFloor = 1e-6;
 
@@ -73,7 +72,7 @@ void judge(ComparedCase& compared) {
   const double spread_b = relative_spread(b).value_or(0.0);
   compared.ratio = ratio;
   compared.noise = std::sqrt(spread_a * spread_a + spread_b * spread_b);
-  const double threshold = std::max(2 * compared.noise, kMinRelativeChange);
+  const double threshold = bench::same_within(spread_a, spread_b);
   compared.verdict = ratio > 1 + threshold   ? Verdict::Faster
                      : ratio < 1 - threshold ? Verdict::Slower
                                              : Verdict::Same;

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <utility>
 
 #include "attnsuite/error.hpp"
+#include "bench/statistics.hpp"
 
 namespace attnsuite::tune {
 
@@ -51,6 +53,11 @@ class Search {
   }
   bool stopped() const { return result_.interrupted || !result_.failure.empty(); }
   bool evaluated(int batch) const { return index_.contains(batch); }
+  // The probe of a batch evaluated before, or nullptr.
+  const BatchProbe* known(int batch) const {
+    const auto found = index_.find(batch);
+    return found == index_.end() ? nullptr : &result_.probes[found->second];
+  }
   // Nearest evaluated batch below / above `batch`, if any.
   std::optional<int> below(int batch) const {
     auto it = index_.lower_bound(batch);
@@ -88,6 +95,14 @@ void BatchLimits::validate() const {
                     fmt::format("--max-memory-gib {} is not allowed: more than 0", max_memory_bytes.value_or(0) / kGiB));
   ATTNSUITE_REQUIRE(!max_p95_ms || *max_p95_ms > 0,
                     fmt::format("--p95-ms {} is not allowed: more than 0", max_p95_ms.value_or(0)));
+  ATTNSUITE_REQUIRE(tolerance >= 0 && tolerance < 1,
+                    fmt::format("--tolerance {} is not allowed: from 0 up to (not including) 1", tolerance));
+}
+
+bool within_noise_of(const BatchProbe& probe, const BatchProbe& best, double floor) {
+  if (!probe.feasible || !best.feasible || best.measurement.tokens_per_s <= 0) return false;
+  const double threshold = bench::same_within(probe.measurement.noise, best.measurement.noise, floor);
+  return probe.measurement.tokens_per_s >= best.measurement.tokens_per_s * (1 - threshold);
 }
 
 std::string BatchTuneResult::no_result_reason() const {
@@ -149,14 +164,21 @@ BatchTuneResult search_batch(const EvaluateBatch& evaluate, const BatchLimits& l
   pick_best(result);
 
   // 3. Refine around the peak: the midpoints towards the nearest evaluated neighbours (or the
-  // ends of the feasible range) until both neighbours are adjacent.
+  // ends of the feasible range) until both neighbours are adjacent or, within the noise, as
+  // fast as the best.
   while (result.best && !search.stopped()) {
     const int best = result.best->batch;
     const int left = search.below(best).value_or(limits.min_batch - 1);
     const int right = std::min(search.above(best).value_or(result.largest_feasible + 1), result.largest_feasible + 1);
+    const auto flat_towards = [&](int neighbour) {
+      const BatchProbe* p = search.known(neighbour);
+      return p != nullptr && within_noise_of(*p, *result.best, limits.tolerance);
+    };
     bool probed = false;
-    for (const int middle : {left + (best - left) / 2, best + (right - best + 1) / 2}) {
+    for (const auto [middle, neighbour] : {std::pair{left + (best - left) / 2, left},
+                                           std::pair{best + (right - best + 1) / 2, right}}) {
       if (middle <= left || middle >= right || middle == best || search.evaluated(middle)) continue;
+      if (flat_towards(neighbour)) continue;
       if (search.probe(middle, "refine") == nullptr) break;
       probed = true;
     }

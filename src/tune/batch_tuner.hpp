@@ -9,8 +9,13 @@
 //     feasible one (memory and latency grow with the batch, so feasibility is one interval);
 //  3. refine around the throughput peak: probe the midpoints between the best batch so far and
 //     its nearest evaluated neighbours, move to whichever is better, until the neighbours are
-//     adjacent batches. Throughput need not peak at the boundary (a wave-quantized GPU grid,
-//     a CPU working set that leaves the cache).
+//     adjacent batches or the same as the best within the noise (limits.tolerance): a side
+//     whose neighbour is already as fast as the best, within what the measurements can tell
+//     apart, is not split further. Throughput need not peak at the boundary (a wave-quantized
+//     GPU grid, a CPU working set that leaves the cache). On the H200 the plateau of the
+//     headline suite is flat to 0.2-1% from batch 24 to 32, while one sweep's run-to-run drift
+//     is 0.5-1% (docs/results/h200/2026-12-04/tune-headline.json): splitting it down to
+//     adjacent batches cost 4-5 evaluations that told nothing apart.
 // Every distinct batch is evaluated once; the count of evaluations is the cost.
 #pragma once
 
@@ -41,6 +46,10 @@ struct BatchLimits {
   int max_batch = 1024;
   std::optional<double> max_memory_bytes;  // unset: only out-of-memory limits
   std::optional<double> max_p95_ms;        // unset: no latency target
+  // Throughputs closer than max(2·√(σa² + σb²), tolerance) are the same (σ: the relative
+  // spread of each probe's latency samples); the refine phase and the exhaustive check judge
+  // by it. 0 with noise-free measurements asks for the exact optimum.
+  double tolerance = 0.01;
 
   // Throws Error(Usage) naming the bad value and what is allowed.
   void validate() const;
@@ -67,6 +76,10 @@ struct BatchTuneResult {
 
 // Returns the measurement of one batch, or nullopt when cancelled (the search stops).
 using EvaluateBatch = std::function<std::optional<BatchMeasurement>(int batch)>;
+
+// Whether `probe`'s throughput is the same as `best`'s or higher, within the noise of both and
+// at least `floor` (relative).
+bool within_noise_of(const BatchProbe& probe, const BatchProbe& best, double floor);
 
 // Applies the limits to a measurement.
 BatchProbe judge(int batch, const BatchMeasurement& measurement, const BatchLimits& limits);

@@ -7,6 +7,7 @@
 
 #include "attnsuite/error.hpp"
 #include "cpu/common.hpp"
+#include "bench/statistics.hpp"
 #include "report/sinks.hpp"
 #include "report/table.hpp"
 #if ATTNSUITE_HAVE_CUDA
@@ -16,7 +17,6 @@
 namespace attnsuite::tune {
 namespace {
 
-constexpr double kMinRelativeChange = 0.01;  // as `attnsuite compare`
 
 // Relative standard error of a row's median, from its spread and repetitions.
 double relative_noise(const bench::ResultRow& row) {
@@ -44,7 +44,7 @@ KernelConfigKey kernel_config_key_for(const Backend& backend, const AttentionPro
 bool faster_beyond_noise(const bench::ResultRow& candidate, const bench::ResultRow& reference) {
   if (!candidate.ms_median || !reference.ms_median || *reference.ms_median <= 0) return false;
   const double a = relative_noise(candidate), b = relative_noise(reference);
-  const double threshold = std::max(2 * std::sqrt(a * a + b * b), kMinRelativeChange);
+  const double threshold = bench::same_within(a, b);
   return *candidate.ms_median < *reference.ms_median * (1 - threshold);
 }
 

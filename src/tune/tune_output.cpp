@@ -12,7 +12,6 @@ namespace attnsuite::tune {
 namespace {
 
 constexpr double kGiB = 1073741824.0;
-constexpr double kMinRelativeChange = 0.01;  // as compare: below 1% is the same
 
 std::string_view outcome_name(BatchMeasurement::Outcome outcome) {
   switch (outcome) {
@@ -68,11 +67,8 @@ std::optional<double> number_at(const Json& object, const char* key) {
 
 }  // namespace
 
-bool agrees_within_noise(const BatchProbe& a, const BatchProbe& b) {
-  if (a.batch == b.batch) return true;
-  const double noise = std::sqrt(a.measurement.noise * a.measurement.noise + b.measurement.noise * b.measurement.noise);
-  const double threshold = std::max(2 * noise, kMinRelativeChange);
-  return b.measurement.tokens_per_s > 0 && a.measurement.tokens_per_s / b.measurement.tokens_per_s >= 1 - threshold;
+bool agrees_within_noise(const BatchProbe& search_best, const BatchProbe& sweep_best, double floor) {
+  return search_best.batch == sweep_best.batch || within_noise_of(search_best, sweep_best, floor);
 }
 
 nlohmann::ordered_json to_json(const TuneEntry& e) {
@@ -99,12 +95,13 @@ nlohmann::ordered_json to_json(const TuneEntry& e) {
   limits["max_memory_gib"] = e.limits.max_memory_bytes ? nlohmann::ordered_json(*e.limits.max_memory_bytes / kGiB)
                                                        : nlohmann::ordered_json(nullptr);
   limits["p95_ms"] = e.limits.max_p95_ms ? nlohmann::ordered_json(*e.limits.max_p95_ms) : nlohmann::ordered_json(nullptr);
+  limits["tolerance"] = e.limits.tolerance;
   out["limits"] = limits;
   out["search"] = result_json(e.search);
   if (e.sweep) {
     nlohmann::ordered_json sweep = result_json(*e.sweep);
     if (e.search.best && e.sweep->best) {
-      sweep["agrees"] = agrees_within_noise(*e.search.best, *e.sweep->best);
+      sweep["agrees"] = agrees_within_noise(*e.search.best, *e.sweep->best, e.limits.tolerance);
       sweep["search_vs_sweep"] = e.search.best->measurement.tokens_per_s / e.sweep->best->measurement.tokens_per_s;
     }
     out["exhaustive"] = sweep;

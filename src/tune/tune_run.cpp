@@ -51,6 +51,7 @@ TuneOutcome run_batch_tune(const bench::SweepSpec& spec, const TuneOptions& opti
                              {"max_batch", limits.max_batch},
                              {"max_memory_gib", gib},
                              {"p95_ms", limits.max_p95_ms ? nlohmann::json(*limits.max_p95_ms) : nlohmann::json()},
+                             {"tolerance", limits.tolerance},
                              {"exhaustive", options.exhaustive}};
 
   bench::Runner runner(spec, registry);
