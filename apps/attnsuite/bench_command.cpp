@@ -153,7 +153,7 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("--causal", f->causal, "true, false or both")->delimiter(',');
   app.add_option("--generator", f->generators, "Input generators (randn, uniform, banded, clustered, sinks, npy:DIR, safetensors:FILE; docs/generators.md)")->delimiter(',');
   app.add_option("--layout", f->layout, "bshd or bhsd");
-  app.add_option("--sparse-config", f->sparse_config, "Tuned sparse config for sparge/cpu-sparge (tune --sparse writes it)");
+  app.add_option("--sparse-config", f->sparse_config, "Tuned sparse config for sparge/sparge-sage/cpu-sparge (tune --sparse writes it)");
   app.add_option("--block-mask", f->block_mask, "Block mask for block-sparse/cpu-block-sparse: band:W, random:P, file:PATH");
   app.add_option("--window", f->window, "Sliding window LEFT,RIGHT (-1 = unbounded)")->delimiter(',')->expected(2);
   app.add_option("--seed", f->seed, "Input seed");

@@ -199,7 +199,7 @@ int run_sparse_tune(const TuneFlags& f) {
   target.min_sparsity = f.min_sparsity;
   target.validate();
   if (f.backends.size() != 1)
-    throw Error(ErrorKind::Usage, "tune --sparse needs one backend: -b sparge (GPU) or -b cpu-sparge (CPU)");
+    throw Error(ErrorKind::Usage, "tune --sparse needs one backend: -b sparge or sparge-sage (GPU), or -b cpu-sparge (CPU)");
   const std::string& backend = f.backends.front();
   Registry& registry = Registry::global();
   const Device device = registry.find(backend).device();
@@ -240,7 +240,12 @@ int run_sparse_tune(const TuneFlags& f) {
   document["sink"] = true;
   document["backend"] = backend;
   document["dense_backend"] = dense;
-  document["block"] = {{"m", sparse::block_shape_for(problem.head_dim).m}, {"n", sparse::block_shape_for(problem.head_dim).n}};
+  {
+    // The blocks the tuned backend's kernel counts in here (sparge: flash3's on sm_90).
+    const auto blocks = Registry::global().find(backend).sparse_blocks(problem);
+    const sparse::BlockShape fallback = sparse::block_shape_for(problem.head_dim);
+    document["block"] = {{"m", blocks ? blocks->m : fallback.m}, {"n", blocks ? blocks->n : fallback.n}};
+  }
   document["created_at"] = bench::utc_now_iso8601();
   nlohmann::json layers = nlohmann::json::array();
   bool failed = false;
@@ -296,7 +301,7 @@ Action add_tune(CLI::App& app) {
                  "Kernel-config cache file that --kernels updates (default: $ATTNSUITE_KERNEL_CACHE, else "
                  "$XDG_CACHE_HOME/attnsuite/kernel-configs.json or ~/.cache/attnsuite/kernel-configs.json)");
   app.add_flag("--sparse", f->sparse,
-               "Tune the sparse predictor per head to an error target (-b sparge|cpu-sparge; writes --sparse-out)");
+               "Tune the sparse predictor per head to an error target (-b sparge|sparge-sage|cpu-sparge; writes --sparse-out)");
   app.add_option("--target", f->target, "--sparse: relative L1 against the dense output at most this (default 0.05)");
   app.add_option("--target-cos", f->target_cos, "--sparse: cosine similarity at least this instead");
   app.add_option("--target-rmse", f->target_rmse, "--sparse: RMSE at most this instead");

@@ -139,7 +139,7 @@ void apply_backend_options(const SweepSpec& spec, Registry& registry) {
   for (const auto& [key, used] : taken)
     if (!used)
       throw Error(ErrorKind::Usage, fmt::format("backend option '{}' is taken by none of the backends ({}); sparse_config: "
-                                                "sparge, cpu-sparge; block_mask: block-sparse, cpu-block-sparse",
+                                                "sparge, sparge-sage, cpu-sparge; block_mask: block-sparse, cpu-block-sparse",
                                                 key, fmt::join(spec.backends, ", ")));
 }
 Runner::~Runner() = default;

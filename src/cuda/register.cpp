@@ -21,12 +21,14 @@ void register_cuda_backends(Registry& registry) {
   registry.add("flash3", make_flash3_backend);
   registry.add("flash3-fp8", make_flash3_fp8_backend);
 #endif
-  // Block-sparse attention on flash2 (issue 6): predicted, and with a given mask.
+  // Block-sparse attention (issue 6) on flash3 (sm_90) or flash2: predicted, and with a given mask.
   registry.add("sparge", make_sparge_backend);
   registry.add("block-sparse", make_block_sparse_backend);
   register_flash2_variants(registry);
   registry.add("sage", make_sage_backend);
   registry.add("sage2", make_sage2_backend);
+  // Predicted block-sparse attention on sage2's sm_90a kernel.
+  registry.add("sparge-sage", make_sparge_sage_backend);
 #if ATTNSUITE_HAVE_NCCL
   // Context-parallel ring attention over the visible GPUs (issue 10; needs NCCL at build time).
   registry.add("ring", make_ring_backend);

@@ -175,7 +175,7 @@ BatchTuneResult search_batch(const EvaluateBatch& evaluate, const BatchLimits& l
       return p != nullptr && within_noise_of(*p, *result.best, limits.tolerance);
     };
     bool probed = false;
-    for (const auto [middle, neighbour] : {std::pair{left + (best - left) / 2, left},
+    for (const auto& [middle, neighbour] : {std::pair{left + (best - left) / 2, left},
                                            std::pair{best + (right - best + 1) / 2, right}}) {
       if (middle <= left || middle >= right || middle == best || search.evaluated(middle)) continue;
       if (flat_towards(neighbour)) continue;

@@ -22,7 +22,8 @@
 #   --tune-kernels-backends=a,b (default flash2,flash3): the backends `tune --kernels` tries.
 #   --py-peer-probe: which backends survive `attnsuite.bench` inside a Python process
 #   (tools/device/python_peer_probe.py, each in a child interpreter) -> py-peer-probe.md.
-#   --tune-sparse: times `attnsuite tune --sparse` for one 32-head d128 layer at N = 8192 (banded).
+#   --tune-sparse: times `attnsuite tune --sparse` for one 32-head d128 layer at N = 8192 (banded),
+#   before the suites; with TUNE_SPARSE_BENCH_ARGS a second tune whose config the sparge suite uses.
 # Env SANITIZE_FILTER (a gtest filter) replaces the compute-sanitizer case list; SANITIZE_TOOLS the tools.
 # Env BENCH_ARGS_<suite> (dashes as underscores) adds bench flags to that suite, e.g.
 #   BENCH_ARGS_sage='--seq 4096,16384 --backends sage,sage2,flash3,cudnn'.
@@ -190,6 +191,28 @@ if [ $run_notebook = 1 ]; then
     summary+=("notebook: no runner wheels (run tools/device/pack-python.sh here, carry .device-build/wheels/notebook)")
   fi
 fi
+if [ $run_tune_sparse = 1 ]; then
+  start=$(date +%s)
+  step "tune --sparse"
+  timeout "$(cap 300)" "$cli" tune --sparse -b sparge --seq 8192 --heads 32 --head-dim 128 --dtype bf16 --generator banded \
+    --sparse-out "$out/sparge-tuned-8k.json" --out "$out/tune-sparse" --force >"$out/tune-sparse.txt" 2>&1
+  status=$?
+  cp "$out/sparge-tuned-8k.json" "$res/sparge-tuned-8k.json" 2>/dev/null
+  summary+=("tune --sparse (one 32-head d128 layer, N 8192, banded): exit $status in $(( $(date +%s) - start )) s wall")
+  # TUNE_SPARSE_BENCH_ARGS (e.g. '--seq 16384 --generator banded,clustered,sinks'): a second
+  # tune of the same layer whose config the sparge suite then runs with (--sparse-config).
+  if [ -n "${TUNE_SPARSE_BENCH_ARGS:-}" ]; then
+    start=$(date +%s)
+    read -r -a tsb_args <<<"$TUNE_SPARSE_BENCH_ARGS"
+    step "tune --sparse for the sparge suite ($TUNE_SPARSE_BENCH_ARGS)"
+    timeout "$(cap 300)" "$cli" tune --sparse -b sparge --heads 32 --head-dim 128 --dtype bf16 "${tsb_args[@]}" \
+      --sparse-out "$out/sparge-tuned.json" --out "$out/tune-sparse-bench" --force >"$out/tune-sparse-bench.txt" 2>&1
+    status=$?
+    cp "$out/sparge-tuned.json" "$res/sparge-tuned.json" 2>/dev/null
+    cp "$out/tune-sparse-bench.txt" "$res/tune-sparse-bench.txt" 2>/dev/null
+    summary+=("tune --sparse for the sparge suite ($TUNE_SPARSE_BENCH_ARGS): exit $status in $(( $(date +%s) - start )) s wall")
+  fi
+fi
 if [ $run_bench = 1 ]; then
   "$cli" info >"$out/info.txt" 2>&1
   IFS=',' read -r -a suite_list <<<"$suites"
@@ -197,6 +220,8 @@ if [ $run_bench = 1 ]; then
     start=$(date +%s)
     extra_var="BENCH_ARGS_${suite//-/_}"
     read -r -a extra_args <<<"${!extra_var:-}"
+    # The sparge suite runs with the config tuned above on this GPU, where there is one.
+    [ "$suite" = sparge ] && [ -f "$out/sparge-tuned.json" ] && extra_args+=(--sparse-config "$out/sparge-tuned.json")
     step "bench $suite"
     timeout "$(cap 600)" "$cli" bench --suite "$suite" "${extra_args[@]}" --out "$out/bench-$suite" --force >"$out/bench-$suite.txt" 2>"$out/bench-$suite.log"
     status=$?
@@ -260,15 +285,6 @@ if [ $run_sage_peer = 1 ]; then
   else
     summary+=("sage peer: no wheel installed (run tools/device/pack-sage.sh here, carry .whl); see sage-peer-install.log")
   fi
-fi
-if [ $run_tune_sparse = 1 ]; then
-  start=$(date +%s)
-  step "tune --sparse"
-  timeout "$(cap 300)" "$cli" tune --sparse -b sparge --seq 8192 --heads 32 --head-dim 128 --dtype bf16 --generator banded \
-    --sparse-out "$out/sparge-tuned-8k.json" --out "$out/tune-sparse" --force >"$out/tune-sparse.txt" 2>&1
-  status=$?
-  cp "$out/sparge-tuned-8k.json" "$res/sparge-tuned-8k.json" 2>/dev/null
-  summary+=("tune --sparse (one 32-head d128 layer, N 8192, banded): exit $status in $(( $(date +%s) - start )) s wall")
 fi
 if [ $run_py_probe = 1 ]; then
   start=$(date +%s)

@@ -181,8 +181,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const KeyRange last_row_keys = key_range(params, row_last);
   const int n_block_min = first_row_keys.begin / kTileN;
   const int n_block_max = (last_row_keys.end + kTileN - 1) / kTileN;
+  // The key tiles this CTA visits: tile i is n_block_min + i, or (block-sparse) the i-th kept
+  // one. Every thread reads the same list entry (a broadcast load, L1-resident after the first).
+  const int* kept = nullptr;
+  int tiles = n_block_max - n_block_min;
+  // (m192's tiles are 192 rows: never block-sparse, and its 160 registers keep no list pointer.)
+  if (Traits::kConsumers == 2 && params.block_index != nullptr) {
+    const std::int64_t slot = (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.m_blocks + m_block;
+    kept = params.block_index + slot * params.n_blocks;
+    tiles = params.block_count[slot];
+  }
+  const auto tile_block = [&](int t) { return kept != nullptr ? __ldg(kept + t) : n_block_min + t; };
 
-  if (n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
+  if (tiles <= 0 || n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
     // No row of the tile sees a key: O = 0, LSE = -inf, before any barrier exists.
     constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
     for (int index = static_cast<int>(threadIdx.x); index < kTileM * kChunks; index += Traits::kThreads) {
@@ -239,7 +250,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
       int stage = 0;
       std::uint32_t phase = 0;
-      for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+      for (int visit = 0; visit < tiles; ++visit) {
+        const int n_block = tile_block(visit);
         // The stage's previous K (then V) tile has been released by every consumer warp (the
         // first pass waits for parity 1 of fresh barriers: returns at once).
         const int key_begin = n_block * kTileN;
@@ -308,7 +320,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // v1: one tile at a time — S, wait, softmax, P·V, wait.
     int stage = 0;
     std::uint32_t phase = 0;
-    for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+    for (int visit = 0; visit < tiles; ++visit) {
+      const int n_block = tile_block(visit);
       barrier_wait(k_full(stage), phase);
       fence_registers(state.acc_s);
       wgmma_fence();
@@ -366,7 +379,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     int stage = 0;
     std::uint32_t phase = 0;
-    // Tile n_block_min: S alone.
+    // The first tile: S alone.
     barrier_wait(k_full(stage), phase);
     named_barrier_sync(my_barrier, kPair);
     fence_registers(state.acc_s);
@@ -379,11 +392,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (lane == 0) barrier_arrive(k_empty(stage));
     {
       float correction[2];
-      softmax_tile(params, state, n_block_min, correction);  // O is 0: nothing to rescale
+      softmax_tile(params, state, tile_block(0), correction);  // O is 0: nothing to rescale
     }
     convert_p(state);
 
-    for (int n_block = n_block_min + 1; n_block < n_block_max; ++n_block) {
+    for (int visit = 1; visit < tiles; ++visit) {
+      const int n_block = tile_block(visit);
       const int previous_stage = stage;
       const std::uint32_t previous_phase = phase;
       if (++stage == kStages) {

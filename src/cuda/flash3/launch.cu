@@ -6,9 +6,21 @@
 #include "attnsuite/error.hpp"
 #include "cuda/flash3/launch.hpp"
 #include "cuda/flash3/run_forward.cuh"
+#include "cuda/flash3/traits.cuh"
+#include "cuda/sparge/launch.hpp"
 
 namespace attnsuite::cuda::flash3 {
 namespace {
+
+// The block-sparse lists (Params::block_index) count in this kernel's tiles.
+template <class Kernel>
+constexpr bool tiles_are_hopper_blocks() {
+  return Kernel::kTileM == sparge::kHopperTiles.m && Kernel::kTileN == sparge::kHopperTiles.n &&
+         Kernel::kRowsPerConsumer == sparge::kHopperTiles.rows_per_warp;
+}
+static_assert(tiles_are_hopper_blocks<Config<__nv_bfloat16, 64>::Kernel>() &&
+                  tiles_are_hopper_blocks<Config<__nv_bfloat16, 128>::Kernel>(),
+              "sparge's Hopper blocks (sparge::kHopperTiles) must be flash3's d64/d128 tiles");
 
 template <class Element>
 void launch_for_dtype(const Params& params, cudaStream_t stream) {
@@ -30,6 +42,9 @@ void launch_forward_m192(const Params& params, DType dtype, void* stream) {
     throw Error(ErrorKind::Unsupported,
                 fmt::format("flash3: kernel config 'm192' exists for head dim 64 only, not {}", params.head_dim));
   }
+  if (params.block_index != nullptr) {
+    throw Error(ErrorKind::Internal, "flash3: kernel config 'm192' (192-row tiles) takes no 128-row block list");
+  }
   switch (dtype) {
     case DType::F16: return run_forward_m192<__half>(params, cuda_stream);
     case DType::BF16: return run_forward_m192<__nv_bfloat16>(params, cuda_stream);
@@ -41,6 +56,10 @@ void launch_forward_m192(const Params& params, DType dtype, void* stream) {
 
 void launch_forward(const Params& params, DType dtype, void* stream) {
   auto cuda_stream = static_cast<cudaStream_t>(stream);
+  if (params.block_index != nullptr && params.head_dim != 64 && params.head_dim != 128) {
+    throw Error(ErrorKind::Internal, fmt::format("flash3: block-sparse at head dim {}; its tiles are 128 × 128 at "
+                                                 "head dims 64 and 128 only", params.head_dim));
+  }
   switch (dtype) {
     case DType::F16: return launch_for_dtype<__half>(params, cuda_stream);
     case DType::BF16: return launch_for_dtype<__nv_bfloat16>(params, cuda_stream);

@@ -42,6 +42,16 @@ struct Params {
   // tile j+1 issued before the softmax of tile j, ping-pong between the two consumers); true =
   // v1 (one tile at a time, both GEMMs waited), kept as kernel config "v1" to measure against.
   bool serial_schedule = false;
+
+  // Block-sparse (`sparge` / `block-sparse` on sm_90a, src/cuda/sparge/): when block_index is
+  // set, the CTA of q tile m visits only the key tiles block_index[slot · n_blocks + i] for
+  // i < block_count[slot] (ascending, inside the tile's visible range; slot = (batch · heads_q
+  // + q head) · m_blocks + m) instead of every visible one: the skipped tiles are neither
+  // loaded nor multiplied. Blocks are the kernel's tiles, kTileM × kTileN = 128 × 128 (the
+  // 128-row configs only: not m192). Null: dense.
+  const int* block_index = nullptr;
+  const int* block_count = nullptr;
+  int m_blocks = 0, n_blocks = 0;
 };
 
 }  // namespace attnsuite::cuda::flash3

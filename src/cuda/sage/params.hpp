@@ -85,6 +85,13 @@ struct Params {
   // Bottom-right aligned mask as flash2 (cuda/common/key_range.cuh); causal folded in.
   int window_left = -1;
   int window_right = -1;
+
+  // Block-sparse (`sparge-sage`; the sm_90a wgmma kernel only): as flash3::Params, the q tile
+  // m of (batch, q head) visits only the key tiles block_index[slot · n_blocks + i], i <
+  // block_count[slot], slot = (batch · heads_q + q head) · m_blocks + m; tiles 128 × 128. Null: dense.
+  const int* block_index = nullptr;
+  const int* block_count = nullptr;
+  int m_blocks = 0, n_blocks = 0;
 };
 
 }  // namespace attnsuite::cuda::sage

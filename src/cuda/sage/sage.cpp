@@ -147,6 +147,18 @@ class SageBackend final : public Backend {
   }
   std::string last_kernel_config() const override { return last_config_; }
 
+  // The next forwards visit only the listed key tiles (null: dense again); sparge-sage's.
+  void set_block_list(const sage::BlockList* list) { block_list_ = list; }
+  // Why the block-sparse (wgmma) kernel cannot run here, or "".
+  std::string block_sparse_problem() const {
+#if ATTNSUITE_HAVE_FLASH3
+    if (!wgmma_runs_here()) return "it needs a compute capability 9.0 GPU (the sm_90a wgmma kernel)";
+    return {};
+#else
+    return "this build has no wgmma kernels (ATTNSUITE_FLASH3=OFF)";
+#endif
+  }
+
   void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
     const Support support = supports(problem);
     if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
@@ -269,7 +281,19 @@ class SageBackend final : public Backend {
     params.window_left = problem.window_left;
     params.window_right = problem.window_right;
     if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
-    last_config_ = std::string(choose(problem, params));
+    if (block_list_ != nullptr) {
+      // sparge-sage: only the wgmma kernel reads a block list.
+      const std::string why_not = wgmma_problem(params);
+      if (!why_not.empty())
+        throw Error(ErrorKind::Unsupported, fmt::format("sparge-sage: the block-sparse sage2 kernel cannot run: {}", why_not));
+      params.block_index = block_list_->index;
+      params.block_count = block_list_->count;
+      params.m_blocks = block_list_->m_blocks;
+      params.n_blocks = block_list_->n_blocks;
+      last_config_ = std::string(kWgmmaConfig);
+    } else {
+      last_config_ = std::string(choose(problem, params));
+    }
     if (last_config_ == kMmaConfig) {
       sage::launch_forward(mode_, params, problem.dtype, stream);
     } else {
@@ -339,9 +363,39 @@ class SageBackend final : public Backend {
   Mode mode_;
   DeviceBuffer own_workspace_;
   std::string forced_, last_config_;
+  const sage::BlockList* block_list_ = nullptr;
+};
+
+class Sage2BlockSparseImpl final : public sage::Sage2BlockSparse {
+ public:
+  Support supports(const AttentionProblem& problem) const override {
+    Support support = backend_.supports(problem);
+    if (!support) return support;
+    const std::string why_not = backend_.block_sparse_problem();
+    return why_not.empty() ? Support::yes() : Support::no(fmt::format("sparge-sage: {}", why_not));
+  }
+  std::size_t workspace_bytes(const AttentionProblem& problem) const override {
+    return backend_.workspace_bytes(problem);
+  }
+  void forward(const AttentionProblem& problem, const AttentionArgs& args, const sage::BlockList& list,
+               Stream stream) override {
+    struct Clear {
+      SageBackend& backend;
+      ~Clear() { backend.set_block_list(nullptr); }
+    } clear{backend_};
+    backend_.set_block_list(&list);
+    backend_.forward(problem, args, stream);
+  }
+
+ private:
+  SageBackend backend_{Mode::Sage2};
 };
 
 }  // namespace
+
+std::unique_ptr<sage::Sage2BlockSparse> sage::make_sage2_block_sparse() {
+  return std::make_unique<Sage2BlockSparseImpl>();
+}
 
 std::unique_ptr<Backend> make_sage_backend() { return std::make_unique<SageBackend>(Mode::Sage); }
 std::unique_ptr<Backend> make_sage2_backend() { return std::make_unique<SageBackend>(Mode::Sage2); }

@@ -67,8 +67,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const KeyRange last_row_keys = key_range(params, row_last);
   const int n_block_min = first_row_keys.begin / kTileN;
   const int n_block_max = (last_row_keys.end + kTileN - 1) / kTileN;
+  // The key tiles this CTA visits: tile i is n_block_min + i, or (block-sparse, `sparge-sage`)
+  // the i-th kept one (Params::block_index); the same broadcast list read as flash3's.
+  const int* kept = nullptr;
+  int tiles = n_block_max - n_block_min;
+  if (params.block_index != nullptr) {
+    const std::int64_t slot = (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.m_blocks + m_block;
+    kept = params.block_index + slot * params.n_blocks;
+    tiles = params.block_count[slot];
+  }
+  const auto tile_block = [&](int t) { return kept != nullptr ? __ldg(kept + t) : n_block_min + t; };
 
-  if (n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
+  if (tiles <= 0 || n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
     // No row of the tile sees a key: O = 0, LSE = -inf, before any barrier exists.
     constexpr int kChunks = kHeadDim / 8;
     for (int index = static_cast<int>(threadIdx.x); index < kTileM * kChunks; index += Traits::kThreads) {
@@ -115,7 +125,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       tma_load_4d(smem_q, &q_map, 0, row_begin, head, batch, q_full);
       int stage = 0;
       std::uint32_t phase = 0;
-      for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+      for (int visit = 0; visit < tiles; ++visit) {
+        const int n_block = tile_block(visit);
         barrier_wait(kv_empty(stage), phase ^ 1u);
         const int key_begin = n_block * kTileN;
         barrier_arrive_expect_bytes(k_full(stage), Traits::kKBytes);
@@ -227,14 +238,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   int stage = 0;
   std::uint32_t phase = 0;
-  for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
+  for (int visit = 0; visit < tiles; ++visit) {
+    const int n_block = tile_block(visit);
     const std::uint32_t v_tile = smem_v + stage * Traits::kVBytes;
     const int key_begin = n_block * kTileN;
     float k_scale[Traits::kKBlocksPerTile];
     load_k_scales(n_block, k_scale);
     // Q·Kᵀ of this tile ends the section that P·V of the previous tile began (the first tile's
     // is a section of its own).
-    if (n_block == n_block_min) take_turn();
+    if (visit == 0) take_turn();
     issue_scores(stage, phase);
     pass_turn(false);
     wgmma_wait<0>();
@@ -368,7 +380,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
     // The section goes on with the next tile's Q·Kᵀ (top of the loop); after the last tile's
     // P·V it ends here.
-    if (n_block + 1 == n_block_max) pass_turn(true);
+    if (visit + 1 == tiles) pass_turn(true);
   }
 
   // Epilogue: O / row sum (sage2: · v_scale[channel]; its sums are of P·448, which cancels the

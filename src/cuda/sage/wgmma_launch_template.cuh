@@ -14,12 +14,16 @@
 #include "cuda/sage/wgmma_kernel.cuh"
 #include "cuda/sage/wgmma_run_forward.cuh"
 #include "cuda/sage/wgmma_traits.cuh"
+#include "cuda/sparge/launch.hpp"
 
 namespace attnsuite::cuda::sage::wgmma {
 
 template <class Kernel>
 void run_kernel(const Params& params, cudaStream_t stream) {
   constexpr int kHeadDim = Kernel::kHeadDim;
+  static_assert(Kernel::kTileM == sparge::kHopperTiles.m && Kernel::kTileN == sparge::kHopperTiles.n &&
+                    Kernel::kRowsPerConsumer == sparge::kHopperTiles.rows_per_warp,
+                "sparge-sage's block lists (sparge::kHopperTiles) count in this kernel's tiles");
   // A 4-D map (innermost first: columns, rows, heads, batch); `columns` and `rows` are the
   // extents TMA zero-fills beyond.
   auto map_of = [&](const void* data, bool bytes, int columns, int rows, int heads, std::int64_t row_stride,

@@ -40,6 +40,13 @@ constexpr Tiles tiles_for(int head_dim) {
   return head_dim == 64 ? Tiles{128, 64, 32} : head_dim == 128 ? Tiles{128, 32, 32} : Tiles{64, 32, 16};
 }
 
+// The Hopper (sm_90a) kernels' tiles, which `sparge`/`block-sparse` there (flash3) and
+// `sparge-sage` (sage2's wgmma kernel) count their blocks in: 128 query rows (two consumer
+// warpgroups of 64: rows_per_warp is a warpgroup's rows here) × 128 keys, at d64 and d128.
+// Checked against flash3::Config (flash3/launch.cu) and sage's wgmma Traits
+// (sage/wgmma_launch_template.cuh) by static_asserts.
+inline constexpr Tiles kHopperTiles{128, 128, 64};
+
 // The most key blocks per q block the selection kernel sorts in shared memory.
 inline constexpr int kMaxKeyBlocks = 4096;
 

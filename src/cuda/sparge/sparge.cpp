@@ -1,5 +1,5 @@
-// Host side of `sparge` and `block-sparse`: options, supports(), the workspace layout, and the
-// launches. The predictor's time is inside forward() (it runs on the same stream, before the
+// Host side of `sparge`, `block-sparse` and `sparge-sage`: options, supports(), the workspace
+// layout, the kernel choice, and the launches. The predictor's time is inside forward() (it runs on the same stream, before the
 // kernel) and is also measured on its own with events, for the result row's predictor_ms.
 #include "cuda/sparge/sparge.hpp"
 
@@ -8,16 +8,25 @@
 
 #include <cmath>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "attnsuite/error.hpp"
+#include "attnsuite/kernel_configs.hpp"
 #include "cpu/sparse/sparse_backends.hpp"
 #include "cuda/common/backend_support.hpp"
 #include "cuda/common/check.hpp"
 #include "cuda/common/device_buffer.hpp"
+#include "cuda/cuda_backends.hpp"
 #include "cuda/flash2/flash2.hpp"
+#include "cuda/sage/sage.hpp"
 #include "cuda/sparge/launch.hpp"
+#if ATTNSUITE_HAVE_FLASH3
+#include "cuda/common/attention_params.hpp"
+#include "cuda/flash3/flash3.hpp"
+#include "cuda/flash3/launch.hpp"
+#endif
 
 namespace attnsuite::cuda {
 namespace {
@@ -62,19 +71,63 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+// sparge, block-sparse and sparge-sage. Which kernel runs the kept blocks (Path):
+//  - flash3 on sm_90 where this build has it (128 × 128 blocks, the wgmma kernel's tiles;
+//    λ's P·V skip is not applied there: it would need a warpgroup-wide vote per tile),
+//  - flash2 elsewhere, or when kernel config "flash2" is forced (flash2's tiles: 128 × 32 at
+//    d128, 128 × 64 at d64; λ applied per warp),
+//  - sage2's wgmma kernel for sparge-sage (128 × 128; sm_90a only).
+enum class Kind { Sparge, BlockSparse, SpargeSage };
+enum class Path { Flash2, Flash3, Sage2 };
+
+bool hopper_kernels_here() {
+#if ATTNSUITE_HAVE_FLASH3
+  return static_cast<bool>(supports_hopper("sparge"));
+#else
+  return false;
+#endif
+}
+
+sparse::BlockShape shape_of(Path path, int head_dim) {
+  if (path == Path::Flash2) return sparse::block_shape_for(head_dim);
+  return {sparge::kHopperTiles.m, sparge::kHopperTiles.n, sparge::kHopperTiles.rows_per_warp};
+}
+
+std::string_view path_name(Path path) {
+  return path == Path::Flash2 ? "flash2" : path == Path::Flash3 ? "flash3" : "sage2";
+}
+
 class SparseCudaBackend final : public Backend {
  public:
-  explicit SparseCudaBackend(bool predicted) : predicted_(predicted) {}
+  explicit SparseCudaBackend(Kind kind) : kind_(kind), predicted_(kind != Kind::BlockSparse) {
+    if (kind == Kind::SpargeSage) sage2_ = sage::make_sage2_block_sparse();
+  }
 
-  std::string_view name() const override { return predicted_ ? "sparge" : "block-sparse"; }
+  std::string_view name() const override {
+    return kind_ == Kind::Sparge ? "sparge" : kind_ == Kind::BlockSparse ? "block-sparse" : "sparge-sage";
+  }
   std::string_view display_name() const override {
-    return predicted_ ? "sparge (predicted block-sparse attention on flash2)"
-                      : "block-sparse (flash2 with a given block mask)";
+    switch (kind_) {
+      case Kind::Sparge: return "sparge (predicted block-sparse attention on flash3 / flash2)";
+      case Kind::BlockSparse: return "block-sparse (flash3 / flash2 with a given block mask)";
+      case Kind::SpargeSage: return "sparge-sage (predicted block-sparse attention on sage2)";
+    }
+    return "";
   }
   Device device() const override { return {DeviceType::Cuda, 0}; }
   std::string capabilities() const override {
-    return predicted_ ? "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; sm80+"
-                      : "fp16/bf16, head dim 64/128, causal, window, GQA; --block-mask SPEC; sm80+";
+    switch (kind_) {
+      case Kind::Sparge:
+        return "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; flash3 kernel on sm_90 "
+               "(128x128 blocks), flash2 on sm80+ (kernel config flash2)";
+      case Kind::BlockSparse:
+        return "fp16/bf16, head dim 64/128, causal, window, GQA; --block-mask SPEC; flash3 kernel on sm_90, flash2 "
+               "on sm80+";
+      case Kind::SpargeSage:
+        return "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; sage2's INT8/FP8 wgmma "
+               "kernel (128x128 blocks), sm_90a only; quantization included";
+    }
+    return "";
   }
   bool set_option(std::string_view key, const std::string& value) override {
     const bool taken = options_.set(key, value, predicted_);
@@ -90,6 +143,22 @@ class SparseCudaBackend final : public Backend {
     mask_key_.clear();
   }
 
+  std::vector<std::string> kernel_configs(const AttentionProblem&) const override {
+    if (kind_ == Kind::SpargeSage) return {};
+    if (hopper_kernels_here()) return {"flash3", "flash2"};
+    return {"flash2"};
+  }
+  void force_kernel_config(std::string_view config) override {
+    const bool known = config.empty() || config == "default" ||
+                       (kind_ != Kind::SpargeSage && (config == "flash2" || config == "flash3"));
+    if (!known) {
+      throw Error(ErrorKind::Usage, fmt::format("{}: kernel config '{}' unknown; allowed: {}", name(), config,
+                                                kind_ == Kind::SpargeSage ? "default" : "default, flash3, flash2"));
+    }
+    forced_ = config == "default" ? std::string() : std::string(config);
+  }
+  std::string last_kernel_config() const override { return last_path_ ? std::string(path_name(*last_path_)) : ""; }
+
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);
     if (!support) return support;
@@ -101,18 +170,28 @@ class SparseCudaBackend final : public Backend {
     if (problem.heads_q > 65535 || problem.batch > 65535)
       return Support::no(fmt::format("batch {} × heads {} not supported by {}; at most 65535 each", problem.batch,
                                      problem.heads_q, name()));
-    const sparse::BlockShape shape = sparse::block_shape_for(problem.head_dim);
+    if (forced_ == "flash3" && !hopper_kernels_here())
+      return Support::no(fmt::format("{}: kernel config 'flash3' needs an sm_90 GPU and a build with flash3", name()));
+    const sparse::BlockShape shape = shape_of(path_for(problem), problem.head_dim);
     const int n_blocks = (problem.seq_kv + shape.n - 1) / shape.n;
     if (predicted_ && n_blocks > sparge::kMaxKeyBlocks)
       return Support::no(fmt::format("seq_kv {} is {} key blocks of {}; the predictor sorts at most {}", problem.seq_kv,
                                      n_blocks, shape.n, sparge::kMaxKeyBlocks));
     support = options_.supports(problem, predicted_);
     if (!support) return support;
+    if (kind_ == Kind::SpargeSage) return sage2_->supports(problem);
     return supports_device(name());
   }
 
+  std::optional<SparseBlocks> sparse_blocks(const AttentionProblem& problem) const override {
+    const sparse::BlockShape shape = shape_of(path_for(problem), problem.head_dim);
+    return SparseBlocks{shape.m, shape.n, shape.rows_per_group};
+  }
+
   std::size_t workspace_bytes(const AttentionProblem& problem) const override {
-    return predicted_ ? Layout(problem, sparse::block_shape_for(problem.head_dim)).total : 0;
+    if (!predicted_) return 0;
+    const std::size_t predictor = Layout(problem, shape_of(path_for(problem), problem.head_dim)).total;
+    return kind_ == Kind::SpargeSage ? predictor + sage2_->workspace_bytes(problem) : predictor;
   }
 
   void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
@@ -122,10 +201,13 @@ class SparseCudaBackend final : public Backend {
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o})
       if (!flash2::rows_aligned(*view))
         throw Error(ErrorKind::Unsupported, fmt::format("{}: every row of Q, K, V and O must start 16-byte aligned", name()));
-    const sparse::BlockShape shape = sparse::block_shape_for(problem.head_dim);
-    const sparge::Tiles tiles = sparge::tiles_for(problem.head_dim);
-    ATTNSUITE_CHECK(tiles.m == shape.m && tiles.n == shape.n && tiles.rows_per_warp == shape.rows_per_group,
-                    ErrorKind::Internal, "sparse::block_shape_for disagrees with flash2's tiles");
+    const Path path = path_for(problem);
+    const sparse::BlockShape shape = shape_of(path, problem.head_dim);
+    if (path == Path::Flash2) {
+      const sparge::Tiles tiles = sparge::tiles_for(problem.head_dim);
+      ATTNSUITE_CHECK(tiles.m == shape.m && tiles.n == shape.n && tiles.rows_per_warp == shape.rows_per_group,
+                      ErrorKind::Internal, "sparse::block_shape_for disagrees with flash2's tiles");
+    }
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     if (!start_) {
       start_ = std::make_unique<Event>();
@@ -134,16 +216,19 @@ class SparseCudaBackend final : public Backend {
     }
     upload_settings(problem);
 
-    flash2::SparseParams params;
-    static_cast<flash2::Params&>(params) = flash2::make_params(problem, args);
-    params.m_blocks = (problem.seq_q + shape.m - 1) / shape.m;
-    params.n_blocks = (problem.seq_kv + shape.n - 1) / shape.n;
-    params.pv_threshold_log2 = settings_.as<float>() + 4 * problem.heads_q;
+    const int m_blocks = (problem.seq_q + shape.m - 1) / shape.m;
+    const int n_blocks = (problem.seq_kv + shape.n - 1) / shape.n;
+    const int* block_index = nullptr;
+    const int* block_count = nullptr;
     unsigned long long* counters = nullptr;
+    unsigned long long* pv_skips = nullptr;
+    AttentionArgs kernel_args = args;
     if (predicted_) {
-      ATTNSUITE_CHECK(args.workspace != nullptr, ErrorKind::Usage, "sparge: needs workspace_bytes() of workspace");
+      ATTNSUITE_CHECK(args.workspace != nullptr, ErrorKind::Usage,
+                      fmt::format("{}: needs workspace_bytes() of workspace", name()));
       const Layout layout(problem, shape);
       auto* base = static_cast<unsigned char*>(args.workspace);
+      kernel_args.workspace = base + layout.total;  // sparge-sage: the quantized Q, K, V after the predictor's
       counters = reinterpret_cast<unsigned long long*>(base + layout.counters);
       ATTNSUITE_CUDA_CHECK(cudaMemsetAsync(counters, 0, 2 * sizeof(unsigned long long), cuda_stream));
       sparge::PredictorParams pp;
@@ -164,11 +249,12 @@ class SparseCudaBackend final : public Backend {
       pp.head_dim = problem.head_dim;
       pp.block_m = shape.m;
       pp.block_n = shape.n;
-      pp.m_blocks = params.m_blocks;
-      pp.n_blocks = params.n_blocks;
+      pp.m_blocks = m_blocks;
+      pp.n_blocks = n_blocks;
       pp.scale = problem.softmax_scale();
-      pp.window_left = params.window_left;
-      pp.window_right = params.window_right;
+      const flash2::Params window = flash2::make_params(problem, args);  // causal folded in
+      pp.window_left = window.window_left;
+      pp.window_right = window.window_right;
       pp.settings = settings_.as<float>();
       pp.sink = options_.config.sink ? 1 : 0;
       pp.q_mean = reinterpret_cast<float*>(base + layout.q_mean);
@@ -181,21 +267,52 @@ class SparseCudaBackend final : public Backend {
       ATTNSUITE_CUDA_CHECK(cudaEventRecord(start_->get(), cuda_stream));
       sparge::launch_predictor(pp, problem.dtype, stream);
       ATTNSUITE_CUDA_CHECK(cudaEventRecord(predicted_done_->get(), cuda_stream));
-      params.block_index = pp.block_index;
-      params.block_count = pp.block_count;
-      params.pv_skips = counters + 1;
+      block_index = pp.block_index;
+      block_count = pp.block_count;
+      pv_skips = counters + 1;
     } else {
       upload_mask(problem, shape);
-      params.block_index = mask_index_.as<int>();
-      params.block_count = mask_count_.as<int>();
+      block_index = mask_index_.as<int>();
+      block_count = mask_count_.as<int>();
       counters = mask_counters_.as<unsigned long long>();
       ATTNSUITE_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(unsigned long long), cuda_stream));
-      params.pv_skips = counters;
+      pv_skips = counters;
     }
-    sparge::launch_block_sparse(params, problem.dtype, stream);
+    switch (path) {
+      case Path::Flash2: {
+        flash2::SparseParams params;
+        static_cast<flash2::Params&>(params) = flash2::make_params(problem, args);
+        params.m_blocks = m_blocks;
+        params.n_blocks = n_blocks;
+        params.pv_threshold_log2 = settings_.as<float>() + 4 * problem.heads_q;
+        params.block_index = block_index;
+        params.block_count = block_count;
+        params.pv_skips = pv_skips;
+        sparge::launch_block_sparse(params, problem.dtype, stream);
+        break;
+      }
+      case Path::Flash3: {
+#if ATTNSUITE_HAVE_FLASH3
+        flash3::Params params;
+        fill_attention_params(params, problem, args);
+        params.block_index = block_index;
+        params.block_count = block_count;
+        params.m_blocks = m_blocks;
+        params.n_blocks = n_blocks;
+        flash3::launch_forward(params, problem.dtype, stream);
+#endif
+        break;
+      }
+      case Path::Sage2: {
+        const sage::BlockList list{block_index, block_count, m_blocks, n_blocks};
+        sage2_->forward(problem, kernel_args, list, stream);
+        break;
+      }
+    }
     ATTNSUITE_CUDA_CHECK(cudaEventRecord(done_->get(), cuda_stream));
     last_counters_ = counters;
     last_problem_ = problem;
+    last_path_ = path;
   }
 
   std::optional<SparseReport> last_sparse_report() const override {
@@ -203,7 +320,7 @@ class SparseCudaBackend final : public Backend {
     ATTNSUITE_CUDA_CHECK(cudaEventSynchronize(done_->get()));
     unsigned long long host[2] = {0, 0};
     sparse::SparseStats stats;
-    const sparse::BlockShape shape = sparse::block_shape_for(last_problem_.head_dim);
+    const sparse::BlockShape shape = shape_of(*last_path_, last_problem_.head_dim);
     stats.visible_blocks = sparse::visible_block_count(last_problem_, shape);
     if (predicted_) {
       ATTNSUITE_CUDA_CHECK(cudaMemcpy(host, last_counters_, sizeof(host), cudaMemcpyDeviceToHost));
@@ -246,7 +363,7 @@ class SparseCudaBackend final : public Backend {
 
   // The user's mask on the device, made once per (problem, spec).
   void upload_mask(const AttentionProblem& problem, sparse::BlockShape shape) {
-    const std::string key = problem.describe() + "|" + options_.mask_spec;
+    const std::string key = fmt::format("{}|{}|{}x{}", problem.describe(), options_.mask_spec, shape.m, shape.n);
     if (key == mask_key_) return;
     const sparse::BlockMask mask = sparse::make_block_mask(options_.mask_spec, problem, shape);
     mask_index_ = DeviceBuffer(mask.index.size() * 4);
@@ -258,7 +375,22 @@ class SparseCudaBackend final : public Backend {
     mask_key_ = key;
   }
 
+  // The forced kernel config, else the kernel-config cache's entry, else flash3 where it runs.
+  Path path_for(const AttentionProblem& problem) const {
+    if (kind_ == Kind::SpargeSage) return Path::Sage2;
+    std::string chosen = forced_;
+    if (chosen.empty() && KernelConfigCache::global().size() != 0) {
+      chosen = KernelConfigCache::global().lookup(kernel_config_key(0, std::string(name()), problem)).value_or("");
+    }
+    if (chosen == "flash2") return Path::Flash2;
+    return hopper_kernels_here() ? Path::Flash3 : Path::Flash2;
+  }
+
+  Kind kind_;
   bool predicted_;
+  std::unique_ptr<sage::Sage2BlockSparse> sage2_;
+  std::string forced_;
+  std::optional<Path> last_path_;
   sparse::SparseOptions options_;
   DeviceBuffer settings_;
   int settings_heads_ = -1;
@@ -272,7 +404,8 @@ class SparseCudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_sparge_backend() { return std::make_unique<SparseCudaBackend>(true); }
-std::unique_ptr<Backend> make_block_sparse_backend() { return std::make_unique<SparseCudaBackend>(false); }
+std::unique_ptr<Backend> make_sparge_backend() { return std::make_unique<SparseCudaBackend>(Kind::Sparge); }
+std::unique_ptr<Backend> make_block_sparse_backend() { return std::make_unique<SparseCudaBackend>(Kind::BlockSparse); }
+std::unique_ptr<Backend> make_sparge_sage_backend() { return std::make_unique<SparseCudaBackend>(Kind::SpargeSage); }
 
 }  // namespace attnsuite::cuda
