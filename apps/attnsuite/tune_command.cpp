@@ -240,12 +240,7 @@ int run_sparse_tune(const TuneFlags& f) {
   document["sink"] = true;
   document["backend"] = backend;
   document["dense_backend"] = dense;
-  {
-    // The blocks the tuned backend's kernel counts in here (sparge: flash3's on sm_90).
-    const auto blocks = Registry::global().find(backend).sparse_blocks(problem);
-    const sparse::BlockShape fallback = sparse::block_shape_for(problem.head_dim);
-    document["block"] = {{"m", blocks ? blocks->m : fallback.m}, {"n", blocks ? blocks->n : fallback.n}};
-  }
+  document["block"] = {{"m", sparse::block_shape_for(problem.head_dim).m}, {"n", sparse::block_shape_for(problem.head_dim).n}};
   document["created_at"] = bench::utc_now_iso8601();
   nlohmann::json layers = nlohmann::json::array();
   bool failed = false;

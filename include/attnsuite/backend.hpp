@@ -89,13 +89,6 @@ class Backend {
     std::optional<double> predictor_ms;  // time of the predictor within that forward
   };
   virtual std::optional<SparseReport> last_sparse_report() const { return std::nullopt; }
-  // The blocks a sparse backend's masks count in for `problem` (query rows × keys, and the rows
-  // that share one P·V-skip decision), as the kernel it would run now uses them; nullopt for
-  // dense backends. The sparse tuner's per-head bookkeeping follows it.
-  struct SparseBlocks {
-    int m = 0, n = 0, rows_per_group = 0;
-  };
-  virtual std::optional<SparseBlocks> sparse_blocks(const AttentionProblem&) const { return std::nullopt; }
 };
 
 }  // namespace attnsuite

@@ -121,14 +121,6 @@ struct BackendLayerEvaluator::State {
   std::unique_ptr<bench::DeviceAllocation> out, workspace;
   std::vector<unsigned char> host_out;
 
-  // The sparse backend's blocks for this problem (flash3's 128 × 128 on sm_90, flash2's and the
-  // CPU's per head dim elsewhere): the host-side predicted sparsity per head counts in them.
-  sparse::BlockShape shape() const {
-    const auto blocks = sparse->sparse_blocks(problem);
-    if (!blocks) return sparse::block_shape_for(problem.head_dim);
-    return {blocks->m, blocks->n, blocks->rows_per_group};
-  }
-
   AttentionArgs args_for(const Input& in) const {
     AttentionArgs args;
     const Device device = context->device();
@@ -183,7 +175,7 @@ BackendLayerEvaluator::BackendLayerEvaluator(const AttentionProblem& problem, co
   s.host_out.resize(no * element);
   const std::size_t workspace = std::max(s.sparse->workspace_bytes(problem), dense.workspace_bytes(problem));
   if (workspace > 0) s.workspace = s.context->allocate(workspace);
-  const sparse::BlockShape shape = s.shape();
+  const sparse::BlockShape shape = sparse::block_shape_for(problem.head_dim);
   for (int n = 0; n < calibration_inputs * static_cast<int>(generators.size()); ++n) {
     const int i = n % calibration_inputs;
     const std::string& generator = generators[static_cast<std::size_t>(n / calibration_inputs)];
@@ -228,7 +220,7 @@ std::vector<HeadOutcome> BackendLayerEvaluator::operator()(const sparse::SparseC
   for (const auto& h : config.heads) heads.push_back(sparse::to_json(h));
   document["layers"] = nlohmann::json::array({{{"heads", heads}}});
   s.sparse->set_option("sparse_config_json", document.dump());
-  const sparse::BlockShape shape = s.shape();
+  const sparse::BlockShape shape = sparse::block_shape_for(p.head_dim);
   const int dv = p.dim_v();
   std::vector<HeadOutcome> worst(static_cast<std::size_t>(p.heads_q));
   std::vector<float> out(s.inputs.empty() ? 0 : s.inputs[0].dense_out.size());

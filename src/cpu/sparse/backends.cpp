@@ -99,10 +99,6 @@ class CpuSparseBackend final : public Backend {
                            predicted_ ? std::optional<double>(stats.predictor_ms) : std::nullopt};
   }
   std::optional<SparseReport> last_sparse_report() const override { return report_; }
-  std::optional<SparseBlocks> sparse_blocks(const AttentionProblem& problem) const override {
-    const BlockShape shape = block_shape_for(problem.head_dim);
-    return SparseBlocks{shape.m, shape.n, shape.rows_per_group};
-  }
 
  private:
   bool predicted_;

@@ -294,6 +294,26 @@ BlockMask dense_mask(const AttentionProblem& p, BlockShape shape) {
   return mask;
 }
 
+BlockMask coarsen_mask(const BlockMask& mask, int factor) {
+  if (factor < 1) throw Error(ErrorKind::Internal, fmt::format("coarsen_mask: factor {} < 1", factor));
+  BlockMask tiles;
+  tiles.batch = mask.batch;
+  tiles.heads = mask.heads;
+  tiles.m_blocks = mask.m_blocks;
+  tiles.n_blocks = (mask.n_blocks + factor - 1) / factor;
+  tiles.count.assign(mask.count.size(), 0);
+  tiles.index.assign(mask.count.size() * static_cast<std::size_t>(tiles.n_blocks), 0);
+  for (std::size_t slot = 0; slot < mask.count.size(); ++slot) {
+    const std::int32_t* in = mask.index.data() + slot * static_cast<std::size_t>(mask.n_blocks);
+    std::int32_t* out = tiles.index.data() + slot * static_cast<std::size_t>(tiles.n_blocks);
+    for (int c = 0; c < mask.count[slot]; ++c) {
+      const std::int32_t tile = in[c] / factor;  // ascending input: equal tiles are adjacent
+      if (tiles.count[slot] == 0 || out[tiles.count[slot] - 1] != tile) out[tiles.count[slot]++] = tile;
+    }
+  }
+  return tiles;
+}
+
 void normalize_mask(BlockMask& mask, const AttentionProblem& p, BlockShape shape) {
   for (std::size_t slot = 0; slot < mask.count.size(); ++slot) {
     const auto [lo, hi] = visible_blocks(p, shape, static_cast<int>(slot % static_cast<std::size_t>(mask.m_blocks)));

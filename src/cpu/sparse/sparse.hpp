@@ -120,6 +120,11 @@ BlockMask make_block_mask(const std::string& spec, const AttentionProblem& probl
                           std::uint64_t seed = 0);
 // Drops masked-out entries: sorts, dedups and clips every list to its visible range.
 void normalize_mask(BlockMask& mask, const AttentionProblem& problem, BlockShape shape);
+// The mask in tiles of `factor` key blocks (same q blocks): a tile is kept when any of its
+// blocks is. The Hopper kernels (flash3, sage2's wgmma kernel) visit 128-key tiles while the
+// rule selects flash2's blocks (block_shape_for: 32 keys at d128, 64 at d64), so that one tuned
+// config means the same kept keys on every kernel, and the finer selection keeps the accuracy.
+BlockMask coarsen_mask(const BlockMask& mask, int factor);
 // Every visible block kept (sparsity 0).
 BlockMask dense_mask(const AttentionProblem& problem, BlockShape shape);
 

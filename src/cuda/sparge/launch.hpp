@@ -50,8 +50,20 @@ inline constexpr Tiles kHopperTiles{128, 128, 64};
 // The most key blocks per q block the selection kernel sorts in shared memory.
 inline constexpr int kMaxKeyBlocks = 4096;
 
+// The kept lists in tiles of `factor` blocks, for the Hopper kernels (sparse::coarsen_mask on
+// the device: a tile is kept when any of its blocks is; ascending lists stay ascending).
+struct CoarsenParams {
+  const int* block_index = nullptr;  // (slots, n_blocks), as PredictorParams
+  const int* block_count = nullptr;  // (slots)
+  int slots = 0, n_blocks = 0, n_tiles = 0, factor = 1;
+  int* tile_index = nullptr;                 // (slots, n_tiles)
+  int* tile_count = nullptr;                 // (slots)
+  unsigned long long* kept_tiles = nullptr;  // += kept tiles
+};
+
 // Pools, then selects; throws Error(Unsupported) for a dtype/head dim without a kernel.
 void launch_predictor(const PredictorParams& params, DType dtype, void* stream);
+void launch_coarsen(const CoarsenParams& params, void* stream);
 // The block-sparse flash2 kernel (BlockSparse<Config<Element, head dim>>): fp16/bf16, d64/d128.
 void launch_block_sparse(const flash2::SparseParams& params, DType dtype, void* stream);
 

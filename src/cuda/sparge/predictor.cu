@@ -288,6 +288,36 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const __grid_con
   }
 }
 
+// One warp per (batch, q head, q block): the kept list in chunks of 32 entries, each lane one
+// entry; an entry starts a new tile when its tile differs from the previous entry's (the lane
+// before, or the last tile of the previous chunk); a ballot and its prefix count place them.
+constexpr int kCoarsenWarps = 4;
+__global__ void __launch_bounds__(32 * kCoarsenWarps) coarsen_kernel(const __grid_constant__ CoarsenParams params) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const long long slot = static_cast<long long>(blockIdx.x) * kCoarsenWarps + warp;
+  if (slot >= params.slots) return;
+  const int* in = params.block_index + slot * params.n_blocks;
+  int* out = params.tile_index + slot * params.n_tiles;
+  const int count = params.block_count[slot];
+  int written = 0, previous = -1;  // warp-uniform: tiles written, the last one
+  for (int base = 0; base < count; base += 32) {
+    const int entry = base + lane;
+    const int tile = entry < count ? in[entry] / params.factor : -1;
+    int before = __shfl_up_sync(0xffffffffu, tile, 1);
+    if (lane == 0) before = previous;
+    const bool fresh = entry < count && tile != before;
+    const unsigned ballot = __ballot_sync(0xffffffffu, fresh);
+    if (fresh) out[written + __popc(ballot & ((1u << lane) - 1u))] = tile;
+    written += __popc(ballot);
+    previous = __shfl_sync(0xffffffffu, tile, min(31, count - 1 - base));
+  }
+  if (lane == 0) {
+    params.tile_count[slot] = written;
+    if (params.kept_tiles != nullptr && written > 0)
+      atomicAdd(params.kept_tiles, static_cast<unsigned long long>(written));
+  }
+}
+
 int next_power_of_two(int n) {
   int p = 1;
   while (p < n) p <<= 1;
@@ -355,6 +385,13 @@ void launch_predictor(const PredictorParams& params, DType dtype, void* stream) 
     default:
       throw Error(ErrorKind::Unsupported, fmt::format("dtype {} not supported by sparge; allowed: fp16, bf16", to_string(dtype)));
   }
+}
+
+void launch_coarsen(const CoarsenParams& params, void* stream) {
+  if (params.slots <= 0) return;
+  const auto blocks = static_cast<unsigned>((params.slots + kCoarsenWarps - 1) / kCoarsenWarps);
+  coarsen_kernel<<<blocks, 32 * kCoarsenWarps, 0, static_cast<cudaStream_t>(stream)>>>(params);
+  ATTNSUITE_CUDA_CHECK_LAUNCH("sparge coarsen_kernel");
 }
 
 void launch_block_sparse(const flash2::SparseParams& params, DType dtype, void* stream) {

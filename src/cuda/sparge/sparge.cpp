@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <optional>
@@ -34,12 +35,18 @@ namespace {
 constexpr std::size_t kAlign = 256;
 std::size_t aligned(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-// Offsets of the predictor's arrays in the workspace.
+// The kept lists' counters in the workspace: kept blocks (the predictor's), P·V skips (flash2),
+// kept tiles (the Hopper kernels').
+constexpr int kCounters = 3;
+
+// Offsets of the predictor's arrays in the workspace: the pooled blocks, the kept lists in
+// blocks and (for the Hopper kernels) in tiles, the counters.
 struct Layout {
-  std::size_t q_mean, q_sim, k_mean, k_sim, index, count, counters, total;
+  std::size_t q_mean, q_sim, k_mean, k_sim, index, count, tile_index, tile_count, counters, total;
   Layout(const AttentionProblem& p, sparse::BlockShape shape) {
     const std::size_t m_blocks = static_cast<std::size_t>((p.seq_q + shape.m - 1) / shape.m);
     const std::size_t n_blocks = static_cast<std::size_t>((p.seq_kv + shape.n - 1) / shape.n);
+    const std::size_t n_tiles = static_cast<std::size_t>((p.seq_kv + sparge::kHopperTiles.n - 1) / sparge::kHopperTiles.n);
     const std::size_t q_items = static_cast<std::size_t>(p.batch) * p.heads_q * m_blocks;
     const std::size_t k_items = static_cast<std::size_t>(p.batch) * p.heads_kv * n_blocks;
     std::size_t at = 0;
@@ -54,7 +61,9 @@ struct Layout {
     k_sim = take(k_items * 4);
     index = take(q_items * n_blocks * 4);
     count = take(q_items * 4);
-    counters = take(2 * sizeof(unsigned long long));  // kept blocks, P·V skips
+    tile_index = take(q_items * n_tiles * 4);
+    tile_count = take(q_items * 4);
+    counters = take(kCounters * sizeof(unsigned long long));
     total = at;
   }
 };
@@ -71,12 +80,18 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
-// sparge, block-sparse and sparge-sage. Which kernel runs the kept blocks (Path):
-//  - flash3 on sm_90 where this build has it (128 × 128 blocks, the wgmma kernel's tiles;
-//    λ's P·V skip is not applied there: it would need a warpgroup-wide vote per tile),
-//  - flash2 elsewhere, or when kernel config "flash2" is forced (flash2's tiles: 128 × 32 at
-//    d128, 128 × 64 at d64; λ applied per warp),
-//  - sage2's wgmma kernel for sparge-sage (128 × 128; sm_90a only).
+// sparge, block-sparse and sparge-sage. The predictor and the masks always count in flash2's
+// blocks (sparse::block_shape_for: 128 × 32 at d128, 128 × 64 at d64), so that a tuned config
+// keeps the same keys whatever kernel runs. Which kernel runs the kept blocks (Path):
+//  - flash3 on sm_90 where this build has it: it visits 128 × 128 tiles, each one where any of
+//    its blocks is kept (the lists coarsened on the device, sparse::coarsen_mask); λ's P·V skip
+//    is not applied there (it would need a warpgroup-wide vote per tile);
+//  - flash2 elsewhere, or when kernel config "flash2" is forced: the blocks themselves, λ per warp;
+//  - sage2's wgmma kernel for sparge-sage: tiles as flash3; sm_90a only.
+// Measured why (H200, 2026-12-04, tune --sparse on banded N 8k): selecting 128 × 128 blocks
+// directly tuned to rel L1 ≤ 0.03 on the calibration inputs and gave 0.36 on the held-out one —
+// dropping one 128-key block near the band loses 4× the mass of a 32-key one, so the cdf rule
+// stops being smooth in its threshold.
 enum class Kind { Sparge, BlockSparse, SpargeSage };
 enum class Path { Flash2, Flash3, Sage2 };
 
@@ -88,7 +103,8 @@ bool hopper_kernels_here() {
 #endif
 }
 
-sparse::BlockShape shape_of(Path path, int head_dim) {
+// The blocks the kernel of `path` visits (the predictor's blocks, or the Hopper tiles).
+sparse::BlockShape kernel_shape_of(Path path, int head_dim) {
   if (path == Path::Flash2) return sparse::block_shape_for(head_dim);
   return {sparge::kHopperTiles.m, sparge::kHopperTiles.n, sparge::kHopperTiles.rows_per_warp};
 }
@@ -172,7 +188,7 @@ class SparseCudaBackend final : public Backend {
                                      problem.heads_q, name()));
     if (forced_ == "flash3" && !hopper_kernels_here())
       return Support::no(fmt::format("{}: kernel config 'flash3' needs an sm_90 GPU and a build with flash3", name()));
-    const sparse::BlockShape shape = shape_of(path_for(problem), problem.head_dim);
+    const sparse::BlockShape shape = sparse::block_shape_for(problem.head_dim);
     const int n_blocks = (problem.seq_kv + shape.n - 1) / shape.n;
     if (predicted_ && n_blocks > sparge::kMaxKeyBlocks)
       return Support::no(fmt::format("seq_kv {} is {} key blocks of {}; the predictor sorts at most {}", problem.seq_kv,
@@ -183,14 +199,9 @@ class SparseCudaBackend final : public Backend {
     return supports_device(name());
   }
 
-  std::optional<SparseBlocks> sparse_blocks(const AttentionProblem& problem) const override {
-    const sparse::BlockShape shape = shape_of(path_for(problem), problem.head_dim);
-    return SparseBlocks{shape.m, shape.n, shape.rows_per_group};
-  }
-
   std::size_t workspace_bytes(const AttentionProblem& problem) const override {
     if (!predicted_) return 0;
-    const std::size_t predictor = Layout(problem, shape_of(path_for(problem), problem.head_dim)).total;
+    const std::size_t predictor = Layout(problem, sparse::block_shape_for(problem.head_dim)).total;
     return kind_ == Kind::SpargeSage ? predictor + sage2_->workspace_bytes(problem) : predictor;
   }
 
@@ -202,11 +213,14 @@ class SparseCudaBackend final : public Backend {
       if (!flash2::rows_aligned(*view))
         throw Error(ErrorKind::Unsupported, fmt::format("{}: every row of Q, K, V and O must start 16-byte aligned", name()));
     const Path path = path_for(problem);
-    const sparse::BlockShape shape = shape_of(path, problem.head_dim);
-    if (path == Path::Flash2) {
+    const sparse::BlockShape shape = sparse::block_shape_for(problem.head_dim);
+    const sparse::BlockShape kernel_shape = kernel_shape_of(path, problem.head_dim);
+    {
       const sparge::Tiles tiles = sparge::tiles_for(problem.head_dim);
       ATTNSUITE_CHECK(tiles.m == shape.m && tiles.n == shape.n && tiles.rows_per_warp == shape.rows_per_group,
                       ErrorKind::Internal, "sparse::block_shape_for disagrees with flash2's tiles");
+      ATTNSUITE_CHECK(kernel_shape.m == shape.m && kernel_shape.n % shape.n == 0, ErrorKind::Internal,
+                      "the Hopper tiles are not whole rows of the predictor's blocks");
     }
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     if (!start_) {
@@ -218,8 +232,11 @@ class SparseCudaBackend final : public Backend {
 
     const int m_blocks = (problem.seq_q + shape.m - 1) / shape.m;
     const int n_blocks = (problem.seq_kv + shape.n - 1) / shape.n;
-    const int* block_index = nullptr;
+    const int n_tiles = (problem.seq_kv + kernel_shape.n - 1) / kernel_shape.n;
+    const int* block_index = nullptr;  // in the predictor's blocks
     const int* block_count = nullptr;
+    const int* tile_index = nullptr;   // in the Hopper kernels' tiles
+    const int* tile_count = nullptr;
     unsigned long long* counters = nullptr;
     unsigned long long* pv_skips = nullptr;
     AttentionArgs kernel_args = args;
@@ -230,7 +247,7 @@ class SparseCudaBackend final : public Backend {
       auto* base = static_cast<unsigned char*>(args.workspace);
       kernel_args.workspace = base + layout.total;  // sparge-sage: the quantized Q, K, V after the predictor's
       counters = reinterpret_cast<unsigned long long*>(base + layout.counters);
-      ATTNSUITE_CUDA_CHECK(cudaMemsetAsync(counters, 0, 2 * sizeof(unsigned long long), cuda_stream));
+      ATTNSUITE_CUDA_CHECK(cudaMemsetAsync(counters, 0, kCounters * sizeof(unsigned long long), cuda_stream));
       sparge::PredictorParams pp;
       pp.q = args.q.data;
       pp.k = args.k.data;
@@ -266,14 +283,31 @@ class SparseCudaBackend final : public Backend {
       pp.kept_blocks = counters;
       ATTNSUITE_CUDA_CHECK(cudaEventRecord(start_->get(), cuda_stream));
       sparge::launch_predictor(pp, problem.dtype, stream);
-      ATTNSUITE_CUDA_CHECK(cudaEventRecord(predicted_done_->get(), cuda_stream));
       block_index = pp.block_index;
       block_count = pp.block_count;
       pv_skips = counters + 1;
+      if (path != Path::Flash2) {
+        sparge::CoarsenParams cp;
+        cp.block_index = pp.block_index;
+        cp.block_count = pp.block_count;
+        cp.slots = problem.batch * problem.heads_q * m_blocks;
+        cp.n_blocks = n_blocks;
+        cp.n_tiles = n_tiles;
+        cp.factor = kernel_shape.n / shape.n;
+        cp.tile_index = reinterpret_cast<int*>(base + layout.tile_index);
+        cp.tile_count = reinterpret_cast<int*>(base + layout.tile_count);
+        cp.kept_tiles = counters + 2;
+        sparge::launch_coarsen(cp, stream);
+        tile_index = cp.tile_index;
+        tile_count = cp.tile_count;
+      }
+      ATTNSUITE_CUDA_CHECK(cudaEventRecord(predicted_done_->get(), cuda_stream));
     } else {
       upload_mask(problem, shape);
       block_index = mask_index_.as<int>();
       block_count = mask_count_.as<int>();
+      tile_index = mask_tile_index_.as<int>();
+      tile_count = mask_tile_count_.as<int>();
       counters = mask_counters_.as<unsigned long long>();
       ATTNSUITE_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(unsigned long long), cuda_stream));
       pv_skips = counters;
@@ -295,16 +329,16 @@ class SparseCudaBackend final : public Backend {
 #if ATTNSUITE_HAVE_FLASH3
         flash3::Params params;
         fill_attention_params(params, problem, args);
-        params.block_index = block_index;
-        params.block_count = block_count;
+        params.block_index = tile_index;
+        params.block_count = tile_count;
         params.m_blocks = m_blocks;
-        params.n_blocks = n_blocks;
+        params.n_blocks = n_tiles;
         flash3::launch_forward(params, problem.dtype, stream);
 #endif
         break;
       }
       case Path::Sage2: {
-        const sage::BlockList list{block_index, block_count, m_blocks, n_blocks};
+        const sage::BlockList list{tile_index, tile_count, m_blocks, n_tiles};
         sage2_->forward(problem, kernel_args, list, stream);
         break;
       }
@@ -318,21 +352,32 @@ class SparseCudaBackend final : public Backend {
   std::optional<SparseReport> last_sparse_report() const override {
     if (last_counters_ == nullptr) return std::nullopt;
     ATTNSUITE_CUDA_CHECK(cudaEventSynchronize(done_->get()));
-    unsigned long long host[2] = {0, 0};
+    unsigned long long host[kCounters] = {0, 0, 0};
     sparse::SparseStats stats;
-    const sparse::BlockShape shape = shape_of(*last_path_, last_problem_.head_dim);
+    const sparse::BlockShape shape = sparse::block_shape_for(last_problem_.head_dim);
     stats.visible_blocks = sparse::visible_block_count(last_problem_, shape);
+    std::int64_t kept_tiles = 0;
     if (predicted_) {
       ATTNSUITE_CUDA_CHECK(cudaMemcpy(host, last_counters_, sizeof(host), cudaMemcpyDeviceToHost));
       stats.computed_blocks = static_cast<std::int64_t>(host[0]);
       stats.pv_skipped_groups = static_cast<std::int64_t>(host[1]);
+      kept_tiles = static_cast<std::int64_t>(host[2]);
     } else {
       ATTNSUITE_CUDA_CHECK(cudaMemcpy(host, last_counters_, sizeof(unsigned long long), cudaMemcpyDeviceToHost));
       stats.computed_blocks = mask_kept_;
       stats.pv_skipped_groups = static_cast<std::int64_t>(host[0]);
+      kept_tiles = mask_kept_tiles_;
     }
     stats.pv_groups = stats.computed_blocks * (shape.m / shape.rows_per_group);
-    SparseReport report{stats.predicted_sparsity(), stats.achieved_sparsity(), std::nullopt};
+    // Predicted: the predictor's (or mask's) blocks. Achieved: the work the kernel did — flash2
+    // with its P·V skips; the Hopper kernels in whole tiles.
+    double achieved = stats.achieved_sparsity();
+    if (*last_path_ != Path::Flash2) {
+      const std::int64_t visible_tiles =
+          sparse::visible_block_count(last_problem_, kernel_shape_of(*last_path_, last_problem_.head_dim));
+      achieved = visible_tiles > 0 ? 1.0 - static_cast<double>(kept_tiles) / static_cast<double>(visible_tiles) : 0.0;
+    }
+    SparseReport report{stats.predicted_sparsity(), achieved, std::nullopt};
     if (predicted_) {
       float ms = 0;
       ATTNSUITE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_->get(), predicted_done_->get()));
@@ -361,17 +406,24 @@ class SparseCudaBackend final : public Backend {
     settings_heads_ = problem.heads_q;
   }
 
-  // The user's mask on the device, made once per (problem, spec).
+  // The user's mask on the device, in blocks and in the Hopper kernels' tiles, made once per
+  // (problem, spec).
   void upload_mask(const AttentionProblem& problem, sparse::BlockShape shape) {
-    const std::string key = fmt::format("{}|{}|{}x{}", problem.describe(), options_.mask_spec, shape.m, shape.n);
+    const std::string key = fmt::format("{}|{}", problem.describe(), options_.mask_spec);
     if (key == mask_key_) return;
     const sparse::BlockMask mask = sparse::make_block_mask(options_.mask_spec, problem, shape);
-    mask_index_ = DeviceBuffer(mask.index.size() * 4);
-    mask_count_ = DeviceBuffer(mask.count.size() * 4);
+    const sparse::BlockMask tiles = sparse::coarsen_mask(mask, kernel_shape_of(Path::Flash3, problem.head_dim).n / shape.n);
+    const auto upload = [](DeviceBuffer& buffer, const std::vector<std::int32_t>& host) {
+      buffer = DeviceBuffer(std::max<std::size_t>(host.size() * 4, 4));
+      ATTNSUITE_CUDA_CHECK(cudaMemcpy(buffer.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    };
+    upload(mask_index_, mask.index);
+    upload(mask_count_, mask.count);
+    upload(mask_tile_index_, tiles.index);
+    upload(mask_tile_count_, tiles.count);
     if (!mask_counters_.data()) mask_counters_ = DeviceBuffer(sizeof(unsigned long long));
-    ATTNSUITE_CUDA_CHECK(cudaMemcpy(mask_index_.data(), mask.index.data(), mask.index.size() * 4, cudaMemcpyHostToDevice));
-    ATTNSUITE_CUDA_CHECK(cudaMemcpy(mask_count_.data(), mask.count.data(), mask.count.size() * 4, cudaMemcpyHostToDevice));
     mask_kept_ = mask.kept_blocks();
+    mask_kept_tiles_ = tiles.kept_blocks();
     mask_key_ = key;
   }
 
@@ -394,8 +446,8 @@ class SparseCudaBackend final : public Backend {
   sparse::SparseOptions options_;
   DeviceBuffer settings_;
   int settings_heads_ = -1;
-  DeviceBuffer mask_index_, mask_count_, mask_counters_;
-  std::int64_t mask_kept_ = 0;
+  DeviceBuffer mask_index_, mask_count_, mask_tile_index_, mask_tile_count_, mask_counters_;
+  std::int64_t mask_kept_ = 0, mask_kept_tiles_ = 0;
   std::string mask_key_;
   std::unique_ptr<Event> start_, predicted_done_, done_;
   unsigned long long* last_counters_ = nullptr;
