@@ -313,7 +313,7 @@ def _tuning_summary(entry):
 
 def tune_batch_size(backends=None, seq_lengths=None, model=None, *, suite=None, dtype=None, causal=None, heads=None,
                     kv_heads=None, head_dim=None, seq_kv=None, generator=None, layout=None, window=None, seed=None,
-                    max_memory_gib=None, p95_ms=None, min_batch=1, max_batch=1024, tolerance=0.01, exhaustive=False,
+                    max_memory_gib=None, p95_ms=None, min_batch=1, max_batch=1024, tolerance=0.0, exhaustive=False,
                     timing=None,
                     reference_gflop=None, out=None, force=False, cache=True, progress=True, dataframe=True):
     """The batch size of highest throughput (tokens/s) per backend and shape whose memory stays
@@ -323,8 +323,9 @@ def tune_batch_size(backends=None, seq_lengths=None, model=None, *, suite=None, 
 
     The cases are the suite's (default: "headline" with a GPU, else "default") with the axes
     given here overridden, as in ``bench``; the suite's batch axis is the tuner's to choose
-    (min_batch..max_batch). tolerance: throughputs closer than this (relative), or than twice
-    their noise, are the same, so a flat peak is not split finer (``--tolerance``). exhaustive:
+    (min_batch..max_batch). tolerance > 0: a side of the peak whose throughput is within this
+    (relative), or twice its noise, of the best is not split finer (``--tolerance``; fewer
+    probes, may miss a wave-quantization peak). exhaustive:
     also measure every batch, to check the search. timing,
     reference_gflop: per probe, as in ``bench``. Writes tune.json and tune.md into `out`
     (default results/tune-<suite>-<time>; an existing tune.json needs force=True) and, unless

@@ -4,18 +4,17 @@
 // a simulated cost model (the tests).
 //
 // Search (docs/methodology.md, "Batch tuning"):
-//  1. grow: min_batch, 2·min_batch, 4·min_batch, … until a batch is infeasible or max_batch;
+//  1. grow: min_batch, 4·min_batch, 16·min_batch, … until a batch is infeasible or max_batch;
 //  2. bisect between the last feasible and the first infeasible batch for the largest
 //     feasible one (memory and latency grow with the batch, so feasibility is one interval);
 //  3. refine around the throughput peak: probe the midpoints between the best batch so far and
 //     its nearest evaluated neighbours, move to whichever is better, until the neighbours are
-//     adjacent batches or the same as the best within the noise (limits.tolerance): a side
-//     whose neighbour is already as fast as the best, within what the measurements can tell
-//     apart, is not split further. Throughput need not peak at the boundary (a wave-quantized
-//     GPU grid, a CPU working set that leaves the cache). On the H200 the plateau of the
-//     headline suite is flat to 0.2-1% from batch 24 to 32, while one sweep's run-to-run drift
-//     is 0.5-1% (docs/results/h200/2026-12-04/tune-headline.json): splitting it down to
-//     adjacent batches cost 4-5 evaluations that told nothing apart.
+//     adjacent batches — or, with limits.tolerance > 0, until the neighbour on a side is as
+//     fast as the best within max(2·noise, tolerance): that side is not split further (fewer
+//     evaluations; on the H200 headline suite 6–8 instead of 8–11 of the sweep's 32, but one
+//     backend's answer 1.2% under a peak the split would have found).
+//     Throughput need not peak at the boundary (a wave-quantized GPU grid, a CPU working set
+//     that leaves the cache).
 // Every distinct batch is evaluated once; the count of evaluations is the cost.
 #pragma once
 
@@ -46,10 +45,10 @@ struct BatchLimits {
   int max_batch = 1024;
   std::optional<double> max_memory_bytes;  // unset: only out-of-memory limits
   std::optional<double> max_p95_ms;        // unset: no latency target
-  // Throughputs closer than max(2·√(σa² + σb²), tolerance) are the same (σ: the relative
-  // spread of each probe's latency samples); the refine phase and the exhaustive check judge
-  // by it. 0 with noise-free measurements asks for the exact optimum.
-  double tolerance = 0.01;
+  // > 0: the refine phase does not split a side whose neighbour's throughput is within
+  // max(2·√(σa² + σb²), tolerance) of the best's (σ: the relative spread of each probe's latency
+  // samples). 0 (the default): split down to adjacent batches.
+  double tolerance = 0;
 
   // Throws Error(Usage) naming the bad value and what is allowed.
   void validate() const;

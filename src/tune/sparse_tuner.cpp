@@ -120,6 +120,14 @@ struct BackendLayerEvaluator::State {
   std::vector<Input> inputs;
   std::unique_ptr<bench::DeviceAllocation> out, workspace;
   std::vector<unsigned char> host_out;
+  bool forced_config = false;  // the sparse backend runs kernel config "flash2" while this lives
+
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  ~State() {
+    if (forced_config && sparse != nullptr) sparse->force_kernel_config("");
+  }
 
   AttentionArgs args_for(const Input& in) const {
     AttentionArgs args;
@@ -145,7 +153,7 @@ struct BackendLayerEvaluator::State {
 BackendLayerEvaluator::BackendLayerEvaluator(const AttentionProblem& problem, const std::string& sparse_backend,
                                              const std::string& dense_backend,
                                              const std::vector<std::string>& generators, std::uint64_t seed,
-                                             int calibration_inputs)
+                                             int calibration_inputs, bool exact_selection)
     : state_(std::make_shared<State>()) {
   problem.validate();
   if (calibration_inputs < 1 || calibration_inputs > 64)
@@ -158,6 +166,14 @@ BackendLayerEvaluator::BackendLayerEvaluator(const AttentionProblem& problem, co
   s.sparse->reset_options();
   if (!s.sparse->set_option("sparse_config_json", sparse::to_json(sparse::HeadSettings{}).dump()))
     throw Error(ErrorKind::Usage, fmt::format("backend '{}' has no predictor to tune; use sparge, sparge-sage or cpu-sparge", sparse_backend));
+  s.sparse->force_kernel_config("");
+  if (exact_selection) {
+    const std::vector<std::string> configs = s.sparse->kernel_configs(problem);
+    if (std::find(configs.begin(), configs.end(), "flash2") != configs.end()) {
+      s.sparse->force_kernel_config("flash2");
+      s.forced_config = true;
+    }
+  }
   for (Backend* b : {s.sparse, &dense}) {
     const Support support = b->supports(problem);
     if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", b->name(), support.reason));

@@ -69,11 +69,17 @@ SparseTuneResult tune_sparse_layer(const LayerEvaluator& evaluate, int heads, co
 // backends on their device: `sparse_backend` (sparge or cpu-sparge, given each candidate as the
 // "sparse_config_json" option) against `dense_backend` (flash2 or cpu-flash). Inputs from
 // each of `generators` with seeds seed, seed + 1, ... (calibration_inputs of each).
+// exact_selection: where the sparse backend has kernel config "flash2" (sparge on sm_90, whose
+// default kernel visits the 128-key tiles that hold a kept block), evaluate through it, on
+// exactly the selected blocks; the tiles then only add keys. Measured why (H200, 2026-12-04,
+// banded N 8k): tuned through the tiles, rel L1 ≤ 0.03 on the calibration inputs became 0.25
+// on a held-out one — the tiles' extra keys hid how thin the selection was. The held-out check
+// passes false: it measures the kernel that will run.
 class BackendLayerEvaluator {
  public:
   BackendLayerEvaluator(const AttentionProblem& problem, const std::string& sparse_backend,
                         const std::string& dense_backend, const std::vector<std::string>& generators,
-                        std::uint64_t seed, int calibration_inputs);
+                        std::uint64_t seed, int calibration_inputs, bool exact_selection = true);
   ~BackendLayerEvaluator();
   std::vector<HeadOutcome> operator()(const sparse::SparseConfig& config);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "bench/statistics.hpp"
 #include "report/sinks.hpp"
 
 namespace attnsuite::tune {
@@ -67,8 +68,8 @@ std::optional<double> number_at(const Json& object, const char* key) {
 
 }  // namespace
 
-bool agrees_within_noise(const BatchProbe& search_best, const BatchProbe& sweep_best, double floor) {
-  return search_best.batch == sweep_best.batch || within_noise_of(search_best, sweep_best, floor);
+bool agrees_within_noise(const BatchProbe& search_best, const BatchProbe& sweep_best) {
+  return search_best.batch == sweep_best.batch || within_noise_of(search_best, sweep_best, bench::kMinRelativeChange);
 }
 
 nlohmann::ordered_json to_json(const TuneEntry& e) {
@@ -101,7 +102,7 @@ nlohmann::ordered_json to_json(const TuneEntry& e) {
   if (e.sweep) {
     nlohmann::ordered_json sweep = result_json(*e.sweep);
     if (e.search.best && e.sweep->best) {
-      sweep["agrees"] = agrees_within_noise(*e.search.best, *e.sweep->best, e.limits.tolerance);
+      sweep["agrees"] = agrees_within_noise(*e.search.best, *e.sweep->best);
       sweep["search_vs_sweep"] = e.search.best->measurement.tokens_per_s / e.sweep->best->measurement.tokens_per_s;
     }
     out["exhaustive"] = sweep;

@@ -22,9 +22,8 @@ struct TuneEntry {
 };
 
 // Whether the search's best is the sweep's, within the noise: the same batch, or throughput
-// no lower than `attnsuite compare`'s threshold for "the same", max(2·√(σa² + σb²), floor)
-// (the floor is the tuner's --tolerance, 1% by default, as compare's).
-bool agrees_within_noise(const BatchProbe& search_best, const BatchProbe& sweep_best, double floor);
+// no lower than `attnsuite compare`'s threshold for "the same", max(2·√(σa² + σb²), 1%).
+bool agrees_within_noise(const BatchProbe& search_best, const BatchProbe& sweep_best);
 
 nlohmann::ordered_json to_json(const TuneEntry& entry);
 
