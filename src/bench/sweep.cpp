@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <set>
@@ -44,6 +45,9 @@ std::string utc_now_iso8601() {
 namespace {
 
 std::string git_commit() {
+  // Where the source tree's git metadata is not the commit's (a copied working tree, as on the
+  // GPU machine: its .git is a stale copy), the caller names the commit.
+  if (const char* given = std::getenv("ATTNSUITE_GIT_COMMIT"); given != nullptr && *given != '\0') return given;
 #ifdef ATTNSUITE_SOURCE_DIR
   // "<commit>-dirty" when tracked sources differ from the commit (results measured on edits).
   const std::string command = fmt::format(

@@ -25,6 +25,8 @@
 #   --tune-sparse: times `attnsuite tune --sparse` for one 32-head d128 layer at N = 8192 (banded),
 #   before the suites; with TUNE_SPARSE_BENCH_ARGS a second tune whose config the sparge suite uses.
 # Env SANITIZE_FILTER (a gtest filter) replaces the compute-sanitizer case list; SANITIZE_TOOLS the tools.
+# Env ATTNSUITE_GIT_COMMIT (e.g. "$(git rev-parse --short=12 HEAD)", given on the command line
+#   from the checkout that sent the call) is the commit result headers name: this copy's .git is stale.
 # Env BENCH_ARGS_<suite> (dashes as underscores) adds bench flags to that suite, e.g.
 #   BENCH_ARGS_sage='--seq 4096,16384 --backends sage,sage2,flash3,cudnn'.
 set -uo pipefail
