@@ -1,6 +1,7 @@
 // Host side of `sparge`, `block-sparse` and `sparge-sage`: options, supports(), the workspace
-// layout, the kernel choice, and the launches. The predictor's time is inside forward() (it runs on the same stream, before the
-// kernel) and is also measured on its own with events, for the result row's predictor_ms.
+// layout, the kernel choice, and the launches. The predictor's time is inside forward() (it runs
+// on the same stream, before the kernel) and is also measured on its own with events, for the
+// result row's predictor_ms.
 #include "cuda/sparge/sparge.hpp"
 
 #include <cuda_runtime_api.h>
@@ -412,7 +413,8 @@ class SparseCudaBackend final : public Backend {
     const std::string key = fmt::format("{}|{}", problem.describe(), options_.mask_spec);
     if (key == mask_key_) return;
     const sparse::BlockMask mask = sparse::make_block_mask(options_.mask_spec, problem, shape);
-    const sparse::BlockMask tiles = sparse::coarsen_mask(mask, kernel_shape_of(Path::Flash3, problem.head_dim).n / shape.n);
+    const int factor = kernel_shape_of(Path::Flash3, problem.head_dim).n / shape.n;
+    const sparse::BlockMask tiles = sparse::coarsen_mask(mask, factor);
     const auto upload = [](DeviceBuffer& buffer, const std::vector<std::int32_t>& host) {
       buffer = DeviceBuffer(std::max<std::size_t>(host.size() * 4, 4));
       ATTNSUITE_CUDA_CHECK(cudaMemcpy(buffer.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
