@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "attnsuite/error.hpp"
-#include "cpu/common.hpp"
 #include "bench/statistics.hpp"
+#include "cpu/common.hpp"
 #include "report/sinks.hpp"
 #include "report/table.hpp"
 #if ATTNSUITE_HAVE_CUDA
@@ -16,7 +16,6 @@
 
 namespace attnsuite::tune {
 namespace {
-
 
 // Relative standard error of a row's median, from its spread and repetitions.
 double relative_noise(const bench::ResultRow& row) {

@@ -66,7 +66,7 @@ SparseTuneResult tune_sparse_layer(const LayerEvaluator& evaluate, int heads, co
                                    const SparseSearch& search = {});
 
 // The calibration inputs of one layer and the evaluator over them, through the registry's
-// backends on their device: `sparse_backend` (sparge or cpu-sparge, given each candidate as the
+// backends on their device: `sparse_backend` (sparge, sparge-sage or cpu-sparge, given each candidate as the
 // "sparse_config_json" option) against `dense_backend` (flash2 or cpu-flash). Inputs from
 // each of `generators` with seeds seed, seed + 1, ... (calibration_inputs of each).
 // exact_selection: where the sparse backend has kernel config "flash2" (sparge on sm_90, whose

@@ -149,10 +149,11 @@ class SageBackend final : public Backend {
 
   // The next forwards visit only the listed key tiles (null: dense again); sparge-sage's.
   void set_block_list(const sage::BlockList* list) { block_list_ = list; }
-  // Why the block-sparse (wgmma) kernel cannot run here, or "".
-  std::string block_sparse_problem() const {
+  // Why the wgmma kernel (the only one that reads a block list) cannot run on this GPU and
+  // build, or "" when it can.
+  std::string wgmma_device_problem() const {
 #if ATTNSUITE_HAVE_FLASH3
-    if (!wgmma_runs_here()) return "it needs a compute capability 9.0 GPU (the sm_90a wgmma kernel)";
+    if (!wgmma_runs_here()) return "it needs a compute capability 9.0 GPU (sm_90a code)";
     return {};
 #else
     return "this build has no wgmma kernels (ATTNSUITE_FLASH3=OFF)";
@@ -326,12 +327,11 @@ class SageBackend final : public Backend {
  private:
   // Why the wgmma kernel cannot run this forward here, or "" when it can.
   std::string wgmma_problem([[maybe_unused]] const sage::Params& params) const {
+    std::string why_not = wgmma_device_problem();
 #if ATTNSUITE_HAVE_FLASH3
-    if (!wgmma_runs_here()) return "it needs a compute capability 9.0 GPU (sm_90a code)";
-    return sage::wgmma_layout_problem(mode_, params);
-#else
-    return "this build has no wgmma kernels (ATTNSUITE_FLASH3=OFF)";
+    if (why_not.empty()) why_not = sage::wgmma_layout_problem(mode_, params);
 #endif
+    return why_not;
   }
 
   // The forced configuration (an error where it cannot run), else the kernel-config cache's
@@ -371,7 +371,7 @@ class Sage2BlockSparseImpl final : public sage::Sage2BlockSparse {
   Support supports(const AttentionProblem& problem) const override {
     Support support = backend_.supports(problem);
     if (!support) return support;
-    const std::string why_not = backend_.block_sparse_problem();
+    const std::string why_not = backend_.wgmma_device_problem();
     return why_not.empty() ? Support::yes() : Support::no(fmt::format("sparge-sage: {}", why_not));
   }
   std::size_t workspace_bytes(const AttentionProblem& problem) const override {
