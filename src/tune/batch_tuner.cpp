@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iterator>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "attnsuite/error.hpp"
 #include "bench/statistics.hpp"
@@ -168,9 +170,14 @@ BatchTuneResult search_batch(const EvaluateBatch& evaluate, const BatchLimits& l
   result.largest_feasible = feasible;
   pick_best(result);
 
-  // 3. Refine around the peak: the midpoints towards the nearest evaluated neighbours (or the
-  // ends of the feasible range) until both neighbours are adjacent or, within the noise, as
-  // fast as the best.
+  // 3. Refine around the peak: split one side of the bracket (nearest evaluated neighbours, or
+  // the ends of the feasible range) per probe, the wider side first and, of two equal ones, the
+  // side whose neighbour is faster; until both neighbours are adjacent or, with --tolerance,
+  // as fast as the best within the noise. One side per probe, as a golden-section search does:
+  // splitting both sides each round took 12 of the sweep's 32 evaluations for cuda-vanilla on
+  // the H200 (2026-12-04, a plateau from batch 10 to 31 and a noisy low probe at 32); one side
+  // at a time takes 8-10 on each of the 27 H200 headline curves of that day
+  // (tests/data/tune/h200-headline-sweeps.json, BatchTuner.ReplaysTheH200HeadlineSweeps).
   while (result.best && !search.stopped()) {
     const int best = result.best->batch;
     const int left = search.below(best).value_or(limits.min_batch - 1);
@@ -182,15 +189,25 @@ BatchTuneResult search_batch(const EvaluateBatch& evaluate, const BatchLimits& l
       const BatchProbe* p = search.known(neighbour);
       return limits.tolerance > 0 && p != nullptr && within_noise_of(*p, *result.best, limits.tolerance);
     };
-    bool probed = false;
+    struct Side {
+      int gap = 0;
+      double neighbour_tokens_per_s = -1;  // -1: an end of the range, not a probe
+      int middle = 0;
+    };
+    std::vector<Side> sides;
     for (const auto& [middle, neighbour] : {std::pair{left + (best - left) / 2, left},
                                            std::pair{best + (right - best + 1) / 2, right}}) {
       if (middle <= left || middle >= right || middle == best || search.evaluated(middle)) continue;
       if (flat_towards(neighbour)) continue;
-      if (search.probe(middle, "refine") == nullptr) break;
-      probed = true;
+      const BatchProbe* known = search.known(neighbour);
+      sides.push_back({std::abs(neighbour - best), known && known->feasible ? known->measurement.tokens_per_s : -1.0,
+                       middle});
     }
-    if (!probed) break;
+    if (sides.empty()) break;
+    const Side& next = *std::max_element(sides.begin(), sides.end(), [](const Side& a, const Side& b) {
+      return a.gap != b.gap ? a.gap < b.gap : a.neighbour_tokens_per_s < b.neighbour_tokens_per_s;
+    });
+    if (search.probe(next.middle, "refine") == nullptr) break;
     pick_best(result);
   }
   pick_best(result);

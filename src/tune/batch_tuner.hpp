@@ -7,12 +7,12 @@
 //  1. grow: min_batch, 4·min_batch, 16·min_batch, … until a batch is infeasible or max_batch;
 //  2. bisect between the last feasible and the first infeasible batch for the largest
 //     feasible one (memory and latency grow with the batch, so feasibility is one interval);
-//  3. refine around the throughput peak: probe the midpoints between the best batch so far and
-//     its nearest evaluated neighbours, move to whichever is better, until the neighbours are
-//     adjacent batches — or, with limits.tolerance > 0, until the neighbour on a side is as
-//     fast as the best within max(2·noise, tolerance): that side is not split further (fewer
-//     evaluations; on the H200 headline suite 6–8 instead of 8–11 of the sweep's 32, but one
-//     backend's answer 1.2% under a peak the split would have found).
+//  3. refine around the throughput peak: one probe per step, at the midpoint of the wider side
+//     of the bracket (best batch so far and its nearest evaluated neighbours; of two equal
+//     sides, the one whose neighbour is faster), until the neighbours are adjacent batches —
+//     or, with limits.tolerance > 0, until the neighbour on a side is as fast as the best
+//     within max(2·noise, tolerance): that side is not split further (fewer evaluations, but
+//     on the H200 headline suite one backend's answer 1.2% under a peak the split finds).
 //     Throughput need not peak at the boundary (a wave-quantized GPU grid, a CPU working set
 //     that leaves the cache).
 // Every distinct batch is evaluated once; the count of evaluations is the cost.

@@ -355,92 +355,146 @@ TEST(CudaFlash3, M192SmallCases) {
   }
 }
 
-TEST(CudaFlash3, M192MatchesTheReference) {
+// A tile config (m192 at d64, n176 at d128) against the reference on `cases`, equal to the
+// default config up to rounding order, and forced at another head dim a clear error.
+struct TileConfigCase {
+  int batch, heads_q, heads_kv, seq_q, seq_kv;
+  Layout layout;
+  bool causal;
+  int window_left, window_right;
+};
+
+void expect_tile_config_matches_reference(const std::string& config, int head_dim,
+                                          const std::vector<TileConfigCase>& cases) {
   Backend& flash3 = Registry::global().find("flash3");
-  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false));
-  ASSERT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false)),
-            (std::vector<std::string>{"default", "v1", "m192"}));
-  struct Case {
-    int batch, heads_q, heads_kv, seq_q, seq_kv;
-    Layout layout;
-    bool causal;
-    int window_left, window_right;
-  };
-  const Case cases[] = {
-      {1, 2, 2, 1, 1, Layout::BSHD, false, -1, -1},         // one row, one key
-      {2, 2, 2, 7, 7, Layout::BSHD, true, -1, -1},          // seq 7 causal
-      {1, 3, 3, 33, 33, Layout::BHSD, false, -1, -1},       // seq 33, BHSD
-      {1, 2, 2, 100, 128, Layout::BSHD, false, -1, -1},     // exactly one full K tile
-      {1, 2, 1, 193, 250, Layout::BHSD, false, -1, -1},     // 2 K tiles, Q tiles of 192 + 1 rows, GQA
-      {1, 2, 2, 193, 193, Layout::BSHD, true, -1, -1},      // causal, 2 K tiles, 192 + 1 rows
-      {1, 4, 2, 385, 385, Layout::BSHD, true, -1, -1},      // 3 Q tiles (192, 192, 1), causal GQA
-      {2, 4, 2, 1000, 1000, Layout::BSHD, true, -1, -1},    // many K tiles, causal GQA
-      {1, 2, 2, 1000, 1000, Layout::BHSD, false, -1, -1},   // many K tiles, dense, BHSD
-      {2, 4, 2, 1000, 333, Layout::BSHD, true, -1, -1},     // seq_q > seq_kv: rows and tiles with no key
-      {1, 3, 1, 300, 2049, Layout::BSHD, true, -1, -1},     // seq_q < seq_kv causal, MQA, 17 K tiles
-      {1, 4, 2, 700, 700, Layout::BHSD, true, 129, -1},     // causal + left window (local), GQA
-      {1, 2, 2, 1000, 1000, Layout::BSHD, false, 100, 37},  // two-sided window: tiles skipped on both sides
-  };
-  flash3.force_kernel_config("m192");
+  const std::vector<std::string> configs =
+      flash3.kernel_configs(make_problem(1, 2, 2, 64, 64, head_dim, DType::BF16, Layout::BSHD, false));
+  ASSERT_EQ(configs, (std::vector<std::string>{"default", "v1", config}));
+  flash3.force_kernel_config(config);
   for (const DType dtype : {DType::BF16, DType::F16}) {
-    for (const Case& c : cases) {
+    for (const TileConfigCase& c : cases) {
       AttentionProblem p =
-          make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, 64, dtype, c.layout, c.causal);
+          make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, head_dim, dtype, c.layout, c.causal);
       p.window_left = c.window_left;
       p.window_right = c.window_right;
       check_backend("flash3", p);
-      EXPECT_EQ(flash3.last_kernel_config(), "m192");
+      EXPECT_EQ(flash3.last_kernel_config(), config);
     }
   }
 
-  // The same tiles and arithmetic as the default (128-row tiles), in another grouping of rows:
+  // The same arithmetic as the default (128 × 128 tiles), in another grouping of rows or keys:
   // equal up to rounding order.
   {
-    const AttentionProblem p = make_problem(2, 4, 2, 1000, 1000, 64, DType::BF16, Layout::BSHD, true);
+    const AttentionProblem p = make_problem(2, 4, 2, 1000, 1000, head_dim, DType::BF16, Layout::BSHD, true);
     const Inputs in = random_inputs(p, std::random_device{}());
-    const DeviceRun m192 = run_on_device("flash3", p, in);
+    const DeviceRun tiled = run_on_device("flash3", p, in);
     flash3.force_kernel_config("default");
     const DeviceRun standard = run_on_device("flash3", p, in);
     // NaN on either side counts as apart.
     int lse_apart = 0, o_apart = 0;
-    for (std::size_t i = 0; i < m192.lse.size(); ++i) {
-      const float a = m192.lse[i], b = standard.lse[i];
+    for (std::size_t i = 0; i < tiled.lse.size(); ++i) {
+      const float a = tiled.lse[i], b = standard.lse[i];
       if (a != b && !(std::abs(a - b) <= 1e-4f * std::max(std::abs(a), 1.0f))) ++lse_apart;
     }
-    for (std::size_t i = 0; i < m192.out_bits.size(); ++i) {  // bf16: 2^-6 relative = 2 to 4 ulps
-      const float a = load_as_float(m192.out_bits.data(), p.dtype, static_cast<std::int64_t>(i));
+    for (std::size_t i = 0; i < tiled.out_bits.size(); ++i) {  // bf16: 2^-6 relative = 2 to 4 ulps
+      const float a = load_as_float(tiled.out_bits.data(), p.dtype, static_cast<std::int64_t>(i));
       const float b = load_as_float(standard.out_bits.data(), p.dtype, static_cast<std::int64_t>(i));
       if (!(std::abs(a - b) <= std::ldexp(1.0f, -6) * std::max(std::abs(a), 1.0f / 64))) ++o_apart;
     }
-    EXPECT_EQ(lse_apart, 0) << "LSE entries of m192 and default apart";
-    EXPECT_EQ(o_apart, 0) << "O entries of m192 and default apart";
+    EXPECT_EQ(lse_apart, 0) << "LSE entries of " << config << " and default apart";
+    EXPECT_EQ(o_apart, 0) << "O entries of " << config << " and default apart";
   }
 
   // Forced on another head dim: a clear error, before any launch.
-  flash3.force_kernel_config("m192");
-  for (const int head_dim : {128, 256}) {
-    const AttentionProblem p = make_problem(1, 2, 2, 64, 64, head_dim, DType::BF16, Layout::BSHD, false);
+  flash3.force_kernel_config(config);
+  for (const int other : {64, 128, 256}) {
+    if (other == head_dim) continue;
+    const AttentionProblem p = make_problem(1, 2, 2, 64, 64, other, DType::BF16, Layout::BSHD, false);
     try {
       run_on_device("flash3", p, random_inputs(p, 1));
-      ADD_FAILURE() << "flash3 ran kernel config m192 at head dim " << head_dim;
+      ADD_FAILURE() << "flash3 ran kernel config " << config << " at head dim " << other;
     } catch (const Error& error) {
       EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
-      EXPECT_EQ(std::string(error.what()), "flash3: kernel config 'm192' exists for head dim 64 only; this problem has "
-                                           "head dim " + std::to_string(head_dim) + " (its configs: default, v1)");
+      std::string others = "default, v1";
+      for (const std::string& c : flash3.kernel_configs(p))
+        if (c != "default" && c != "v1") others += ", " + c;
+      EXPECT_EQ(std::string(error.what()),
+                "flash3: kernel config '" + config + "' exists for head dim " + std::to_string(head_dim) +
+                    " only; this problem has head dim " + std::to_string(other) + " (its configs: " + others + ")");
     }
   }
   flash3.force_kernel_config("");
 }
 
-// m192 is listed for head dim 64 only, and only by flash3 (flash3-fp8 has no such kernel).
+TEST(CudaFlash3, M192MatchesTheReference) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false));
+  expect_tile_config_matches_reference(
+      "m192", 64,
+      {
+          {1, 2, 2, 1, 1, Layout::BSHD, false, -1, -1},         // one row, one key
+          {2, 2, 2, 7, 7, Layout::BSHD, true, -1, -1},          // seq 7 causal
+          {1, 3, 3, 33, 33, Layout::BHSD, false, -1, -1},       // seq 33, BHSD
+          {1, 2, 2, 100, 128, Layout::BSHD, false, -1, -1},     // exactly one full K tile
+          {1, 2, 1, 193, 250, Layout::BHSD, false, -1, -1},     // 2 K tiles, Q tiles of 192 + 1 rows, GQA
+          {1, 2, 2, 193, 193, Layout::BSHD, true, -1, -1},      // causal, 2 K tiles, 192 + 1 rows
+          {1, 4, 2, 385, 385, Layout::BSHD, true, -1, -1},      // 3 Q tiles (192, 192, 1), causal GQA
+          {2, 4, 2, 1000, 1000, Layout::BSHD, true, -1, -1},    // many K tiles, causal GQA
+          {1, 2, 2, 1000, 1000, Layout::BHSD, false, -1, -1},   // many K tiles, dense, BHSD
+          {2, 4, 2, 1000, 333, Layout::BSHD, true, -1, -1},     // seq_q > seq_kv: rows and tiles with no key
+          {1, 3, 1, 300, 2049, Layout::BSHD, true, -1, -1},     // seq_q < seq_kv causal, MQA, 17 K tiles
+          {1, 4, 2, 700, 700, Layout::BHSD, true, 129, -1},     // causal + left window (local), GQA
+          {1, 2, 2, 1000, 1000, Layout::BSHD, false, 100, 37},  // two-sided window: tiles skipped on both sides
+      });
+}
+
+// Kernel config "n176" (d128 only: 176-key K/V tiles): K tiles that are exactly full (176),
+// one key over (177: a second tile of one key), cut by the end of the keys, on the causal
+// diagonal at every offset (176 and 128 share no period below 1408 keys), seq_q != seq_kv both
+// ways, GQA/MQA, BHSD, windows; fp16 and bf16.
+TEST(CudaFlash3, N176MatchesTheReference) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  expect_tile_config_matches_reference(
+      "n176", 128,
+      {
+          {1, 2, 2, 1, 1, Layout::BSHD, false, -1, -1},         // one row, one key
+          {2, 2, 2, 7, 7, Layout::BSHD, true, -1, -1},          // seq 7 causal
+          {1, 3, 3, 33, 33, Layout::BHSD, false, -1, -1},       // seq 33, BHSD
+          {1, 2, 2, 100, 176, Layout::BSHD, false, -1, -1},     // exactly one full K tile
+          {1, 2, 1, 129, 177, Layout::BHSD, false, -1, -1},     // a second K tile of one key, GQA
+          {1, 2, 2, 353, 353, Layout::BSHD, true, -1, -1},      // causal, 3 K tiles, Q tiles 128 + 128 + 97
+          {2, 4, 2, 1000, 1000, Layout::BSHD, true, -1, -1},    // many K tiles, causal GQA
+          {1, 2, 2, 1408, 1408, Layout::BHSD, false, -1, -1},   // 8 full K tiles, dense, BHSD
+          {2, 4, 2, 1000, 333, Layout::BSHD, true, -1, -1},     // seq_q > seq_kv: rows and tiles with no key
+          {1, 3, 1, 300, 2049, Layout::BSHD, true, -1, -1},     // seq_q < seq_kv causal, MQA, 12 K tiles
+          {1, 4, 2, 700, 700, Layout::BHSD, true, 129, -1},     // causal + left window (local), GQA
+          {1, 2, 2, 1000, 1000, Layout::BSHD, false, 100, 37},  // two-sided window: tiles skipped on both sides
+      });
+}
+
+// Small cases of n176 for compute-sanitizer (tools/device/run.sh): a K tile cut by the
+// sequence end, causal GQA, a second Q tile.
+TEST(CudaFlash3, N176SmallCases) {
+  Backend& flash3 = Registry::global().find("flash3");
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  flash3.force_kernel_config("n176");
+  for (const bool causal : {false, true}) {
+    check_backend("flash3", make_problem(1, 4, 2, 200, 385, 128, DType::BF16, Layout::BSHD, causal));
+    EXPECT_EQ(flash3.last_kernel_config(), "n176");
+  }
+  flash3.force_kernel_config("");
+}
+
+// m192 is listed for head dim 64 only, n176 for head dim 128 only, and only by flash3 (flash3-fp8
+// has no such kernels).
 // Host only: runs everywhere, CI included.
 TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
   Backend& flash3 = Registry::global().find("flash3");
   for (const int head_dim : {64, 128, 256}) {
     const std::vector<std::string> configs =
         flash3.kernel_configs(make_problem(1, 2, 2, 300, 300, head_dim, DType::F16, Layout::BSHD, true));
-    EXPECT_EQ(configs, head_dim == 64 ? (std::vector<std::string>{"default", "v1", "m192"})
-                                      : (std::vector<std::string>{"default", "v1"}))
+    EXPECT_EQ(configs, head_dim == 64    ? (std::vector<std::string>{"default", "v1", "m192"})
+                       : head_dim == 128 ? (std::vector<std::string>{"default", "v1", "n176"})
+                                         : (std::vector<std::string>{"default", "v1"}))
         << "d" << head_dim;
   }
   EXPECT_NO_THROW(flash3.force_kernel_config("m192"));
@@ -450,12 +504,14 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
     ADD_FAILURE() << "an unknown config was accepted";
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::Usage);
-    EXPECT_EQ(std::string(error.what()), "flash3: kernel config 'm256' unknown; allowed: default, v1, m192 (head dim 64)");
+    EXPECT_EQ(std::string(error.what()), "flash3: kernel config 'm256' unknown; allowed: default, v1, m192 (head dim 64), "
+                                         "n176 (head dim 128)");
   }
   Backend& fp8 = Registry::global().find("flash3-fp8");
   EXPECT_EQ(fp8.kernel_configs(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, false)),
             (std::vector<std::string>{"default", "v1"}));
   EXPECT_THROW(fp8.force_kernel_config("m192"), Error);
+  EXPECT_THROW(fp8.force_kernel_config("n176"), Error);
 }
 
 // TMA descriptors are built from the views' strides: padded Q, K, V (every stride a larger

@@ -5,9 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <random>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/memory.hpp"
@@ -19,6 +24,7 @@
 #include "tune/batch_evaluator.hpp"
 #include "tune/backend_cache.hpp"
 #include "tune/batch_tuner.hpp"
+#include "tune/tune_output.hpp"
 
 #if ATTNSUITE_HAVE_CUDA
 #include "gpu_test_support.hpp"
@@ -214,6 +220,48 @@ TEST(BatchTuner, AFlatPeakWithinTheNoiseIsNotSplitFurther) {
       }
     }
   }
+}
+
+// The search replayed on measured curves: the 27 exhaustive sweeps (batches 1..32) of the
+// headline suite on the H200 on 2026-12-04, each probe answered with what was measured for that
+// batch. On each curve the search must agree with the sweep as `tune --exhaustive` judges it
+// (the same batch, or within the noise) using at most a third of the 32 evaluations.
+TEST(BatchTuner, ReplaysTheH200HeadlineSweeps) {
+  std::ifstream in(std::filesystem::path(ATTNSUITE_TEST_DATA_DIR) / "tune" / "h200-headline-sweeps.json");
+  ASSERT_TRUE(in) << "tests/data/tune/h200-headline-sweeps.json";
+  const auto data = nlohmann::json::parse(in);
+  int curves = 0;
+  for (const auto& curve : data.at("curves")) {
+    const std::string name = curve.at("source").get<std::string>() + " " + curve.at("backend").get<std::string>();
+    std::map<int, BatchMeasurement> measured;
+    for (const auto& p : curve.at("probes")) {
+      BatchMeasurement m;
+      m.tokens_per_s = p.at(1).get<double>();
+      m.noise = p.at(2).get<double>();
+      m.median_ms = p.at(3).get<double>();
+      m.p95_ms = p.at(4).get<double>();
+      m.memory_bytes = p.at(5).get<double>() * kGiB;
+      measured[p.at(0).get<int>()] = m;
+    }
+    ASSERT_EQ(measured.size(), 32u) << name;
+    BatchLimits limits;
+    limits.max_batch = 32;
+    int calls = 0;
+    const EvaluateBatch replay = [&](int batch) -> std::optional<BatchMeasurement> {
+      ++calls;
+      return measured.at(batch);
+    };
+    const BatchTuneResult search = search_batch(replay, limits);
+    const BatchTuneResult sweep = sweep_batches(replay, limits, search.probes);
+    ASSERT_TRUE(search.best && sweep.best) << name;
+    EXPECT_EQ(sweep.evaluations(), 32) << name;
+    EXPECT_EQ(calls, 32) << name << ": the sweep re-evaluated a batch the search had measured";
+    EXPECT_LE(3 * search.evaluations(), 32) << name << ": " << search.evaluations() << " evaluations";
+    EXPECT_TRUE(agrees_within_noise(*search.best, *sweep.best))
+        << name << ": search chose " << search.best->batch << ", the sweep " << sweep.best->batch;
+    ++curves;
+  }
+  EXPECT_EQ(curves, 27);
 }
 
 TEST(BatchTuner, RejectsABadTolerance) {

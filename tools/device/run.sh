@@ -149,8 +149,8 @@ if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   filter+=':SparseGpu.*'
   # ring's merge/init/round kernels and its NCCL exchange (issue 10; one GPU: a ring of one).
   filter+=':CudaRing.OneGpuRunsARingOfOne:CudaRing.ResidentInputsRepeatTheFirstOutput'
-  # flash3's m192 configuration (d64, three consumer warpgroups).
-  filter+=':CudaFlash3.M192SmallCases'
+  # flash3's m192 (d64, three consumer warpgroups) and n176 (d128, 176-key tiles) configurations.
+  filter+=':CudaFlash3.M192SmallCases:CudaFlash3.N176SmallCases'
   filter+="${SANITIZE_EXTRA_FILTER:-}"
   # SANITIZE_FILTER replaces the whole list, e.g. with only the kernels changed since the last clean run.
   filter=${SANITIZE_FILTER:-$filter}

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -92,6 +93,8 @@ class Flash3Backend final : public Backend {
     params.serial_schedule = choice == Flash3Schedule::Choice::V1;
     if (choice == Flash3Schedule::Choice::M192) {
       flash3::launch_forward_m192(params, problem.dtype, stream);
+    } else if (choice == Flash3Schedule::Choice::N176) {
+      flash3::launch_forward_n176(params, problem.dtype, stream);
     } else {
       flash3::launch_forward(params, problem.dtype, stream);
     }
@@ -104,13 +107,19 @@ class Flash3Backend final : public Backend {
   std::string last_kernel_config() const override { return schedule_.last(); }
 
  private:
-  Flash3Schedule schedule_{"flash3", /*with_m192=*/true};
+  Flash3Schedule schedule_{"flash3", /*with_tile_configs=*/true};
 };
 
 }  // namespace
 
-bool Flash3Schedule::has_m192(const AttentionProblem& problem) const {
-  return with_m192_ && problem.head_dim == 64;
+// The tile configs and the one head dim each has a kernel for.
+int Flash3Schedule::tile_config_head_dim(std::string_view config) {
+  return config == "m192" ? 64 : config == "n176" ? 128 : 0;
+}
+
+bool Flash3Schedule::has(std::string_view config, const AttentionProblem& problem) const {
+  if (config == "default" || config == "v1") return true;
+  return with_tile_configs_ && tile_config_head_dim(config) == problem.head_dim;
 }
 
 // Without a tuned cache entry: m192 at d64, except causal with seq_q <= 1024. Measured on the H200
@@ -118,21 +127,24 @@ bool Flash3Schedule::has_m192(const AttentionProblem& problem) const {
 // 1.08-1.21x as fast as the 128-row kernel in every dense case (N 512..16k) and causal N >= 2k;
 // causal N 512 and 1k were 0.95x and 0.94x (default 0.269 ms, m192 0.286 ms at 1k).
 std::string Flash3Schedule::builtin(const AttentionProblem& problem) const {
-  if (has_m192(problem) && !(problem.causal && problem.seq_q <= 1024)) return "m192";
+  if (has("m192", problem) && !(problem.causal && problem.seq_q <= 1024)) return "m192";
   return "default";
 }
 
 std::vector<std::string> Flash3Schedule::names(const AttentionProblem& problem) const {
   std::vector<std::string> configs{"default", "v1"};
-  if (has_m192(problem)) configs.emplace_back("m192");
+  for (const char* config : {"m192", "n176"})
+    if (has(config, problem)) configs.emplace_back(config);
   return configs;
 }
 
 void Flash3Schedule::force(std::string_view config) {
-  const bool known = config.empty() || config == "default" || config == "v1" || (with_m192_ && config == "m192");
+  const bool known = config.empty() || config == "default" || config == "v1" ||
+                     (with_tile_configs_ && tile_config_head_dim(config) != 0);
   if (!known) {
-    throw Error(ErrorKind::Usage, fmt::format("{}: kernel config '{}' unknown; allowed: default, v1{}", backend_,
-                                              config, with_m192_ ? ", m192 (head dim 64)" : ""));
+    throw Error(ErrorKind::Usage,
+                fmt::format("{}: kernel config '{}' unknown; allowed: default, v1{}", backend_, config,
+                            with_tile_configs_ ? ", m192 (head dim 64), n176 (head dim 128)" : ""));
   }
   forced_ = std::string(config);
 }
@@ -140,11 +152,12 @@ void Flash3Schedule::force(std::string_view config) {
 Flash3Schedule::Choice Flash3Schedule::choose(const AttentionProblem& problem) {
   std::string chosen;
   if (!forced_.empty()) {
-    if (forced_ == "m192" && !has_m192(problem)) {
+    if (!has(forced_, problem)) {
       throw Error(ErrorKind::Unsupported,
-                  fmt::format("{}: kernel config 'm192' exists for head dim 64 only; this problem has head dim {} "
-                              "(its configs: default, v1)",
-                              backend_, problem.head_dim));
+                  fmt::format("{}: kernel config '{}' exists for head dim {} only; this problem has head dim {} "
+                              "(its configs: {})",
+                              backend_, forced_, tile_config_head_dim(forced_), problem.head_dim,
+                              fmt::join(names(problem), ", ")));
     }
     chosen = forced_;
   } else if (KernelConfigCache::global().size() == 0) {  // no cache file: no key is built
@@ -152,14 +165,13 @@ Flash3Schedule::Choice Flash3Schedule::choose(const AttentionProblem& problem) {
   } else {
     // An unknown cached name (another build's), or one without a kernel here, means the built-in choice.
     const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, backend_, problem));
-    chosen = !cached                                       ? builtin(problem)
-             : *cached == "v1"                             ? "v1"
-             : *cached == "m192" && has_m192(problem)      ? "m192"
-             : *cached == "default"                        ? "default"
-                                                           : builtin(problem);
+    chosen = cached && has(*cached, problem) ? *cached : builtin(problem);
   }
   last_ = chosen;
-  return chosen == "v1" ? Choice::V1 : chosen == "m192" ? Choice::M192 : Choice::Default;
+  return chosen == "v1"     ? Choice::V1
+         : chosen == "m192" ? Choice::M192
+         : chosen == "n176" ? Choice::N176
+                            : Choice::Default;
 }
 
 std::unique_ptr<Backend> make_flash3_backend() { return std::make_unique<Flash3Backend>(); }

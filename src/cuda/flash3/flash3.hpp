@@ -18,32 +18,35 @@ std::unique_ptr<Backend> make_flash3_fp8_backend();
 // "<backend> needs sm_90 (Hopper); this GPU is sm_XY" unless the current device is sm_90.
 Support supports_hopper(std::string_view backend);
 
-// The consumer schedule of flash3 and flash3-fp8 as kernel configs (docs/kernels/flash3.md):
-// "default" = v2 (intra-warpgroup overlap + ping-pong), "v1" = the serial first version, and,
-// for flash3 at head dim 64 only, "m192" = v2 on three consumer warpgroups (192-row Q tiles).
-// Chosen by force_kernel_config, else the kernel-config cache, else the built-in choice (builtin():
-// "m192" at d64 except causal seq_q <= 1024, as measured; "default" elsewhere).
+// The consumer schedule and tiles of flash3 and flash3-fp8 as kernel configs
+// (docs/kernels/flash3.md): "default" = v2 (intra-warpgroup overlap + ping-pong, 128 × 128
+// tiles at d64/d128), "v1" = the serial first version, and, for flash3 only, the tile configs
+// "m192" = v2 on three consumer warpgroups (192-row Q tiles, head dim 64) and "n176" = v2 on
+// 176-key K/V tiles (head dim 128). Chosen by force_kernel_config, else the kernel-config cache,
+// else the built-in choice (builtin(): "m192" at d64 except causal seq_q <= 1024, as measured;
+// "default" elsewhere).
 class Flash3Schedule {
  public:
-  enum class Choice { Default, V1, M192 };
-  // with_m192: the backend has the m192 kernels (flash3 does, flash3-fp8 does not).
-  explicit Flash3Schedule(std::string backend, bool with_m192 = false)
-      : backend_(std::move(backend)), with_m192_(with_m192) {}
-  // The configs for `problem`, "default" first; "m192" only where it has a kernel (head dim 64).
+  enum class Choice { Default, V1, M192, N176 };
+  // with_tile_configs: the backend has the m192 and n176 kernels (flash3 does, flash3-fp8 does not).
+  explicit Flash3Schedule(std::string backend, bool with_tile_configs = false)
+      : backend_(std::move(backend)), with_tile_configs_(with_tile_configs) {}
+  // The configs for `problem`, "default" first; a tile config only at the head dim of its kernel.
   std::vector<std::string> names(const AttentionProblem& problem) const;
   void force(std::string_view config);  // throws Error(Usage) for an unknown name
-  // Picks the config for `problem` and remembers it (last()). A forced "m192" at a head dim
+  // Picks the config for `problem` and remembers it (last()). A forced tile config at a head dim
   // without its kernel throws Error(Unsupported); a cached one there means the built-in choice.
   Choice choose(const AttentionProblem& problem);
-  // choose(problem) == Choice::V1, for a backend without m192 (flash3-fp8).
+  // choose(problem) == Choice::V1, for a backend without tile configs (flash3-fp8).
   bool choose_serial(const AttentionProblem& problem) { return choose(problem) == Choice::V1; }
   const std::string& last() const { return last_; }
 
  private:
-  bool has_m192(const AttentionProblem& problem) const;
+  static int tile_config_head_dim(std::string_view config);  // 0: not a tile config
+  bool has(std::string_view config, const AttentionProblem& problem) const;
   std::string builtin(const AttentionProblem& problem) const;
   std::string backend_, forced_, last_;
-  bool with_m192_ = false;
+  bool with_tile_configs_ = false;
 };
 
 }  // namespace attnsuite::cuda

@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // one. Every thread reads the same list entry (a broadcast load, L1-resident after the first).
   const int* kept = nullptr;
   int tiles = n_block_max - n_block_min;
-  // (m192's tiles are 192 rows: never block-sparse, and its 160 registers keep no list pointer.)
-  if (Traits::kConsumers == 2 && params.block_index != nullptr) {
+  // (m192's and n176's tiles are not 128 × 128: never block-sparse, and no list pointer kept.)
+  if (Traits::kTakesBlockList && params.block_index != nullptr) {
     const std::int64_t slot = (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.m_blocks + m_block;
     kept = params.block_index + slot * params.n_blocks;
     tiles = params.block_count[slot];

@@ -54,6 +54,24 @@ void launch_forward_m192(const Params& params, DType dtype, void* stream) {
   }
 }
 
+void launch_forward_n176(const Params& params, DType dtype, void* stream) {
+  auto cuda_stream = static_cast<cudaStream_t>(stream);
+  if (params.head_dim != 128) {
+    throw Error(ErrorKind::Unsupported,
+                fmt::format("flash3: kernel config 'n176' exists for head dim 128 only, not {}", params.head_dim));
+  }
+  if (params.block_index != nullptr) {
+    throw Error(ErrorKind::Internal, "flash3: kernel config 'n176' (176-key tiles) takes no 128-key block list");
+  }
+  switch (dtype) {
+    case DType::F16: return run_forward_n176<__half>(params, cuda_stream);
+    case DType::BF16: return run_forward_n176<__nv_bfloat16>(params, cuda_stream);
+    default:
+      throw Error(ErrorKind::Unsupported,
+                  fmt::format("dtype {} not supported by flash3; allowed: fp16, bf16", to_string(dtype)));
+  }
+}
+
 void launch_forward(const Params& params, DType dtype, void* stream) {
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   if (params.block_index != nullptr && params.head_dim != 64 && params.head_dim != 128) {

@@ -19,4 +19,8 @@ void launch_forward(const Params& params, DType dtype, void* stream);
 // for another head dim or dtype.
 void launch_forward_m192(const Params& params, DType dtype, void* stream);
 
+// The same with kernel config "n176" (176-key K/V tiles at head dim 128). Head dim 128 only:
+// throws Error(Unsupported) for another head dim or dtype.
+void launch_forward_n176(const Params& params, DType dtype, void* stream);
+
 }  // namespace attnsuite::cuda::flash3

@@ -61,4 +61,9 @@ void run_forward_m192(const Params& params, cudaStream_t stream) {
   run_kernel<typename ConfigM192<Element>::Kernel>(params, stream);
 }
 
+template <class Element>
+void run_forward_n176(const Params& params, cudaStream_t stream) {
+  run_kernel<typename ConfigN176<Element>::Kernel>(params, stream);
+}
+
 }  // namespace attnsuite::cuda::flash3

@@ -175,6 +175,10 @@ __device__ __forceinline__ void wgmma_rs(float (&acc)[kN / 2], const std::uint32
 #define FLASH3_ACC64                                                                                            \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9," FLASH3_REGS10(1) "," FLASH3_REGS10(2) "," FLASH3_REGS10(3) "," \
       FLASH3_REGS10(4) "," FLASH3_REGS10(5) ", %60, %61, %62, %63}"
+#define FLASH3_ACC88                                                                                            \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9," FLASH3_REGS10(1) "," FLASH3_REGS10(2) "," FLASH3_REGS10(3) "," \
+      FLASH3_REGS10(4) "," FLASH3_REGS10(5) "," FLASH3_REGS10(6) "," FLASH3_REGS10(7) ", %80, %81, %82, %83, %84, %85, " \
+      "%86, %87}"
 #define FLASH3_ACC128                                                                                           \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9," FLASH3_REGS10(1) "," FLASH3_REGS10(2) "," FLASH3_REGS10(3) "," \
       FLASH3_REGS10(4) "," FLASH3_REGS10(5) "," FLASH3_REGS10(6) "," FLASH3_REGS10(7) "," FLASH3_REGS10(8) "," \
@@ -183,6 +187,7 @@ __device__ __forceinline__ void wgmma_rs(float (&acc)[kN / 2], const std::uint32
 #define FLASH3_OUT16(i) FLASH3_OUT4(i), FLASH3_OUT4((i) + 4), FLASH3_OUT4((i) + 8), FLASH3_OUT4((i) + 12)
 #define FLASH3_OUT32 FLASH3_OUT16(0), FLASH3_OUT16(16)
 #define FLASH3_OUT64 FLASH3_OUT32, FLASH3_OUT16(32), FLASH3_OUT16(48)
+#define FLASH3_OUT88 FLASH3_OUT64, FLASH3_OUT16(64), FLASH3_OUT4(80), FLASH3_OUT4(84)
 #define FLASH3_OUT128 FLASH3_OUT64, FLASH3_OUT16(64), FLASH3_OUT16(80), FLASH3_OUT16(96), FLASH3_OUT16(112)
 
 // SS: "d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b".
@@ -218,12 +223,14 @@ __device__ __forceinline__ void wgmma_rs(float (&acc)[kN / 2], const std::uint32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor), "r"(accumulate));                         \
   }
 
-// The shapes the configurations use (traits.cuh): S = Q·Kᵀ with N = kTileN (64, 128) and
-// O += P·V with N = head dim (64, 128, 256).
+// The shapes the configurations use (traits.cuh): S = Q·Kᵀ with N = kTileN (64, 128, and 176 for
+// kernel config "n176" at d128) and O += P·V with N = head dim (64, 128, 256).
 FLASH3_DEFINE_WGMMA_SS(__half, "f16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
 FLASH3_DEFINE_WGMMA_SS(__nv_bfloat16, "bf16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
 FLASH3_DEFINE_WGMMA_SS(__half, "f16", 128, FLASH3_ACC64, FLASH3_OUT64, "%64", "%65", "%66")
 FLASH3_DEFINE_WGMMA_SS(__nv_bfloat16, "bf16", 128, FLASH3_ACC64, FLASH3_OUT64, "%64", "%65", "%66")
+FLASH3_DEFINE_WGMMA_SS(__half, "f16", 176, FLASH3_ACC88, FLASH3_OUT88, "%88", "%89", "%90")
+FLASH3_DEFINE_WGMMA_SS(__nv_bfloat16, "bf16", 176, FLASH3_ACC88, FLASH3_OUT88, "%88", "%89", "%90")
 FLASH3_DEFINE_WGMMA_RS(__half, "f16", 64, FLASH3_ACC32, FLASH3_OUT32, "{%32, %33, %34, %35}", "%36", "%37")
 FLASH3_DEFINE_WGMMA_RS(__nv_bfloat16, "bf16", 64, FLASH3_ACC32, FLASH3_OUT32, "{%32, %33, %34, %35}", "%36", "%37")
 FLASH3_DEFINE_WGMMA_RS(__half, "f16", 128, FLASH3_ACC64, FLASH3_OUT64, "{%64, %65, %66, %67}", "%68", "%69")

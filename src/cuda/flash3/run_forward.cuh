@@ -16,4 +16,9 @@ void run_forward(const Params& params, cudaStream_t stream);
 template <class Element>
 void run_forward_m192(const Params& params, cudaStream_t stream);
 
+// Kernel config "n176" (d128 only: 176-key K/V tiles; traits.cuh ConfigN176), in
+// forward_<dtype>_d128_n176.cu.
+template <class Element>
+void run_forward_n176(const Params& params, cudaStream_t stream);
+
 }  // namespace attnsuite::cuda::flash3

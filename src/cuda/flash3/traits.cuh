@@ -34,7 +34,10 @@ struct Traits {
   // The softmax's element mask takes every row's key range from 4 registers computed before the
   // main loop instead of evaluating key_range (64-bit) on every boundary tile: the latter needs
   // more temporaries than 160 registers leave beside S, P and O (ptxas spilled 88 bytes).
-  static constexpr bool kPrecomputedKeyRanges = kConsumers == 3;
+  static constexpr bool kPrecomputedKeyRanges = kConsumers == 3 || kTileN == 176;
+  // Params::block_index (sparge's block-sparse lists) counts in 128 × 128 tiles: only the
+  // 128 × 128 configs read it; m192 and n176 compile it out (registers they do not have).
+  static constexpr bool kTakesBlockList = kTileM == 128 && kTileN == 128;
 
   // Shared memory holds every tile as 64-column slabs (128 bytes of a row: the TMA box width
   // and the 128-byte swizzle span), each slab [rows][64] with the 128B swizzle of TMA and wgmma.
@@ -94,6 +97,17 @@ struct ConfigM192 {
 template <class Element>
 struct Config<Element, 128> {
   using Kernel = Traits<Element, 128, 128, 2>;
+};
+// Kernel config "n176" (d128 only, not the default): 176-key K/V tiles, the shape FlashAttention-3
+// picks for non-causal d128. Per tile the row max/sum reductions, the O rescale, the barrier
+// waits and the ping-pong hand-over are paid once per 176 keys instead of 128, and each GEMM
+// batch is 1.375× longer against the other consumer's softmax. S 88 + P 44 + O 64 = 196 live
+// accumulator registers of the consumers' 240; 32 KiB Q + 2 stages × (44 + 44) KiB = 208 KiB.
+// The last tile of a row range is usually partial (1024 keys = 5 × 176 + 144): masked, its
+// missing rows zero-filled by TMA.
+template <class Element>
+struct ConfigN176 {
+  using Kernel = Traits<Element, 128, 176, 2>;
 };
 // d256: O alone is 128 registers, so K/V tiles are 64 keys (S 32 + P 16); 64 KiB Q + 2 stages
 // × (32 + 32) KiB = 192 KiB.

@@ -1,0 +1,6 @@
+// flash3 forward, bf16, head dim 128, kernel config "n176" (176-key K/V tiles).
+#include "cuda/flash3/launch_template.cuh"
+
+namespace attnsuite::cuda::flash3 {
+template void run_forward_n176<__nv_bfloat16>(const Params& params, cudaStream_t stream);
+}  // namespace attnsuite::cuda::flash3
