@@ -151,6 +151,8 @@ if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   filter+=':CudaRing.OneGpuRunsARingOfOne:CudaRing.ResidentInputsRepeatTheFirstOutput'
   # flash3's m192 (d64, three consumer warpgroups) and n176 (d128, 176-key tiles) configurations.
   filter+=':CudaFlash3.M192SmallCases:CudaFlash3.N176SmallCases'
+  # flash3's persistent CTAs (several work tiles per CTA, some without a key).
+  filter+=':CudaFlash3.PersistentSmallCases'
   filter+="${SANITIZE_EXTRA_FILTER:-}"
   # SANITIZE_FILTER replaces the whole list, e.g. with only the kernels changed since the last clean run.
   filter=${SANITIZE_FILTER:-$filter}

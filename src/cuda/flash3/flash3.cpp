@@ -91,6 +91,7 @@ class Flash3Backend final : public Backend {
     fill_attention_params(params, problem, args);
     const Flash3Schedule::Choice choice = schedule_.choose(problem);
     params.serial_schedule = choice == Flash3Schedule::Choice::V1;
+    params.persistent = choice != Flash3Schedule::Choice::Grid;
     if (choice == Flash3Schedule::Choice::M192) {
       flash3::launch_forward_m192(params, problem.dtype, stream);
     } else if (choice == Flash3Schedule::Choice::N176) {
@@ -119,6 +120,7 @@ int Flash3Schedule::tile_config_head_dim(std::string_view config) {
 
 bool Flash3Schedule::has(std::string_view config, const AttentionProblem& problem) const {
   if (config == "default" || config == "v1") return true;
+  if (config == "grid") return with_tile_configs_;
   return with_tile_configs_ && tile_config_head_dim(config) == problem.head_dim;
 }
 
@@ -126,25 +128,29 @@ bool Flash3Schedule::has(std::string_view config, const AttentionProblem& proble
 // (tune --kernels on fa3-grid d64, bf16, 2026-12-04, docs/kernels/flash3.md "v3"): m192 was
 // 1.08-1.21x as fast as the 128-row kernel in every dense case (N 512..16k) and causal N >= 2k;
 // causal N 512 and 1k were 0.95x and 0.94x (default 0.269 ms, m192 0.286 ms at 1k).
+// n176 at d128, dense or causal with seq_q > 4096: measured on the H200 (tune --kernels on fa3-grid
+// d128, bf16, 2026-12-04 third session, one CTA per work tile) 1.02-1.04x the 128-key tiles dense
+// at N 512..16k and causal at 8k and 16k; 1.00x causal at N <= 4k.
 std::string Flash3Schedule::builtin(const AttentionProblem& problem) const {
   if (has("m192", problem) && !(problem.causal && problem.seq_q <= 1024)) return "m192";
+  if (has("n176", problem) && !(problem.causal && problem.seq_q <= 4096)) return "n176";
   return "default";
 }
 
 std::vector<std::string> Flash3Schedule::names(const AttentionProblem& problem) const {
   std::vector<std::string> configs{"default", "v1"};
-  for (const char* config : {"m192", "n176"})
+  for (const char* config : {"grid", "m192", "n176"})
     if (has(config, problem)) configs.emplace_back(config);
   return configs;
 }
 
 void Flash3Schedule::force(std::string_view config) {
   const bool known = config.empty() || config == "default" || config == "v1" ||
-                     (with_tile_configs_ && tile_config_head_dim(config) != 0);
+                     (with_tile_configs_ && (config == "grid" || tile_config_head_dim(config) != 0));
   if (!known) {
     throw Error(ErrorKind::Usage,
                 fmt::format("{}: kernel config '{}' unknown; allowed: default, v1{}", backend_, config,
-                            with_tile_configs_ ? ", m192 (head dim 64), n176 (head dim 128)" : ""));
+                            with_tile_configs_ ? ", grid, m192 (head dim 64), n176 (head dim 128)" : ""));
   }
   forced_ = std::string(config);
 }
@@ -169,6 +175,7 @@ Flash3Schedule::Choice Flash3Schedule::choose(const AttentionProblem& problem) {
   }
   last_ = chosen;
   return chosen == "v1"     ? Choice::V1
+         : chosen == "grid" ? Choice::Grid
          : chosen == "m192" ? Choice::M192
          : chosen == "n176" ? Choice::N176
                             : Choice::Default;

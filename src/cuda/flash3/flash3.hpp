@@ -20,15 +20,17 @@ Support supports_hopper(std::string_view backend);
 
 // The consumer schedule and tiles of flash3 and flash3-fp8 as kernel configs
 // (docs/kernels/flash3.md): "default" = v2 (intra-warpgroup overlap + ping-pong, 128 × 128
-// tiles at d64/d128), "v1" = the serial first version, and, for flash3 only, the tile configs
+// tiles at d64/d128) on persistent CTAs (v4), "v1" = the serial first version, "grid" = v2 with
+// one CTA per work tile (as up to v3), and, for flash3 only, the tile configs
 // "m192" = v2 on three consumer warpgroups (192-row Q tiles, head dim 64) and "n176" = v2 on
 // 176-key K/V tiles (head dim 128). Chosen by force_kernel_config, else the kernel-config cache,
-// else the built-in choice (builtin(): "m192" at d64 except causal seq_q <= 1024, as measured;
-// "default" elsewhere).
+// else the built-in choice (builtin(): "m192" at d64 except causal seq_q <= 1024, "n176" at d128
+// except causal seq_q <= 4096, as measured; "default" elsewhere).
 class Flash3Schedule {
  public:
-  enum class Choice { Default, V1, M192, N176 };
-  // with_tile_configs: the backend has the m192 and n176 kernels (flash3 does, flash3-fp8 does not).
+  enum class Choice { Default, V1, Grid, M192, N176 };
+  // with_tile_configs: the backend has "grid" and the m192 and n176 kernels (flash3 does,
+  // flash3-fp8 does not).
   explicit Flash3Schedule(std::string backend, bool with_tile_configs = false)
       : backend_(std::move(backend)), with_tile_configs_(with_tile_configs) {}
   // The configs for `problem`, "default" first; a tile config only at the head dim of its kernel.

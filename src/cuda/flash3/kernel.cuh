@@ -155,60 +155,96 @@ __device__ __forceinline__ void convert_p(ConsumerState<Traits>& state) {
 }
 
 
+// One work item: a (query tile, q head, batch) and the key tiles it visits. Work w has query
+// tile m = q_tiles − 1 − w % q_tiles (the heavy, late causal tiles of a head first), head and
+// batch from w / q_tiles: consecutive works share a head's K and V (read from L2 by the CTAs
+// that run them at the same time).
+template <class Traits>
+struct WorkTile {
+  int m_block = 0, head = 0, batch = 0, kv_head = 0, row_begin = 0;
+  KeyRange first_row_keys, last_row_keys;
+  int n_block_min = 0;
+  int tiles = 0;               // key tiles visited; <= 0: no row of the tile sees a key
+  const int* kept = nullptr;   // block-sparse: the visited tiles; null: n_block_min + visit
+
+  __device__ __forceinline__ WorkTile(const Params& params, int work) {
+    constexpr int kTileM = Traits::kTileM, kTileN = Traits::kTileN;
+    m_block = params.q_tiles - 1 - work % params.q_tiles;
+    const int head_batch = work / params.q_tiles;
+    head = head_batch % params.heads_q;
+    batch = head_batch / params.heads_q;
+    kv_head = head / params.group_size;
+    row_begin = m_block * kTileM;
+    const int row_last = min(row_begin + kTileM, params.seq_q) - 1;
+    // Keys any row of this tile sees: [first row's begin, last row's end). Rows are monotone.
+    first_row_keys = key_range(params, row_begin);
+    last_row_keys = key_range(params, row_last);
+    n_block_min = first_row_keys.begin / kTileN;
+    const int n_block_max = (last_row_keys.end + kTileN - 1) / kTileN;
+    tiles = n_block_max - n_block_min;
+    // (Only the 128 × 128 configs read block lists: Traits::kTakesBlockList.) Every thread reads
+    // the same list entry (a broadcast load, L1-resident after the first).
+    if (Traits::kTakesBlockList && params.block_index != nullptr) {
+      const std::int64_t slot = (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.m_blocks + m_block;
+      kept = params.block_index + slot * params.n_blocks;
+      tiles = params.block_count[slot];
+    }
+    if (n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) tiles = 0;
+  }
+  __device__ __forceinline__ int block(int visit) const {
+    return kept != nullptr ? __ldg(kept + visit) : n_block_min + visit;
+  }
+};
+
+// Epilogue of a consumer thread's two rows: O /= row sum, LSE = max·scale + ln(sum); rows that saw
+// no key (row sum 0, which is also a work tile without keys: the state as reset) get O = 0 and
+// LSE = -inf.
+template <class Traits>
+__device__ __forceinline__ void store_rows(const Params& params, const ConsumerState<Traits>& state,
+                                           const WorkTile<Traits>& tile) {
+  using Element = typename Traits::Element;
+  auto* o_head =
+      static_cast<Element*>(params.o) + tile.batch * params.o_batch_stride + tile.head * params.o_head_stride;
+  float* lse_head = params.lse != nullptr
+                        ? params.lse + (static_cast<std::int64_t>(tile.batch) * params.heads_q + tile.head) * params.seq_q
+                        : nullptr;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    // sum == 0 only where the row saw no key: O = 0 even where V holds NaN/Inf (P·V gave
+    // 0·NaN there). A NaN sum (NaN or +Inf in the row's scores) propagates to O and the LSE.
+    const float sum = quad_sum(state.row_sum[half]);
+    const bool seen = sum != 0.0f;
+    const float inverse = 1.0f / sum;
+    const int row = state.thread_row + 8 * half;
+    if (row < params.seq_q) {
+      if (lse_head != nullptr && state.quad_col == 0) {
+        lse_head[row] = seen ? state.row_max[half] * params.scale + logf(sum) : -INFINITY;
+      }
+      Element* o_row = o_head + row * params.o_row_stride + 2 * state.quad_col;
+#pragma unroll
+      for (int i = 0; i < Traits::kHeadDim / 8; ++i) {
+        *reinterpret_cast<std::uint32_t*>(o_row + 8 * i) =
+            pack_pair<Element>(seen ? state.acc_o[4 * i + 2 * half] * inverse : 0.0f,
+                               seen ? state.acc_o[4 * i + 2 * half + 1] * inverse : 0.0f);
+      }
+    }
+  }
+}
+
+// Persistent: the grid has min(works, SMs) CTAs (params.persistent; one CTA per work when not)
+// and CTA b runs works b, b + gridDim.x, ... The barriers, the K/V ring's stage and phase and the
+// ping-pong continue from one work to the next, so the producer loads the next work's Q (as soon
+// as every consumer warp has waited its last Q·Kᵀ: "Q empty") and first K/V tiles while the
+// consumers still run the last softmax, P·V and epilogue of the current one.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash3_forward_kernel(const __grid_constant__ Params params, const __grid_constant__ CUtensorMap q_map,
                           const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
-  constexpr int kTileM = Traits::kTileM, kTileN = Traits::kTileN;
+  constexpr int kTileN = Traits::kTileN;
   constexpr int kStages = Traits::kStages, kSlabs = Traits::kSlabs;
-
-  // Heavy (late, causal) row tiles first, so the short ones fill the tail of the grid.
-  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
-  const int head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
-  const int kv_head = head / params.group_size;
-  const int row_begin = m_block * kTileM;
-  const int row_last = min(row_begin + kTileM, params.seq_q) - 1;
-  auto* o_head = static_cast<Element*>(params.o) + batch * params.o_batch_stride + head * params.o_head_stride;
-  float* lse_head = params.lse != nullptr
-                        ? params.lse + (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q
-                        : nullptr;
-
-  // Keys any row of this tile sees: [first row's begin, last row's end). Rows are monotone.
-  const KeyRange first_row_keys = key_range(params, row_begin);
-  const KeyRange last_row_keys = key_range(params, row_last);
-  const int n_block_min = first_row_keys.begin / kTileN;
-  const int n_block_max = (last_row_keys.end + kTileN - 1) / kTileN;
-  // The key tiles this CTA visits: tile i is n_block_min + i, or (block-sparse) the i-th kept
-  // one. Every thread reads the same list entry (a broadcast load, L1-resident after the first).
-  const int* kept = nullptr;
-  int tiles = n_block_max - n_block_min;
-  // (m192's and n176's tiles are not 128 × 128: never block-sparse, and no list pointer kept.)
-  if (Traits::kTakesBlockList && params.block_index != nullptr) {
-    const std::int64_t slot = (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.m_blocks + m_block;
-    kept = params.block_index + slot * params.n_blocks;
-    tiles = params.block_count[slot];
-  }
-  const auto tile_block = [&](int t) { return kept != nullptr ? __ldg(kept + t) : n_block_min + t; };
-
-  if (tiles <= 0 || n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
-    // No row of the tile sees a key: O = 0, LSE = -inf, before any barrier exists.
-    constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
-    for (int index = static_cast<int>(threadIdx.x); index < kTileM * kChunks; index += Traits::kThreads) {
-      const int row = index / kChunks, chunk = index % kChunks;
-      if (row_begin + row < params.seq_q) {
-        *reinterpret_cast<uint4*>(o_head + (row_begin + row) * params.o_row_stride + chunk * 8) =
-            make_uint4(0, 0, 0, 0);
-      }
-    }
-    if (lse_head != nullptr) {
-      for (int row = static_cast<int>(threadIdx.x); row < kTileM; row += Traits::kThreads)
-        if (row_begin + row < params.seq_q) lse_head[row_begin + row] = -INFINITY;
-    }
-    return;
-  }
+  const int first_work = static_cast<int>(blockIdx.x), work_stride = static_cast<int>(gridDim.x);
 
   // Shared memory, as 32-bit shared-window addresses from a 1024-byte aligned base.
   extern __shared__ __align__(1024) unsigned char shared_bytes[];
@@ -217,6 +253,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t smem_k = smem + Traits::kKOffset;
   const std::uint32_t smem_v = smem + Traits::kVOffset;
   const std::uint32_t q_full = smem + Traits::kBarrierOffset;
+  const std::uint32_t q_empty = q_full + 8u * static_cast<std::uint32_t>(1 + 4 * kStages);
   auto k_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + stage); };
   auto v_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + kStages + stage); };
   // K and V stages are released separately: v2 is done with K_j (S_j waited) one P·V earlier
@@ -226,6 +263,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (threadIdx.x == 0) {
     barrier_init(q_full, 1);
+    barrier_init(q_empty, Traits::kConsumerWarps);
     for (int stage = 0; stage < kStages; ++stage) {
       barrier_init(k_full(stage), 1);
       barrier_init(v_full(stage), 1);
@@ -243,35 +281,42 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // ---- Producer ----
     release_registers<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) {
-      barrier_arrive_expect_bytes(q_full, Traits::kQBytes);
-#pragma unroll
-      for (int slab = 0; slab < kSlabs; ++slab)
-        tma_load_4d(smem_q + slab * Traits::kQSlabBytes, &q_map, 64 * slab, row_begin, head, batch, q_full);
-
       int stage = 0;
-      std::uint32_t phase = 0;
-      for (int visit = 0; visit < tiles; ++visit) {
-        const int n_block = tile_block(visit);
-        // The stage's previous K (then V) tile has been released by every consumer warp (the
-        // first pass waits for parity 1 of fresh barriers: returns at once).
-        const int key_begin = n_block * kTileN;
-        const std::uint32_t k_tile = smem_k + stage * Traits::kKVBytes;
-        const std::uint32_t v_tile = smem_v + stage * Traits::kKVBytes;
-        barrier_wait(k_empty(stage), phase ^ 1u);
-        barrier_arrive_expect_bytes(k_full(stage), Traits::kKVBytes);
+      std::uint32_t phase = 0, q_phase = 0;
+      for (int work = first_work; work < params.works; work += work_stride) {
+        const WorkTile<Traits> tile(params, work);
+        if (tile.tiles <= 0) continue;  // the consumers write O = 0, LSE = -inf
+        // Every consumer warp has waited its last Q·Kᵀ of the previous work (fresh barrier:
+        // parity 1 returns at once).
+        barrier_wait(q_empty, q_phase ^ 1u);
+        barrier_arrive_expect_bytes(q_full, Traits::kQBytes);
 #pragma unroll
         for (int slab = 0; slab < kSlabs; ++slab)
-          tma_load_4d(k_tile + slab * Traits::kKVSlabBytes, &k_map, 64 * slab, key_begin, kv_head, batch,
-                      k_full(stage));
-        barrier_wait(v_empty(stage), phase ^ 1u);
-        barrier_arrive_expect_bytes(v_full(stage), Traits::kKVBytes);
+          tma_load_4d(smem_q + slab * Traits::kQSlabBytes, &q_map, 64 * slab, tile.row_begin, tile.head, tile.batch,
+                      q_full);
+        q_phase ^= 1u;
+        for (int visit = 0; visit < tile.tiles; ++visit) {
+          const int key_begin = tile.block(visit) * kTileN;
+          // The stage's previous K (then V) tile has been released by every consumer warp (the
+          // first pass waits for parity 1 of fresh barriers: returns at once).
+          const std::uint32_t k_tile = smem_k + stage * Traits::kKVBytes;
+          const std::uint32_t v_tile = smem_v + stage * Traits::kKVBytes;
+          barrier_wait(k_empty(stage), phase ^ 1u);
+          barrier_arrive_expect_bytes(k_full(stage), Traits::kKVBytes);
 #pragma unroll
-        for (int slab = 0; slab < kSlabs; ++slab)
-          tma_load_4d(v_tile + slab * Traits::kKVSlabBytes, &v_map, 64 * slab, key_begin, kv_head, batch,
-                      v_full(stage));
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1u;
+          for (int slab = 0; slab < kSlabs; ++slab)
+            tma_load_4d(k_tile + slab * Traits::kKVSlabBytes, &k_map, 64 * slab, key_begin, tile.kv_head, tile.batch,
+                        k_full(stage));
+          barrier_wait(v_empty(stage), phase ^ 1u);
+          barrier_arrive_expect_bytes(v_full(stage), Traits::kKVBytes);
+#pragma unroll
+          for (int slab = 0; slab < kSlabs; ++slab)
+            tma_load_4d(v_tile + slab * Traits::kKVSlabBytes, &v_map, 64 * slab, key_begin, tile.kv_head, tile.batch,
+                        v_full(stage));
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
         }
       }
     }
@@ -283,190 +328,184 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int consumer = warpgroup - 1;
   const int warpgroup_thread = static_cast<int>(threadIdx.x) % 128;
   const int lane = warpgroup_thread % 32;
-  const int quad_col = lane % 4;  // accumulator fragment column pair
-  // This thread's rows (wgmma accumulator layout): thread_row (half 0) and thread_row + 8 (half 1).
-  const int thread_row = row_begin + consumer * Traits::kRowsPerConsumer + 16 * (warpgroup_thread / 32) + lane / 4;
-
-  ConsumerState<Traits> state;
-  state.thread_row = thread_row;
-  state.quad_col = quad_col;
-  // Tiles fully inside every row's range need no element mask.
-  state.unmasked_key_begin = last_row_keys.begin;
-  state.unmasked_key_end = first_row_keys.end;
-  if constexpr (Traits::kPrecomputedKeyRanges) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const KeyRange keys = key_range(params, thread_row + 8 * half);
-      state.key_begin_less_col[half] = keys.begin - 2 * quad_col;
-      state.key_end_less_col[half] = keys.end - 2 * quad_col;
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kHeadDim / 2; ++i) state.acc_o[i] = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kTileN / 2; ++i) state.acc_s[i] = 0.0f;
-
   // This warpgroup's 64 Q rows: consumer · 8 KiB into every Q slab (a multiple of the 1024-byte
   // period: TMA's 128B swizzle of the whole kTileM-row box then matches a 64-row box at that offset).
   const std::uint64_t q_descriptor =
       matrix_descriptor(smem_q + consumer * Traits::kRowsPerConsumer * Traits::kSlabRowBytes, 16, 1024);
-  barrier_wait(q_full, 0);
-
   auto k_tile = [&](int stage) { return smem_k + stage * Traits::kKVBytes; };
   auto v_tile = [&](int stage) { return smem_v + stage * Traits::kKVBytes; };
 
   // v1 is a 2-consumer config only ("m192" is v2's schedule on three consumers).
-  if (Traits::kConsumers == 2 && params.serial_schedule) {
-    // v1: one tile at a time — S, wait, softmax, P·V, wait.
-    int stage = 0;
-    std::uint32_t phase = 0;
-    for (int visit = 0; visit < tiles; ++visit) {
-      const int n_block = tile_block(visit);
+  const bool serial = Traits::kConsumers == 2 && params.serial_schedule;
+  // Ping-pong (v2; see the main loop): named barrier 1 + c per consumer c, sync on mine, arrive
+  // on the next one's. The last consumer arrives once first so that consumer 0 starts; every
+  // consumer arrives after each of its GEMM phases, the last included, so consumer 0 syncs once
+  // more after its last work: every barrier then gets as many arrivals as syncs (128 + 128
+  // threads each time), and none is left half-arrived at exit. (For 2 consumers the expressions
+  // are v2's own: 2 - consumer.)
+  constexpr int kLastConsumer = Traits::kConsumers - 1;
+  const int my_barrier = 1 + consumer;
+  const int next_barrier = Traits::kConsumers == 2 ? 2 - consumer : 1 + (consumer + 1) % Traits::kConsumers;
+  constexpr int kPair = 2 * 128;
+  if (!serial && consumer == kLastConsumer) named_barrier_arrive(1, kPair);
+
+  int stage = 0;
+  std::uint32_t phase = 0, q_phase = 0;
+  for (int work = first_work; work < params.works; work += work_stride) {
+    const WorkTile<Traits> tile(params, work);
+    ConsumerState<Traits> state;
+    state.quad_col = lane % 4;  // accumulator fragment column pair
+    // This thread's rows (wgmma accumulator layout): thread_row (half 0) and thread_row + 8 (half 1).
+    state.thread_row = tile.row_begin + consumer * Traits::kRowsPerConsumer + 16 * (warpgroup_thread / 32) + lane / 4;
+    if (tile.tiles <= 0) {
+      store_rows(params, state, tile);  // no row of the tile sees a key: O = 0, LSE = -inf
+      continue;
+    }
+    // Tiles fully inside every row's range need no element mask.
+    state.unmasked_key_begin = tile.last_row_keys.begin;
+    state.unmasked_key_end = tile.first_row_keys.end;
+    if constexpr (Traits::kPrecomputedKeyRanges) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const KeyRange keys = key_range(params, state.thread_row + 8 * half);
+        state.key_begin_less_col[half] = keys.begin - 2 * state.quad_col;
+        state.key_end_less_col[half] = keys.end - 2 * state.quad_col;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) state.acc_o[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTileN / 2; ++i) state.acc_s[i] = 0.0f;
+    const int tiles = tile.tiles;
+    barrier_wait(q_full, q_phase);
+    q_phase ^= 1u;
+
+    if (serial) {
+      // v1: one tile at a time — S, wait, softmax, P·V, wait.
+      for (int visit = 0; visit < tiles; ++visit) {
+        barrier_wait(k_full(stage), phase);
+        fence_registers(state.acc_s);
+        wgmma_fence();
+        issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_registers(state.acc_s);
+        if (visit == tiles - 1 && lane == 0) barrier_arrive(q_empty);  // this warp is done with Q
+        float correction[2];
+        softmax_tile(params, state, tile.block(visit), correction);
+        rescale_o(state, correction);
+        convert_p(state);
+        barrier_wait(v_full(stage), phase);
+        fence_registers(state.acc_o);
+        fence_p(state);
+        wgmma_fence();
+        issue_pv<Traits>(state, v_tile(stage));
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_registers(state.acc_o);
+        // This warp is done with the stage (its wgmma reads of K and V have completed).
+        if (lane == 0) {
+          barrier_arrive(k_empty(stage));
+          barrier_arrive(v_empty(stage));
+        }
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      }
+    } else {
+      // v2: software-pipelined inside the warpgroup, ping-pong (round-robin) between the consumers.
+      //  - Intra-warpgroup overlap: for tile j, Q·K_jᵀ and P_{j-1}·V_{j-1} are issued together;
+      //    wait_group 1 returns when S_j is done, so the softmax of tile j runs while the tensor
+      //    cores still do P_{j-1}·V_{j-1}; then wait_group 0, O *= correction_j, P_j = S_j rounded.
+      //    Costs one more live tile of registers (P of the previous tile beside S of this one).
+      //  - Ping-pong: each consumer issues its GEMMs only after the previous one in turn has
+      //    issued its own (sync on my barrier, arrive on the next one's), so one consumer's GEMMs
+      //    queue on the tensor cores while the other(s) run their softmax, in the order 0, 1,
+      //    (2,) 0, 1, ... All consumers visit the same works and tiles, so they pass the barriers
+      //    equally often: T + 1 GEMM phases each per work of T tiles.
+      //    No consumer arrives twice on a barrier before its owner has synced on it: consumer c's
+      //    arrival k + 1 follows c's sync k + 1, which the ring lets through only after the next
+      //    consumer has passed its sync k (the arrivals go once around the ring in between).
+      // The first tile: S alone.
       barrier_wait(k_full(stage), phase);
+      named_barrier_sync(my_barrier, kPair);
       fence_registers(state.acc_s);
       wgmma_fence();
       issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
       wgmma_commit();
+      named_barrier_arrive(next_barrier, kPair);
       wgmma_wait<0>();
       fence_registers(state.acc_s);
-      float correction[2];
-      softmax_tile(params, state, n_block, correction);
-      rescale_o(state, correction);
+      if (lane == 0) {
+        barrier_arrive(k_empty(stage));
+        if (tiles == 1) barrier_arrive(q_empty);  // this warp is done with Q
+      }
+      {
+        float correction[2];
+        softmax_tile(params, state, tile.block(0), correction);  // O is 0: nothing to rescale
+      }
       convert_p(state);
+
+      for (int visit = 1; visit < tiles; ++visit) {
+        const int n_block = tile.block(visit);
+        const int previous_stage = stage;
+        const std::uint32_t previous_phase = phase;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1u;
+        }
+        barrier_wait(k_full(stage), phase);
+        barrier_wait(v_full(previous_stage), previous_phase);
+        named_barrier_sync(my_barrier, kPair);
+        fence_registers(state.acc_s);
+        fence_registers(state.acc_o);
+        fence_p(state);
+        wgmma_fence();
+        issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
+        wgmma_commit();
+        issue_pv<Traits>(state, v_tile(previous_stage));
+        wgmma_commit();
+        named_barrier_arrive(next_barrier, kPair);
+        wgmma_wait<1>();  // S_j is in; P_{j-1}·V_{j-1} may still run
+        fence_registers(state.acc_s);
+        if (lane == 0) {
+          barrier_arrive(k_empty(stage));  // this warp's reads of K_j are done
+          if (visit == tiles - 1) barrier_arrive(q_empty);  // ... and of Q
+        }
+        float correction[2];
+        softmax_tile(params, state, n_block, correction);
+        wgmma_wait<0>();
+        fence_registers(state.acc_o);
+        fence_p(state);
+        // This warp's reads of V_{j-1} are done.
+        if (lane == 0) barrier_arrive(v_empty(previous_stage));
+        rescale_o(state, correction);
+        convert_p(state);
+      }
+
+      // The last tile's P·V.
       barrier_wait(v_full(stage), phase);
+      named_barrier_sync(my_barrier, kPair);
       fence_registers(state.acc_o);
       fence_p(state);
       wgmma_fence();
       issue_pv<Traits>(state, v_tile(stage));
       wgmma_commit();
+      named_barrier_arrive(next_barrier, kPair);
       wgmma_wait<0>();
       fence_registers(state.acc_o);
-      // This warp is done with the stage (its wgmma reads of K and V have completed).
-      if (lane == 0) {
-        barrier_arrive(k_empty(stage));
-        barrier_arrive(v_empty(stage));
-      }
-      if (++stage == kStages) {
+      if (lane == 0) barrier_arrive(v_empty(stage));
+      if (++stage == kStages) {  // the next work starts on the next stage
         stage = 0;
         phase ^= 1u;
       }
     }
-  } else {
-    // v2: software-pipelined inside the warpgroup, ping-pong (round-robin) between the consumers.
-    //  - Intra-warpgroup overlap: for tile j, Q·K_jᵀ and P_{j-1}·V_{j-1} are issued together;
-    //    wait_group 1 returns when S_j is done, so the softmax of tile j runs while the tensor
-    //    cores still do P_{j-1}·V_{j-1}; then wait_group 0, O *= correction_j, P_j = S_j rounded.
-    //    Costs one more live tile of registers (P of the previous tile beside S of this one).
-    //  - Ping-pong: each consumer issues its GEMMs only after the previous one in turn has
-    //    issued its own (named barrier 1 + c per consumer c: sync on mine, arrive on the next
-    //    one's, 1 + (c + 1) % kConsumers), so one consumer's GEMMs queue on the tensor cores
-    //    while the other(s) run their softmax, in the order 0, 1, (2,) 0, 1, ... The last
-    //    consumer arrives once first so that consumer 0 starts. All consumers visit the same
-    //    tiles, so they pass the barriers equally often: T + 1 GEMM phases each for T tiles;
-    //    the last consumer skips its last arrival (on consumer 0's barrier), which no one would
-    //    wait for. Every barrier then gets as many arrivals as syncs: 128 + 128 threads each
-    //    time. (With 2 consumers this is exactly v2's ping-pong: barriers 1 and 2.)
-    //    No consumer arrives twice on a barrier before its owner has synced on it: consumer c's
-    //    arrival k + 1 follows c's sync k + 1, which the ring lets through only after the next
-    //    consumer has passed its sync k (the arrivals go once around the ring in between).
-    //    (For 2 consumers the expressions are v2's own, 2 - consumer and consumer == 0, so that
-    //    the default config's code is unchanged.)
-    constexpr int kLastConsumer = Traits::kConsumers - 1;
-    const int my_barrier = 1 + consumer;
-    const int next_barrier = Traits::kConsumers == 2 ? 2 - consumer : 1 + (consumer + 1) % Traits::kConsumers;
-    constexpr int kPair = 2 * 128;
-    if (consumer == kLastConsumer) named_barrier_arrive(1, kPair);
 
-    int stage = 0;
-    std::uint32_t phase = 0;
-    // The first tile: S alone.
-    barrier_wait(k_full(stage), phase);
-    named_barrier_sync(my_barrier, kPair);
-    fence_registers(state.acc_s);
-    wgmma_fence();
-    issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
-    wgmma_commit();
-    named_barrier_arrive(next_barrier, kPair);
-    wgmma_wait<0>();
-    fence_registers(state.acc_s);
-    if (lane == 0) barrier_arrive(k_empty(stage));
-    {
-      float correction[2];
-      softmax_tile(params, state, tile_block(0), correction);  // O is 0: nothing to rescale
-    }
-    convert_p(state);
-
-    for (int visit = 1; visit < tiles; ++visit) {
-      const int n_block = tile_block(visit);
-      const int previous_stage = stage;
-      const std::uint32_t previous_phase = phase;
-      if (++stage == kStages) {
-        stage = 0;
-        phase ^= 1u;
-      }
-      barrier_wait(k_full(stage), phase);
-      barrier_wait(v_full(previous_stage), previous_phase);
-      named_barrier_sync(my_barrier, kPair);
-      fence_registers(state.acc_s);
-      fence_registers(state.acc_o);
-      fence_p(state);
-      wgmma_fence();
-      issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
-      wgmma_commit();
-      issue_pv<Traits>(state, v_tile(previous_stage));
-      wgmma_commit();
-      named_barrier_arrive(next_barrier, kPair);
-      wgmma_wait<1>();  // S_j is in; P_{j-1}·V_{j-1} may still run
-      fence_registers(state.acc_s);
-      if (lane == 0) barrier_arrive(k_empty(stage));  // this warp's reads of K_j are done
-      float correction[2];
-      softmax_tile(params, state, n_block, correction);
-      wgmma_wait<0>();
-      fence_registers(state.acc_o);
-      fence_p(state);
-      // This warp's reads of V_{j-1} are done.
-      if (lane == 0) barrier_arrive(v_empty(previous_stage));
-      rescale_o(state, correction);
-      convert_p(state);
-    }
-
-    // The last tile's P·V.
-    barrier_wait(v_full(stage), phase);
-    named_barrier_sync(my_barrier, kPair);
-    fence_registers(state.acc_o);
-    fence_p(state);
-    wgmma_fence();
-    issue_pv<Traits>(state, v_tile(stage));
-    wgmma_commit();
-    if (Traits::kConsumers == 2 ? consumer == 0 : consumer != kLastConsumer)
-      named_barrier_arrive(next_barrier, kPair);
-    wgmma_wait<0>();
-    fence_registers(state.acc_o);
-    if (lane == 0) barrier_arrive(v_empty(stage));
+    store_rows(params, state, tile);
   }
-
-  // Epilogue: O /= row sum, LSE = max·scale + ln(sum); rows that saw no key: O = 0, LSE = -inf.
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    // sum == 0 only where the row saw no key: O = 0 even where V holds NaN/Inf (P·V gave
-    // 0·NaN there). A NaN sum (NaN or +Inf in the row's scores) propagates to O and the LSE.
-    const float sum = quad_sum(state.row_sum[half]);
-    const bool seen = sum != 0.0f;
-    const float inverse = 1.0f / sum;
-    const int row = thread_row + 8 * half;
-    if (row < params.seq_q) {
-      if (lse_head != nullptr && quad_col == 0) {
-        lse_head[row] = seen ? state.row_max[half] * params.scale + logf(sum) : -INFINITY;
-      }
-      Element* o_row = o_head + row * params.o_row_stride + 2 * quad_col;
-#pragma unroll
-      for (int i = 0; i < kHeadDim / 8; ++i) {
-        *reinterpret_cast<std::uint32_t*>(o_row + 8 * i) =
-            pack_pair<Element>(seen ? state.acc_o[4 * i + 2 * half] * inverse : 0.0f,
-                               seen ? state.acc_o[4 * i + 2 * half + 1] * inverse : 0.0f);
-      }
-    }
-  }
+  // The last consumer's final arrival on barrier 1 (see above).
+  if (!serial && consumer == 0) named_barrier_sync(my_barrier, kPair);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

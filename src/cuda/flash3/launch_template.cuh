@@ -6,7 +6,14 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <type_traits>
+
+#include <fmt/format.h>
+
+#include "attnsuite/error.hpp"
 
 #include "cuda/common/check.hpp"
 #include "cuda/flash3/kernel.cuh"
@@ -45,9 +52,24 @@ void run_kernel(const Params& params, cudaStream_t stream) {
   // Per device and cheap (no synchronization): set on every launch rather than cached, so a
   // second GPU gets it too. Beyond 48 KiB, dynamic shared memory must be opted into.
   ATTNSUITE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>((params.seq_q + Kernel::kTileM - 1) / Kernel::kTileM),
-                  static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
-  kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(params, q_map, k_map, v_map);
+  Params launch = params;
+  launch.q_tiles = (params.seq_q + Kernel::kTileM - 1) / Kernel::kTileM;
+  const std::int64_t works = std::int64_t{launch.q_tiles} * params.heads_q * params.batch;
+  if (works > std::numeric_limits<int>::max()) {
+    throw Error(ErrorKind::Unsupported,
+                fmt::format("flash3: {} query tiles × {} heads × batch {} = {} work tiles; at most {}", launch.q_tiles,
+                            params.heads_q, params.batch, works, std::numeric_limits<int>::max()));
+  }
+  launch.works = static_cast<int>(works);
+  int ctas = launch.works;
+  if (params.persistent) {
+    // One CTA per SM (the kernels' shared memory allows no second): every SM runs one.
+    int device = 0, sms = 0;
+    ATTNSUITE_CUDA_CHECK(cudaGetDevice(&device));
+    ATTNSUITE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    ctas = std::min(ctas, std::max(sms, 1));
+  }
+  kernel<<<static_cast<unsigned>(ctas), Kernel::kThreads, Kernel::kSmemBytes, stream>>>(launch, q_map, k_map, v_map);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash3_forward_kernel");
 }
 

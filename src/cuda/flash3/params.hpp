@@ -43,6 +43,13 @@ struct Params {
   // v1 (one tile at a time, both GEMMs waited), kept as kernel config "v1" to measure against.
   bool serial_schedule = false;
 
+  // Persistent CTAs (the default since v4, docs/kernels/flash3.md): the launcher starts
+  // min(works, SMs) CTAs that each loop over works b, b + grid, ...; false (kernel config "grid"):
+  // one CTA per work, as up to v3. q_tiles and works are filled in by the launcher.
+  bool persistent = true;
+  int q_tiles = 0;  // ⌈seq_q / kTileM⌉
+  int works = 0;    // q_tiles · heads_q · batch
+
   // Block-sparse (`sparge` / `block-sparse` on sm_90a, src/cuda/sparge/): when block_index is
   // set, the CTA of q tile m visits only the key tiles block_index[slot · n_blocks + i] for
   // i < block_count[slot] (ascending, inside the tile's visible range; slot = (batch · heads_q

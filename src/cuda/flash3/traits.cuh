@@ -33,8 +33,10 @@ struct Traits {
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
   // The softmax's element mask takes every row's key range from 4 registers computed before the
   // main loop instead of evaluating key_range (64-bit) on every boundary tile: the latter needs
-  // more temporaries than 160 registers leave beside S, P and O (ptxas spilled 88 bytes).
-  static constexpr bool kPrecomputedKeyRanges = kConsumers == 3 || kTileN == 176;
+  // more temporaries than m192's 160 registers leave beside S, P and O (ptxas spilled 88 bytes),
+  // and than n176's and d256's 240 do beside theirs (72 and 12 bytes, the latter with the
+  // persistent loop's state).
+  static constexpr bool kPrecomputedKeyRanges = kConsumers == 3 || kTileN == 176 || kHeadDim == 256;
   // Params::block_index (sparge's block-sparse lists) counts in 128 × 128 tiles: only the
   // 128 × 128 configs read it; m192 and n176 compile it out (registers they do not have).
   static constexpr bool kTakesBlockList = kTileM == 128 && kTileN == 128;
@@ -51,8 +53,9 @@ struct Traits {
   static constexpr int kKOffset = kQOffset + kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr int kBarrierOffset = kVOffset + kStages * kKVBytes;
-  // Barriers: Q full, K full ×stages, V full ×stages, K empty ×stages, V empty ×stages (8 bytes each).
-  static constexpr int kBarrierBytes = 8 * (1 + 4 * kStages);
+  // Barriers: Q full, K full ×stages, V full ×stages, K empty ×stages, V empty ×stages, Q empty
+  // (8 bytes each).
+  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
   // +1024: nothing promises the dynamic shared memory a 1024-byte aligned start; the kernel
   // rounds its base up to the 1024-byte period of the 128B swizzle.
   static constexpr int kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;
