@@ -92,6 +92,9 @@ class Flash3Backend final : public Backend {
     const Flash3Schedule::Choice choice = schedule_.choose(problem);
     params.serial_schedule = choice == Flash3Schedule::Choice::V1;
     params.persistent = choice != Flash3Schedule::Choice::Grid;
+    // The persistent CTAs' work counter; without workspace (a caller that did not ask
+    // workspace_bytes()), one CTA per work tile, as kernel config "grid".
+    params.work_counter = static_cast<int*>(args.workspace);
     if (choice == Flash3Schedule::Choice::M192) {
       flash3::launch_forward_m192(params, problem.dtype, stream);
     } else if (choice == Flash3Schedule::Choice::N176) {
@@ -100,6 +103,9 @@ class Flash3Backend final : public Backend {
       flash3::launch_forward(params, problem.dtype, stream);
     }
   }
+
+  // 4 bytes: the persistent CTAs' work counter (zeroed by the launcher before each forward).
+  std::size_t workspace_bytes(const AttentionProblem&) const override { return 256; }
 
   std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
     return schedule_.names(problem);
