@@ -306,8 +306,9 @@ TEST(CudaFlash3, Deterministic) {
 // The schedules (v2 "default": pipelined + ping-pong on persistent CTAs; "v1": serial; "grid":
 // v2 with one CTA per work tile) against the reference, with tile counts 1 (only the prologue
 // and the last P·V), 2 and many, causal rows with no key, GQA, every head dim, and more work
-// tiles than the GPU has SMs (a persistent CTA runs several, with and without keys); the
-// persistent default equals "grid" bit for bit (the same arithmetic per work tile).
+// tiles than the GPU has SMs (a persistent CTA runs several); the default equals "grid" bit for
+// bit (the same arithmetic per work tile; dense problems run on persistent CTAs, masked ones one
+// CTA per work tile).
 TEST(CudaFlash3, EveryKernelConfigMatchesTheReference) {
   Backend& flash3 = Registry::global().find("flash3");
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
@@ -497,12 +498,13 @@ TEST(CudaFlash3, N176MatchesTheReference) {
 
 // Small cases of the persistent CTAs for compute-sanitizer (tools/device/run.sh): more work tiles
 // than an H200 has SMs (132), so that a CTA runs several back to back (Q reloaded behind the
-// "Q empty" barrier, the K/V ring and the ping-pong carried over), some without a key.
+// "Q empty" barrier, the K/V ring and the ping-pong carried over); and a causal problem with
+// many work tiles without a key (one CTA per work: masked problems are not persistent).
 TEST(CudaFlash3, PersistentSmallCases) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false));
   // 140 work tiles of one key tile each, dense (d64: m192's 192-row tiles); 3 × 140 = 420 work
-  // tiles, causal with seq_q > seq_kv (rows 0..199 see no key), d128 (n176 is dense only here:
-  // the built-in choice is the 128-key default for causal N <= 4k).
+  // tiles, causal with seq_q > seq_kv (rows 0..199 see no key), d128; 140 dense work tiles at
+  // d128 (n176).
   check_backend("flash3", make_problem(1, 140, 140, 64, 64, 64, DType::BF16, Layout::BSHD, false));
   check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true));
   check_backend("flash3", make_problem(1, 140, 140, 100, 200, 128, DType::F16, Layout::BHSD, false));

@@ -91,10 +91,13 @@ class Flash3Backend final : public Backend {
     fill_attention_params(params, problem, args);
     const Flash3Schedule::Choice choice = schedule_.choose(problem);
     params.serial_schedule = choice == Flash3Schedule::Choice::V1;
-    params.persistent = choice != Flash3Schedule::Choice::Grid;
-    // The persistent CTAs' work counter; without workspace (a caller that did not ask
-    // workspace_bytes()), one CTA per work tile, as kernel config "grid".
-    params.work_counter = static_cast<int*>(args.workspace);
+    // Persistent CTAs for unmasked attention only: their static round-robin over the work tiles
+    // (kernel.cuh) leaves the CTAs that drew the long diagonal works of a causal problem running
+    // alone at the end — measured on the H200 (fa3-grid, 2026-12-04 third session) 1.38-1.68x
+    // slower than one CTA per work at causal N >= 8k (d128, d256), 1.00-1.05x at N <= 4k, and
+    // m192 1.24-1.43x at causal N 1k-4k; dense, 1.00-1.27x faster (N 512: 1.23x at d128).
+    params.persistent = choice != Flash3Schedule::Choice::Grid && !problem.causal && problem.window_left < 0 &&
+                        problem.window_right < 0;
     if (choice == Flash3Schedule::Choice::M192) {
       flash3::launch_forward_m192(params, problem.dtype, stream);
     } else if (choice == Flash3Schedule::Choice::N176) {
@@ -103,9 +106,6 @@ class Flash3Backend final : public Backend {
       flash3::launch_forward(params, problem.dtype, stream);
     }
   }
-
-  // 4 bytes: the persistent CTAs' work counter (zeroed by the launcher before each forward).
-  std::size_t workspace_bytes(const AttentionProblem&) const override { return 256; }
 
   std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
     return schedule_.names(problem);
@@ -134,12 +134,13 @@ bool Flash3Schedule::has(std::string_view config, const AttentionProblem& proble
 // (tune --kernels on fa3-grid d64, bf16, 2026-12-04, docs/kernels/flash3.md "v3"): m192 was
 // 1.08-1.21x as fast as the 128-row kernel in every dense case (N 512..16k) and causal N >= 2k;
 // causal N 512 and 1k were 0.95x and 0.94x (default 0.269 ms, m192 0.286 ms at 1k).
-// n176 at d128, dense or causal with seq_q > 4096: measured on the H200 (tune --kernels on fa3-grid
-// d128, bf16, 2026-12-04 third session, one CTA per work tile) 1.02-1.04x the 128-key tiles dense
-// at N 512..16k and causal at 8k and 16k; 1.00x causal at N <= 4k.
+// n176 at d128: dense up to N 8k, causal from N 8k. Measured on the H200 (tune --kernels on fa3-grid
+// d128, bf16, 2026-12-04 third session): causal, one CTA per work tile, 1.02-1.03x the 128-key
+// tiles at 8k and 16k and 1.00x at N <= 4k; dense, persistent, 1.02-1.05x at N 512..8k and 0.97x
+// at 16k.
 std::string Flash3Schedule::builtin(const AttentionProblem& problem) const {
   if (has("m192", problem) && !(problem.causal && problem.seq_q <= 1024)) return "m192";
-  if (has("n176", problem) && !(problem.causal && problem.seq_q <= 4096)) return "n176";
+  if (has("n176", problem) && (problem.causal ? problem.seq_q > 4096 : problem.seq_kv <= 8192)) return "n176";
   return "default";
 }
 

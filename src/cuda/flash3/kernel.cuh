@@ -231,17 +231,18 @@ __device__ __forceinline__ void store_rows(const Params& params, const ConsumerS
   }
 }
 
-// Persistent (params.persistent): the grid has min(works, SMs) CTAs; CTA b runs work b, then
-// the producer takes the next from a global counter (atomicAdd + gridDim.x: the order in which
-// the hardware hands out a grid's CTAs, so a CTA that drew short causal works draws more) and
-// passes it to the consumers through two shared-memory slots ("work full" / "work empty"
-// barriers). The barriers, the K/V ring's stage and phase and the ping-pong continue from one
-// work to the next, so the producer loads the next work's Q (as soon as every consumer warp has
-// waited its last Q·Kᵀ: "Q empty") and first K/V tiles while the consumers still run the last
-// softmax, P·V and epilogue of the current one. A static round-robin (work b + k·gridDim.x) was
-// tried first: 1.38-1.68x slower than one CTA per work on causal N >= 8k at d128/d256 on the
-// H200 (CTAs that drew the long diagonal works finish last; 1.57x max/mean in a model of d128
-// 16k), and 1.03-1.22x faster on dense N <= 4k.
+// Persistent: the grid has min(works, SMs) CTAs (params.persistent; one CTA per work when not)
+// and CTA b runs works b, b + gridDim.x, ... The barriers, the K/V ring's stage and phase and the
+// ping-pong continue from one work to the next, so the producer loads the next work's Q (as soon
+// as every consumer warp has waited its last Q·Kᵀ: "Q empty") and first K/V tiles while the
+// consumers still run the last softmax, P·V and epilogue of the current one. The static
+// round-robin balances works of equal cost only: the host runs masked (causal, windowed)
+// problems one CTA per work, where the hardware hands out the next CTA to whichever SM is free
+// (measured on the H200: persistent causal d128 N 16k 1.49x slower; a model of the round-robin
+// gives 1.57x max/mean work per CTA there). Next: take works from a global atomic counter; a
+// first try hung at once because it raised the producer's setmaxnreg to 32, and a CTA of 384
+// threads is launched with 384·168 registers: 128·32 + 256·240 exceeds that, so the consumers'
+// setmaxnreg.inc waits forever.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash3_forward_kernel(const __grid_constant__ Params params, const __grid_constant__ CUtensorMap q_map,
@@ -250,6 +251,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kTileN = Traits::kTileN;
   constexpr int kStages = Traits::kStages, kSlabs = Traits::kSlabs;
+  const int first_work = static_cast<int>(blockIdx.x), work_stride = static_cast<int>(gridDim.x);
 
   // Shared memory, as 32-bit shared-window addresses from a 1024-byte aligned base.
   extern __shared__ __align__(1024) unsigned char shared_bytes[];
@@ -259,11 +261,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t smem_v = smem + Traits::kVOffset;
   const std::uint32_t q_full = smem + Traits::kBarrierOffset;
   const std::uint32_t q_empty = q_full + 8u * static_cast<std::uint32_t>(1 + 4 * kStages);
-  auto work_full = [&](int slot) { return q_full + 8u * static_cast<std::uint32_t>(2 + 4 * kStages + slot); };
-  auto work_empty = [&](int slot) { return q_full + 8u * static_cast<std::uint32_t>(4 + 4 * kStages + slot); };
-  // The work-index slots, after the barriers.
-  volatile int* work_slots = reinterpret_cast<volatile int*>(
-      shared_bytes + (q_full + 8u * static_cast<std::uint32_t>(6 + 4 * kStages) - shared_address(shared_bytes)));
   auto k_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + stage); };
   auto v_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + kStages + stage); };
   // K and V stages are released separately: v2 is done with K_j (S_j waited) one P·V earlier
@@ -274,10 +271,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0) {
     barrier_init(q_full, 1);
     barrier_init(q_empty, Traits::kConsumerWarps);
-    for (int slot = 0; slot < 2; ++slot) {
-      barrier_init(work_full(slot), 1);
-      barrier_init(work_empty(slot), Traits::kConsumerWarps);
-    }
     for (int stage = 0; stage < kStages; ++stage) {
       barrier_init(k_full(stage), 1);
       barrier_init(v_full(stage), 1);
@@ -297,19 +290,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (threadIdx.x == 0) {
       int stage = 0;
       std::uint32_t phase = 0, q_phase = 0;
-      int work = static_cast<int>(blockIdx.x);
-      for (int k = 0;; ++k) {
-        // Hand work k to the consumers (slot k % 2, free once every consumer warp read work k - 2).
-        const int slot = k & 1;
-        barrier_wait(work_empty(slot), ((k >> 1) & 1) ^ 1u);
-        work_slots[slot] = work;
-        barrier_arrive(work_full(slot));
-        if (work >= params.works) break;
-        // The next one, fetched now: its latency passes while this work's copies are issued.
-        const int next = params.persistent ? atomicAdd(params.work_counter, 1) + static_cast<int>(gridDim.x)
-                                           : params.works;
+      for (int work = first_work; work < params.works; work += work_stride) {
         const WorkTile<Traits> tile(params, work);
-        work = next;
         if (tile.tiles <= 0) continue;  // the consumers write O = 0, LSE = -inf
         // Every consumer warp has waited its last Q·Kᵀ of the previous work (fresh barrier:
         // parity 1 returns at once).
@@ -376,13 +358,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   int stage = 0;
   std::uint32_t phase = 0, q_phase = 0;
-  for (int k = 0;; ++k) {
-    const int slot = k & 1;
-    barrier_wait(work_full(slot), (k >> 1) & 1);
-    const int work = work_slots[slot];
-    __syncwarp();
-    if (lane == 0) barrier_arrive(work_empty(slot));
-    if (work >= params.works) break;
+  for (int work = first_work; work < params.works; work += work_stride) {
     const WorkTile<Traits> tile(params, work);
     ConsumerState<Traits> state;
     state.quad_col = lane % 4;  // accumulator fragment column pair

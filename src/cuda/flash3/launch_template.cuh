@@ -62,14 +62,12 @@ void run_kernel(const Params& params, cudaStream_t stream) {
   }
   launch.works = static_cast<int>(works);
   int ctas = launch.works;
-  launch.persistent = params.persistent && params.work_counter != nullptr;
-  if (launch.persistent) {
+  if (params.persistent) {
     // One CTA per SM (the kernels' shared memory allows no second): every SM runs one.
     int device = 0, sms = 0;
     ATTNSUITE_CUDA_CHECK(cudaGetDevice(&device));
     ATTNSUITE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     ctas = std::min(ctas, std::max(sms, 1));
-    ATTNSUITE_CUDA_CHECK(cudaMemsetAsync(params.work_counter, 0, sizeof(int), stream));
   }
   kernel<<<static_cast<unsigned>(ctas), Kernel::kThreads, Kernel::kSmemBytes, stream>>>(launch, q_map, k_map, v_map);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash3_forward_kernel");

@@ -44,14 +44,9 @@ struct Params {
   bool serial_schedule = false;
 
   // Persistent CTAs (the default since v4, docs/kernels/flash3.md): the launcher starts
-  // min(works, SMs) CTAs; each runs work blockIdx.x first, then takes the next from
-  // *work_counter (atomicAdd, + gridDim.x), as the hardware would hand out the CTAs of a grid,
-  // until none is left. work_counter is 4 bytes of the caller's workspace, zeroed by the launcher
-  // on the stream before the kernel. false, or no work_counter (kernel config "grid", callers
-  // without workspace): one CTA per work, as up to v3. q_tiles and works are filled in by the
-  // launcher.
+  // min(works, SMs) CTAs that each loop over works b, b + grid, ...; false (kernel config "grid"):
+  // one CTA per work, as up to v3. q_tiles and works are filled in by the launcher.
   bool persistent = true;
-  int* work_counter = nullptr;
   int q_tiles = 0;  // ⌈seq_q / kTileM⌉
   int works = 0;    // q_tiles · heads_q · batch
 

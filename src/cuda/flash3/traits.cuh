@@ -28,10 +28,8 @@ struct Traits {
   static constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals that free a K/V stage
   // setmaxnreg: __launch_bounds__(kThreads, 1) gives every thread 65536 / kThreads registers
   // (168 at 384 threads, 128 at 512); the producer hands its surplus to the consumers:
-  // 2 consumers: 128·32 + 256·240 = 384·168 = 65536; 3 consumers: 128·32 + 384·160 = 65536.
-  // 32, not 24: the persistent producer's loop state (work, next, the K/V and Q phases, the
-  // block list) spilled 24 bytes at 24 registers.
-  static constexpr int kProducerRegisters = 32;
+  // 2 consumers: 128·24 + 256·240 = 384·168; 3 consumers: 128·24 + 384·160 = 64512 ≤ 512·128.
+  static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
   // The softmax's element mask takes every row's key range from 4 registers computed before the
   // main loop instead of evaluating key_range (64-bit) on every boundary tile: the latter needs
@@ -55,9 +53,9 @@ struct Traits {
   static constexpr int kKOffset = kQOffset + kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr int kBarrierOffset = kVOffset + kStages * kKVBytes;
-  // Barriers: Q full, K full ×stages, V full ×stages, K empty ×stages, V empty ×stages, Q empty,
-  // work full ×2, work empty ×2 (8 bytes each); then the two work-index slots (4 bytes each).
-  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages + 4) + 8;
+  // Barriers: Q full, K full ×stages, V full ×stages, K empty ×stages, V empty ×stages, Q empty
+  // (8 bytes each).
+  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
   // +1024: nothing promises the dynamic shared memory a 1024-byte aligned start; the kernel
   // rounds its base up to the 1024-byte period of the 128B swizzle.
   static constexpr int kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;
