@@ -20,13 +20,13 @@ Support supports_hopper(std::string_view backend);
 
 // The consumer schedule and tiles of flash3 and flash3-fp8 as kernel configs
 // (docs/kernels/flash3.md): "default" = v2 (intra-warpgroup overlap + ping-pong, 128 × 128
-// tiles at d64/d128) on persistent CTAs for unmasked problems (v4), "v1" = the serial first
-// version, "grid" = v2 with one CTA per work tile (as up to v3; what every masked problem runs),
-// and, for flash3 only, the tile configs
-// "m192" = v2 on three consumer warpgroups (192-row Q tiles, head dim 64) and "n176" = v2 on
-// 176-key K/V tiles (head dim 128). Chosen by force_kernel_config, else the kernel-config cache,
-// else the built-in choice (builtin(): "m192" at d64 except causal seq_q <= 1024; "n176" at d128
-// dense up to seq_kv 8192 and causal from seq_q 8193; as measured; "default" elsewhere).
+// tiles at d64/d128) on persistent CTAs for unmasked problems (v4); "v1" = the serial first
+// version; for flash3 only, "grid" = v2 with one CTA per work tile (as up to v3, and what every
+// masked problem runs), "m192" = v2 on three consumer warpgroups (192-row Q tiles, head dim 64)
+// and "n176" = v2 on 176-key K/V tiles (head dim 128). Chosen by force_kernel_config, else the
+// kernel-config cache, else the built-in choice (builtin(): "m192" at d64 except causal
+// seq_q <= 1024; "n176" at d128 dense up to seq_kv 8192 and causal from seq_q 8193; as
+// measured; "default" elsewhere).
 class Flash3Schedule {
  public:
   enum class Choice { Default, V1, Grid, M192, N176 };
