@@ -370,7 +370,7 @@ TEST(CudaFlash3, M192SmallCases) {
     EXPECT_EQ(flash3.last_kernel_config(), "m192");
     check_backend("flash3", make_problem(1, 2, 2, 1000, 1000, 64, DType::BF16, Layout::BSHD, true));
     EXPECT_EQ(flash3.last_kernel_config(), "default");
-    // d128: n176 but for causal N <= 4k.
+    // d128: n176 dense up to 8k keys and causal from 8k rows; the 128-key default otherwise.
     check_backend("flash3", make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, false));
     EXPECT_EQ(flash3.last_kernel_config(), "n176");
     check_backend("flash3", make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true));
