@@ -153,10 +153,10 @@ def annotate_apart(ax, notes, spacing=9.0):
     """Labels (x, y, text, color) beside their points, each moved up until it is `spacing` points clear of
     the labels below it that start near the same x: several backends often choose the same batch
     at about the same throughput (the H200 headline tune: cuDNN's two at batch 31 and 32, 110 M
-    tokens/s), and their labels were printed over each other."""
+    tokens/s), and their labels were printed over each other. Call it after the figure has been
+    drawn once, so that the axes' limits are final."""
     if not notes:
         return
-    ax.figure.canvas.draw()  # the axes' limits and transforms as they will be saved
     to_points = 72.0 / ax.figure.dpi
     right_edge = ax.transAxes.transform((0.85, 0))[0] * to_points
     placed = []  # (x, y) of the labels already placed, in points
@@ -336,8 +336,9 @@ class Plotter:
                    bool(entry.get("causal")), -1, -1, entry.get("generator", ""))
             panels.setdefault((entry.get("seq_q", 0), key), []).append(entry)
         fig, axes = grid(len(panels))
+        pending = []  # (panel, the chosen batches' labels), placed once every panel's limits are known
         for ax, ((seq, key), entries) in zip(axes, sorted(panels.items())):
-            notes = []  # the chosen batches' labels, placed once the panel's limits are known
+            notes = []
             for entry in entries:
                 label = label_of(entry)
                 style = self.styles.of(label)
@@ -367,11 +368,14 @@ class Plotter:
                     if p.get("outcome") == "out of memory":
                         ax.axvline(p["batch"], color=style["color"], linewidth=0.6, linestyle=":")
             power_of_two_axis(ax)
-            annotate_apart(ax, notes)
+            pending.append((ax, notes))
             ax.set_title(f"N{seq} {panel_title(key)}")
             ax.set_xlabel("batch")
             ax.set_ylabel("tokens/s")
             ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(si_label))
+        fig.canvas.draw()  # the axes' limits and transforms as they will be saved
+        for ax, notes in pending:
+            annotate_apart(ax, notes)
         # Under the panels, as the other plots do: inside one, nine backends' labels hid the low curves.
         self.save(fig, "tuner_throughput_vs_batch", "Batch tuner: throughput vs batch",
                   "Dots: the search's feasible probes; x: measured but over a limit; dotted lines: out of memory; "

@@ -34,42 +34,48 @@ void launch_for_dtype(const Params& params, cudaStream_t stream) {
   }
 }
 
-}  // namespace
+Error unsupported_dtype(DType dtype) {
+  return Error(ErrorKind::Unsupported,
+               fmt::format("dtype {} not supported by flash3; allowed: fp16, bf16", to_string(dtype)));
+}
 
-void launch_forward_m192(const Params& params, DType dtype, void* stream) {
-  auto cuda_stream = static_cast<cudaStream_t>(stream);
-  if (params.head_dim != 64) {
-    throw Error(ErrorKind::Unsupported,
-                fmt::format("flash3: kernel config 'm192' exists for head dim 64 only, not {}", params.head_dim));
+// A tile config (m192, n176): a kernel for one head dim, whose tiles are not sparge's 128 × 128
+// blocks. run(ElementTag<Element>{}) launches it for the element type (this TU is C++17: no
+// std::type_identity).
+template <class Element>
+struct ElementTag {
+  using type = Element;
+};
+template <class Run>
+void launch_tile_config(const char* config, int head_dim, const char* tiles, const Params& params, DType dtype,
+                        Run run) {
+  if (params.head_dim != head_dim) {
+    throw Error(ErrorKind::Unsupported, fmt::format("flash3: kernel config '{}' exists for head dim {} only, not {}",
+                                                    config, head_dim, params.head_dim));
   }
   if (params.block_index != nullptr) {
-    throw Error(ErrorKind::Internal, "flash3: kernel config 'm192' (192-row tiles) takes no 128-row block list");
+    throw Error(ErrorKind::Internal,
+                fmt::format("flash3: kernel config '{}' ({}) takes no 128 × 128 block list", config, tiles));
   }
   switch (dtype) {
-    case DType::F16: return run_forward_m192<__half>(params, cuda_stream);
-    case DType::BF16: return run_forward_m192<__nv_bfloat16>(params, cuda_stream);
-    default:
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("dtype {} not supported by flash3; allowed: fp16, bf16", to_string(dtype)));
+    case DType::F16: return run(ElementTag<__half>{});
+    case DType::BF16: return run(ElementTag<__nv_bfloat16>{});
+    default: throw unsupported_dtype(dtype);
   }
 }
 
+}  // namespace
+
+void launch_forward_m192(const Params& params, DType dtype, void* stream) {
+  launch_tile_config("m192", 64, "192-row tiles", params, dtype, [&](auto element) {
+    run_forward_m192<typename decltype(element)::type>(params, static_cast<cudaStream_t>(stream));
+  });
+}
+
 void launch_forward_n176(const Params& params, DType dtype, void* stream) {
-  auto cuda_stream = static_cast<cudaStream_t>(stream);
-  if (params.head_dim != 128) {
-    throw Error(ErrorKind::Unsupported,
-                fmt::format("flash3: kernel config 'n176' exists for head dim 128 only, not {}", params.head_dim));
-  }
-  if (params.block_index != nullptr) {
-    throw Error(ErrorKind::Internal, "flash3: kernel config 'n176' (176-key tiles) takes no 128-key block list");
-  }
-  switch (dtype) {
-    case DType::F16: return run_forward_n176<__half>(params, cuda_stream);
-    case DType::BF16: return run_forward_n176<__nv_bfloat16>(params, cuda_stream);
-    default:
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("dtype {} not supported by flash3; allowed: fp16, bf16", to_string(dtype)));
-  }
+  launch_tile_config("n176", 128, "176-key tiles", params, dtype, [&](auto element) {
+    run_forward_n176<typename decltype(element)::type>(params, static_cast<cudaStream_t>(stream));
+  });
 }
 
 void launch_forward(const Params& params, DType dtype, void* stream) {
@@ -81,9 +87,7 @@ void launch_forward(const Params& params, DType dtype, void* stream) {
   switch (dtype) {
     case DType::F16: return launch_for_dtype<__half>(params, cuda_stream);
     case DType::BF16: return launch_for_dtype<__nv_bfloat16>(params, cuda_stream);
-    default:
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("dtype {} not supported by flash3; allowed: fp16, bf16", to_string(dtype)));
+    default: throw unsupported_dtype(dtype);
   }
 }
 
