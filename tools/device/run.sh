@@ -24,6 +24,12 @@
 #   (tools/device/python_peer_probe.py, each in a child interpreter) -> py-peer-probe.md.
 #   --tune-sparse: times `attnsuite tune --sparse` for one 32-head d128 layer at N = 8192 (banded),
 #   before the suites; with TUNE_SPARSE_BENCH_ARGS a second tune whose config the sparge suite uses.
+#   --kernel-times: each CUDA kernel of a forward timed apart by Nsight Compute (ncu,
+#   gpu__time_duration, clocks not locked) on `attnsuite bench $KERNEL_TIMES_ARGS` per backend of
+#   KERNEL_TIMES_BACKENDS and N of KERNEL_TIMES_SEQ (default: the sage suite's d128 randn dense
+#   case, sage sage2 flash3 cudnn, N 4096 16384) -> kernel-times.md (tools/device/kernel_times.py:
+#   per backend and N, each kernel's median µs per launch, launches per forward, share).
+#   Env SAGE_PEER_SUITE: another suite file for --sage-peer (default bench/suites/sage.json).
 # Env SANITIZE_FILTER (a gtest filter) replaces the compute-sanitizer case list; SANITIZE_TOOLS the tools.
 # Env ATTNSUITE_GIT_COMMIT (e.g. "$(git rev-parse --short=12 HEAD)", given on the command line
 #   from the checkout that sent the call) is the commit result headers name: this copy's .git is stale.
@@ -54,7 +60,7 @@ snapshot=$!
 trap 'kill "$snapshot" 2>/dev/null' EXIT
 build="$root/.device-build/build"
 deps="$root/.device-build/deps"
-run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 run_sage_peer=0 run_notebook=0 run_py_probe=0 run_tune_sparse=0
+run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 run_sage_peer=0 run_notebook=0 run_py_probe=0 run_tune_sparse=0 run_kernel_times=0
 suites="headline,fa3-grid" tune_kernel_backends="flash2,flash3"
 for arg in "$@"; do
   case "$arg" in
@@ -69,8 +75,9 @@ for arg in "$@"; do
     --notebook) run_notebook=1 ;;
     --py-peer-probe) run_py_probe=1 ;;
     --tune-sparse) run_tune_sparse=1 ;;
+    --kernel-times) run_kernel_times=1 ;;
     --tune-kernels-backends=*) tune_kernel_backends=${arg#--tune-kernels-backends=} ;;
-    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels, --tune-kernels-backends=a,b, --sage-peer, --notebook, --py-peer-probe, --tune-sparse)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels, --tune-kernels-backends=a,b, --sage-peer, --notebook, --py-peer-probe, --tune-sparse, --kernel-times)" >&2; exit 2 ;;
   esac
 done
 declare -a summary
@@ -278,7 +285,7 @@ if [ $run_sage_peer = 1 ]; then
   if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-sage \
        "$root"/.whl/sageattention-*.whl >"$out/sage-peer-install.log" 2>&1; then
     PYTHONPATH=/tmp/site-sage${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 timeout "${SAGE_PEER_TIMEOUT_S:-300}" \
-      python3 "$root/tools/peers/sageattention_runner.py" --suite "$root/bench/suites/sage.json" \
+      python3 "$root/tools/peers/sageattention_runner.py" --suite "${SAGE_PEER_SUITE:-$root/bench/suites/sage.json}" \
       --out "$res/sage-peer.jsonl" >"$out/sage-peer.txt" 2>&1
     status=$?
     if [ -f "$out/bench-sage/results.jsonl" ] && [ -f "$res/sage-peer.jsonl" ]; then
@@ -299,6 +306,30 @@ if [ $run_py_probe = 1 ]; then
     >"$out/py-peer-probe.txt" 2>&1
   summary+=("python peer probe: exit $? in $(( $(date +%s) - start )) s (py-peer-probe.md)")
 fi
+if [ $run_kernel_times = 1 ]; then
+  start=$(date +%s)
+  if command -v ncu >/dev/null; then
+    step "kernel times (ncu)"
+    # One ncu process per backend and sequence length (KERNEL_TIMES_BACKENDS, KERNEL_TIMES_SEQ;
+    # the rest of the case from KERNEL_TIMES_ARGS), one warm-up and two measured forwards each;
+    # ncu times every kernel launch on its own (caches flushed before each, clocks as the card
+    # sets them). kernel_times.py turns the launches into a per-forward breakdown.
+    mkdir -p "$out/kernel-times"
+    read -r -a kt_args <<<"${KERNEL_TIMES_ARGS:---suite sage --head-dim 128 --causal false --generator randn}"
+    for kt_backend in ${KERNEL_TIMES_BACKENDS:-sage sage2 flash3 cudnn}; do
+      for kt_seq in ${KERNEL_TIMES_SEQ:-4096 16384}; do
+        timeout "$(cap 120)" ncu --clock-control none --cache-control all --metrics gpu__time_duration.sum --csv \
+          --print-kernel-base function "$cli" bench "${kt_args[@]}" --backends "$kt_backend" --seq "$kt_seq" \
+          --warmup 1 --min-reps 2 --max-reps 2 --out "$out/kernel-times/bench-$kt_backend-$kt_seq" --force -q \
+          >"$out/kernel-times/$kt_backend@$kt_seq.csv" 2>>"$out/kernel-times.err"
+      done
+    done
+    python3 "$root/tools/device/kernel_times.py" "$out/kernel-times" >"$res/kernel-times.md" 2>>"$out/kernel-times.err"
+    summary+=("kernel times (ncu; ${KERNEL_TIMES_ARGS:-sage suite d128 randn dense}): report exit $? in $(( $(date +%s) - start )) s")
+  else
+    summary+=("kernel times: no ncu on this machine")
+  fi
+fi
 printf '%s\n' "${summary[@]}" >"$out/summary.txt"
 kill "$snapshot" 2>/dev/null; wait "$snapshot" 2>/dev/null
 tar czf "$final/results.tar.gz" -C "$res" . 2>/dev/null
@@ -316,5 +347,6 @@ done
 [ $run_tune_kernels = 1 ] && [ -f "$out/bench-kernel-tune.txt" ] && { echo; echo "## bench through the tuned cache"; cat "$out/bench-kernel-tune.txt"; }
 [ $run_tune = 1 ] && [ -f "$out/tune-headline.txt" ] && { echo; echo "## tune headline"; cat "$out/tune-headline.txt"; }
 [ $run_tune_sparse = 1 ] && [ -f "$out/tune-sparse.txt" ] && { echo; echo "## tune --sparse"; tail -20 "$out/tune-sparse.txt"; }
+[ $run_kernel_times = 1 ] && [ -f "$res/kernel-times.md" ] && { echo; echo "## kernel times (ncu)"; cat "$res/kernel-times.md"; }
 [ $run_py_probe = 1 ] && [ -f "$res/py-peer-probe.md" ] && { echo; echo "## python peer probe"; cat "$res/py-peer-probe.md"; }
 exit 0

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Per-kernel breakdown of one forward from Nsight Compute CSV files (tools/device/run.sh
+--kernel-times): DIR holds one `<backend>@<seq>.csv` per ncu process (`ncu --csv --metrics
+gpu__time_duration.sum --print-kernel-base function attnsuite bench ...`).
+
+For each file: the harness's own kernels (the input generator) are left out; the forwards are
+counted as the launches of the kernel with the largest total time (the attention kernel, once
+per forward); every other kernel is given as its median µs per launch × launches per forward.
+Prints a Markdown table: backend, N, kernel, launches per forward, median µs, share of the
+forward. Times are single launches with flushed caches and unlocked clocks (ncu serializes
+launches), so the sum is close to, not equal to, the harness's end-to-end latency.
+
+Usage: kernel_times.py DIR
+"""
+import csv
+import os
+import re
+import statistics
+import sys
+
+# Kernels of the harness, not of the backend under test.
+HARNESS = re.compile(r"^(generate_kernel)$")
+UNIT_TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
+
+
+def launches_of(path):
+    """[(kernel name, µs)] in launch order, from ncu's CSV (other lines of the file ignored)."""
+    rows = [line for line in open(path, errors="replace") if line.startswith('"')]
+    out = []
+    header = None
+    for record in csv.reader(rows):
+        if "Kernel Name" in record and "Metric Value" in record:
+            header = record
+            continue
+        if header is None or len(record) != len(header):
+            continue
+        row = dict(zip(header, record))
+        if row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        scale = UNIT_TO_US.get(row.get("Metric Unit", "").strip())
+        if scale is None:
+            raise SystemExit(f"kernel_times.py: {path}: unit {row.get('Metric Unit')!r} unknown; allowed: "
+                             + ", ".join(UNIT_TO_US))
+        value = float(row["Metric Value"].replace(",", ""))
+        out.append((row["Kernel Name"], value * scale))
+    return out
+
+
+def short(name):
+    name = re.sub(r"^(void )?(attnsuite::)?", "", name)
+    return name[:70] + ("…" if len(name) > 70 else "")
+
+
+def main():
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+        raise SystemExit("usage: kernel_times.py DIR (a folder of <backend>@<seq>.csv files from ncu)")
+    folder = sys.argv[1]
+    print("| backend | N | kernel | launches / forward | median µs | share |")
+    print("|---|---|---|---|---|---|")
+    for file in sorted(os.listdir(folder)):
+        match = re.fullmatch(r"(.+)@(\d+)\.csv", file)
+        if not match:
+            continue
+        backend, seq = match.group(1), int(match.group(2))
+        launches = [(k, t) for k, t in launches_of(os.path.join(folder, file)) if not HARNESS.match(k)]
+        if not launches:
+            print(f"| {backend} | {seq} | (no kernel timed: see kernel-times.err) | | | |")
+            continue
+        by_kernel = {}
+        for kernel, us in launches:
+            by_kernel.setdefault(kernel, []).append(us)
+        main_kernel = max(by_kernel, key=lambda k: sum(by_kernel[k]))
+        forwards = len(by_kernel[main_kernel])
+        parts = []
+        for kernel, times in by_kernel.items():
+            per_forward = len(times) / forwards
+            parts.append((kernel, per_forward, statistics.median(times)))
+        total = sum(per * med for _, per, med in parts)
+        for kernel, per, med in sorted(parts, key=lambda p: -p[1] * p[2]):
+            print(f"| {backend} | {seq} | {short(kernel)} | {per:.2f} | {med:.1f} | {100 * per * med / total:.1f}% |")
+        print(f"| {backend} | {seq} | **sum per forward** | | **{total:.1f}** | {forwards} forwards |")
+
+
+if __name__ == "__main__":
+    main()
