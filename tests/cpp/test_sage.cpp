@@ -490,7 +490,7 @@ TEST(SageQuantKernels, MatchTheHostReference) {
 }
 
 // The configs of a sage backend that can run here ({} where the backend cannot), checked: the
-// default first, "mma" always, all three on a compute capability 9.0 GPU of a build with wgmma.
+// default first, "mma" always, all four on a compute capability 9.0 GPU of a build with wgmma.
 std::vector<std::string> configs_to_check(const std::string& name) {
   Backend& backend = Registry::global().find(name);
   const AttentionProblem probe = make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false);
@@ -505,14 +505,13 @@ std::vector<std::string> configs_to_check(const std::string& name) {
   EXPECT_EQ(configs.front(), default_kernel_config()) << name << ": the default is listed first";
   EXPECT_NE(std::find(configs.begin(), configs.end(), "mma"), configs.end()) << name;
   if (default_kernel_config() == "wgmma") {
-    EXPECT_EQ(configs, (std::vector<std::string>{"wgmma", "wgmma-serial", "mma"})) << name;
+    EXPECT_EQ(configs, (std::vector<std::string>{"wgmma", "wgmma-pingpong", "wgmma-serial", "mma"})) << name;
   }
   return configs;
 }
 
-// Every kernel config (`mma`, and `wgmma`, `wgmma-serial` on a compute capability 9.0 GPU of a
-// build with them),
-// forced, on odd shapes: causal with seq_q != seq_kv, GQA, one row, both dtypes, BHSD, a
+// Every kernel config (`mma`, and `wgmma`, `wgmma-pingpong`, `wgmma-serial` on a compute
+// capability 9.0 GPU of a build with them), forced, on odd shapes: causal with seq_q != seq_kv, GQA, one row, both dtypes, BHSD, a
 // sliding window. (In tools/device/run.sh's compute-sanitizer filter.)
 TEST(SageBackends, EveryKernelConfigMatchesTheReference) {
   SKIP_WITHOUT_CUDA_DEVICE();

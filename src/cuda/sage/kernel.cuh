@@ -61,6 +61,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const std::int64_t v_row_stride_bytes = kFp8PV ? params.v_keys : params.v_row_stride * 2;
   auto* o_head = static_cast<Element*>(params.o) + batch * params.o_batch_stride + head * params.o_head_stride;
   float* lse_head = params.lse != nullptr ? params.lse + q_slice * params.seq_q : nullptr;
+  // Smooth-K's LSE shift (QuantParams::lse_shift), set whenever an LSE is written.
+  const float* lse_shift_head = params.lse_shift != nullptr ? params.lse_shift + q_slice * params.seq_q : nullptr;
   const float* k_scale_head = params.k_scale + kv_slice * params.k_blocks;
 
   const KeyRange first_row_keys = key_range(params, row_begin);
@@ -368,7 +370,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         }
       const int row = row_begin + warp_row + mt * 16 + quad_row + 8 * half;
       if (lse_head != nullptr && quad_col == 0 && row < params.seq_q) {
-        lse_head[row] = seen ? (row_max[mt][half] + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+        lse_head[row] = seen ? (row_max[mt][half] + log2f(sum)) * 0.69314718055994531f + lse_shift_head[row] : -INFINITY;
       }
     }
 

@@ -12,8 +12,6 @@ inline constexpr int kSupportedHeadDims[] = {64, 128};
 void launch_stats(const StatsParams& params, DType dtype, void* stream);
 void launch_quantize_rows(const QuantParams& params, DType dtype, void* stream);
 void launch_quantize_v(const VQuantParams& params, DType dtype, void* stream);
-// LSE += scale·(q·k̄) per query row (LseShiftParams), after launch_forward.
-void launch_lse_shift(const LseShiftParams& params, DType dtype, void* stream);
 
 // The attention kernel for `mode` (dtype = the 16-bit dtype of V and O). Throws
 // Error(Unsupported) for a (dtype, head dim) without a kernel.

@@ -8,6 +8,13 @@
 
 namespace attnsuite::cuda::sage {
 
+// The consumers' schedule in the sm_90a wgmma kernel (wgmma_kernel.cuh; kernel configs
+// "wgmma-serial", "wgmma-pingpong", "wgmma"): serial (each consumer GEMM → softmax → GEMM, the
+// two unsynchronized), ping-pong (the two take turns at the tensor cores), overlap (ping-pong
+// plus, inside a consumer, Q·K_jᵀ and P_{j-1}·V_{j-1} issued together and the softmax of tile j
+// run while P_{j-1}·V_{j-1} executes: flash3 v2's schedule).
+enum class Schedule : int { Serial = 0, PingPong = 1, Overlap = 2 };
+
 // One quantization pass over a (batch, seq, heads, head_dim) 16-bit tensor.
 struct QuantParams {
   const void* x = nullptr;
@@ -24,6 +31,17 @@ struct QuantParams {
   // the mean (sum of the splits in order, / seq) is subtracted before quantizing. Null for Q.
   const float* mean_partials = nullptr;
   int splits = 0;
+
+  // Q only, where an LSE is asked for: smooth-K shifts every score of query row i by
+  // −scale·(q_i·k̄), which leaves the softmax (and O) unchanged but moves the log-sum-exp by that
+  // much; the Q pass writes lse_shift[row] = shift_scale·(q_i·k̄) (k̄: the mean the K quantizer
+  // subtracts, from k_sum, [batch][heads_kv][splits][head_dim], of the q head's kv head) and the
+  // attention kernel adds it to the LSE it writes. (Before 2026-12-04's fourth session a pass of
+  // its own read Q again for this after the kernel: 52–58 µs per forward at B·N = 16k, d128.)
+  float* lse_shift = nullptr;  // [batch][heads][seq]
+  const float* k_sum = nullptr;
+  int group_size = 1, seq_kv = 0;
+  float shift_scale = 1.0f;  // the softmax scale (natural-log units, as the LSE)
 };
 
 // The statistics pass over K (and V for sage2): partial channel sums of K and partial channel
@@ -49,19 +67,6 @@ struct VQuantParams {
   float* v_scale = nullptr;  // [batch][heads][head_dim] = amax / 448
 };
 
-// After the attention kernel, where it wrote an LSE: smooth-K shifted every score of query row
-// i by −scale·(q_i·k̄), which leaves the softmax (and O) unchanged but moves the log-sum-exp by
-// that much; this pass adds it back, LSE += scale·(q_i·k̄), with k̄ the same mean the K
-// quantizer subtracted (the K partial sums in order, / seq_kv).
-struct LseShiftParams {
-  const void* q = nullptr;
-  std::int64_t batch_stride = 0, row_stride = 0, head_stride = 0;
-  int batch = 0, heads_q = 0, heads_kv = 0, group_size = 1, seq_q = 0, seq_kv = 0, head_dim = 0, splits = 0;
-  const float* k_sum = nullptr;  // the statistics partials, [batch][heads_kv][splits][head_dim]
-  float scale = 1.0f;            // the softmax scale (natural-log units, as the LSE)
-  float* lse = nullptr;          // (batch, heads_q, seq_q)
-};
-
 // The attention kernel.
 struct Params {
   const std::int8_t* q8 = nullptr;  // [batch][heads_q][seq_q][head_dim]
@@ -80,6 +85,7 @@ struct Params {
   void* o = nullptr;     // (batch, seq_q, heads_q, head_dim), the input dtype
   std::int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
   float* lse = nullptr;  // (batch, heads_q, seq_q), natural log; may be null
+  const float* lse_shift = nullptr;  // (batch, heads_q, seq_q), added to the LSE (QuantParams::lse_shift)
 
   int batch = 0, heads_q = 0, heads_kv = 0, group_size = 1, seq_q = 0, seq_kv = 0, head_dim = 0;
   // Bottom-right aligned mask as flash2 (cuda/common/key_range.cuh); causal folded in.

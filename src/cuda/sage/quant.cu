@@ -78,55 +78,110 @@ __global__ void __launch_bounds__(kThreads) stats_kernel(const StatsParams p) {
   }
 }
 
+// The 8 elements of a 16-byte chunk as floats.
+template <class Element>
+__device__ __forceinline__ void unpack_8(const uint4& raw, float (&out)[8]) {
+  const Element* e = reinterpret_cast<const Element*>(&raw);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) out[j] = static_cast<float>(e[j]);
+}
+
+// The channel means of smooth-K for one (batch, kv head): the stats kernel's partial sums added
+// in split order (the order the host reference uses), / seq. 8 partials are
+// loaded before they are added, so the loop is not one L2 round trip per split.
+template <int kHeadDim>
+__device__ __forceinline__ void channel_means(const float* partials, int splits, int seq, float* mean) {
+  for (int c = static_cast<int>(threadIdx.x); c < kHeadDim; c += kThreads) {
+    const float* partial = partials + c;
+    float s = 0.0f;
+    int split = 0;
+    for (; split + 8 <= splits; split += 8) {
+      float batch[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) batch[u] = partial[(split + u) * kHeadDim];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) s += batch[u];
+    }
+    for (; split < splits; ++split) s += partial[split * kHeadDim];
+    mean[c] = s / static_cast<float>(seq);
+  }
+}
+
+// v2 (2026-12-04, 4th session): the H200's ncu timing of v1 gave 72–77 µs per pass for 67 MB
+// read + 33 MB written (1.3 TB/s): every thread held its 8 chunks as 64 floats (2 CTAs per SM,
+// each one load phase then one store phase, little in flight), rows' maxima went through
+// same-address shared atomics, and K's CTAs summed the mean's partials (one L2 round trip per
+// split) before loading anything. Now the chunks stay packed (4 registers each) and are loaded
+// first, the mean is summed while they arrive, and a row's maximum is a shuffle reduction over
+// the kChunks consecutive lanes that hold it. At least 3 CTAs per SM (≤ 80 registers; ptxas
+// gave 108 without the bound at d128, i.e. 2 CTAs, and spilled at 4 CTAs' 64). Q's pass also
+// writes smooth-K's LSE shift per row (QuantParams::lse_shift), k̄ summed as the K pass sums it.
 template <class Element, int kHeadDim>
-__global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const QuantParams p) {
-  constexpr int kChunks = kHeadDim / 8;
+__global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(const QuantParams p) {
+  constexpr int kChunks = kHeadDim / 8;  // consecutive lanes per row
   constexpr int kPerThread = kQuantRowsPerCta * kChunks / kThreads;
   static_assert(kPerThread * kThreads == kQuantRowsPerCta * kChunks, "chunks divide among the threads");
+  static_assert(kThreads % kChunks == 0 && 32 % kChunks == 0, "a thread keeps its chunk; a row is within a warp");
   __shared__ float mean[kHeadDim];
+  __shared__ float k_mean[kHeadDim];  // Q with lse_shift: k̄ of the q head's kv head
   __shared__ std::uint32_t row_amax[kQuantRowsPerCta];
   __shared__ float block_inverse[kQuantRowsPerCta];
   const int head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
   const int row_begin = static_cast<int>(blockIdx.x) * kQuantRowsPerCta;
   const std::int64_t slice = static_cast<std::int64_t>(batch) * p.heads + head;
-  const auto* x = static_cast<const Element*>(p.x) + batch * p.batch_stride + head * p.head_stride;
+  const int chunk = static_cast<int>(threadIdx.x) % kChunks;  // the same for every i
+  const auto* x = static_cast<const Element*>(p.x) + batch * p.batch_stride + head * p.head_stride + chunk * 8;
 
-  for (int c = static_cast<int>(threadIdx.x); c < kHeadDim; c += kThreads) {
-    float m = 0.0f;
-    if (p.mean_partials != nullptr) {
-      const float* partial = p.mean_partials + slice * p.splits * kHeadDim + c;
-      float s = 0.0f;
-      for (int split = 0; split < p.splits; ++split) s += partial[split * kHeadDim];
-      m = s / static_cast<float>(p.seq);
-    }
-    mean[c] = m;
-  }
-  for (int r = static_cast<int>(threadIdx.x); r < kQuantRowsPerCta; r += kThreads) row_amax[r] = 0;
-  __syncthreads();
-
-  float values[kPerThread][8];
+  uint4 raw[kPerThread];
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
-    const int index = i * kThreads + static_cast<int>(threadIdx.x);
-    const int r = index / kChunks, chunk = index % kChunks, row = row_begin + r;
+    const int row = row_begin + (i * kThreads + static_cast<int>(threadIdx.x)) / kChunks;
+    raw[i] = row < p.seq ? *reinterpret_cast<const uint4*>(x + row * p.row_stride) : make_uint4(0, 0, 0, 0);
+  }
+  if (p.mean_partials != nullptr) {
+    channel_means<kHeadDim>(p.mean_partials + slice * p.splits * kHeadDim, p.splits, p.seq, mean);
+  } else {
+    for (int c = static_cast<int>(threadIdx.x); c < kHeadDim; c += kThreads) mean[c] = 0.0f;
+  }
+  if (p.lse_shift != nullptr) {
+    const std::int64_t kv_slice = static_cast<std::int64_t>(batch) * (p.heads / p.group_size) + head / p.group_size;
+    channel_means<kHeadDim>(p.k_sum + kv_slice * p.splits * kHeadDim, p.splits, p.seq_kv, k_mean);
+  }
+  __syncthreads();
+  float my_mean[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) my_mean[j] = mean[chunk * 8 + j];
+  // Rows past the end of the input are zeros: their maximum is 0 (they are never written).
+  const auto centered = [&](int i, float(&v)[8]) {
+    unpack_8<Element>(raw[i], v);
+    const int row = row_begin + (i * kThreads + static_cast<int>(threadIdx.x)) / kChunks;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = row < p.seq ? v[j] - my_mean[j] : 0.0f;
+  };
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    float v[8];
+    centered(i, v);
     std::uint32_t amax = 0;
-    if (row < p.seq) {
-      load_8(x + row * p.row_stride + chunk * 8, values[i]);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        values[i][j] -= mean[chunk * 8 + j];
-        amax = max(amax, abs_bits(values[i][j]));
-      }
-    } else {
+    for (int j = 0; j < 8; ++j) amax = max(amax, abs_bits(v[j]));
 #pragma unroll
-      for (int j = 0; j < 8; ++j) values[i][j] = 0.0f;
+    for (int offset = kChunks / 2; offset > 0; offset /= 2) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    if (chunk == 0) row_amax[(i * kThreads + static_cast<int>(threadIdx.x)) / kChunks] = amax;
+    if (p.lse_shift != nullptr) {
+      // Q has no mean of its own: v is the row as given (0 past the end).
+      float dot = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) dot += v[j] * k_mean[chunk * 8 + j];
+#pragma unroll
+      for (int offset = kChunks / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      const int row = row_begin + (i * kThreads + static_cast<int>(threadIdx.x)) / kChunks;
+      if (chunk == 0 && row < p.seq) p.lse_shift[slice * p.seq + row] = p.shift_scale * dot;
     }
-    atomicMax(&row_amax[r], amax);
   }
   __syncthreads();
   const int blocks_here = kQuantRowsPerCta / p.block_rows;
-  if (static_cast<int>(threadIdx.x) < blocks_here) {
-    const int b = static_cast<int>(threadIdx.x);
+  for (int b = static_cast<int>(threadIdx.x); b < blocks_here; b += kThreads) {
     std::uint32_t bits = 0;
     for (int r = b * p.block_rows; r < (b + 1) * p.block_rows; ++r) bits = max(bits, row_amax[r]);
     const float amax = bits_float(bits);
@@ -135,12 +190,13 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const QuantPara
     if (global_block < p.blocks) p.scale[slice * p.blocks + global_block] = amax / kInt8Max * p.scale_multiplier;
   }
   __syncthreads();
-  std::int8_t* out = p.out + slice * p.seq * kHeadDim;
+  std::int8_t* out = p.out + slice * p.seq * kHeadDim + chunk * 8;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
-    const int index = i * kThreads + static_cast<int>(threadIdx.x);
-    const int r = index / kChunks, chunk = index % kChunks, row = row_begin + r;
+    const int r = (i * kThreads + static_cast<int>(threadIdx.x)) / kChunks, row = row_begin + r;
     if (row >= p.seq) continue;
+    float v[8];
+    centered(i, v);
     const float inverse = block_inverse[r / p.block_rows];
     std::uint32_t packed[2];
 #pragma unroll
@@ -148,23 +204,29 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(const QuantPara
       std::uint32_t word = 0;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        word |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(quantize_int8(values[i][4 * w + j], inverse)))
-                << (8 * j);
+        word |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(quantize_int8(v[4 * w + j], inverse))) << (8 * j);
       packed[w] = word;
     }
-    *reinterpret_cast<uint2*>(out + static_cast<std::int64_t>(row) * kHeadDim + chunk * 8) =
-        make_uint2(packed[0], packed[1]);
+    *reinterpret_cast<uint2*>(out + static_cast<std::int64_t>(row) * kHeadDim) = make_uint2(packed[0], packed[1]);
   }
 }
 
+// v2 (same session and reason as quantize_rows_kernel's): v1 wrote the transposed tile byte by
+// byte with each lane owning 8 channels, so the 16 lanes of a key hit one shared-memory bank
+// (channel stride 8 rows × 64 bytes): 94–100 µs per pass on the H200 for 67 MB in + 33 MB out.
+// Now a thread owns the four keys that share one 32-bit word of the permuted Vᵀ row
+// (v_key_position: keys 2c, 2c+1, 2c+8, 2c+9 of a 16-key group are bytes 0..3 of word c) for
+// 8 channels, writes whole words, and the word index is XOR-swizzled by the channel's chunk so
+// that the lanes of a warp fall on different banks.
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(kThreads) quantize_v_kernel(const VQuantParams p) {
   constexpr int kChunks = kHeadDim / 8;
-  constexpr int kKeys = kVKeyPad;  // keys per CTA
-  constexpr int kPerThread = kKeys * kChunks / kThreads;
-  static_assert(kPerThread * kThreads == kKeys * kChunks, "chunks divide among the threads");
+  constexpr int kKeys = kVKeyPad;                   // keys per CTA
+  constexpr int kWords = kKeys / 4;                 // 32-bit words per transposed row
+  constexpr int kTasks = (kKeys / 16) * 4 * kChunks;  // (16-key group, word in the group, chunk)
+  static_assert(kWords == 16 && kChunks <= 16, "the XOR swizzle permutes a row's 16 words by the chunk");
   __shared__ float inverse[kHeadDim];
-  __shared__ __align__(16) std::uint8_t tile[kHeadDim][kKeys];
+  __shared__ std::uint32_t tile[kHeadDim][kWords];
   const int head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
   const int key_begin = static_cast<int>(blockIdx.x) * kKeys;
   const std::int64_t slice = static_cast<std::int64_t>(batch) * p.heads + head;
@@ -179,67 +241,39 @@ __global__ void __launch_bounds__(kThreads) quantize_v_kernel(const VQuantParams
   }
   __syncthreads();
   const auto* v = static_cast<const Element*>(p.v) + batch * p.batch_stride + head * p.head_stride;
+  for (int task = static_cast<int>(threadIdx.x); task < kTasks; task += kThreads) {
+    const int chunk = task % kChunks, word = (task / kChunks) % 4, group = task / (4 * kChunks);
+    // Byte b of the word holds key 16·group + {2w, 2w+1, 2w+8, 2w+9}[b] (v_key_position).
+    float values[4][8];
 #pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int index = i * kThreads + static_cast<int>(threadIdx.x);
-    const int r = index / kChunks, chunk = index % kChunks, key = key_begin + r;
-    float values[8] = {};
-    if (key < p.seq) load_8(v + key * p.row_stride + chunk * 8, values);
-    const int position = v_key_position(r);
+    for (int b = 0; b < 4; ++b) {
+      const int key = key_begin + 16 * group + 2 * word + (b % 2) + 8 * (b / 2);
+      if (key < p.seq) {
+        load_8(v + key * p.row_stride + chunk * 8, values[b]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) values[b][j] = 0.0f;  // padding keys stay 0 (P is 0 there; 0·NaN would not be)
+      }
+    }
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int c = chunk * 8 + j;
-      // Padding keys stay 0 (finite: P is 0 there, and 0 · NaN would not be).
-      tile[c][position] = static_cast<std::uint8_t>(
-          __nv_cvt_float_to_fp8(values[j] * inverse[c], __NV_SATFINITE, __NV_E4M3));
+      const float scale = inverse[c];
+      std::uint32_t packed = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        packed |= static_cast<std::uint32_t>(__nv_cvt_float_to_fp8(values[b][j] * scale, __NV_SATFINITE, __NV_E4M3))
+                  << (8 * b);
+      tile[c][(4 * group + word) ^ chunk] = packed;
     }
   }
   __syncthreads();
   std::uint8_t* vt = p.vt + slice * kHeadDim * p.padded_keys + key_begin;
   for (int index = static_cast<int>(threadIdx.x); index < kHeadDim * (kKeys / 16); index += kThreads) {
-    const int c = index / (kKeys / 16), chunk = index % (kKeys / 16);
-    *reinterpret_cast<uint4*>(vt + c * p.padded_keys + chunk * 16) =
-        *reinterpret_cast<const uint4*>(&tile[c][chunk * 16]);
-  }
-}
-
-// A CTA per (64 query rows, q head, batch): the K mean of the head's kv head once into shared
-// memory (the same sum, in the same order, as quantize_rows_kernel's), then one warp per row:
-// the dot product of the row (16-bit, 8 elements a lane) with it, reduced over the warp.
-// −inf (no key) stays −inf; NaN stays NaN.
-constexpr int kLseRowsPerCta = 64;
-
-template <class Element, int kHeadDim>
-__global__ void __launch_bounds__(kThreads) lse_shift_kernel(const LseShiftParams p) {
-  constexpr int kWarps = kThreads / 32;
-  __shared__ float mean[kHeadDim];
-  const int head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
-  const int kv = head / p.group_size;
-  const float* partial = p.k_sum + (static_cast<std::int64_t>(batch) * p.heads_kv + kv) * p.splits * kHeadDim;
-  for (int c = static_cast<int>(threadIdx.x); c < kHeadDim; c += kThreads) {
-    float s = 0.0f;
-    for (int split = 0; split < p.splits; ++split) s += partial[split * kHeadDim + c];
-    mean[c] = s / static_cast<float>(p.seq_kv);
-  }
-  __syncthreads();
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const auto* q_head = static_cast<const Element*>(p.q) + batch * p.batch_stride + head * p.head_stride;
-  float* lse_head = p.lse + (static_cast<std::int64_t>(batch) * p.heads_q + head) * p.seq_q;
-  const int row_end = min(p.seq_q, (static_cast<int>(blockIdx.x) + 1) * kLseRowsPerCta);
-  for (int i = static_cast<int>(blockIdx.x) * kLseRowsPerCta + warp; i < row_end; i += kWarps) {
-    float dot = 0.0f;
-    for (int chunk = lane; chunk < kHeadDim / 8; chunk += 32) {
-      float x[8];
-      load_8(q_head + i * p.row_stride + chunk * 8, x);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) dot += x[j] * mean[chunk * 8 + j];
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-    if (lane == 0) {
-      const float value = lse_head[i];
-      if (value != -INFINITY) lse_head[i] = value + p.scale * dot;
-    }
+    const int c = index / (kKeys / 16), part = index % (kKeys / 16), swizzle = c / 8;
+    const uint4 out = make_uint4(tile[c][(4 * part) ^ swizzle], tile[c][(4 * part + 1) ^ swizzle],
+                                 tile[c][(4 * part + 2) ^ swizzle], tile[c][(4 * part + 3) ^ swizzle]);
+    *reinterpret_cast<uint4*>(vt + c * p.padded_keys + part * 16) = out;
   }
 }
 
@@ -294,21 +328,7 @@ struct VLaunch {
   }
 };
 
-template <class Element, int kHeadDim>
-struct LseShiftLaunch {
-  static void run(const LseShiftParams& p, cudaStream_t stream) {
-    const int ctas = (p.seq_q + kLseRowsPerCta - 1) / kLseRowsPerCta;
-    lse_shift_kernel<Element, kHeadDim><<<grid_of(ctas, p.heads_q, p.batch), kThreads, 0, stream>>>(p);
-    ATTNSUITE_CUDA_CHECK_LAUNCH("sage lse_shift_kernel");
-  }
-};
-
 }  // namespace
-
-void launch_lse_shift(const LseShiftParams& params, DType dtype, void* stream) {
-  if (params.lse == nullptr || params.batch == 0 || params.heads_q == 0 || params.seq_q == 0) return;
-  dispatch<LseShiftLaunch>(params, dtype, params.head_dim, static_cast<cudaStream_t>(stream));
-}
 
 void launch_stats(const StatsParams& params, DType dtype, void* stream) {
   dispatch<StatsLaunch>(params, dtype, params.head_dim, static_cast<cudaStream_t>(stream));

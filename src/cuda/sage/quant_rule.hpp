@@ -123,8 +123,9 @@ ATTNSUITE_SAGE_HD constexpr std::int64_t v_padded_keys(std::int64_t seq_kv) {
 //   k_sum / v_amax  fp32 / u32 [batch][heads_kv][splits][head_dim]: the statistics partials
 //   vt8    e4m3  [batch][heads_kv][head_dim][v_padded_keys] (sage2; keys permuted per 16)
 //   v_scale fp32 [batch][heads_kv][head_dim] (sage2)
+//   lse_shift fp32 [batch][heads_q][seq_q]: smooth-K's LSE shift per query row
 struct WorkspaceLayout {
-  std::size_t q8 = 0, k8 = 0, q_scale = 0, k_scale = 0, k_sum = 0, v_amax = 0, vt8 = 0, v_scale = 0;
+  std::size_t q8 = 0, k8 = 0, q_scale = 0, k_scale = 0, k_sum = 0, v_amax = 0, vt8 = 0, v_scale = 0, lse_shift = 0;
   std::size_t bytes = 0;
   int q_blocks = 0, k_blocks = 0, splits = 0;
   std::int64_t v_keys = 0;
@@ -150,6 +151,7 @@ inline WorkspaceLayout workspace_layout(Mode mode, int batch, int heads_q, int h
   l.q_scale = take(b * hq * static_cast<std::size_t>(l.q_blocks) * 4);
   l.k_scale = take(b * hkv * static_cast<std::size_t>(l.k_blocks) * 4);
   l.k_sum = take(b * hkv * static_cast<std::size_t>(l.splits) * d * 4);
+  l.lse_shift = take(b * hq * static_cast<std::size_t>(seq_q) * 4);
   if (mode == Mode::Sage2) {
     l.v_amax = take(b * hkv * static_cast<std::size_t>(l.splits) * d * 4);
     l.vt8 = take(b * hkv * d * static_cast<std::size_t>(l.v_keys));

@@ -1,14 +1,15 @@
 // `sage` and `sage2`: attnsuite's SageAttention-class quantized kernels, as Backends. Host side
-// only: supports(), the workspace, and the four launches of one forward — statistics of K (and
-// V), INT8 Q, smoothed INT8 K, (FP8 Vᵀ), attention — all on the caller's stream and all part of
-// the forward, so the harness's latency includes the quantization.
+// only: supports(), the workspace, and the launches of one forward — statistics of K (and V),
+// INT8 Q (and smooth-K's LSE shift), smoothed INT8 K, (FP8 Vᵀ), attention — all on the caller's
+// stream and all part of the forward, so the harness's latency includes the quantization.
 //
 // Two attention kernels read the same quantized buffers, exposed as kernel configs
 // (Backend::kernel_configs): "mma" (kernel.cuh, mma.sync, sm80+ / sm89+ for sage2) and the
-// sm_90a wgmma kernel (wgmma_kernel.cuh, built with ATTNSUITE_FLASH3) in two schedules, "wgmma"
-// (the two consumer warpgroups ping-pong at the tensor cores) and "wgmma-serial" (flash3 v1's
-// unsynchronized consumers). The default is "wgmma" wherever it can run (a compute capability
-// 9.0 GPU, and for sage a V that TMA can read), else "mma".
+// sm_90a wgmma kernel (wgmma_kernel.cuh, built with ATTNSUITE_FLASH3) in three schedules,
+// "wgmma" (flash3 v2's: the two consumer warpgroups ping-pong at the tensor cores, and each
+// overlaps its softmax of tile j with its P·V of tile j − 1), "wgmma-pingpong" (ping-pong only)
+// and "wgmma-serial" (flash3 v1's unsynchronized consumers). The default is "wgmma" wherever it
+// can run (a compute capability 9.0 GPU, and for sage a V that TMA can read), else "mma".
 #include "cuda/sage/sage.hpp"
 
 #include <cuda_runtime_api.h>
@@ -39,6 +40,7 @@ using sage::Mode;
 
 constexpr std::string_view kMmaConfig = "mma";
 constexpr std::string_view kWgmmaConfig = "wgmma";
+constexpr std::string_view kWgmmaPingPongConfig = "wgmma-pingpong";
 constexpr std::string_view kWgmmaSerialConfig = "wgmma-serial";
 
 // Whether this build has the wgmma kernels and the current GPU runs sm_90a code (exactly
@@ -128,19 +130,21 @@ class SageBackend final : public Backend {
   }
 
   // The default first (what `tune --kernels` compares the others against): "wgmma" where it
-  // runs, then "wgmma-serial" and "mma".
+  // runs, then "wgmma-pingpong", "wgmma-serial" and "mma".
   std::vector<std::string> kernel_configs(const AttentionProblem&) const override {
     if (wgmma_runs_here())
-      return {std::string(kWgmmaConfig), std::string(kWgmmaSerialConfig), std::string(kMmaConfig)};
+      return {std::string(kWgmmaConfig), std::string(kWgmmaPingPongConfig), std::string(kWgmmaSerialConfig),
+              std::string(kMmaConfig)};
     return {std::string(kMmaConfig)};
   }
   void force_kernel_config(std::string_view config) override {
     const bool known = config.empty() || config == "default" || config == kMmaConfig ||
-                       (ATTNSUITE_HAVE_FLASH3 && (config == kWgmmaConfig || config == kWgmmaSerialConfig));
+                       (ATTNSUITE_HAVE_FLASH3 && (config == kWgmmaConfig || config == kWgmmaPingPongConfig ||
+                                                  config == kWgmmaSerialConfig));
     if (!known) {
       throw Error(ErrorKind::Usage,
                   fmt::format("{}: kernel config '{}' unknown; allowed: {}", name(), config,
-                              ATTNSUITE_HAVE_FLASH3 ? "default, wgmma, wgmma-serial, mma"
+                              ATTNSUITE_HAVE_FLASH3 ? "default, wgmma, wgmma-pingpong, wgmma-serial, mma"
                                                     : "default, mma (this build has no wgmma: ATTNSUITE_FLASH3=OFF)"));
     }
     forced_ = config == "default" ? std::string() : std::string(config);
@@ -226,6 +230,16 @@ class SageBackend final : public Backend {
     q.block_rows = sage::q_block_rows(mode_);
     q.blocks = layout.q_blocks;
     q.scale_multiplier = scale_log2;
+    if (args.lse.data != nullptr) {
+      // Smooth-K moves each row's scores by −scale·(q·k̄): O does not see it, the LSE does; the
+      // Q pass computes it and the attention kernel adds it to the LSE.
+      q.lse_shift = reinterpret_cast<float*>(workspace + layout.lse_shift);
+      q.k_sum = stats.k_sum;
+      q.splits = layout.splits;
+      q.group_size = problem.group_size();
+      q.seq_kv = problem.seq_kv;
+      q.shift_scale = problem.softmax_scale();
+    }
     sage::launch_quantize_rows(q, problem.dtype, stream);
 
     sage::QuantParams k = rows_of(args.k, problem.heads_kv, problem.seq_kv, layout.k8, layout.k_scale);
@@ -272,6 +286,7 @@ class SageBackend final : public Backend {
     params.o_row_stride = args.o.strides[1];
     params.o_head_stride = args.o.strides[2];
     params.lse = args.lse.data;
+    params.lse_shift = q.lse_shift;
     params.batch = problem.batch;
     params.heads_q = problem.heads_q;
     params.heads_kv = problem.heads_kv;
@@ -299,28 +314,11 @@ class SageBackend final : public Backend {
       sage::launch_forward(mode_, params, problem.dtype, stream);
     } else {
 #if ATTNSUITE_HAVE_FLASH3
-      sage::launch_forward_wgmma(mode_, params, problem.dtype, last_config_ == kWgmmaConfig, stream);
+      const sage::Schedule schedule = last_config_ == kWgmmaConfig           ? sage::Schedule::Overlap
+                                      : last_config_ == kWgmmaPingPongConfig ? sage::Schedule::PingPong
+                                                                             : sage::Schedule::Serial;
+      sage::launch_forward_wgmma(mode_, params, problem.dtype, schedule, stream);
 #endif
-    }
-    if (args.lse.data != nullptr) {
-      // Smooth-K moved each row's scores by −scale·(q·k̄): O does not see it, the LSE does.
-      sage::LseShiftParams shift;
-      shift.q = args.q.data;
-      shift.batch_stride = args.q.strides[0];
-      shift.row_stride = args.q.strides[1];
-      shift.head_stride = args.q.strides[2];
-      shift.batch = problem.batch;
-      shift.heads_q = problem.heads_q;
-      shift.heads_kv = problem.heads_kv;
-      shift.group_size = problem.group_size();
-      shift.seq_q = problem.seq_q;
-      shift.seq_kv = problem.seq_kv;
-      shift.head_dim = d;
-      shift.splits = layout.splits;
-      shift.k_sum = stats.k_sum;
-      shift.scale = problem.softmax_scale();
-      shift.lse = args.lse.data;
-      sage::launch_lse_shift(shift, problem.dtype, stream);
     }
   }
 
@@ -345,12 +343,14 @@ class SageBackend final : public Backend {
         throw Error(ErrorKind::Unsupported,
                     fmt::format("{}: kernel config '{}' cannot run: {}", name(), forced_, why_not));
       }
-      return forced_ == kWgmmaSerialConfig ? kWgmmaSerialConfig : kWgmmaConfig;
+      if (forced_ == kWgmmaSerialConfig) return kWgmmaSerialConfig;
+      return forced_ == kWgmmaPingPongConfig ? kWgmmaPingPongConfig : kWgmmaConfig;
     }
     if (KernelConfigCache::global().size() != 0) {
       const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, std::string(name()), problem));
       if (cached && *cached == kMmaConfig) return kMmaConfig;
       if (cached && *cached == kWgmmaSerialConfig && why_not.empty()) return kWgmmaSerialConfig;
+      if (cached && *cached == kWgmmaPingPongConfig && why_not.empty()) return kWgmmaPingPongConfig;
     }
     return why_not.empty() ? kWgmmaConfig : kMmaConfig;
   }

@@ -1,8 +1,9 @@
-// sage wgmma (sm_90a) forward, fp16, head dim 128, ping-pong and serial schedules: one
+// sage wgmma (sm_90a) forward, fp16, head dim 128, overlap, ping-pong and serial schedules: one
 // translation unit per (mode, dtype, head dim).
 #include "cuda/sage/wgmma_launch_template.cuh"
 
 namespace attnsuite::cuda::sage::wgmma {
-template void run_forward<Mode::Sage, __half, 128, true>(const Params& params, cudaStream_t stream);
-template void run_forward<Mode::Sage, __half, 128, false>(const Params& params, cudaStream_t stream);
+template void run_forward<Mode::Sage, __half, 128, Schedule::Overlap>(const Params& params, cudaStream_t stream);
+template void run_forward<Mode::Sage, __half, 128, Schedule::PingPong>(const Params& params, cudaStream_t stream);
+template void run_forward<Mode::Sage, __half, 128, Schedule::Serial>(const Params& params, cudaStream_t stream);
 }  // namespace attnsuite::cuda::sage::wgmma

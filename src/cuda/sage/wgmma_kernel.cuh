@@ -22,8 +22,8 @@
 // (named barriers), one GEMM section (P·V of tile n + Q·Kᵀ of tile n + 1) at a time, so that one
 // consumer's softmax runs while the other's GEMMs execute (FlashAttention-3's ping-pong);
 // "wgmma-serial" — the consumers run unsynchronized, each GEMM → softmax → GEMM (flash3 v1).
-// Epilogue: O / row sum, LSE = (max + log2 sum)·ln 2 (before smooth-K's shift, which
-// lse_shift_kernel adds back), straight to global memory. Rows that see no key: O = 0,
+// Epilogue: O / row sum, LSE = (max + log2 sum)·ln 2 + smooth-K's shift of the row (the Q
+// quantizer computed it), straight to global memory. Rows that see no key: O = 0,
 // LSE = -inf; a NaN sum propagates (docs/kernels/sage.md, "Edge cases").
 #pragma once
 
@@ -177,7 +177,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   float acc_o[kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) acc_o[i] = 0.0f;
-  std::uint32_t acc_s[kTileN / 2];  // written by each tile's first Q·Kᵀ k-step (wgmma_ss_s8_first)
+  // S: written by each tile's first Q·Kᵀ k-step (wgmma_ss_s8_first); the softmax turns it into
+  // the float bits of the scores, then of P, in place.
+  std::uint32_t acc_s[kTileN / 2];
   // sage2: each tile's FP8 P·V (overwritten by scale-d 0, so initialized once).
   float acc_tile[kFp8PV ? kHeadDim / 2 : 1];
 #pragma unroll
@@ -192,13 +194,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       smem_q + consumer * Traits::kRowsPerConsumer * Traits::kRowBytes, 16, Traits::kSwizzlePeriod);
 
   // Ping-pong (Traits::kPingPong): the two consumers take turns at the tensor cores, so that one
-  // runs its softmax while the other's GEMMs execute. A turn is one "GEMM section": P·V of tile n
-  // and the issue of Q·Kᵀ of tile n + 1 (and, before the loop, Q·Kᵀ of the first tile). Named
-  // barrier 1 + c is consumer c's turn: it waits there (bar.sync, 256 = its 128 threads + the
-  // other consumer's 128 arriving) and, after its section, arrives on the other's (bar.arrive).
-  // Consumer 1 arrives once on consumer 0's barrier first, so consumer 0 starts; both have the
-  // same number of sections (the same tiles), so consumer 1 skips its arrival after its last
-  // one and every bar.sync has exactly one matching bar.arrive. (Barrier 0 is __syncthreads.)
+  // runs its softmax while the other's GEMMs execute. A turn is one "GEMM section": serial and
+  // ping-pong, P·V of tile n and the issue of Q·Kᵀ of tile n + 1; overlap, Q·Kᵀ of tile n + 1 and
+  // P·V of tile n issued together; the first tile's Q·Kᵀ and the last tile's P·V are sections of
+  // their own, so every consumer has T + 1 sections. Named barrier 1 + c is consumer c's turn:
+  // it waits there (bar.sync, 256 = its 128 threads + the other consumer's 128 arriving) and,
+  // after its section, arrives on the other's (bar.arrive). Consumer 1 arrives once on consumer
+  // 0's barrier first, so consumer 0 starts; both have the same number of sections (the same
+  // tiles), so consumer 1 skips its arrival after its last one and every bar.sync has exactly
+  // one matching bar.arrive. (Barrier 0 is __syncthreads.)
   auto take_turn = [&] {
     if constexpr (Traits::kPingPong) named_barrier_sync(1 + consumer, 256);
   };
@@ -211,20 +215,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (consumer == 1) named_barrier_arrive(1, 256);
   }
 
-  // The K scales of tile n_block (blocks past the end of K are 0: those keys are masked).
-  auto load_k_scales = [&](int n_block, float(&k_scale)[Traits::kKBlocksPerTile]) {
-#pragma unroll
-    for (int b = 0; b < Traits::kKBlocksPerTile; ++b) {
-      const int block = n_block * kTileN / Traits::kKBlockRows + b;
-      k_scale[b] = block < params.k_blocks ? __ldg(k_scale_head + block) : 0.0f;
-    }
-  };
-  // Issues S = Q8·K8ᵀ of the tile in `stage` (committed, not waited for): head_dim / 32 k-steps
-  // of 32 bytes inside the swizzled row (+2 in the encoded start address; the hardware applies
-  // the swizzle to the computed addresses).
-  auto issue_scores = [&](int stage, std::uint32_t phase) {
-    barrier_wait(k_full(stage), phase);
-    wgmma_fence();
+  // Issues S = Q8·K8ᵀ of the tile in `stage` (committed, not waited for; the caller has waited
+  // for K): head_dim / 32 k-steps of 32 bytes inside the swizzled row (+2 in the encoded start
+  // address; the hardware applies the swizzle to the computed addresses).
+  auto issue_scores = [&](int stage) {
     const std::uint64_t k_descriptor = matrix_descriptor_swizzled<Traits::kSwizzleBytes>(
         smem_k + stage * Traits::kKBytes, 16, Traits::kSwizzlePeriod);
     wgmma_ss_s8_first(acc_s, q_descriptor, k_descriptor);
@@ -234,30 +228,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     wgmma_commit();
   };
 
-  barrier_wait(q_full, 0);
-
-  int stage = 0;
-  std::uint32_t phase = 0;
-  for (int visit = 0; visit < tiles; ++visit) {
-    const int n_block = tile_block(visit);
-    const std::uint32_t v_tile = smem_v + stage * Traits::kVBytes;
+  // The tile's P as wgmma A fragments: sage, 16-bit pairs (16 keys per k-step); sage2, e4m3 in
+  // the A-fragment order of k32 (a[0] = row g keys 2c, 2c+1, 2c+8, 2c+9 of the first 16, a[1]
+  // the same of row g+8, a[2] / a[3] the next 16 keys), which is the order Vᵀ8 holds its keys in
+  // (v_key_position = π⁻¹, fp8_layout.hpp).
+  constexpr int kPSteps = kFp8PV ? kTileN / 32 : kTileN / 16;
+  std::uint32_t p[kPSteps][4];
+  // Dequantizes S (acc_s, in place: float bits of the scores in log2 units), masks it, runs the
+  // online softmax and leaves P in acc_s (sage2: P·448) and the rows' correction.
+  //  With x the int score and c = q_scale·k_scale, bits(x + 0x4B400000) is the float
+  //  1.5·2^23 + x exactly (|x| < 2^22), so s = fma(that, c, −1.5·2^23·c) = x·c up to the rounding
+  //  of 1.5·2^23·c, at most 0.75·c — under one unit of the INT8 dot product, whose quantization
+  //  error is hundreds of units — in IADD + FFMA (v1: IADD + FADD + FMUL). c = 0 gives 0, a NaN /
+  //  inf scale NaN.
+  auto softmax_tile = [&](int n_block, const float(&k_scale)[Traits::kKBlocksPerTile], float(&correction)[2]) {
     const int key_begin = n_block * kTileN;
-    float k_scale[Traits::kKBlocksPerTile];
-    load_k_scales(n_block, k_scale);
-    // Q·Kᵀ of this tile ends the section that P·V of the previous tile began (the first tile's
-    // is a section of its own).
-    if (visit == 0) take_turn();
-    issue_scores(stage, phase);
-    pass_turn(false);
-    wgmma_wait<0>();
-    fence_registers(acc_s);
-
-    // Dequantize into fp32 scores (log2 units): with x the int score and c = q_scale·k_scale,
-    // bits(x + 0x4B400000) is the float 1.5·2^23 + x exactly (|x| < 2^22), so
-    // s = fma(that, c, −1.5·2^23·c) = x·c up to the rounding of 1.5·2^23·c, at most 0.75·c —
-    // under one unit of the INT8 dot product, whose quantization error is hundreds of units —
-    // in IADD + FFMA (v1: IADD + FADD + FMUL). c = 0 gives 0, a NaN / inf scale NaN.
-    float s[kTileN / 2];
 #pragma unroll
     for (int i = 0; i < kTileN / 8; ++i) {
       const float k_scale_i = k_scale[8 * i / Traits::kKBlockRows];
@@ -268,11 +253,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int entry = 4 * i + 2 * half + e;
-          s[entry] = fmaf(__uint_as_float(acc_s[entry] + static_cast<std::uint32_t>(kMagicFloatBits)), c, offset);
+          acc_s[entry] = __float_as_uint(
+              fmaf(__uint_as_float(acc_s[entry] + static_cast<std::uint32_t>(kMagicFloatBits)), c, offset));
         }
       }
     }
-
     if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -282,17 +267,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int key = key_begin + 8 * i + 2 * quad_col + e;
-            if (key < keys.begin || key >= keys.end) s[4 * i + 2 * half + e] = -INFINITY;
+            if (key < keys.begin || key >= keys.end) acc_s[4 * i + 2 * half + e] = __float_as_uint(-INFINITY);
           }
       }
     }
-    float correction[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float tile_max = -INFINITY;
 #pragma unroll
       for (int i = 0; i < kTileN / 8; ++i)
-        tile_max = fmaxf(tile_max, fmaxf(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]));
+        tile_max = fmaxf(tile_max, fmaxf(__uint_as_float(acc_s[4 * i + 2 * half]),
+                                         __uint_as_float(acc_s[4 * i + 2 * half + 1])));
       const float new_max = fmaxf(row_max[half], quad_max(tile_max));
       // A row that has seen no key keeps max -inf; subtracting 0 keeps its p at 0, not NaN.
       const float max_used = new_max == -INFINITY ? 0.0f : new_max;
@@ -304,83 +289,197 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int i = 0; i < kTileN / 8; ++i)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float p = exp2_approx(s[4 * i + 2 * half + e] - p_offset);
-          s[4 * i + 2 * half + e] = p;
-          sum += p;
+          const float prob = exp2_approx(__uint_as_float(acc_s[4 * i + 2 * half + e]) - p_offset);
+          acc_s[4 * i + 2 * half + e] = __float_as_uint(prob);
+          sum += prob;
         }
       row_sum[half] = row_sum[half] * correction[half] + sum;
     }
-
+  };
+  auto convert_p = [&] {
     if constexpr (!kFp8PV) {
-      // sage: flash3's P·V. O (its previous P·V completed) is rescaled in registers; P as
-      // 16-bit A fragments, 16 keys per k-step.
-#pragma unroll
-      for (int i = 0; i < kHeadDim / 8; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[4 * i + e] *= correction[e / 2];
-      std::uint32_t p[kTileN / 16][4];
 #pragma unroll
       for (int j = 0; j < kTileN / 16; ++j)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) p[j][r] = pack_pair<Element>(s[8 * j + 2 * r], s[8 * j + 2 * r + 1]);
-      take_turn();
-      barrier_wait(v_full(stage), phase);
-      fence_registers(acc_o);
+        for (int r = 0; r < 4; ++r)
+          p[j][r] = pack_pair<Element>(__uint_as_float(acc_s[8 * j + 2 * r]), __uint_as_float(acc_s[8 * j + 2 * r + 1]));
+    } else {
 #pragma unroll
-      for (int j = 0; j < kTileN / 16; ++j) fence_registers(p[j]);
-      wgmma_fence();
+      for (int j = 0; j < kTileN / 32; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          using flash3::fp8_layout::p_entry;
+          const std::uint32_t* tile = acc_s + 16 * j;
+          p[j][r] = pack_e4m3x4(__uint_as_float(tile[p_entry(r, 0)]), __uint_as_float(tile[p_entry(r, 1)]),
+                                __uint_as_float(tile[p_entry(r, 2)]), __uint_as_float(tile[p_entry(r, 3)]));
+        }
+    }
+  };
+  auto fence_p = [&] {
+#pragma unroll
+    for (int j = 0; j < kPSteps; ++j) fence_registers(p[j]);
+  };
+  // Issues P·V of the tile in `stage` (committed, not waited for; the caller has waited for V):
+  // sage, flash3's P·V into O (RS wgmma, V read transposed from 64-column slabs); sage2, the
+  // tile's FP8 product into a fresh fp32 accumulator (scale-d 0 on the first k-step).
+  auto issue_pv = [&](int stage) {
+    const std::uint32_t v_tile = smem_v + stage * Traits::kVBytes;
+    if constexpr (!kFp8PV) {
       const std::uint64_t v_descriptor = matrix_descriptor(v_tile, Traits::kVSlabBytes, 1024);
 #pragma unroll
       for (int j = 0; j < kTileN / 16; ++j)
         wgmma_rs<Element, kHeadDim>(acc_o, p[j], v_descriptor + j * 16 * 128 / 16, 1);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_registers(acc_o);
     } else {
-      // sage2: P8 = e4m3(P·448) (s holds P·448 already) in the A-fragment order of k32 (a[0] = row g keys 2c, 2c+1,
-      // 2c+8, 2c+9 of the first 16, a[1] the same of row g+8, a[2] / a[3] the next 16 keys),
-      // which is the order Vᵀ8 holds its keys in (v_key_position = π⁻¹, fp8_layout.hpp).
-      std::uint32_t p[kTileN / 32][4];
-#pragma unroll
-      for (int j = 0; j < kTileN / 32; ++j) {
-        const float* tile = s + 16 * j;
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          using flash3::fp8_layout::p_entry;
-          p[j][r] = pack_e4m3x4(tile[p_entry(r, 0)], tile[p_entry(r, 1)], tile[p_entry(r, 2)], tile[p_entry(r, 3)]);
-        }
-      }
-      // The tile's FP8 product into a fresh fp32 accumulator (scale-d 0 on the first k-step).
-      take_turn();
-      barrier_wait(v_full(stage), phase);
-      fence_registers(acc_tile);
-#pragma unroll
-      for (int j = 0; j < kTileN / 32; ++j) fence_registers(p[j]);
-      wgmma_fence();
       const std::uint64_t vt_descriptor = matrix_descriptor_swizzled<128>(v_tile, 16, 1024);
 #pragma unroll
       for (int j = 0; j < kTileN / 32; ++j)
         wgmma_rs_e4m3<kHeadDim>(acc_tile, p[j], vt_descriptor + 2 * j, j > 0 ? 1 : 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_registers(acc_tile);
-      // Two-level accumulation: O = O·correction + O_tile in fp32 (one FFMA, where flash3 has
-      // the FMUL of its rescale).
-#pragma unroll
-      for (int i = 0; i < kHeadDim / 8; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[4 * i + e] = fmaf(acc_o[4 * i + e], correction[e / 2], acc_tile[4 * i + e]);
     }
-
-    // This warp is done with the stage (its wgmma reads of K and V have completed).
-    if (lane == 0) barrier_arrive(kv_empty(stage));
+    wgmma_commit();
+  };
+  auto fence_pv = [&] {
+    if constexpr (!kFp8PV) {
+      fence_registers(acc_o);
+    } else {
+      fence_registers(acc_tile);
+    }
+  };
+  // sage: O (its previous P·V completed) rescaled in registers before the next P·V adds to it.
+  auto rescale_o = [&](const float(&correction)[2]) {
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[4 * i + e] *= correction[e / 2];
+  };
+  // sage2, two-level accumulation: O = O·correction + O_tile in fp32 (one FFMA, where flash3 has
+  // the FMUL of its rescale).
+  auto accumulate_tile = [&](const float(&correction)[2]) {
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[4 * i + e] = fmaf(acc_o[4 * i + e], correction[e / 2], acc_tile[4 * i + e]);
+  };
+  // The K scales of tile n_block (blocks past the end of K are 0: those keys are masked), read
+  // (L1-resident) before the waits for the tile.
+  auto load_k_scales = [&](int n_block, float(&k_scale)[Traits::kKBlocksPerTile]) {
+#pragma unroll
+    for (int b = 0; b < Traits::kKBlocksPerTile; ++b) {
+      const int block = n_block * kTileN / Traits::kKBlockRows + b;
+      k_scale[b] = block < params.k_blocks ? __ldg(k_scale_head + block) : 0.0f;
+    }
+  };
+  auto next_stage = [&](int& stage, std::uint32_t& phase) {
     if (++stage == kStages) {
       stage = 0;
       phase ^= 1u;
     }
-    // The section goes on with the next tile's Q·Kᵀ (top of the loop); after the last tile's
-    // P·V it ends here.
-    if (visit + 1 == tiles) pass_turn(true);
+  };
+
+  barrier_wait(q_full, 0);
+
+  int stage = 0;
+  std::uint32_t phase = 0;
+  if constexpr (!Traits::kOverlap) {
+    // Serial and ping-pong: per tile S, wait, softmax, P·V, wait.
+    for (int visit = 0; visit < tiles; ++visit) {
+      const int n_block = tile_block(visit);
+      float k_scale[Traits::kKBlocksPerTile];
+      load_k_scales(n_block, k_scale);
+      barrier_wait(k_full(stage), phase);
+      // Q·Kᵀ of this tile ends the section that P·V of the previous tile began (the first
+      // tile's is a section of its own).
+      if (visit == 0) take_turn();
+      wgmma_fence();
+      issue_scores(stage);
+      pass_turn(false);
+      wgmma_wait<0>();
+      fence_registers(acc_s);
+      float correction[2];
+      softmax_tile(n_block, k_scale, correction);
+      if constexpr (!kFp8PV) rescale_o(correction);
+      convert_p();
+      take_turn();
+      barrier_wait(v_full(stage), phase);
+      fence_pv();
+      fence_p();
+      wgmma_fence();
+      issue_pv(stage);
+      wgmma_wait<0>();
+      fence_pv();
+      if constexpr (kFp8PV) accumulate_tile(correction);
+      // This warp is done with the stage (its wgmma reads of K and V have completed).
+      if (lane == 0) barrier_arrive(kv_empty(stage));
+      next_stage(stage, phase);
+      // The section goes on with the next tile's Q·Kᵀ (top of the loop); after the last tile's
+      // P·V it ends here.
+      if (visit + 1 == tiles) pass_turn(true);
+    }
+  } else {
+    // Overlap (flash3 v2's schedule): for tile j, Q·K_jᵀ and P_{j-1}·V_{j-1} are issued in one
+    // section (two commit groups); wait_group 1 returns when S_j is in, so the softmax of tile j
+    // runs while the tensor cores still do P_{j-1}·V_{j-1}; then wait_group 0 and, sage,
+    // O *= correction_j (P_j·V_j adds to it next), sage2, O = O·correction_{j-1} + O_tile_{j-1}
+    // (the tile product is relative to its own tile's max). A stage (K and V together: one
+    // empty barrier) is released when its P·V has completed, one tile later than the serial
+    // schedule: the ring has 3–4 stages. It costs one more tile of live registers: P_{j-1}
+    // (an operand of the running wgmma) beside S_j.
+    float pending[2] = {0.0f, 0.0f};  // sage2: the correction of the tile whose P·V is in flight
+    float k_scale[Traits::kKBlocksPerTile];
+    load_k_scales(tile_block(0), k_scale);
+    barrier_wait(k_full(stage), phase);
+    take_turn();
+    wgmma_fence();
+    issue_scores(stage);
+    pass_turn(false);
+    wgmma_wait<0>();
+    fence_registers(acc_s);
+    softmax_tile(tile_block(0), k_scale, pending);  // O is 0: nothing to rescale
+    convert_p();
+    for (int visit = 1; visit < tiles; ++visit) {
+      const int n_block = tile_block(visit);
+      const int previous_stage = stage;
+      const std::uint32_t previous_phase = phase;
+      next_stage(stage, phase);
+      load_k_scales(n_block, k_scale);
+      barrier_wait(k_full(stage), phase);
+      barrier_wait(v_full(previous_stage), previous_phase);
+      take_turn();
+      fence_pv();
+      fence_p();
+      wgmma_fence();
+      issue_scores(stage);
+      issue_pv(previous_stage);
+      pass_turn(false);
+      wgmma_wait<1>();  // S_j is in; P_{j-1}·V_{j-1} may still run
+      fence_registers(acc_s);
+      float correction[2];
+      softmax_tile(n_block, k_scale, correction);
+      wgmma_wait<0>();
+      fence_pv();
+      fence_p();
+      // This warp is done with the previous stage (its reads of K_{j-1} and V_{j-1}).
+      if (lane == 0) barrier_arrive(kv_empty(previous_stage));
+      if constexpr (!kFp8PV) {
+        rescale_o(correction);
+      } else {
+        accumulate_tile(pending);
+        pending[0] = correction[0];
+        pending[1] = correction[1];
+      }
+      convert_p();
+    }
+    // The last tile's P·V.
+    barrier_wait(v_full(stage), phase);
+    take_turn();
+    fence_pv();
+    fence_p();
+    wgmma_fence();
+    issue_pv(stage);
+    pass_turn(true);
+    wgmma_wait<0>();
+    fence_pv();
+    if (lane == 0) barrier_arrive(kv_empty(stage));
+    if constexpr (kFp8PV) accumulate_tile(pending);
   }
 
   // Epilogue: O / row sum (sage2: · v_scale[channel]; its sums are of P·448, which cancels the
@@ -408,7 +507,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int row = thread_row + 8 * half;
     if (row < params.seq_q) {
       if (lse_head != nullptr && quad_col == 0) {
-        lse_head[row] = seen ? (row_max[half] + (log2f(sum) - kPExponentOffset)) * 0.69314718055994531f : -INFINITY;
+        // + smooth-K's shift of the row's scores (QuantParams::lse_shift).
+        lse_head[row] = seen ? (row_max[half] + (log2f(sum) - kPExponentOffset)) * 0.69314718055994531f +
+                                   params.lse_shift[(static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q + row]
+                             : -INFINITY;
       }
       Element* o_row = o_head + row * params.o_row_stride + 2 * quad_col;
 #pragma unroll

@@ -13,15 +13,21 @@
 namespace attnsuite::cuda::sage {
 namespace {
 
+template <Mode kMode, class Element, int kHeadDim>
+void launch_for_schedule(const Params& params, Schedule schedule, cudaStream_t stream) {
+  switch (schedule) {
+    case Schedule::Overlap: return wgmma::run_forward<kMode, Element, kHeadDim, Schedule::Overlap>(params, stream);
+    case Schedule::PingPong: return wgmma::run_forward<kMode, Element, kHeadDim, Schedule::PingPong>(params, stream);
+    case Schedule::Serial: return wgmma::run_forward<kMode, Element, kHeadDim, Schedule::Serial>(params, stream);
+  }
+  throw Error(ErrorKind::Internal, fmt::format("sage: schedule {} unknown", static_cast<int>(schedule)));
+}
+
 template <Mode kMode, class Element>
-void launch_for_dtype(const Params& params, bool ping_pong, cudaStream_t stream) {
+void launch_for_dtype(const Params& params, Schedule schedule, cudaStream_t stream) {
   switch (params.head_dim) {
-    case 64:
-      return ping_pong ? wgmma::run_forward<kMode, Element, 64, true>(params, stream)
-                       : wgmma::run_forward<kMode, Element, 64, false>(params, stream);
-    case 128:
-      return ping_pong ? wgmma::run_forward<kMode, Element, 128, true>(params, stream)
-                       : wgmma::run_forward<kMode, Element, 128, false>(params, stream);
+    case 64: return launch_for_schedule<kMode, Element, 64>(params, schedule, stream);
+    case 128: return launch_for_schedule<kMode, Element, 128>(params, schedule, stream);
     default:
       throw Error(ErrorKind::Unsupported,
                   fmt::format("head dim {} not supported by sage's wgmma kernel; allowed: 64, 128", params.head_dim));
@@ -29,10 +35,10 @@ void launch_for_dtype(const Params& params, bool ping_pong, cudaStream_t stream)
 }
 
 template <Mode kMode>
-void launch_for_mode(const Params& params, DType dtype, bool ping_pong, cudaStream_t stream) {
+void launch_for_mode(const Params& params, DType dtype, Schedule schedule, cudaStream_t stream) {
   switch (dtype) {
-    case DType::F16: return launch_for_dtype<kMode, __half>(params, ping_pong, stream);
-    case DType::BF16: return launch_for_dtype<kMode, __nv_bfloat16>(params, ping_pong, stream);
+    case DType::F16: return launch_for_dtype<kMode, __half>(params, schedule, stream);
+    case DType::BF16: return launch_for_dtype<kMode, __nv_bfloat16>(params, schedule, stream);
     default:
       throw Error(ErrorKind::Unsupported,
                   fmt::format("dtype {} not supported by sage's wgmma kernel; allowed: fp16, bf16", to_string(dtype)));
@@ -50,10 +56,10 @@ std::string wgmma_layout_problem(Mode mode, const Params& params) {
   return v.empty() ? v : "V: " + v;
 }
 
-void launch_forward_wgmma(Mode mode, const Params& params, DType dtype, bool ping_pong, void* stream) {
+void launch_forward_wgmma(Mode mode, const Params& params, DType dtype, Schedule schedule, void* stream) {
   auto cuda_stream = static_cast<cudaStream_t>(stream);
-  if (mode == Mode::Sage) return launch_for_mode<Mode::Sage>(params, dtype, ping_pong, cuda_stream);
-  return launch_for_mode<Mode::Sage2>(params, dtype, ping_pong, cuda_stream);
+  if (mode == Mode::Sage) return launch_for_mode<Mode::Sage>(params, dtype, schedule, cuda_stream);
+  return launch_for_mode<Mode::Sage2>(params, dtype, schedule, cuda_stream);
 }
 
 }  // namespace attnsuite::cuda::sage

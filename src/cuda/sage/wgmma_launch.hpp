@@ -16,8 +16,8 @@ namespace attnsuite::cuda::sage {
 std::string wgmma_layout_problem(Mode mode, const Params& params);
 
 // The attention kernel for `mode` on sm_90a (dtype = the 16-bit dtype of V and O), on `stream`;
-// `ping_pong`: the consumers' ping-pong schedule (kernel config "wgmma") or the serial one
-// ("wgmma-serial"). Throws Error(Unsupported) for a (dtype, head dim) without a kernel.
-void launch_forward_wgmma(Mode mode, const Params& params, DType dtype, bool ping_pong, void* stream);
+// `schedule`: the consumers' schedule (params.hpp; kernel configs "wgmma" = overlap,
+// "wgmma-pingpong", "wgmma-serial"). Throws Error(Unsupported) for a (dtype, head dim) without a kernel.
+void launch_forward_wgmma(Mode mode, const Params& params, DType dtype, Schedule schedule, void* stream);
 
 }  // namespace attnsuite::cuda::sage

@@ -28,6 +28,8 @@ using flash3::exp2_approx;
 using flash3::fence_registers;
 using flash3::matrix_descriptor;
 using flash3::matrix_descriptor_swizzled;
+using flash3::named_barrier_arrive;
+using flash3::named_barrier_sync;
 using flash3::pack_e4m3x4;
 using flash3::pack_pair;
 using flash3::quad_max;
@@ -40,16 +42,6 @@ using flash3::wgmma_fence;
 using flash3::wgmma_rs;
 using flash3::wgmma_rs_e4m3;
 using flash3::wgmma_wait;
-
-// Named CTA barriers (PTX ISA "bar.sync / bar.arrive", operands a = barrier 0..15, b = thread
-// count, a multiple of 32): barrier `id` completes when `threads` threads have arrived;
-// bar.sync waits for that, bar.arrive does not. Barrier 0 is __syncthreads()'s.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 // acc (64×N s32, raw bits) (+)= A (64×32 s8) · B (N×32 s8), both K-major in shared memory by
 // descriptor (the same 8-bit layouts and descriptors as flash3-fp8's e4m3 Q·Kᵀ).

@@ -8,8 +8,8 @@
 
 namespace attnsuite::cuda::sage::wgmma {
 
-// kPingPong: the consumers' ping-pong schedule (config "wgmma") or not ("wgmma-serial").
-template <Mode kMode, class Element, int kHeadDim, bool kPingPong>
+// kSchedule: the consumers' schedule (params.hpp; configs "wgmma", "wgmma-pingpong", "wgmma-serial").
+template <Mode kMode, class Element, int kHeadDim, Schedule kSchedule>
 void run_forward(const Params& params, cudaStream_t stream);
 
 }  // namespace attnsuite::cuda::sage::wgmma

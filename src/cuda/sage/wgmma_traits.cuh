@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/sage/params.hpp"
 #include "cuda/sage/quant_rule.hpp"
 
 namespace attnsuite::cuda::sage::wgmma {
@@ -21,13 +22,16 @@ namespace attnsuite::cuda::sage::wgmma {
 //   Vᵀ8 (sage2): the quantizer's FP8 Vᵀ, head_dim rows of 128 keys (128 bytes, 128B swizzle),
 //           keys permuted per 16 (v_key_position) — flash3-fp8's Vᵀ layout, loaded by TMA
 //           directly (flash3-fp8 transposes in the producer; our quantizer writes it so).
-// kPingPong: the two consumers take turns at the tensor cores (wgmma_kernel.cuh), so that one's
-// softmax overlaps the other's GEMMs; false: each consumer's GEMMs and softmax follow each other
-// and the two consumers run unsynchronized (flash3's v1 schedule).
-template <Mode kMode_, class Element_, int kHeadDim_, int kStages_, bool kPingPong_>
+// kSchedule (params.hpp): kPingPong — the two consumers take turns at the tensor cores
+// (wgmma_kernel.cuh), so that one's softmax overlaps the other's GEMMs (else each consumer's
+// GEMMs and softmax follow each other and the two run unsynchronized: flash3's v1 schedule);
+// kOverlap — also, inside a consumer, the softmax of tile j runs while P_{j-1}·V_{j-1} executes.
+template <Mode kMode_, class Element_, int kHeadDim_, int kStages_, Schedule kSchedule_>
 struct Traits {
   static constexpr Mode kMode = kMode_;
-  static constexpr bool kPingPong = kPingPong_;
+  static constexpr Schedule kSchedule = kSchedule_;
+  static constexpr bool kPingPong = kSchedule != Schedule::Serial;
+  static constexpr bool kOverlap = kSchedule == Schedule::Overlap;
   using Element = Element_;  // the 16-bit dtype of O (and of V for sage)
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kTileM = 128;
@@ -83,9 +87,9 @@ struct Traits {
 // Shared memory: sage d128 16 + 3 × (16 + 32) = 160 KiB; sage d64 8 + 4 × (8 + 16) = 104 KiB;
 // sage2 d128 16 + 4 × (16 + 16) = 144 KiB; sage2 d64 8 + 4 × (8 + 8) = 72 KiB. One CTA per SM
 // (384 threads, 240 registers per consumer thread): the deeper ring lets the producer run ahead.
-template <Mode kMode, class Element, int kHeadDim, bool kPingPong>
+template <Mode kMode, class Element, int kHeadDim, Schedule kSchedule>
 struct Config {
-  using Kernel = Traits<kMode, Element, kHeadDim, (kMode == Mode::Sage && kHeadDim == 128) ? 3 : 4, kPingPong>;
+  using Kernel = Traits<kMode, Element, kHeadDim, (kMode == Mode::Sage && kHeadDim == 128) ? 3 : 4, kSchedule>;
 };
 
 }  // namespace attnsuite::cuda::sage::wgmma
