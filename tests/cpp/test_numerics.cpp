@@ -142,7 +142,10 @@ Output run(Backend& backend, const AttentionProblem& p, const Values& in) {
 // the smooth-K mean of its (batch, kv head), one in V (sage2) its channel's FP8 scale. There the
 // rule is coarser: the outputs the value reaches are NaN as for every backend, and other rows of
 // the same head may be NaN too (docs/reliability.md, docs/kernels/sage.md).
-bool block_quantized(const std::string& backend) { return backend == "sage" || backend == "sage2"; }
+// sparge-sage runs sage2's quantizers (smooth-K: a NaN key makes its kv head's channel mean NaN).
+bool block_quantized(const std::string& backend) {
+  return backend == "sage" || backend == "sage2" || backend == "sparge-sage";
+}
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); }
 

@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """Per-kernel breakdown of one forward from Nsight Compute CSV files (tools/device/run.sh
---kernel-times): DIR holds one `<backend>@<seq>.csv` per ncu process (`ncu --csv --metrics
+--kernel-times): DIR holds one `<backend>-N<seq>.csv` per ncu process (`ncu --csv --metrics
 gpu__time_duration.sum --print-kernel-base function attnsuite bench ...`).
 
-For each file: the harness's own kernels (the input generator) are left out; the forwards are
+For each file: the harness's own kernels are left out — the input generator, and the cuBLAS
+GEMMs (nvjet_*) of its accuracy check, 13 launches per file whatever the backend (H200,
+2026-12-04); --exclude REGEX replaces that pattern (e.g. --exclude '^generate_kernel$' for a
+backend that calls cuBLAS itself, cuda-vanilla). The forwards are
 counted as the launches of the kernel with the largest total time (the attention kernel, once
 per forward); every other kernel is given as its median µs per launch × launches per forward.
 Prints a Markdown table: backend, N, kernel, launches per forward, median µs, share of the
 forward. Times are single launches with flushed caches and unlocked clocks (ncu serializes
 launches), so the sum is close to, not equal to, the harness's end-to-end latency.
 
-Usage: kernel_times.py DIR
+Usage: kernel_times.py DIR [--exclude REGEX]
 """
 import csv
 import os
@@ -18,8 +21,8 @@ import re
 import statistics
 import sys
 
-# Kernels of the harness, not of the backend under test.
-HARNESS = re.compile(r"^(generate_kernel)$")
+# Kernels of the harness, not of the backend under test (see the docstring).
+DEFAULT_EXCLUDE = r"^(generate_kernel$|nvjet_)"
 UNIT_TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
 
 
@@ -52,17 +55,26 @@ def short(name):
 
 
 def main():
-    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
-        raise SystemExit("usage: kernel_times.py DIR (a folder of <backend>@<seq>.csv files from ncu)")
-    folder = sys.argv[1]
+    args = sys.argv[1:]
+    exclude = DEFAULT_EXCLUDE
+    if len(args) == 3 and args[1] == "--exclude":
+        exclude = args[2]
+        args = args[:1]
+    if len(args) != 1 or not os.path.isdir(args[0]):
+        raise SystemExit("usage: kernel_times.py DIR [--exclude REGEX] (DIR: a folder of <backend>-N<seq>.csv files from ncu)")
+    folder = args[0]
+    try:
+        harness = re.compile(exclude)
+    except re.error as error:
+        raise SystemExit(f"kernel_times.py: --exclude {exclude!r} is not a regular expression: {error}")
     print("| backend | N | kernel | launches / forward | median µs | share |")
     print("|---|---|---|---|---|---|")
     for file in sorted(os.listdir(folder)):
-        match = re.fullmatch(r"(.+)@(\d+)\.csv", file)
+        match = re.fullmatch(r"(.+)-N(\d+)\.csv", file)
         if not match:
             continue
         backend, seq = match.group(1), int(match.group(2))
-        launches = [(k, t) for k, t in launches_of(os.path.join(folder, file)) if not HARNESS.match(k)]
+        launches = [(k, t) for k, t in launches_of(os.path.join(folder, file)) if not harness.search(k)]
         if not launches:
             print(f"| {backend} | {seq} | (no kernel timed: see kernel-times.err) | | | |")
             continue

@@ -321,7 +321,7 @@ if [ $run_kernel_times = 1 ]; then
         timeout "$(cap 120)" ncu --clock-control none --cache-control all --metrics gpu__time_duration.sum --csv \
           --print-kernel-base function "$cli" bench "${kt_args[@]}" --backends "$kt_backend" --seq "$kt_seq" \
           --warmup 1 --min-reps 2 --max-reps 2 --out "$out/kernel-times/bench-$kt_backend-$kt_seq" --force -q \
-          >"$out/kernel-times/$kt_backend@$kt_seq.csv" 2>>"$out/kernel-times.err"
+          >"$out/kernel-times/$kt_backend-N$kt_seq.csv" 2>>"$out/kernel-times.err"
       done
     done
     python3 "$root/tools/device/kernel_times.py" "$out/kernel-times" >"$res/kernel-times.md" 2>>"$out/kernel-times.err"

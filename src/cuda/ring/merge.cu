@@ -34,7 +34,10 @@ __global__ void merge_kernel(float* __restrict__ acc_o, float* __restrict__ acc_
   if (p == -INFINITY) return;
   float wa = 0.0f, wb = 1.0f, lse = p;
   if (a != -INFINITY) {
-    const float hi = fmaxf(a, p), lo = fminf(a, p);
+    // Ternaries, not fmaxf/fminf, as the host merge_row (ring/lse_merge.hpp): fmaxf drops a NaN
+    // operand, which left a row that sees a NaN key with a NaN O but a finite LSE (H200 test
+    // EveryBackend/Numerics.NanInAKeyMakesTheRowsThatSeeItNan/ring, 2026-12-04, 4th session).
+    const float hi = a > p ? a : p, lo = a > p ? p : a;
     lse = hi + log1pf(expf(lo - hi));
     wa = expf(a - lse);
     wb = expf(p - lse);
