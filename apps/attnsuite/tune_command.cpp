@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <set>
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/registry.hpp"
@@ -66,6 +67,7 @@ nlohmann::json overrides_from(const TuneFlags& f) {
   if (!f.kv_heads.empty()) o["kv_heads"] = f.kv_heads;
   if (!f.head_dims.empty()) o["head_dim"] = f.head_dims;
   if (!f.causal.empty()) o["causal"] = causal_values(f.causal);
+  if (!f.generators.empty() && !f.sparse) o["generator"] = f.generators;
   if (f.min_reps) o["timing"]["min_reps"] = *f.min_reps;
   if (f.max_reps) o["timing"]["max_reps"] = *f.max_reps;
   if (f.warmup) o["timing"]["warmup"] = *f.warmup;
@@ -84,7 +86,10 @@ std::string probe_line(const bench::ResultRow& r) {
 
 // tune --kernels: every case of the suite (its batches as given), each configuration forced in
 // turn; the winners are merged into the kernel-config cache file (atomically) and the global
-// cache, so the rest of this process uses them too.
+// cache, so the rest of this process uses them too. Cases that differ only in their input
+// generator are tuned once (the first generator's inputs): the generator changes a kernel's
+// accuracy, not its speed — the sage suite's four generators made the H200 run of 2026-12-04
+// tune every shape four times.
 int tune_kernels(TuneFlags& f) {
   const std::filesystem::path cache_path =
       f.kernel_cache.empty() ? KernelConfigCache::default_path() : std::filesystem::path(f.kernel_cache);
@@ -122,8 +127,10 @@ int tune_kernels(TuneFlags& f) {
   nlohmann::ordered_json tuning = nlohmann::ordered_json::array();
   bool interrupted = false;
   int tuned = 0;
+  std::set<std::string> seen;  // backend | problem: the cases tuned already
   for (const bench::Case& c : bench::expand(spec)) {
     if (interrupted) break;
+    if (!seen.insert(c.backend + " | " + c.problem.describe()).second) continue;
     if (!f.quiet) fmt::print(stderr, "tune --kernels {} {}\n", c.backend, c.problem.describe());
     tune::KernelTuneResult result = tune::tune_kernel_case(
         runner, registry, c, interrupt_requested, [&](const std::string& config, const bench::ResultRow& r) {
@@ -309,7 +316,8 @@ Action add_tune(CLI::App& app) {
   app.add_option("--calibration", f->calibration, "--sparse: calibration inputs per layer (seeds seed..)")->capture_default_str();
   app.add_option("--batch-size", f->batch_size, "--sparse: batch of the calibration inputs")->capture_default_str();
   app.add_option("--generator", f->generators,
-                 "--sparse: one layer per generator (banded, clustered, sinks, npy:DIR, safetensors:FILE)")
+                 "--sparse: one layer per generator (banded, clustered, sinks, npy:DIR, safetensors:FILE); "
+                 "--kernels/--batch: the suite's input generators")
       ->delimiter(',');
   app.add_option("--seed", f->seed, "--sparse: first calibration seed (held-out check: the next seed after them)");
   app.add_option("--dense-backend", f->dense_backend, "--sparse: dense output to compare with (default flash2 / cpu-flash)");

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "attnsuite/attnsuite.hpp"
@@ -192,6 +193,36 @@ TEST(KernelTunerCli, WritesTheCacheThatBenchThenUses) {
   const auto warned = run_cli(bench, {"ATTNSUITE_KERNEL_CACHE=" + cache});
   EXPECT_EQ(warned.code, 0) << warned.err;
   EXPECT_NE(warned.err.find("warning"), std::string::npos) << warned.err;
+  std::filesystem::remove_all(dir);
+}
+
+// The input generator changes accuracy, not speed: cases that differ only in it are tuned once,
+// and --generator replaces the suite's generators (as it does for bench).
+TEST(KernelTunerCli, TunesAShapeOnceWhateverItsGenerators) {
+  const std::filesystem::path dir = scratch("tune_kernels_generators");
+  std::filesystem::create_directories(dir);
+  const std::string cache = (dir / "kernel-configs.json").string();
+  const std::string suite = (dir / "suite.json").string();
+  std::ofstream(suite) << R"({"name": "t", "backends": ["cpu-flash"], "dtype": "fp32", "batch": [1], "seq": [64, 96],
+                              "heads": [2], "head_dim": [64], "causal": [false], "generator": ["randn", "uniform"]})";
+  const auto tune = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"tune", "--kernels", "--suite", suite, "--kernel-cache", cache,
+                                     "--out", (dir / "tune").string(), "--force", "--max-time-ms", "20", "-q"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  const auto both = tune({});
+  ASSERT_EQ(both.code, 0) << both.err << both.out;
+  const nlohmann::json result = nlohmann::json::parse(slurp(dir / "tune" / "tune.json"));
+  ASSERT_EQ(result["kernel_tuning"].size(), 2u) << "two shapes (N 64, 96), each once: " << result["kernel_tuning"].dump();
+  std::set<std::string> generators;
+  for (const auto& row : result["rows"]) generators.insert(row["generator"].get<std::string>());
+  EXPECT_EQ(generators, std::set<std::string>{"randn"}) << "the first generator's inputs";
+  const auto other = tune({"--generator", "uniform"});
+  ASSERT_EQ(other.code, 0) << other.err;
+  const nlohmann::json again = nlohmann::json::parse(slurp(dir / "tune" / "tune.json"));
+  EXPECT_EQ(again["kernel_tuning"].size(), 2u);
+  for (const auto& row : again["rows"]) EXPECT_EQ(row["generator"], "uniform");
   std::filesystem::remove_all(dir);
 }
 
