@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "cuda/flash3/register_split.hpp"
+
 namespace attnsuite::cuda::flash3 {
 
 // A CTA owns 128 query rows of one (batch, q head), as in flash3: warpgroup 0 produces (one
@@ -53,8 +55,9 @@ struct Fp8Traits {
                 "every tile starts on a 1024-byte swizzle period");
   static_assert(kVtRowBytes == 128, "Vᵀ rows are one 128B swizzle span");
   static_assert(kStages >= 2, "at least double-buffered K/V");
-  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <= 65536,
-                "the register split fits the SM's register file");
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <=
+                    flash3::launch_register_pool(kThreads),
+                "the register split fits the registers the CTA is launched with (register_split.hpp)");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 

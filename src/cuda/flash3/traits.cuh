@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cuda/flash3/register_split.hpp"
+
 namespace attnsuite::cuda::flash3 {
 
 // A CTA owns kTileM = 64 · kConsumers query rows of one (batch, q head): warpgroup 0 is the
@@ -66,8 +68,9 @@ struct Traits {
   static_assert(kTileN % 8 == 0 && kKVSlabBytes % 1024 == 0, "every slab starts on a 1024-byte swizzle period");
   static_assert(kStages >= 2, "at least double-buffered K/V");
   static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups (named barriers 1 .. kConsumers)");
-  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <= 65536,
-                "the register split fits the SM's register file");
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <=
+                    flash3::launch_register_pool(kThreads),
+                "the register split fits the registers the CTA is launched with (register_split.hpp)");
   static_assert(kConsumerRegisters % 8 == 0 && kConsumerRegisters >= 65536 / kThreads / 8 * 8,
                 "setmaxnreg.inc: a multiple of 8, not below the launch bound's share");
   static_assert(kTileM <= 256, "Q is one TMA box of kTileM rows (a box dimension is at most 256)");
