@@ -24,12 +24,16 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The 8 elements of a 16-byte chunk as floats; load_8 reads the chunk first.
 template <class Element>
-__device__ __forceinline__ void load_8(const Element* src, float (&out)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+__device__ __forceinline__ void unpack_8(const uint4& raw, float (&out)[8]) {
   const Element* e = reinterpret_cast<const Element*>(&raw);
 #pragma unroll
   for (int j = 0; j < 8; ++j) out[j] = static_cast<float>(e[j]);
+}
+template <class Element>
+__device__ __forceinline__ void load_8(const Element* src, float (&out)[8]) {
+  unpack_8<Element>(*reinterpret_cast<const uint4*>(src), out);
 }
 
 template <class Element, int kHeadDim>
@@ -76,14 +80,6 @@ __global__ void __launch_bounds__(kThreads) stats_kernel(const StatsParams p) {
     p.k_sum[out + c] = s;
     if (v != nullptr) p.v_amax[out + c] = m;
   }
-}
-
-// The 8 elements of a 16-byte chunk as floats.
-template <class Element>
-__device__ __forceinline__ void unpack_8(const uint4& raw, float (&out)[8]) {
-  const Element* e = reinterpret_cast<const Element*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) out[j] = static_cast<float>(e[j]);
 }
 
 // The channel means of smooth-K for one (batch, kv head): the stats kernel's partial sums added

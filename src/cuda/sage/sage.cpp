@@ -39,9 +39,21 @@ namespace {
 using sage::Mode;
 
 constexpr std::string_view kMmaConfig = "mma";
-constexpr std::string_view kWgmmaConfig = "wgmma";
-constexpr std::string_view kWgmmaPingPongConfig = "wgmma-pingpong";
-constexpr std::string_view kWgmmaSerialConfig = "wgmma-serial";
+// The wgmma kernel's kernel configs and the schedule each runs (params.hpp), the default first.
+struct WgmmaConfig {
+  std::string_view name;
+  sage::Schedule schedule;
+};
+constexpr WgmmaConfig kWgmmaConfigs[] = {{"wgmma", sage::Schedule::Overlap},
+                                         {"wgmma-pingpong", sage::Schedule::PingPong},
+                                         {"wgmma-serial", sage::Schedule::Serial}};
+constexpr std::string_view kWgmmaConfig = kWgmmaConfigs[0].name;
+
+const WgmmaConfig* wgmma_config(std::string_view name) {
+  for (const WgmmaConfig& config : kWgmmaConfigs)
+    if (config.name == name) return &config;
+  return nullptr;
+}
 
 // Whether this build has the wgmma kernels and the current GPU runs sm_90a code (exactly
 // compute capability 9.0: "a" features do not carry over to later architectures).
@@ -132,15 +144,15 @@ class SageBackend final : public Backend {
   // The default first (what `tune --kernels` compares the others against): "wgmma" where it
   // runs, then "wgmma-pingpong", "wgmma-serial" and "mma".
   std::vector<std::string> kernel_configs(const AttentionProblem&) const override {
+    std::vector<std::string> configs;
     if (wgmma_runs_here())
-      return {std::string(kWgmmaConfig), std::string(kWgmmaPingPongConfig), std::string(kWgmmaSerialConfig),
-              std::string(kMmaConfig)};
-    return {std::string(kMmaConfig)};
+      for (const WgmmaConfig& config : kWgmmaConfigs) configs.emplace_back(config.name);
+    configs.emplace_back(kMmaConfig);
+    return configs;
   }
   void force_kernel_config(std::string_view config) override {
     const bool known = config.empty() || config == "default" || config == kMmaConfig ||
-                       (ATTNSUITE_HAVE_FLASH3 && (config == kWgmmaConfig || config == kWgmmaPingPongConfig ||
-                                                  config == kWgmmaSerialConfig));
+                       (ATTNSUITE_HAVE_FLASH3 && wgmma_config(config) != nullptr);
     if (!known) {
       throw Error(ErrorKind::Usage,
                   fmt::format("{}: kernel config '{}' unknown; allowed: {}", name(), config,
@@ -314,10 +326,7 @@ class SageBackend final : public Backend {
       sage::launch_forward(mode_, params, problem.dtype, stream);
     } else {
 #if ATTNSUITE_HAVE_FLASH3
-      const sage::Schedule schedule = last_config_ == kWgmmaConfig           ? sage::Schedule::Overlap
-                                      : last_config_ == kWgmmaPingPongConfig ? sage::Schedule::PingPong
-                                                                             : sage::Schedule::Serial;
-      sage::launch_forward_wgmma(mode_, params, problem.dtype, schedule, stream);
+      sage::launch_forward_wgmma(mode_, params, problem.dtype, wgmma_config(last_config_)->schedule, stream);
 #endif
     }
   }
@@ -343,14 +352,13 @@ class SageBackend final : public Backend {
         throw Error(ErrorKind::Unsupported,
                     fmt::format("{}: kernel config '{}' cannot run: {}", name(), forced_, why_not));
       }
-      if (forced_ == kWgmmaSerialConfig) return kWgmmaSerialConfig;
-      return forced_ == kWgmmaPingPongConfig ? kWgmmaPingPongConfig : kWgmmaConfig;
+      return wgmma_config(forced_)->name;  // force_kernel_config admitted only these
     }
     if (KernelConfigCache::global().size() != 0) {
       const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, std::string(name()), problem));
       if (cached && *cached == kMmaConfig) return kMmaConfig;
-      if (cached && *cached == kWgmmaSerialConfig && why_not.empty()) return kWgmmaSerialConfig;
-      if (cached && *cached == kWgmmaPingPongConfig && why_not.empty()) return kWgmmaPingPongConfig;
+      if (const WgmmaConfig* config = cached ? wgmma_config(*cached) : nullptr; config != nullptr && why_not.empty())
+        return config->name;
     }
     return why_not.empty() ? kWgmmaConfig : kMmaConfig;
   }
