@@ -30,6 +30,10 @@
 #   case, sage sage2 flash3 cudnn, N 4096 16384) -> kernel-times.md (tools/device/kernel_times.py:
 #   per backend and N, each kernel's median µs per launch, launches per forward, share).
 #   Env SAGE_PEER_SUITE: another suite file for --sage-peer (default bench/suites/sage.json).
+#   --baseline: also build the CLI of the tree tools/device/pack-baseline.sh packed (carried as
+#   .device-build/baseline) and, with --kernel-times, time KERNEL_TIMES_BASELINE_BACKENDS (default:
+#   KERNEL_TIMES_BACKENDS) with it too, as `<backend>@<commit>` rows of the same table: an A/B in
+#   one run on one card.
 # Env SANITIZE_FILTER (a gtest filter) replaces the compute-sanitizer case list; SANITIZE_TOOLS the tools.
 # Env ATTNSUITE_GIT_COMMIT (e.g. "$(git rev-parse --short=12 HEAD)", given on the command line
 #   from the checkout that sent the call) is the commit result headers name: this copy's .git is stale.
@@ -60,7 +64,7 @@ snapshot=$!
 trap 'kill "$snapshot" 2>/dev/null' EXIT
 build="$root/.device-build/build"
 deps="$root/.device-build/deps"
-run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 run_sage_peer=0 run_notebook=0 run_py_probe=0 run_tune_sparse=0 run_kernel_times=0
+run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 run_sage_peer=0 run_notebook=0 run_py_probe=0 run_tune_sparse=0 run_kernel_times=0 run_baseline=0
 suites="headline,fa3-grid" tune_kernel_backends="flash2,flash3"
 for arg in "$@"; do
   case "$arg" in
@@ -76,8 +80,9 @@ for arg in "$@"; do
     --py-peer-probe) run_py_probe=1 ;;
     --tune-sparse) run_tune_sparse=1 ;;
     --kernel-times) run_kernel_times=1 ;;
+    --baseline) run_baseline=1 ;;
     --tune-kernels-backends=*) tune_kernel_backends=${arg#--tune-kernels-backends=} ;;
-    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels, --tune-kernels-backends=a,b, --sage-peer, --notebook, --py-peer-probe, --tune-sparse, --kernel-times)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels, --tune-kernels-backends=a,b, --sage-peer, --notebook, --py-peer-probe, --tune-sparse, --kernel-times, --baseline)" >&2; exit 2 ;;
   esac
 done
 declare -a summary
@@ -117,6 +122,24 @@ grep -E "attnsuite: " "$out/configure.log" | while read -r line; do echo "$line"
 summary+=("features: $(tr '\n' ';' <"$out/features.txt")")
 tests="$build/tests/cpp/attnsuite_tests"
 cli="$build/attnsuite"
+baseline_cli=""
+if [ $run_baseline = 1 ]; then
+  base_src="$root/.device-build/baseline"
+  if [ -f "$base_src/.baseline-commit" ]; then
+    base_commit=$(cat "$base_src/.baseline-commit")
+    start=$(date +%s)
+    step "build baseline $base_commit (CLI only)"
+    if cmake -S "$base_src" -B "$root/.device-build/build-baseline" -G Ninja "${cmake_args[@]}" >"$out/configure-baseline.log" 2>&1 &&
+       timeout "$(cap 400)" cmake --build "$root/.device-build/build-baseline" -j 16 --target attnsuite_cli >"$out/build-baseline.log" 2>&1; then
+      baseline_cli="$root/.device-build/build-baseline/attnsuite"
+      summary+=("baseline $base_commit: CLI built in $(( $(date +%s) - start )) s")
+    else
+      summary+=("baseline $base_commit: build FAILED; see configure-baseline.log / build-baseline.log")
+    fi
+  else
+    summary+=("baseline: none packed (run tools/device/pack-baseline.sh REV here, carry .device-build/baseline)")
+  fi
+fi
 
 if [ $run_tests = 1 ]; then
   start=$(date +%s)
@@ -316,12 +339,21 @@ if [ $run_kernel_times = 1 ]; then
     # sets them). kernel_times.py turns the launches into a per-forward breakdown.
     mkdir -p "$out/kernel-times"
     read -r -a kt_args <<<"${KERNEL_TIMES_ARGS:---suite sage --head-dim 128 --causal false --generator randn}"
-    for kt_backend in ${KERNEL_TIMES_BACKENDS:-sage sage2 flash3 cudnn}; do
+    kt_backends=${KERNEL_TIMES_BACKENDS:-sage sage2 flash3 cudnn}
+    # With --baseline: the two CLIs alternate per backend and N, so that a drift of the card's
+    # clocks during the step falls on both alike.
+    for kt_backend in $kt_backends; do
       for kt_seq in ${KERNEL_TIMES_SEQ:-4096 16384}; do
-        timeout "$(cap 120)" ncu --clock-control none --cache-control all --metrics gpu__time_duration.sum --csv \
-          --print-kernel-base function "$cli" bench "${kt_args[@]}" --backends "$kt_backend" --seq "$kt_seq" \
-          --warmup 1 --min-reps 2 --max-reps 2 --out "$out/kernel-times/bench-$kt_backend-$kt_seq" --force -q \
-          >"$out/kernel-times/$kt_backend-N$kt_seq.csv" 2>>"$out/kernel-times.err"
+        runs=("$cli|$kt_backend")
+        [ -n "$baseline_cli" ] && [[ " ${KERNEL_TIMES_BASELINE_BACKENDS:-$kt_backends} " == *" $kt_backend "* ]] &&
+          runs+=("$baseline_cli|$kt_backend@$base_commit")
+        for run_spec in "${runs[@]}"; do
+          kt_cli=${run_spec%%|*} label=${run_spec#*|}
+          timeout "$(cap 120)" ncu --clock-control none --cache-control all --metrics gpu__time_duration.sum --csv \
+            --print-kernel-base function "$kt_cli" bench "${kt_args[@]}" --backends "$kt_backend" --seq "$kt_seq" \
+            --warmup 1 --min-reps 2 --max-reps 2 --out "$out/kernel-times/bench-$label-$kt_seq" --force -q \
+            >"$out/kernel-times/$label-N$kt_seq.csv" 2>>"$out/kernel-times.err"
+        done
       done
     done
     python3 "$root/tools/device/kernel_times.py" "$out/kernel-times" >"$res/kernel-times.md" 2>>"$out/kernel-times.err"
