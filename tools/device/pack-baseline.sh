@@ -13,6 +13,8 @@ commit=$(git -C "$root" rev-parse --verify --short=12 "$rev^{commit}" 2>/dev/nul
 dest="$root/.device-build/baseline"
 rm -rf "$dest"
 mkdir -p "$dest"
-git -C "$root" archive "$commit" | tar x -C "$dest"
+git -C "$root" archive "$commit" | tar x -C "$dest" --exclude=docs --exclude=examples --exclude=tests
+# Only what the CLI's build reads (run.sh configures it with ATTNSUITE_TESTS=OFF): a call carries
+# 64 MiB in all, and the deps and this checkout take 60 of them.
 echo "$commit" >"$dest/.baseline-commit"
 echo "pack-baseline.sh: $rev ($commit) in $dest; carry .device-build/baseline and pass --baseline to run.sh"

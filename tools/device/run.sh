@@ -129,7 +129,7 @@ if [ $run_baseline = 1 ]; then
     base_commit=$(cat "$base_src/.baseline-commit")
     start=$(date +%s)
     step "build baseline $base_commit (CLI only)"
-    if cmake -S "$base_src" -B "$root/.device-build/build-baseline" -G Ninja "${cmake_args[@]}" >"$out/configure-baseline.log" 2>&1 &&
+    if cmake -S "$base_src" -B "$root/.device-build/build-baseline" -G Ninja "${cmake_args[@]}" -DATTNSUITE_TESTS=OFF >"$out/configure-baseline.log" 2>&1 &&
        timeout "$(cap 400)" cmake --build "$root/.device-build/build-baseline" -j 16 --target attnsuite_cli >"$out/build-baseline.log" 2>&1; then
       baseline_cli="$root/.device-build/build-baseline/attnsuite"
       summary+=("baseline $base_commit: CLI built in $(( $(date +%s) - start )) s")
