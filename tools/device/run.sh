@@ -30,6 +30,11 @@
 #   case, sage sage2 flash3 cudnn, N 4096 16384) -> kernel-times.md (tools/device/kernel_times.py:
 #   per backend and N, each kernel's median µs per launch, launches per forward, share).
 #   Env SAGE_PEER_SUITE: another suite file for --sage-peer (default bench/suites/sage.json).
+#   --profile: Nsight Compute's full set (--set full: speed of light, warp stall reasons, pipe and
+#   issue-slot use, instruction mix) on one launch of the kernel matching PROFILE_KERNEL (a regex,
+#   default: our attention kernels) per backend of PROFILE_BACKENDS (default sage), N PROFILE_SEQ
+#   (default 4096), the case of KERNEL_TIMES_ARGS; with --baseline the baseline's too ->
+#   profile-<backend>[@commit].txt (ncu's details page).
 #   --baseline: also build the CLI of the tree tools/device/pack-baseline.sh packed (carried as
 #   .device-build/baseline) and, with --kernel-times, time KERNEL_TIMES_BASELINE_BACKENDS (default:
 #   KERNEL_TIMES_BACKENDS) with it too, as `<backend>@<commit>` rows of the same table: an A/B in
@@ -64,7 +69,7 @@ snapshot=$!
 trap 'kill "$snapshot" 2>/dev/null' EXIT
 build="$root/.device-build/build"
 deps="$root/.device-build/deps"
-run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 run_sage_peer=0 run_notebook=0 run_py_probe=0 run_tune_sparse=0 run_kernel_times=0 run_baseline=0
+run_tests=1 run_bench=1 run_sanitize=1 run_variants=0 run_tune=0 run_tune_kernels=0 run_sage_peer=0 run_notebook=0 run_py_probe=0 run_tune_sparse=0 run_kernel_times=0 run_baseline=0 run_profile=0
 suites="headline,fa3-grid" tune_kernel_backends="flash2,flash3"
 for arg in "$@"; do
   case "$arg" in
@@ -81,8 +86,9 @@ for arg in "$@"; do
     --tune-sparse) run_tune_sparse=1 ;;
     --kernel-times) run_kernel_times=1 ;;
     --baseline) run_baseline=1 ;;
+    --profile) run_profile=1 ;;
     --tune-kernels-backends=*) tune_kernel_backends=${arg#--tune-kernels-backends=} ;;
-    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels, --tune-kernels-backends=a,b, --sage-peer, --notebook, --py-peer-probe, --tune-sparse, --kernel-times, --baseline)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown option $arg (allowed: --no-tests, --no-sanitize, --no-bench, --suites=a,b, --variants, --tune, --tune-kernels, --tune-kernels-backends=a,b, --sage-peer, --notebook, --py-peer-probe, --tune-sparse, --kernel-times, --baseline, --profile)" >&2; exit 2 ;;
   esac
 done
 declare -a summary
@@ -362,6 +368,28 @@ if [ $run_kernel_times = 1 ]; then
     summary+=("kernel times: no ncu on this machine")
   fi
 fi
+if [ $run_profile = 1 ]; then
+  start=$(date +%s)
+  if command -v ncu >/dev/null; then
+    step "profile (ncu --set full)"
+    read -r -a pf_args <<<"${KERNEL_TIMES_ARGS:---suite sage --head-dim 128 --causal false --generator randn}"
+    for pf_backend in ${PROFILE_BACKENDS:-sage}; do
+      runs=("$cli|$pf_backend")
+      [ -n "$baseline_cli" ] && runs+=("$baseline_cli|$pf_backend@$base_commit")
+      for run_spec in "${runs[@]}"; do
+        pf_cli=${run_spec%%|*} label=${run_spec#*|}
+        # -c 1 after one warm-up launch (-s 1): the second launch of the kernel, clocks as the card sets them.
+        timeout "$(cap 150)" ncu --set full --clock-control none -k "regex:${PROFILE_KERNEL:-sage_wgmma_forward_kernel|flash3_forward_kernel}" \
+          -s 1 -c 1 --page details "$pf_cli" bench "${pf_args[@]}" --backends "$pf_backend" --seq "${PROFILE_SEQ:-4096}" \
+          --warmup 1 --min-reps 1 --max-reps 1 --out "$out/profile-bench-$label" --force -q \
+          >"$res/profile-$label.txt" 2>>"$out/profile.err"
+      done
+    done
+    summary+=("profile (ncu --set full; ${PROFILE_BACKENDS:-sage}, N ${PROFILE_SEQ:-4096}): $(( $(date +%s) - start )) s")
+  else
+    summary+=("profile: no ncu on this machine")
+  fi
+fi
 printf '%s\n' "${summary[@]}" >"$out/summary.txt"
 kill "$snapshot" 2>/dev/null; wait "$snapshot" 2>/dev/null
 tar czf "$final/results.tar.gz" -C "$res" . 2>/dev/null
@@ -379,6 +407,7 @@ done
 [ $run_tune_kernels = 1 ] && [ -f "$out/bench-kernel-tune.txt" ] && { echo; echo "## bench through the tuned cache"; cat "$out/bench-kernel-tune.txt"; }
 [ $run_tune = 1 ] && [ -f "$out/tune-headline.txt" ] && { echo; echo "## tune headline"; cat "$out/tune-headline.txt"; }
 [ $run_tune_sparse = 1 ] && [ -f "$out/tune-sparse.txt" ] && { echo; echo "## tune --sparse"; tail -20 "$out/tune-sparse.txt"; }
+[ $run_profile = 1 ] && for f in "$res"/profile-*.txt; do [ -f "$f" ] && { echo; echo "## $(basename "$f") (excerpt)"; grep -E "Duration|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Ipc Active|Registers Per|Stall|Pipe" "$f" | head -30; }; done
 [ $run_kernel_times = 1 ] && [ -f "$res/kernel-times.md" ] && { echo; echo "## kernel times (ncu)"; cat "$res/kernel-times.md"; }
 [ $run_py_probe = 1 ] && [ -f "$res/py-peer-probe.md" ] && { echo; echo "## python peer probe"; cat "$res/py-peer-probe.md"; }
 exit 0
