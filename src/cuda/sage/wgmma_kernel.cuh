@@ -273,26 +273,32 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float tile_max = -INFINITY;
+      // The row's maximum and sum over the thread's kTileN / 4 scores as balanced trees (depth
+      // log2, not kTileN / 4 dependent FMNMX / FADD): ncu on the H200 (2026-12-04) found the
+      // kernel latency-bound — 0.69 eligible warps per scheduler, 46% issue slots busy — and sage
+      // v4's longer serial max chain 22% slower with "fixed latency dependency" the top stall.
+      float partial[kTileN / 8];
 #pragma unroll
       for (int i = 0; i < kTileN / 8; ++i)
-        tile_max = fmaxf(tile_max, fmaxf(__uint_as_float(acc_s[4 * i + 2 * half]),
-                                         __uint_as_float(acc_s[4 * i + 2 * half + 1])));
+        partial[i] = fmaxf(__uint_as_float(acc_s[4 * i + 2 * half]), __uint_as_float(acc_s[4 * i + 2 * half + 1]));
+      const float tile_max = tree_reduce<kTileN / 8>(partial, [](float a, float b) { return fmaxf(a, b); });
       const float new_max = fmaxf(row_max[half], quad_max(tile_max));
       // A row that has seen no key keeps max -inf; subtracting 0 keeps its p at 0, not NaN.
       const float max_used = new_max == -INFINITY ? 0.0f : new_max;
       correction[half] = exp2_approx(row_max[half] - max_used);
       row_max[half] = new_max;
       const float p_offset = max_used - kPExponentOffset;
-      float sum = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kTileN / 8; ++i)
+      for (int i = 0; i < kTileN / 8; ++i) {
+        float prob[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float prob = exp2_approx(__uint_as_float(acc_s[4 * i + 2 * half + e]) - p_offset);
-          acc_s[4 * i + 2 * half + e] = __float_as_uint(prob);
-          sum += prob;
+          prob[e] = exp2_approx(__uint_as_float(acc_s[4 * i + 2 * half + e]) - p_offset);
+          acc_s[4 * i + 2 * half + e] = __float_as_uint(prob[e]);
         }
+        partial[i] = prob[0] + prob[1];
+      }
+      const float sum = tree_reduce<kTileN / 8>(partial, [](float a, float b) { return a + b; });
       row_sum[half] = row_sum[half] * correction[half] + sum;
     }
   };
