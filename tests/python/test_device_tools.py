@@ -7,6 +7,8 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "device" / "kernel_times.py"
 H200_V3 = ROOT / "docs" / "results" / "h200" / "2026-12-04" / "kernel-times-csv" / "v3"
+# run.sh --baseline --kernel-times: sage v4 / flash3 v4c (this build) against main fdd22c5.
+H200_AB = ROOT / "docs" / "results" / "h200" / "2026-12-04" / "kernel-times-csv" / "ab-v4"
 
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
           '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n')
@@ -22,7 +24,15 @@ def launch(i, name, value, unit="nsecond"):
 
 
 def rows_of(markdown):
-    return [[c.strip() for c in line.strip("|").split("|")] for line in markdown.splitlines()[2:]]
+    """The first table's rows."""
+    lines = markdown.split("\n\n")[0].splitlines()
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def ab_rows_of(markdown):
+    """The A/B table's rows (run.sh --baseline), or [] without one."""
+    tables = markdown.strip().split("\n\n")
+    return [[c.strip() for c in line.strip("|").split("|")] for line in tables[1].splitlines()[2:]] if len(tables) > 1 else []
 
 
 def test_the_h200_run_gives_the_sums_of_its_kernels():
@@ -66,3 +76,17 @@ def test_bad_input_is_one_clear_error(tmp_path):
     (tmp_path / "b-N1.csv").write_text(HEADER + launch(0, "k", "1", unit="furlong"))
     result = run(tmp_path)
     assert result.returncode != 0 and "unit 'furlong' unknown" in result.stderr
+
+
+def test_a_baseline_run_gives_the_a_b_table():
+    result = run(H200_AB)
+    assert result.returncode == 0, result.stderr
+    ab = {(r[0], int(r[1])): r for r in ab_rows_of(result.stdout)}
+    # cudnn has no baseline run; sage, sage2 and flash3 have one at both N.
+    assert set(ab) == {(b, n) for b in ("sage", "sage2", "flash3") for n in (4096, 16384)}
+    assert all(r[2] == "fdd22c5686ab" for r in ab.values())
+    # sage v4's attention kernel against v3's, N 16384: 3665.3 / 2962.8 µs (docs/kernels/sage.md).
+    sage = ab[("sage", 16384)]
+    assert sage[3] == "sage_wgmma_forward_kernel" and sage[4] == "3665.3 / 2962.8" and sage[5] == "1.237"
+    # Without baselines there is no second table.
+    assert ab_rows_of(run(H200_V3).stdout) == []

@@ -13,6 +13,10 @@ Prints a Markdown table: backend, N, kernel, launches per forward, median µs, s
 forward. Times are single launches with flushed caches and unlocked clocks (ncu serializes
 launches), so the sum is close to, not equal to, the harness's end-to-end latency.
 
+With run.sh --baseline, files named `<backend>@<commit>-N<seq>.csv` hold the baseline build's
+launches; for each backend and N that has both, a second table gives the A/B: the attention
+kernel's and the forward's µs, this build against the baseline, and their ratio.
+
 Usage: kernel_times.py DIR [--exclude REGEX]
 """
 import csv
@@ -69,6 +73,7 @@ def main():
         raise SystemExit(f"kernel_times.py: --exclude {exclude!r} is not a regular expression: {error}")
     print("| backend | N | kernel | launches / forward | median µs | share |")
     print("|---|---|---|---|---|---|")
+    summaries = {}  # (label, N) -> (main kernel, its median µs, µs per forward)
     for file in sorted(os.listdir(folder)):
         match = re.fullmatch(r"(.+)-N(\d+)\.csv", file)
         if not match:
@@ -91,6 +96,20 @@ def main():
         for kernel, per, med in sorted(parts, key=lambda p: -p[1] * p[2]):
             print(f"| {backend} | {seq} | {short(kernel)} | {per:.2f} | {med:.1f} | {100 * per * med / total:.1f}% |")
         print(f"| {backend} | {seq} | **sum per forward** | | **{total:.1f}** | {forwards} forwards |")
+        summaries[(backend, seq)] = (main_kernel, statistics.median(by_kernel[main_kernel]), total)
+    pairs = sorted((label.split("@", 1)[0], label.split("@", 1)[1], seq) for label, seq in summaries
+                   if "@" in label and (label.split("@", 1)[0], seq) in summaries)
+    if pairs:
+        print()
+        print("| backend | N | baseline | kernel | µs (this / baseline) | ratio | forward µs (this / baseline) | ratio |")
+        print("|---|---|---|---|---|---|---|---|")
+        for backend, commit, seq in pairs:
+            kernel, this_us, this_total = summaries[(backend, seq)]
+            base_kernel, base_us, base_total = summaries[(f"{backend}@{commit}", seq)]
+            # The kernels of the two builds are compared by role (each build's heaviest kernel).
+            name = short(kernel) if kernel == base_kernel else f"{short(kernel)} / {short(base_kernel)}"
+            print(f"| {backend} | {seq} | {commit} | {name} | {this_us:.1f} / {base_us:.1f} | {this_us / base_us:.3f} "
+                  f"| {this_total:.1f} / {base_total:.1f} | {this_total / base_total:.3f} |")
 
 
 if __name__ == "__main__":

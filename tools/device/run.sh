@@ -37,8 +37,8 @@
 #   profile-<backend>[@commit].txt (ncu's details page).
 #   --baseline: also build the CLI of the tree tools/device/pack-baseline.sh packed (carried as
 #   .device-build/baseline) and, with --kernel-times, time KERNEL_TIMES_BASELINE_BACKENDS (default:
-#   KERNEL_TIMES_BACKENDS) with it too, as `<backend>@<commit>` rows of the same table: an A/B in
-#   one run on one card.
+#   KERNEL_TIMES_BACKENDS) with it too, as `<backend>@<commit>` rows of the same table and a second
+#   table of this / baseline ratios (kernel_times.py): an A/B in one run on one card.
 # Env SANITIZE_FILTER (a gtest filter) replaces the compute-sanitizer case list; SANITIZE_TOOLS the tools.
 # Env ATTNSUITE_GIT_COMMIT (e.g. "$(git rev-parse --short=12 HEAD)", given on the command line
 #   from the checkout that sent the call) is the commit result headers name: this copy's .git is stale.
