@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Packs the sources of another commit as .device-build/baseline, for `run.sh --baseline`: the
 # device call then builds that tree's CLI beside this one and times the same kernels with both
-# in the same run (ncu, --kernel-times) — an A/B on one card, since figures from two calls differ
-# by more than most kernel changes (the H200's clocks are not locked: on 2026-12-04 an unchanged
-# memory-bound kernel read 29 µs in one call and 42 µs in another).
+# in the same run (ncu, --kernel-times) — an A/B on one card, since figures from different calls
+# can differ by more than most kernel changes (the H200's clocks are not locked): sage2's V
+# quantizer, its source unchanged but for a no-op refactor, read 28.9 µs at N 4096 in the fourth
+# session of 2026-12-04 and 41.5–42.0 µs in every call of the fifth.
 # Usage: bash tools/device/pack-baseline.sh [REV] (default: main)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
