@@ -23,16 +23,21 @@ def launch(i, name, value, unit="nsecond"):
             f'"Command line profiler metrics","gpu__time_duration.sum","{unit}","{value}"\n')
 
 
+def table_rows(markdown, index):
+    """The rows (cells) of the index-th Markdown table in the output, or [] when there is none."""
+    tables = markdown.strip().split("\n\n")
+    if index >= len(tables):
+        return []
+    return [[c.strip() for c in line.strip("|").split("|")] for line in tables[index].splitlines()[2:]]
+
+
 def rows_of(markdown):
-    """The first table's rows."""
-    lines = markdown.split("\n\n")[0].splitlines()
-    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    return table_rows(markdown, 0)
 
 
 def ab_rows_of(markdown):
-    """The A/B table's rows (run.sh --baseline), or [] without one."""
-    tables = markdown.strip().split("\n\n")
-    return [[c.strip() for c in line.strip("|").split("|")] for line in tables[1].splitlines()[2:]] if len(tables) > 1 else []
+    """The A/B table's rows (run.sh --baseline)."""
+    return table_rows(markdown, 1)
 
 
 def test_the_h200_run_gives_the_sums_of_its_kernels():

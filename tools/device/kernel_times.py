@@ -96,9 +96,13 @@ def main():
         for kernel, per, med in sorted(parts, key=lambda p: -p[1] * p[2]):
             print(f"| {backend} | {seq} | {short(kernel)} | {per:.2f} | {med:.1f} | {100 * per * med / total:.1f}% |")
         print(f"| {backend} | {seq} | **sum per forward** | | **{total:.1f}** | {forwards} forwards |")
-        summaries[(backend, seq)] = (main_kernel, statistics.median(by_kernel[main_kernel]), total)
-    pairs = sorted((label.split("@", 1)[0], label.split("@", 1)[1], seq) for label, seq in summaries
-                   if "@" in label and (label.split("@", 1)[0], seq) in summaries)
+        summaries[(backend, seq)] = (main_kernel, next(med for k, _, med in parts if k == main_kernel), total)
+    pairs = []  # (backend, baseline commit, N) where both builds were timed
+    for label, seq in summaries:
+        backend, _, commit = label.partition("@")
+        if commit and (backend, seq) in summaries:
+            pairs.append((backend, commit, seq))
+    pairs.sort()
     if pairs:
         print()
         print("| backend | N | baseline | kernel | µs (this / baseline) | ratio | forward µs (this / baseline) | ratio |")

@@ -128,7 +128,15 @@ grep -E "attnsuite: " "$out/configure.log" | while read -r line; do echo "$line"
 summary+=("features: $(tr '\n' ';' <"$out/features.txt")")
 tests="$build/tests/cpp/attnsuite_tests"
 cli="$build/attnsuite"
+# The case --kernel-times and --profile time (KERNEL_TIMES_ARGS; default the sage suite's d128
+# randn dense case).
+read -r -a kt_args <<<"${KERNEL_TIMES_ARGS:---suite sage --head-dim 128 --causal false --generator randn}"
 baseline_cli=""
+# "cli|label" for this build and, with --baseline, the baseline's (label backend@commit).
+clis_for() {
+  echo "$cli|$1"
+  [ -n "$baseline_cli" ] && echo "$baseline_cli|$1@$base_commit"
+}
 if [ $run_baseline = 1 ]; then
   base_src="$root/.device-build/baseline"
   if [ -f "$base_src/.baseline-commit" ]; then
@@ -344,15 +352,13 @@ if [ $run_kernel_times = 1 ]; then
     # ncu times every kernel launch on its own (caches flushed before each, clocks as the card
     # sets them). kernel_times.py turns the launches into a per-forward breakdown.
     mkdir -p "$out/kernel-times"
-    read -r -a kt_args <<<"${KERNEL_TIMES_ARGS:---suite sage --head-dim 128 --causal false --generator randn}"
     kt_backends=${KERNEL_TIMES_BACKENDS:-sage sage2 flash3 cudnn}
     # With --baseline: the two CLIs alternate per backend and N, so that a drift of the card's
     # clocks during the step falls on both alike.
     for kt_backend in $kt_backends; do
       for kt_seq in ${KERNEL_TIMES_SEQ:-4096 16384}; do
-        runs=("$cli|$kt_backend")
-        [ -n "$baseline_cli" ] && [[ " ${KERNEL_TIMES_BASELINE_BACKENDS:-$kt_backends} " == *" $kt_backend "* ]] &&
-          runs+=("$baseline_cli|$kt_backend@$base_commit")
+        mapfile -t runs < <(clis_for "$kt_backend")
+        [[ " ${KERNEL_TIMES_BASELINE_BACKENDS:-$kt_backends} " == *" $kt_backend "* ]] || runs=("${runs[0]}")
         for run_spec in "${runs[@]}"; do
           kt_cli=${run_spec%%|*} label=${run_spec#*|}
           timeout "$(cap 120)" ncu --clock-control none --cache-control all --metrics gpu__time_duration.sum --csv \
@@ -372,15 +378,13 @@ if [ $run_profile = 1 ]; then
   start=$(date +%s)
   if command -v ncu >/dev/null; then
     step "profile (ncu --set full)"
-    read -r -a pf_args <<<"${KERNEL_TIMES_ARGS:---suite sage --head-dim 128 --causal false --generator randn}"
     for pf_backend in ${PROFILE_BACKENDS:-sage}; do
-      runs=("$cli|$pf_backend")
-      [ -n "$baseline_cli" ] && runs+=("$baseline_cli|$pf_backend@$base_commit")
+      mapfile -t runs < <(clis_for "$pf_backend")
       for run_spec in "${runs[@]}"; do
         pf_cli=${run_spec%%|*} label=${run_spec#*|}
         # -c 1 after one warm-up launch (-s 1): the second launch of the kernel, clocks as the card sets them.
         timeout "$(cap 150)" ncu --set full --clock-control none -k "regex:${PROFILE_KERNEL:-sage_wgmma_forward_kernel|flash3_forward_kernel}" \
-          -s 1 -c 1 --page details "$pf_cli" bench "${pf_args[@]}" --backends "$pf_backend" --seq "${PROFILE_SEQ:-4096}" \
+          -s 1 -c 1 --page details "$pf_cli" bench "${kt_args[@]}" --backends "$pf_backend" --seq "${PROFILE_SEQ:-4096}" \
           --warmup 1 --min-reps 1 --max-reps 1 --out "$out/profile-bench-$label" --force -q \
           >"$res/profile-$label.txt" 2>>"$out/profile.err"
       done
