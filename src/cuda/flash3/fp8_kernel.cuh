@@ -136,23 +136,27 @@ __device__ __forceinline__ void fp8_softmax_tile(const Params& params, Fp8Consum
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    float tile_max = -INFINITY;
+    // Row maximum and sum as trees (tree_reduce: serial chains cost sage2 7–9% on the H200).
+    float partial[kTileN / 8];
 #pragma unroll
     for (int i = 0; i < kTileN / 8; ++i)
-      tile_max = fmaxf(tile_max, fmaxf(state.acc_s[4 * i + 2 * half], state.acc_s[4 * i + 2 * half + 1]));
+      partial[i] = fmaxf(state.acc_s[4 * i + 2 * half], state.acc_s[4 * i + 2 * half + 1]);
+    const float tile_max = tree_reduce(partial, [](float a, float b) { return fmaxf(a, b); });
     const float new_max = fmaxf(state.row_max[half], quad_max(tile_max));
     const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
     correction[half] = exp2_approx(state.row_max[half] * scale_log2 - max_scaled);
     state.row_max[half] = new_max;
-    float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kTileN / 8; ++i)
+    for (int i = 0; i < kTileN / 8; ++i) {
+      float p[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float p = exp2_approx(fmaf(state.acc_s[4 * i + 2 * half + e], scale_log2, -max_scaled));
-        state.acc_s[4 * i + 2 * half + e] = p;
-        sum += p;
+        p[e] = exp2_approx(fmaf(state.acc_s[4 * i + 2 * half + e], scale_log2, -max_scaled));
+        state.acc_s[4 * i + 2 * half + e] = p[e];
       }
+      partial[i] = p[0] + p[1];
+    }
+    const float sum = tree_reduce(partial, [](float a, float b) { return a + b; });
     state.row_sum[half] = state.row_sum[half] * correction[half] + sum;
   }
 }

@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kTileN / 8; ++i)
         partial[i] = fmaxf(__uint_as_float(acc_s[4 * i + 2 * half]), __uint_as_float(acc_s[4 * i + 2 * half + 1]));
-      const float tile_max = tree_reduce<kTileN / 8>(partial, [](float a, float b) { return fmaxf(a, b); });
+      const float tile_max = tree_reduce(partial, [](float a, float b) { return fmaxf(a, b); });
       const float new_max = fmaxf(row_max[half], quad_max(tile_max));
       // A row that has seen no key keeps max -inf; subtracting 0 keeps its p at 0, not NaN.
       const float max_used = new_max == -INFINITY ? 0.0f : new_max;
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         }
         partial[i] = prob[0] + prob[1];
       }
-      const float sum = tree_reduce<kTileN / 8>(partial, [](float a, float b) { return a + b; });
+      const float sum = tree_reduce(partial, [](float a, float b) { return a + b; });
       row_sum[half] = row_sum[half] * correction[half] + sum;
     }
   };

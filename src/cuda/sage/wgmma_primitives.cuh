@@ -37,29 +37,12 @@ using flash3::quad_sum;
 using flash3::release_registers;
 using flash3::shared_address;
 using flash3::tma_load_4d;
+using flash3::tree_reduce;
 using flash3::wgmma_commit;
 using flash3::wgmma_fence;
 using flash3::wgmma_rs;
 using flash3::wgmma_rs_e4m3;
 using flash3::wgmma_wait;
-
-// values[0] ∘ values[1] ∘ … ∘ values[kCount - 1] as a balanced tree (kCount a power of two):
-// log2(kCount) dependent operations instead of kCount - 1, for the softmax's row maximum and sum
-// (wgmma_kernel.cuh). A maximum is exact in any order; a sum's rounding differs from the serial
-// order's by the usual float reassociation. One level per instantiation: a loop over the widths
-// (width /= 2) was not unrolled by nvcc 13 and put the array on the stack (64 bytes).
-template <int kCount, class Op>
-__device__ __forceinline__ float tree_reduce(const float (&values)[kCount], Op op) {
-  static_assert(kCount > 0 && (kCount & (kCount - 1)) == 0, "a power of two");
-  if constexpr (kCount == 1) {
-    return values[0];
-  } else {
-    float level[kCount / 2];
-#pragma unroll
-    for (int i = 0; i < kCount / 2; ++i) level[i] = op(values[i], values[i + kCount / 2]);
-    return tree_reduce<kCount / 2>(level, op);
-  }
-}
 
 // acc (64×N s32, raw bits) (+)= A (64×32 s8) · B (N×32 s8), both K-major in shared memory by
 // descriptor (the same 8-bit layouts and descriptors as flash3-fp8's e4m3 Q·Kᵀ).
