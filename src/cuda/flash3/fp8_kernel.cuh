@@ -32,6 +32,7 @@
 #include "cuda/common/key_range.cuh"
 #include "cuda/flash3/fp8_layout.hpp"
 #include "cuda/flash3/fp8_primitives.cuh"
+#include "cuda/flash3/online_softmax.cuh"
 #include "cuda/flash3/params.hpp"
 
 namespace attnsuite::cuda::flash3 {
@@ -134,31 +135,7 @@ __device__ __forceinline__ void fp8_softmax_tile(const Params& params, Fp8Consum
         }
     }
   }
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    // Row maximum and sum as trees (tree_reduce: serial chains cost sage2 7–9% on the H200).
-    float partial[kTileN / 8];
-#pragma unroll
-    for (int i = 0; i < kTileN / 8; ++i)
-      partial[i] = fmaxf(state.acc_s[4 * i + 2 * half], state.acc_s[4 * i + 2 * half + 1]);
-    const float tile_max = tree_reduce(partial, [](float a, float b) { return fmaxf(a, b); });
-    const float new_max = fmaxf(state.row_max[half], quad_max(tile_max));
-    const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
-    correction[half] = exp2_approx(state.row_max[half] * scale_log2 - max_scaled);
-    state.row_max[half] = new_max;
-#pragma unroll
-    for (int i = 0; i < kTileN / 8; ++i) {
-      float p[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        p[e] = exp2_approx(fmaf(state.acc_s[4 * i + 2 * half + e], scale_log2, -max_scaled));
-        state.acc_s[4 * i + 2 * half + e] = p[e];
-      }
-      partial[i] = p[0] + p[1];
-    }
-    const float sum = tree_reduce(partial, [](float a, float b) { return a + b; });
-    state.row_sum[half] = state.row_sum[half] * correction[half] + sum;
-  }
+  online_softmax_tile<kTileN>(state.acc_s, state.row_max, state.row_sum, scale_log2, correction);
 }
 
 template <class Traits>

@@ -22,6 +22,7 @@
 
 #include "cuda/common/key_range.cuh"
 
+#include "cuda/flash3/online_softmax.cuh"
 #include "cuda/flash3/params.hpp"
 #include "cuda/flash3/primitives.cuh"
 
@@ -108,33 +109,7 @@ __device__ __forceinline__ void softmax_tile(const Params& params, ConsumerState
       }
     }
   }
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    // Row maximum and sum as trees (tree_reduce: serial chains cost sage2 7–9% on the H200).
-    float partial[kTileN / 8];
-#pragma unroll
-    for (int i = 0; i < kTileN / 8; ++i)
-      partial[i] = fmaxf(state.acc_s[4 * i + 2 * half], state.acc_s[4 * i + 2 * half + 1]);
-    const float tile_max = tree_reduce(partial, [](float a, float b) { return fmaxf(a, b); });
-    const float new_max = fmaxf(state.row_max[half], quad_max(tile_max));
-    // A row that has seen no key yet keeps max -inf; subtracting 0 then keeps its p at 0
-    // (2^-inf) instead of NaN (-inf − -inf).
-    const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * params.scale_log2;
-    correction[half] = exp2_approx(state.row_max[half] * params.scale_log2 - max_scaled);
-    state.row_max[half] = new_max;
-#pragma unroll
-    for (int i = 0; i < kTileN / 8; ++i) {
-      float p[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        p[e] = exp2_approx(fmaf(state.acc_s[4 * i + 2 * half + e], params.scale_log2, -max_scaled));
-        state.acc_s[4 * i + 2 * half + e] = p[e];
-      }
-      partial[i] = p[0] + p[1];
-    }
-    const float sum = tree_reduce(partial, [](float a, float b) { return a + b; });
-    state.row_sum[half] = state.row_sum[half] * correction[half] + sum;
-  }
+  online_softmax_tile<kTileN>(state.acc_s, state.row_max, state.row_sum, params.scale_log2, correction);
 }
 
 // O's previous P·V has completed (waited), so it can be rescaled in registers.
