@@ -378,7 +378,7 @@ TEST(SageQuantKernels, MatchTheHostReference) {
       cuda::sage::launch_stats(stats, p.dtype, context->stream());
 
       auto rows = [&](void* x, const HostTensor& t, int heads, int seq, std::size_t out, std::size_t scale,
-                      int block_rows, int blocks, float mult, const float* mean_partials) {
+                      int block_rows, bool key_groups, int blocks, float mult, const float* mean_partials) {
         cuda::sage::QuantParams qp;
         qp.x = x;
         qp.batch_stride = t.strides[0];
@@ -391,16 +391,17 @@ TEST(SageQuantKernels, MatchTheHostReference) {
         qp.out = reinterpret_cast<std::int8_t*>(ws + out);
         qp.scale = reinterpret_cast<float*>(ws + scale);
         qp.block_rows = block_rows;
+        qp.key_groups = key_groups;
         qp.blocks = blocks;
         qp.scale_multiplier = mult;
         qp.mean_partials = mean_partials;
         qp.splits = l.splits;
         cuda::sage::launch_quantize_rows(qp, p.dtype, context->stream());
       };
-      rows(q->data(), in.q, p.heads_q, p.seq_q, l.q8, l.q_scale, cuda::sage::q_block_rows(mode), l.q_blocks,
+      rows(q->data(), in.q, p.heads_q, p.seq_q, l.q8, l.q_scale, cuda::sage::q_block_rows(mode), false, l.q_blocks,
            multiplier, nullptr);
       rows(k->data(), in.k, p.heads_kv, p.seq_kv, l.k8, l.k_scale, cuda::sage::k_block_rows(mode, p.head_dim),
-           l.k_blocks, 1.0f, stats.k_sum);
+           cuda::sage::k_key_groups(mode), l.k_blocks, 1.0f, stats.k_sum);
       auto vt = context->allocate(static_cast<std::size_t>(p.batch) * p.heads_kv * p.head_dim *
                                   cuda::sage::v_padded_keys(p.seq_kv));
       auto v_scale = context->allocate(static_cast<std::size_t>(p.batch) * p.heads_kv * p.head_dim * 4);
@@ -449,8 +450,7 @@ TEST(SageQuantKernels, MatchTheHostReference) {
         for (int h = 0; h < p.heads_kv; ++h) {
           const std::vector<float> x = slice(in.k, b, h, p.seq_kv);
           const std::vector<float> mean = cuda::sage::reference::channel_mean(x.data(), p.seq_kv, d);
-          const auto ref = cuda::sage::reference::quantize_rows(x.data(), p.seq_kv, d,
-                                                                cuda::sage::k_block_rows(mode, d), 1.0f, mean.data());
+          const auto ref = cuda::sage::reference::quantize_k(mode, x.data(), p.seq_kv, d, mean.data());
           const std::size_t base = static_cast<std::size_t>(b * p.heads_kv + h);
           const auto* got = reinterpret_cast<const std::int8_t*>(host.data() + l.k8) + base * p.seq_kv * d;
           const auto* scale = reinterpret_cast<const float*>(host.data() + l.k_scale) + base * l.k_blocks;

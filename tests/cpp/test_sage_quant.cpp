@@ -231,6 +231,40 @@ TEST(SageQuant, FusedDequantizationIsWithinOneIntegerStep) {
             0.0f);
 }
 
+// sage2's K groups (v6): the 32 keys of a 128-key tile whose scores one thread holds — columns
+// 8i + 2·(lane % 4) + e of the accumulator — share one scale; sage keeps consecutive blocks.
+TEST(SageQuant, Sage2KeyGroupsAreOneThreadsColumnsOfATile) {
+  for (const int d : {64, 128})
+    for (int tile = 0; tile < 3; ++tile)
+      for (int lane = 0; lane < 32; ++lane) {
+        std::set<int> groups;
+        for (int i = 0; i < 16; ++i)
+          for (int e = 0; e < 2; ++e) groups.insert(k_scale_index(Mode::Sage2, d, tile * 128 + 8 * i + 2 * (lane % 4) + e));
+        ASSERT_EQ(groups.size(), 1u);
+        EXPECT_EQ(*groups.begin(), tile * 4 + lane % 4);
+      }
+  EXPECT_EQ(k_scale_count(Mode::Sage2, 128, 1), 4);
+  EXPECT_EQ(k_scale_count(Mode::Sage2, 128, 128), 4);
+  EXPECT_EQ(k_scale_count(Mode::Sage2, 64, 129), 8);
+  EXPECT_EQ(k_scale_index(Mode::Sage, 128, 95), 2);  // 32-key blocks at d128
+  EXPECT_EQ(k_scale_index(Mode::Sage, 64, 95), 1);   // 64-key blocks at d64
+  EXPECT_EQ(k_scale_count(Mode::Sage, 128, 129), 5);
+  // The host quantizer: 130 keys → 8 groups; the second tile's keys 128, 129 are group 4 (key
+  // class 0); groups 5..7 have no key and scale 0.
+  std::vector<float> k(130 * 8);
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i % 17) - 8.0f;
+  const reference::QuantizedRows q = reference::quantize_k(Mode::Sage2, k.data(), 130, 8, nullptr);
+  ASSERT_EQ(q.scales.size(), 8u);
+  for (int g = 5; g < 8; ++g) EXPECT_EQ(q.scales[static_cast<std::size_t>(g)], 0.0f);
+  EXPECT_GT(q.scales[4], 0.0f);
+  for (int key = 0; key < 130; ++key)
+    for (int c = 0; c < 8; ++c) {
+      const float x = k[static_cast<std::size_t>(key) * 8 + c];
+      const float scale = q.scales[static_cast<std::size_t>(k_scale_index(Mode::Sage2, 8, key))];
+      EXPECT_LE(std::abs(q.values[static_cast<std::size_t>(key) * 8 + c] * scale - x), 0.5f * scale + 1e-6f);
+    }
+}
+
 TEST(SageQuant, WorkspaceLayoutIsAlignedAndDisjoint) {
   const WorkspaceLayout l = workspace_layout(Mode::Sage2, 2, 8, 2, 1000, 777, 128);
   EXPECT_EQ(l.q_blocks, 1000);  // sage2: one Q scale per row

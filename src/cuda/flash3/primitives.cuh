@@ -29,14 +29,14 @@ using flash2::shared_address;
 // 7–9% faster — the consumers are latency-bound (0.65 eligible warps per scheduler), so a serial
 // chain of 32 FMNMX / FADD per row is paid in full. One level per instantiation: a loop over the
 // widths (width /= 2) was not unrolled by nvcc 13 and put the array on the stack.
-template <int kCount, class Op>
-__device__ __forceinline__ float tree_reduce(const float (&values)[kCount], Op op) {
+template <int kCount, class T, class Op>
+__device__ __forceinline__ T tree_reduce(const T (&values)[kCount], Op op) {
   static_assert(kCount > 0, "at least one value");
   if constexpr (kCount == 1) {
     return values[0];
   } else {
     constexpr int kPairs = kCount / 2, kNext = kCount - kPairs;  // an odd one out moves up alone
-    float level[kNext];
+    T level[kNext];
 #pragma unroll
     for (int i = 0; i < kPairs; ++i) level[i] = op(values[i], values[i + kNext]);
     if constexpr (kNext > kPairs) level[kPairs] = values[kPairs];

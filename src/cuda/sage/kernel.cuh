@@ -197,13 +197,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         }
       }
     }
-    // Dequantize: one K scale per 8-key mma tile (kKBlockRows is a multiple of 8); int → float
-    // by the exponent trick (int_to_float_exact: IADD + FADD instead of the quarter-rate I2F).
+    // Dequantize: the K scale of the thread's columns 8·nt + 2·quad_col + e (k_scale_index: one
+    // per 8-key mma tile for sage, one per thread and tile for sage2); int → float by the
+    // exponent trick (int_to_float_exact: IADD + FADD instead of the quarter-rate I2F).
     static_assert(127 * 127 * kHeadDim < (1 << 22), "INT8 dot products must stay below 2^22");
     const int key_begin = n_block * kTileN;
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
-      const int block = (key_begin + nt * 8) / Traits::kKBlockRows;
+      const int block = k_scale_index(Traits::kMode, kHeadDim, key_begin + nt * 8 + 2 * quad_col);
       const float k_scale = block < params.k_blocks ? __ldg(k_scale_head + block) : 0.0f;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {

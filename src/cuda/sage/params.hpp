@@ -23,8 +23,11 @@ struct QuantParams {
 
   std::int8_t* out = nullptr;  // [batch][heads][seq][head_dim]
   float* scale = nullptr;      // [batch][heads][blocks]
+  // Scale blocks: block_rows consecutive rows, or, with key_groups (sage2's K), the key groups
+  // of quant_rule.hpp (k_scale_index; block_rows unused).
   int block_rows = 0;
-  int blocks = 0;              // ceil(seq / block_rows)
+  bool key_groups = false;
+  int blocks = 0;  // ceil(seq / block_rows), or k_scale_count
   float scale_multiplier = 1.0f;  // stored scale = amax / 127 · this (softmax scale · log2 e for Q)
 
   // Smooth-K: per (batch, head, channel) partial sums over splits of kStatsRowsPerSplit keys;

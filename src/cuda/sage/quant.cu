@@ -176,13 +176,21 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(const QuantP
     }
   }
   __syncthreads();
-  const int blocks_here = kQuantRowsPerCta / p.block_rows;
+  // Blocks of block_rows consecutive rows; or key groups: the CTA's 128 keys are one tile of
+  // groups, group b holding the keys r with (r % 8) / 2 == b (quant_rule.hpp).
+  const int blocks_here = p.key_groups ? kKGroupsPerTile : kQuantRowsPerCta / p.block_rows;
+  const auto block_of_row = [&](int r) { return p.key_groups ? r % 8 / 2 : r / p.block_rows; };
   for (int b = static_cast<int>(threadIdx.x); b < blocks_here; b += kThreads) {
     std::uint32_t bits = 0;
-    for (int r = b * p.block_rows; r < (b + 1) * p.block_rows; ++r) bits = max(bits, row_amax[r]);
+    if (p.key_groups) {
+      for (int r = 2 * b; r < kQuantRowsPerCta; r += 8) bits = max(bits, max(row_amax[r], row_amax[r + 1]));
+    } else {
+      for (int r = b * p.block_rows; r < (b + 1) * p.block_rows; ++r) bits = max(bits, row_amax[r]);
+    }
     const float amax = bits_float(bits);
     block_inverse[b] = int8_inverse_scale(amax);
-    const int global_block = row_begin / p.block_rows + b;
+    const int global_block =
+        p.key_groups ? row_begin / kKGroupTileKeys * kKGroupsPerTile + b : row_begin / p.block_rows + b;
     if (global_block < p.blocks) p.scale[slice * p.blocks + global_block] = amax / kInt8Max * p.scale_multiplier;
   }
   __syncthreads();
@@ -193,7 +201,7 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(const QuantP
     if (row >= p.seq) continue;
     float v[8];
     centered(i, v);
-    const float inverse = block_inverse[r / p.block_rows];
+    const float inverse = block_inverse[block_of_row(r)];
     std::uint32_t packed[2];
 #pragma unroll
     for (int w = 0; w < 2; ++w) {
@@ -330,7 +338,7 @@ void launch_stats(const StatsParams& params, DType dtype, void* stream) {
   dispatch<StatsLaunch>(params, dtype, params.head_dim, static_cast<cudaStream_t>(stream));
 }
 void launch_quantize_rows(const QuantParams& params, DType dtype, void* stream) {
-  ATTNSUITE_REQUIRE(params.block_rows > 0 && kQuantRowsPerCta % params.block_rows == 0,
+  ATTNSUITE_REQUIRE(params.key_groups || (params.block_rows > 0 && kQuantRowsPerCta % params.block_rows == 0),
                     fmt::format("sage: quantization block of {} rows; must divide {}", params.block_rows,
                                 kQuantRowsPerCta));
   dispatch<RowsLaunch>(params, dtype, params.head_dim, static_cast<cudaStream_t>(stream));

@@ -32,32 +32,49 @@ inline std::vector<float> channel_mean(const float* x, int rows, int d) {
   return mean;
 }
 
-// INT8 per block of rows; `mean` (d values) is subtracted first when given (smooth-K).
-inline QuantizedRows quantize_rows(const float* x, int rows, int d, int block_rows, float multiplier,
-                                   const float* mean = nullptr) {
+// INT8 with one scale per block: row r belongs to block block_of(r) of `blocks`; `mean` (d
+// values) is subtracted first when given (smooth-K).
+template <class BlockOf>
+QuantizedRows quantize_blocks(const float* x, int rows, int d, int blocks, BlockOf block_of, float multiplier,
+                              const float* mean) {
   QuantizedRows out;
   out.values.resize(static_cast<std::size_t>(rows) * d);
-  const int blocks = (rows + block_rows - 1) / block_rows;
-  out.scales.resize(static_cast<std::size_t>(blocks));
-  std::vector<float> shifted(static_cast<std::size_t>(block_rows) * d);
+  out.scales.assign(static_cast<std::size_t>(blocks), 0.0f);
+  const auto value = [&](int r, int c) {
+    return x[static_cast<std::size_t>(r) * d + c] - (mean != nullptr ? mean[c] : 0.0f);
+  };
+  std::vector<std::uint32_t> bits(static_cast<std::size_t>(blocks), 0);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < d; ++c) {
+      auto& b = bits[static_cast<std::size_t>(block_of(r))];
+      b = std::max(b, abs_bits(value(r, c)));
+    }
+  std::vector<float> inverse(static_cast<std::size_t>(blocks));
   for (int b = 0; b < blocks; ++b) {
-    const int begin = b * block_rows, end = std::min(rows, begin + block_rows);
-    std::uint32_t bits = 0;
-    for (int r = begin; r < end; ++r)
-      for (int c = 0; c < d; ++c) {
-        const float value = x[static_cast<std::size_t>(r) * d + c] - (mean != nullptr ? mean[c] : 0.0f);
-        shifted[static_cast<std::size_t>(r - begin) * d + c] = value;
-        bits = std::max(bits, abs_bits(value));
-      }
-    const float amax = bits_float(bits);
-    const float inverse = int8_inverse_scale(amax);
+    const float amax = bits_float(bits[static_cast<std::size_t>(b)]);
+    inverse[static_cast<std::size_t>(b)] = int8_inverse_scale(amax);
     out.scales[static_cast<std::size_t>(b)] = amax / kInt8Max * multiplier;
-    for (int r = begin; r < end; ++r)
-      for (int c = 0; c < d; ++c)
-        out.values[static_cast<std::size_t>(r) * d + c] =
-            quantize_int8(shifted[static_cast<std::size_t>(r - begin) * d + c], inverse);
   }
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < d; ++c)
+      out.values[static_cast<std::size_t>(r) * d + c] =
+          quantize_int8(value(r, c), inverse[static_cast<std::size_t>(block_of(r))]);
   return out;
+}
+
+// INT8 per block of block_rows consecutive rows (Q; sage's K with `mean`).
+inline QuantizedRows quantize_rows(const float* x, int rows, int d, int block_rows, float multiplier,
+                                   const float* mean = nullptr) {
+  return quantize_blocks(
+      x, rows, d, (rows + block_rows - 1) / block_rows, [&](int r) { return r / block_rows; }, multiplier, mean);
+}
+
+// K as `mode` quantizes it: smoothed by `mean`, one scale per k_scale_index.
+inline QuantizedRows quantize_k(Mode mode, const float* k, int keys, int d, const float* mean,
+                                float multiplier = 1.0f) {
+  return quantize_blocks(
+      k, keys, d, k_scale_count(mode, d, keys), [&](int key) { return k_scale_index(mode, d, key); }, multiplier,
+      mean);
 }
 
 struct QuantizedVt {
@@ -96,7 +113,7 @@ inline std::vector<double> emulate_attention(Mode mode, const float* q, const fl
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const std::vector<float> mean = channel_mean(k, nk, d);
   const QuantizedRows q8 = quantize_rows(q, nq, d, q_block_rows(mode), 1.0f);
-  const QuantizedRows k8 = quantize_rows(k, nk, d, k_block_rows(mode, d), 1.0f, mean.data());
+  const QuantizedRows k8 = quantize_k(mode, k, nk, d, mean.data());
   QuantizedVt vt;
   if (mode == Mode::Sage2) vt = quantize_v(v, nk, d);
   std::vector<double> out(static_cast<std::size_t>(nq) * d, 0.0);
@@ -112,7 +129,7 @@ inline std::vector<double> emulate_attention(Mode mode, const float* q, const fl
         dot += static_cast<std::int64_t>(q8.values[static_cast<std::size_t>(i) * d + c]) *
                k8.values[static_cast<std::size_t>(j) * d + c];
       s[static_cast<std::size_t>(j)] =
-          static_cast<double>(dot) * qs * k8.scales[static_cast<std::size_t>(j / k_block_rows(mode, d))] * scale;
+          static_cast<double>(dot) * qs * k8.scales[static_cast<std::size_t>(k_scale_index(mode, d, j))] * scale;
       max = std::max(max, s[static_cast<std::size_t>(j)]);
     }
     double sum = 0.0;

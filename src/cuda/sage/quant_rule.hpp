@@ -35,11 +35,32 @@ enum class Mode : int { Sage = 0, Sage2 = 1 };
 // tile (the keys one n8 fragment holds). Per row rather than per 16-row warp tile: on heavy-q
 // the emulated rel L1 of sage2 at d128 fell from 0.051 to 0.039 (test_sage_quant.cpp).
 ATTNSUITE_SAGE_HD constexpr int q_block_rows(Mode mode) { return mode == Mode::Sage ? 128 : 1; }
+// K, sage: blocks of consecutive keys (64 at d64, 32 at d128).
 ATTNSUITE_SAGE_HD constexpr int k_block_rows(Mode mode, int head_dim) {
   return mode == Mode::Sage2 ? 8 : (head_dim == 64 ? 64 : 32);
 }
-// Rows per CTA of the Q/K quantization kernel: a multiple of every block size above.
+// K, sage2 (v6): key groups aligned with the accumulator fragment — one group per 128-key tile
+// and key class (key % 8) / 2, the 32 keys whose scores one thread holds (columns 8i + 2·(lane %
+// 4) + e of wgmma m64nN and of mma.sync m16n8 alike; SageAttention2's "per-thread" grouping).
+// A thread then has one K scale per tile, so the row maximum can be taken on the INT8 dot
+// products and dequantize + exponent fuse into one FFMA (wgmma_kernel.cuh). v4 used these
+// groups for sage too: slower there (its 32-key blocks already gave 4 factors per tile) and its
+// d64 peaked LSE error rose from 0.088 to 0.101 (docs/kernels/sage.md) — so sage keeps blocks.
+inline constexpr int kKGroupTileKeys = 128;
+inline constexpr int kKGroupsPerTile = 4;
+ATTNSUITE_SAGE_HD constexpr bool k_key_groups(Mode mode) { return mode == Mode::Sage2; }
+// The K scale of `key`, and how many scales `keys` keys have, for either rule.
+ATTNSUITE_SAGE_HD constexpr int k_scale_index(Mode mode, int head_dim, int key) {
+  return k_key_groups(mode) ? key / kKGroupTileKeys * kKGroupsPerTile + key % 8 / 2 : key / k_block_rows(mode, head_dim);
+}
+ATTNSUITE_SAGE_HD constexpr int k_scale_count(Mode mode, int head_dim, int keys) {
+  return k_key_groups(mode) ? (keys + kKGroupTileKeys - 1) / kKGroupTileKeys * kKGroupsPerTile
+                            : (keys + k_block_rows(mode, head_dim) - 1) / k_block_rows(mode, head_dim);
+}
+// Rows per CTA of the Q/K quantization kernel: a multiple of every block size above, and
+// exactly one tile of key groups.
 inline constexpr int kQuantRowsPerCta = 128;
+static_assert(kQuantRowsPerCta == kKGroupTileKeys, "a K quantization CTA holds exactly the keys of its groups");
 // Keys per partial sum of the K-mean / V-amax statistics kernel.
 inline constexpr int kStatsRowsPerSplit = 256;
 // The transposed FP8 V is padded to a multiple of this many keys (zeros).
@@ -119,7 +140,7 @@ ATTNSUITE_SAGE_HD constexpr std::int64_t v_padded_keys(std::int64_t seq_kv) {
 //   q8     int8  [batch][heads_q][seq_q][head_dim]
 //   k8     int8  [batch][heads_kv][seq_kv][head_dim]
 //   q_scale fp32 [batch][heads_q][ceil(seq_q / q_block_rows)] (· softmax scale · log2 e)
-//   k_scale fp32 [batch][heads_kv][ceil(seq_kv / k_block_rows)]
+//   k_scale fp32 [batch][heads_kv][k_scale_count(mode, head_dim, seq_kv)]
 //   k_sum / v_amax  fp32 / u32 [batch][heads_kv][splits][head_dim]: the statistics partials
 //   vt8    e4m3  [batch][heads_kv][head_dim][v_padded_keys] (sage2; keys permuted per 16)
 //   v_scale fp32 [batch][heads_kv][head_dim] (sage2)
@@ -135,7 +156,7 @@ inline WorkspaceLayout workspace_layout(Mode mode, int batch, int heads_q, int h
                                         int head_dim) {
   WorkspaceLayout l;
   l.q_blocks = (seq_q + q_block_rows(mode) - 1) / q_block_rows(mode);
-  l.k_blocks = (seq_kv + k_block_rows(mode, head_dim) - 1) / k_block_rows(mode, head_dim);
+  l.k_blocks = k_scale_count(mode, head_dim, seq_kv);
   l.splits = (seq_kv + kStatsRowsPerSplit - 1) / kStatsRowsPerSplit;
   l.v_keys = mode == Mode::Sage2 ? v_padded_keys(seq_kv) : 0;
   const auto b = static_cast<std::size_t>(batch), hq = static_cast<std::size_t>(heads_q),

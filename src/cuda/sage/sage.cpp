@@ -256,6 +256,7 @@ class SageBackend final : public Backend {
 
     sage::QuantParams k = rows_of(args.k, problem.heads_kv, problem.seq_kv, layout.k8, layout.k_scale);
     k.block_rows = sage::k_block_rows(mode_, d);
+    k.key_groups = sage::k_key_groups(mode_);
     k.blocks = layout.k_blocks;
     k.mean_partials = stats.k_sum;
     k.splits = layout.splits;

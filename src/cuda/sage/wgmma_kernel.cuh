@@ -234,69 +234,108 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // (v_key_position = π⁻¹, fp8_layout.hpp).
   constexpr int kPSteps = kFp8PV ? kTileN / 32 : kTileN / 16;
   std::uint32_t p[kPSteps][4];
-  // Dequantizes S (acc_s, in place: float bits of the scores in log2 units), masks it, runs the
-  // online softmax and leaves P in acc_s (sage2: P·448) and the rows' correction.
-  //  With x the int score and c = q_scale·k_scale, bits(x + 0x4B400000) is the float
-  //  1.5·2^23 + x exactly (|x| < 2^22), so s = fma(that, c, −1.5·2^23·c) = x·c up to the rounding
-  //  of 1.5·2^23·c, at most 0.75·c — under one unit of the INT8 dot product, whose quantization
-  //  error is hundreds of units — in IADD + FFMA (v1: IADD + FADD + FMUL). c = 0 gives 0, a NaN /
-  //  inf scale NaN.
-  auto softmax_tile = [&](int n_block, const float(&k_scale)[Traits::kKBlocksPerTile], float(&correction)[2]) {
+  // The online softmax of the tile in acc_s (INT8 dot products): leaves P in acc_s (float bits;
+  // sage2: P·448) and the rows' correction. With x the int score and c = q_scale·k_scale,
+  // bits(x + 0x4B400000) is the float 1.5·2^23 + x exactly (|x| < 2^22), so fma(that, c,
+  // −1.5·2^23·c) = x·c up to the rounding of 1.5·2^23·c, at most 0.75·c — under one unit of the
+  // INT8 dot product, whose quantization error is hundreds of units. c = 0 gives 0; a NaN / inf
+  // scale gives NaN scores and so a NaN row sum.
+  //  - sage2 (v6), tiles inside every row's key range: a thread's 32 keys of the tile are one K
+  //    group (quant_rule.hpp), so c is one factor per row half and c ≥ 0: the row's maximum of
+  //    x·c is (max x)·c, taken on the ints (a tree of IMNMX), converted once; and exp2 takes
+  //    fma(bits(x + magic), c, −1.5·2^23·c − max) directly — per score IMNMX, IADD, FFMA, MUFU
+  //    (v5: IADD, FFMA, FMNMX, FADD, MUFU, and 16 scale factors per tile instead of 1);
+  //  - otherwise (sage, and boundary tiles of sage2) dequantize in place, mask, float maximum.
+  //  Maximum and sum are balanced trees (tree_reduce; v5: the serial chains cost sage2 7–9%).
+  auto softmax_tile = [&](int n_block, const float(&k_scale)[Traits::kKScales], float(&correction)[2]) {
     const int key_begin = n_block * kTileN;
+    const bool masked = key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end;
+    bool fused = false;
+    if constexpr (Traits::kKScales == 1) fused = !masked;
+    float c[2], offset[2], tile_max[2];
 #pragma unroll
-    for (int i = 0; i < kTileN / 8; ++i) {
-      const float k_scale_i = k_scale[8 * i / Traits::kKBlockRows];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float c = q_scale[half] * k_scale_i;
-        const float offset = -12582912.0f * c;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int entry = 4 * i + 2 * half + e;
-          acc_s[entry] = __float_as_uint(
-              fmaf(__uint_as_float(acc_s[entry] + static_cast<std::uint32_t>(kMagicFloatBits)), c, offset));
-        }
-      }
+    for (int half = 0; half < 2; ++half) {
+      c[half] = q_scale[half] * k_scale[0];
+      offset[half] = -12582912.0f * c[half];
     }
-    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end) {
+    const auto magic = [](std::uint32_t x) { return __uint_as_float(x + static_cast<std::uint32_t>(kMagicFloatBits)); };
+    if (fused) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const KeyRange keys = key_range(params, thread_row + 8 * half);
+        int partial[kTileN / 8];
 #pragma unroll
         for (int i = 0; i < kTileN / 8; ++i)
+          partial[i] = max(static_cast<int>(acc_s[4 * i + 2 * half]), static_cast<int>(acc_s[4 * i + 2 * half + 1]));
+        tile_max[half] = static_cast<float>(tree_reduce(partial, [](int a, int b) { return max(a, b); })) * c[half];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kTileN / 8; ++i) {
+        const float k_scale_i = k_scale[8 * i / (kTileN / Traits::kKScales)];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float ci = q_scale[half] * k_scale_i;
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int key = key_begin + 8 * i + 2 * quad_col + e;
-            if (key < keys.begin || key >= keys.end) acc_s[4 * i + 2 * half + e] = __float_as_uint(-INFINITY);
+            const int entry = 4 * i + 2 * half + e;
+            acc_s[entry] = __float_as_uint(fmaf(magic(acc_s[entry]), ci, -12582912.0f * ci));
           }
+        }
+      }
+      if (masked) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const KeyRange keys = key_range(params, thread_row + 8 * half);
+#pragma unroll
+          for (int i = 0; i < kTileN / 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = key_begin + 8 * i + 2 * quad_col + e;
+              if (key < keys.begin || key >= keys.end) acc_s[4 * i + 2 * half + e] = __float_as_uint(-INFINITY);
+            }
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float partial[kTileN / 8];
+#pragma unroll
+        for (int i = 0; i < kTileN / 8; ++i)
+          partial[i] = fmaxf(__uint_as_float(acc_s[4 * i + 2 * half]), __uint_as_float(acc_s[4 * i + 2 * half + 1]));
+        tile_max[half] = tree_reduce(partial, [](float a, float b) { return fmaxf(a, b); });
       }
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      // The row's maximum and sum over the thread's kTileN / 4 scores as balanced trees (depth
-      // log2, not kTileN / 4 dependent FMNMX / FADD): ncu on the H200 (2026-12-04) found the
-      // kernel latency-bound — 0.69 eligible warps per scheduler, 46% issue slots busy — and sage
-      // v4's longer serial max chain 22% slower with "fixed latency dependency" the top stall.
-      float partial[kTileN / 8];
-#pragma unroll
-      for (int i = 0; i < kTileN / 8; ++i)
-        partial[i] = fmaxf(__uint_as_float(acc_s[4 * i + 2 * half]), __uint_as_float(acc_s[4 * i + 2 * half + 1]));
-      const float tile_max = tree_reduce(partial, [](float a, float b) { return fmaxf(a, b); });
-      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
+      const float new_max = fmaxf(row_max[half], quad_max(tile_max[half]));
       // A row that has seen no key keeps max -inf; subtracting 0 keeps its p at 0, not NaN.
       const float max_used = new_max == -INFINITY ? 0.0f : new_max;
       correction[half] = exp2_approx(row_max[half] - max_used);
       row_max[half] = new_max;
       const float p_offset = max_used - kPExponentOffset;
+      const float fused_offset = offset[half] - p_offset;
+      float partial[kTileN / 8];
+      if (fused) {
 #pragma unroll
-      for (int i = 0; i < kTileN / 8; ++i) {
-        float prob[2];
+        for (int i = 0; i < kTileN / 8; ++i) {
+          float prob[2];
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          prob[e] = exp2_approx(__uint_as_float(acc_s[4 * i + 2 * half + e]) - p_offset);
-          acc_s[4 * i + 2 * half + e] = __float_as_uint(prob[e]);
+          for (int e = 0; e < 2; ++e) {
+            prob[e] = exp2_approx(fmaf(magic(acc_s[4 * i + 2 * half + e]), c[half], fused_offset));
+            acc_s[4 * i + 2 * half + e] = __float_as_uint(prob[e]);
+          }
+          partial[i] = prob[0] + prob[1];
         }
-        partial[i] = prob[0] + prob[1];
+      } else {
+#pragma unroll
+        for (int i = 0; i < kTileN / 8; ++i) {
+          float prob[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            prob[e] = exp2_approx(__uint_as_float(acc_s[4 * i + 2 * half + e]) - p_offset);
+            acc_s[4 * i + 2 * half + e] = __float_as_uint(prob[e]);
+          }
+          partial[i] = prob[0] + prob[1];
+        }
       }
       const float sum = tree_reduce(partial, [](float a, float b) { return a + b; });
       row_sum[half] = row_sum[half] * correction[half] + sum;
@@ -365,12 +404,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_o[4 * i + e] = fmaf(acc_o[4 * i + e], correction[e / 2], acc_tile[4 * i + e]);
   };
-  // The K scales of tile n_block (blocks past the end of K are 0: those keys are masked), read
-  // (L1-resident) before the waits for the tile.
-  auto load_k_scales = [&](int n_block, float(&k_scale)[Traits::kKBlocksPerTile]) {
+  // This thread's K scales of tile n_block (k_scale_index of its columns: sage, the tile's
+  // blocks; sage2, its one key group), read (L1-resident) before the waits for the tile. Scales
+  // past the end of K are 0: those keys are masked.
+  auto load_k_scales = [&](int n_block, float(&k_scale)[Traits::kKScales]) {
 #pragma unroll
-    for (int b = 0; b < Traits::kKBlocksPerTile; ++b) {
-      const int block = n_block * kTileN / Traits::kKBlockRows + b;
+    for (int b = 0; b < Traits::kKScales; ++b) {
+      const int key = n_block * kTileN + b * (kTileN / Traits::kKScales) + 2 * quad_col;
+      const int block = k_scale_index(Traits::kMode, kHeadDim, key);
       k_scale[b] = block < params.k_blocks ? __ldg(k_scale_head + block) : 0.0f;
     }
   };
@@ -389,7 +430,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // Serial and ping-pong: per tile S, wait, softmax, P·V, wait.
     for (int visit = 0; visit < tiles; ++visit) {
       const int n_block = tile_block(visit);
-      float k_scale[Traits::kKBlocksPerTile];
+      float k_scale[Traits::kKScales];
       load_k_scales(n_block, k_scale);
       barrier_wait(k_full(stage), phase);
       // Q·Kᵀ of this tile ends the section that P·V of the previous tile began (the first
@@ -430,7 +471,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // schedule: the ring has 3–4 stages. It costs one more tile of live registers: P_{j-1}
     // (an operand of the running wgmma) beside S_j.
     float pending[2] = {0.0f, 0.0f};  // sage2: the correction of the tile whose P·V is in flight
-    float k_scale[Traits::kKBlocksPerTile];
+    float k_scale[Traits::kKScales];
     load_k_scales(tile_block(0), k_scale);
     barrier_wait(k_full(stage), phase);
     take_turn();

@@ -48,8 +48,9 @@ struct Traits {
   static constexpr int kConsumerRegisters = 240;
 
   static constexpr int kQBlockRows = q_block_rows(kMode);
+  // K scales per thread and tile: sage, one per kKBlockRows-key block; sage2, one (its key group).
   static constexpr int kKBlockRows = k_block_rows(kMode, kHeadDim);
-  static constexpr int kKBlocksPerTile = kTileN / kKBlockRows;
+  static constexpr int kKScales = k_key_groups(kMode) ? 1 : kTileN / kKBlockRows;
 
   // INT8 Q and K: one box per tile, rows of head_dim bytes.
   static constexpr int kRowBytes = kHeadDim;
@@ -74,8 +75,9 @@ struct Traits {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "an INT8 Q/K row is one swizzle span: 64 or 128 bytes");
   static_assert(kTileM % kQBlockRows == 0 && (kQBlockRows == 1 || kQBlockRows == kTileM),
                 "a Q scale block is one row or the whole CTA tile: one scale per accumulator row");
-  static_assert(kKBlockRows % 8 == 0 && kTileN % kKBlockRows == 0,
-                "a K scale block is whole 8-key accumulator column groups and divides the tile");
+  static_assert(k_key_groups(kMode) ? kTileN == kKGroupTileKeys : kKBlockRows % 8 == 0 && kTileN % kKBlockRows == 0,
+                "a K scale block is whole 8-key accumulator column groups and divides the tile; a key tile "
+                "is one tile of key groups (one K scale per thread)");
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0 && kVBytes % 1024 == 0 && kVSlabBytes % 1024 == 0,
                 "every tile starts on a 1024-byte swizzle period");
   static_assert(kStages >= 2, "at least double-buffered K/V");
