@@ -268,7 +268,7 @@ TEST(SageQuant, Sage2KeyGroupsAreOneThreadsColumnsOfATile) {
 TEST(SageQuant, WorkspaceLayoutIsAlignedAndDisjoint) {
   const WorkspaceLayout l = workspace_layout(Mode::Sage2, 2, 8, 2, 1000, 777, 128);
   EXPECT_EQ(l.q_blocks, 1000);  // sage2: one Q scale per row
-  EXPECT_EQ(l.k_blocks, (777 + 7) / 8);
+  EXPECT_EQ(l.k_blocks, (777 + 127) / 128 * 4);  // sage2: 4 key groups per 128-key tile
   EXPECT_EQ(l.splits, 4);
   EXPECT_EQ(l.v_keys, 832);
   const std::size_t offsets[] = {l.q8, l.k8, l.q_scale, l.k_scale, l.k_sum, l.v_amax, l.vt8, l.v_scale, l.bytes};
