@@ -408,10 +408,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // blocks; sage2, its one key group), read (L1-resident) before the waits for the tile. Scales
   // past the end of K are 0: those keys are masked.
   auto load_k_scales = [&](int n_block, float(&k_scale)[Traits::kKScales]) {
+    // A tile's scales are consecutive: sage's blocks from n_block · kTileN / kKBlockRows (written
+    // so, not through k_scale_index of each thread's key: that form cost sage 1.8% on the H200,
+    // 2026-12-04 A/B, for address arithmetic the compiler did not fold), sage2's one group.
+    const int first = k_key_groups(Traits::kMode)
+                          ? k_scale_index(Traits::kMode, kHeadDim, n_block * kTileN + 2 * quad_col)
+                          : n_block * (kTileN / Traits::kKBlockRows);
 #pragma unroll
     for (int b = 0; b < Traits::kKScales; ++b) {
-      const int key = n_block * kTileN + b * (kTileN / Traits::kKScales) + 2 * quad_col;
-      const int block = k_scale_index(Traits::kMode, kHeadDim, key);
+      const int block = first + b;
       k_scale[b] = block < params.k_blocks ? __ldg(k_scale_head + block) : 0.0f;
     }
   };
