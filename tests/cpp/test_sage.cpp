@@ -61,13 +61,18 @@ struct DeviceRun {
   std::string kernel_config;  // Backend::last_kernel_config() after the run
 };
 
-// The attention kernel a sage backend runs by default here: "wgmma" on a compute capability
-// 9.0 GPU when the build has it (ATTNSUITE_FLASH3), else "mma". Every test below that does not
-// force a config checks that it ran this one, so Cuda/SageTest.* test the wgmma kernel on the
-// H200 and the mma kernel elsewhere.
-std::string default_kernel_config() {
-  if (!ATTNSUITE_HAVE_FLASH3 || !cuda_device_missing().empty()) return "mma";
-  return cuda::query_cuda_device(0).compute_capability() == 90 ? "wgmma" : "mma";
+// The attention kernel a sage backend runs by default here: on a compute capability 9.0 GPU
+// when the build has it (ATTNSUITE_FLASH3) the wgmma kernel — sage "wgmma" (overlap), sage2
+// "wgmma-pingpong" (sage.cpp, default_wgmma_config) — else "mma". Every test below that does
+// not force a config checks that it ran this one, so Cuda/SageTest.* test the wgmma kernel on
+// the H200 and the mma kernel elsewhere.
+bool wgmma_is_default() {
+  if (!ATTNSUITE_HAVE_FLASH3 || !cuda_device_missing().empty()) return false;
+  return cuda::query_cuda_device(0).compute_capability() == 90;
+}
+std::string default_kernel_config(const std::string& backend_name) {
+  if (!wgmma_is_default()) return "mma";
+  return backend_name == "sage" ? "wgmma" : "wgmma-pingpong";
 }
 
 // Copies the inputs to the GPU, poisons O and LSE, runs the backend (with a harness workspace
@@ -170,7 +175,7 @@ Accuracy check_backend(const std::string& backend_name, const AttentionProblem& 
                        const std::string& config = "") {
   SCOPED_TRACE(backend_name + " " + p.describe() + " " + what);
   const DeviceRun run = run_on_device(backend_name, p, in);
-  EXPECT_EQ(run.kernel_config, config.empty() ? default_kernel_config() : config) << "kernel config that ran";
+  EXPECT_EQ(run.kernel_config, config.empty() ? default_kernel_config(backend_name) : config) << "kernel config that ran";
   const Result ref = reference_f64(p, in);
   const std::vector<double> got = output_of(p, run);
   const ErrorStats err = compare(got, ref.out);
@@ -310,7 +315,7 @@ TEST_P(SageTest, AllZeroInputsGiveZeroOutput) {
   Inputs in = random_inputs(p, 5);
   for (HostTensor* t : {&in.q, &in.k, &in.v}) std::fill(t->bits.begin(), t->bits.end(), std::uint16_t{0});
   const DeviceRun run = run_on_device(GetParam(), p, in);
-  EXPECT_EQ(run.kernel_config, default_kernel_config());
+  EXPECT_EQ(run.kernel_config, default_kernel_config(GetParam()));
   for (std::uint16_t bits : run.out_bits) ASSERT_EQ(bits & 0x7FFF, 0);
   for (int h = 0; h < 2; ++h)
     for (int i = 0; i < p.seq_q; ++i)
@@ -502,10 +507,13 @@ std::vector<std::string> configs_to_check(const std::string& name) {
   const std::vector<std::string> configs = backend.kernel_configs(probe);
   EXPECT_FALSE(configs.empty()) << name;
   if (configs.empty()) return {};
-  EXPECT_EQ(configs.front(), default_kernel_config()) << name << ": the default is listed first";
+  EXPECT_EQ(configs.front(), default_kernel_config(name)) << name << ": the default is listed first";
   EXPECT_NE(std::find(configs.begin(), configs.end(), "mma"), configs.end()) << name;
-  if (default_kernel_config() == "wgmma") {
-    EXPECT_EQ(configs, (std::vector<std::string>{"wgmma", "wgmma-pingpong", "wgmma-serial", "mma"})) << name;
+  if (wgmma_is_default()) {
+    const std::vector<std::string> expected =
+        name == "sage" ? std::vector<std::string>{"wgmma", "wgmma-pingpong", "wgmma-serial", "mma"}
+                       : std::vector<std::string>{"wgmma-pingpong", "wgmma", "wgmma-serial", "mma"};
+    EXPECT_EQ(configs, expected) << name;
   }
   return configs;
 }
@@ -535,7 +543,7 @@ TEST(SageBackends, EveryKernelConfigMatchesTheReference) {
     }
     backend.force_kernel_config("");
     EXPECT_THROW(backend.force_kernel_config("m7"), Error);
-    if (default_kernel_config() == "mma" && ATTNSUITE_HAVE_FLASH3) {
+    if (!wgmma_is_default() && ATTNSUITE_HAVE_FLASH3) {
       // Forced where it cannot run: one clear error, not a launch failure.
       backend.force_kernel_config("wgmma");
       const AttentionProblem p = make_problem(1, 2, 2, 64, 64, 64, DType::F16, Layout::BSHD, false);
