@@ -233,6 +233,36 @@ TEST(SageQuant, FusedDequantizationIsWithinOneIntegerStep) {
 
 // sage2's K groups (v6): the 32 keys of a 128-key tile whose scores one thread holds — columns
 // 8i + 2·(lane % 4) + e of the accumulator — share one scale; sage keeps consecutive blocks.
+// The quantization kernel's CTA-local blocks (CtaBlocks, quant.cu) are the rules' blocks: for Q
+// (q_block_rows) and K (k_scale_index) of both modes and head dims, CTA row r of CTA t is in
+// global block t · blocks + block_of(r), and row(b, ·) lists exactly the rows of block b.
+TEST(SageQuant, CtaBlocksAreTheRulesBlocks) {
+  for (const Mode mode : {Mode::Sage, Mode::Sage2})
+    for (const int d : {64, 128})
+      for (const bool is_k : {false, true}) {
+        SCOPED_TRACE(std::string(mode == Mode::Sage ? "sage" : "sage2") + " d" + std::to_string(d) + (is_k ? " K" : " Q"));
+        const int block_rows = is_k ? k_block_rows(mode, d) : q_block_rows(mode);
+        const CtaBlocks layout = cta_blocks(is_k && k_key_groups(mode), block_rows);
+        EXPECT_EQ(layout.blocks() * layout.rows_per_block(), kQuantRowsPerCta);
+        for (int cta = 0; cta < 3; ++cta)
+          for (int r = 0; r < kQuantRowsPerCta; ++r) {
+            const int row = cta * kQuantRowsPerCta + r;
+            const int rule = is_k ? k_scale_index(mode, d, row) : row / q_block_rows(mode);
+            ASSERT_EQ(cta * layout.blocks() + layout.block_of(r), rule) << "row " << row;
+          }
+        std::vector<int> seen(kQuantRowsPerCta, 0);
+        for (int b = 0; b < layout.blocks(); ++b)
+          for (int i = 0; i < layout.rows_per_block(); ++i) {
+            const int r = layout.row(b, i);
+            ASSERT_GE(r, 0);
+            ASSERT_LT(r, kQuantRowsPerCta);
+            EXPECT_EQ(layout.block_of(r), b) << "row(" << b << ", " << i << ") = " << r;
+            ++seen[static_cast<std::size_t>(r)];
+          }
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), kQuantRowsPerCta) << "every row in exactly one block";
+      }
+}
+
 TEST(SageQuant, Sage2KeyGroupsAreOneThreadsColumnsOfATile) {
   for (const int d : {64, 128})
     for (int tile = 0; tile < 3; ++tile)

@@ -176,26 +176,14 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(const QuantP
     }
   }
   __syncthreads();
-  // Blocks of block_rows consecutive rows; or key groups: the CTA's 128 keys are one tile of
-  // groups, group b holding the keys r with (r % 8) / 2 == b (quant_rule.hpp).
-  // A row's block as one shift and mask (block_rows a power of two; groups: (r >> 1) & 3) — v6's
-  // first form (a branch and a division per row) made the pass 15% slower on the H200
-  // (2026-12-04 A/B: Q 59 → 70 µs, K 48 → 56 µs at B4 H16 N4k d128; ptxas: 52 spilled bytes, now
-  // main's 20).
-  const int blocks_here = p.key_groups ? kKGroupsPerTile : kQuantRowsPerCta / p.block_rows;
-  const int block_shift = p.key_groups ? 1 : __ffs(p.block_rows) - 1;
-  const int block_mask = p.key_groups ? kKGroupsPerTile - 1 : kQuantRowsPerCta - 1;
-  for (int b = static_cast<int>(threadIdx.x); b < blocks_here; b += kThreads) {
+  // The CTA's scale blocks (quant_rule.hpp): consecutive rows, or sage2's key groups.
+  const CtaBlocks layout = cta_blocks(p.key_groups, p.block_rows);
+  for (int b = static_cast<int>(threadIdx.x); b < layout.blocks(); b += kThreads) {
     std::uint32_t bits = 0;
-    if (p.key_groups) {
-      for (int r = 2 * b; r < kQuantRowsPerCta; r += 8) bits = max(bits, max(row_amax[r], row_amax[r + 1]));
-    } else {
-      for (int r = b * p.block_rows; r < (b + 1) * p.block_rows; ++r) bits = max(bits, row_amax[r]);
-    }
+    for (int i = 0; i < layout.rows_per_block(); ++i) bits = max(bits, row_amax[layout.row(b, i)]);
     const float amax = bits_float(bits);
     block_inverse[b] = int8_inverse_scale(amax);
-    const int global_block =
-        p.key_groups ? row_begin / kKGroupTileKeys * kKGroupsPerTile + b : row_begin / p.block_rows + b;
+    const int global_block = row_begin / kQuantRowsPerCta * layout.blocks() + b;
     if (global_block < p.blocks) p.scale[slice * p.blocks + global_block] = amax / kInt8Max * p.scale_multiplier;
   }
   __syncthreads();
@@ -206,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(const QuantP
     if (row >= p.seq) continue;
     float v[8];
     centered(i, v);
-    const float inverse = block_inverse[(r >> block_shift) & block_mask];
+    const float inverse = block_inverse[layout.block_of(r)];
     std::uint32_t packed[2];
 #pragma unroll
     for (int w = 0; w < 2; ++w) {

@@ -60,7 +60,33 @@ ATTNSUITE_SAGE_HD constexpr int k_scale_count(Mode mode, int head_dim, int keys)
 // Rows per CTA of the Q/K quantization kernel: a multiple of every block size above, and
 // exactly one tile of key groups.
 inline constexpr int kQuantRowsPerCta = 128;
-static_assert(kQuantRowsPerCta == kKGroupTileKeys, "a K quantization CTA holds exactly the keys of its groups");
+inline constexpr int kQuantRowsPerCtaBits = 7;
+static_assert(kQuantRowsPerCta == 1 << kQuantRowsPerCtaBits && kQuantRowsPerCta == kKGroupTileKeys,
+              "a K quantization CTA holds exactly the keys of its groups");
+// The scale blocks inside one such CTA, for either rule: CTA row r (0 .. 127) is in block
+// (r >> shift) & (blocks − 1) — consecutive blocks of 2^shift rows (shift + bits = 7), or the key
+// groups ((r >> 1) & 3) — and block b's rows are row(b, i), i < rows_per_block(). The CTA's
+// first block is row_begin / 128 · blocks (k_scale_index and q_block_rows agree:
+// test_sage_quant.cpp). One shift and mask per row: v6's first form (a branch and a division per
+// row) made the pass 15% slower on the H200 (2026-12-04 A/B: Q 59 → 70 µs, K 48 → 56 µs at B4
+// H16 N4k d128).
+struct CtaBlocks {
+  int shift = 0, bits = 0;
+  ATTNSUITE_SAGE_HD constexpr int blocks() const { return 1 << bits; }
+  ATTNSUITE_SAGE_HD constexpr int rows_per_block() const { return kQuantRowsPerCta >> bits; }
+  ATTNSUITE_SAGE_HD constexpr int block_of(int r) const { return (r >> shift) & (blocks() - 1); }
+  ATTNSUITE_SAGE_HD constexpr int row(int b, int i) const {
+    return ((i >> shift) << (shift + bits)) | (b << shift) | (i & ((1 << shift) - 1));
+  }
+};
+// key_groups: sage2's K; else blocks of block_rows (a power of two dividing 128) rows.
+ATTNSUITE_SAGE_HD constexpr CtaBlocks cta_blocks(bool key_groups, int block_rows) {
+  if (key_groups) return {1, 2};
+  int shift = 0;
+  while ((1 << shift) < block_rows) ++shift;
+  return {shift, kQuantRowsPerCtaBits - shift};
+}
+static_assert(cta_blocks(true, 0).blocks() == kKGroupsPerTile, "one CTA holds one tile of key groups");
 // Keys per partial sum of the K-mean / V-amax statistics kernel.
 inline constexpr int kStatsRowsPerSplit = 256;
 // The transposed FP8 V is padded to a multiple of this many keys (zeros).
