@@ -27,18 +27,24 @@ Support supports_problem_common(std::string_view backend, const AttentionProblem
 Support supports_device(std::string_view backend) {
   const std::string reason = cuda_unavailable_reason();
   if (!reason.empty()) return Support::no("no CUDA device available: " + reason);
+  const std::optional<int> capability = current_compute_capability();
+  if (!capability) return Support::no("no CUDA device available: could not query the current device");
+  if (*capability < 80) {
+    return Support::no(fmt::format("compute capability {}.{} not supported by {}; needs 8.0 or newer",
+                                   *capability / 10, *capability % 10, backend));
+  }
+  return Support::yes();
+}
+
+std::optional<int> current_compute_capability() {
   int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
     cudaGetLastError();
-    return Support::no("no CUDA device available: could not query the current device");
+    return std::nullopt;
   }
-  if (major < 8) {
-    return Support::no(fmt::format("compute capability {}.{} not supported by {}; needs 8.0 or newer",
-                                   major, minor, backend));
-  }
-  return Support::yes();
+  return 10 * major + minor;
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // Rules and argument checks that every attnsuite CUDA backend shares.
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 #include "attnsuite/backend.hpp"
@@ -12,6 +13,10 @@ Support supports_problem_common(std::string_view backend, const AttentionProblem
 // The device rule: a CUDA device is current and has compute capability >= 8.0 (mma.sync with
 // bf16, cp.async). "no CUDA device available: ..." without one.
 Support supports_device(std::string_view backend);
+
+// The current device's compute capability as 10 · major + minor (90 for sm_90), or nullopt when
+// it cannot be queried (no device, no driver; the CUDA error is cleared).
+std::optional<int> current_compute_capability();
 
 // forward()'s checks: the views match the problem (shapes, dtypes, CUDA device, O like Q, LSE
 // on the device when given) and each has a contiguous last dim. Throws Error(Usage) for a

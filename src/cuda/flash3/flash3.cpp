@@ -25,15 +25,10 @@ namespace attnsuite::cuda {
 
 // wgmma and TMA as compiled here (sm_90a) run on compute capability 9.0 only.
 Support supports_hopper(std::string_view backend) {
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return Support::no("no CUDA device available: could not query the current device");
-  }
-  if (major != 9 || minor != 0) {
-    return Support::no(fmt::format("{} needs sm_90 (Hopper); this GPU is sm_{}{}", backend, major, minor));
+  const std::optional<int> capability = current_compute_capability();
+  if (!capability) return Support::no("no CUDA device available: could not query the current device");
+  if (*capability != 90) {
+    return Support::no(fmt::format("{} needs sm_90 (Hopper); this GPU is sm_{}", backend, *capability));
   }
   return Support::yes();
 }

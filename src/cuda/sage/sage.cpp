@@ -68,14 +68,7 @@ const WgmmaConfig* wgmma_config(std::string_view name) {
 // compute capability 9.0: "a" features do not carry over to later architectures).
 bool wgmma_runs_here() {
 #if ATTNSUITE_HAVE_FLASH3
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return major == 9 && minor == 0;
+  return current_compute_capability() == 90;
 #else
   return false;
 #endif
@@ -125,17 +118,12 @@ class SageBackend final : public Backend {
     if (!support || mode_ == Mode::Sage) return support;
     // FP8 MMA: the GPU must be sm_89+ and this build must run sm_89+ code on it (its sm_80 pass
     // has the FP8 MMAs compiled as traps; an sm_89 GPU would run that pass).
-    int device = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-      cudaGetLastError();
-      return Support::no("no CUDA device available: could not query the current device");
-    }
-    if (major * 10 + minor < 89) {
+    const std::optional<int> capability = current_compute_capability();
+    if (!capability) return Support::no("no CUDA device available: could not query the current device");
+    if (*capability < 89) {
       return Support::no(fmt::format("compute capability {}.{} not supported by sage2; its FP8 e4m3 MMA needs 8.9 "
                                      "or newer (sage runs here)",
-                                     major, minor));
+                                     *capability / 10, *capability % 10));
     }
     const int arch = sage::binary_arch_on_current_device();
     if (arch < 89) {
