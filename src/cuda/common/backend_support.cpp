@@ -2,7 +2,9 @@
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -20,6 +22,22 @@ Support supports_problem_common(std::string_view backend, const AttentionProblem
   if (problem.dtype != DType::F16 && problem.dtype != DType::BF16) {
     return Support::no(fmt::format("dtype {} not supported by {}; allowed: fp16, bf16",
                                    to_string(problem.dtype), backend));
+  }
+  return Support::yes();
+}
+
+Support supports_shape(std::string_view backend, const AttentionProblem& problem, std::span<const int> head_dims) {
+  if (std::find(head_dims.begin(), head_dims.end(), problem.head_dim) == head_dims.end()) {
+    return Support::no(fmt::format("head dim {} not supported by {}; allowed: {}", problem.head_dim, backend,
+                                   fmt::join(head_dims, ", ")));
+  }
+  if (problem.dim_v() != problem.head_dim) {
+    return Support::no(fmt::format("head_dim_v {} != head_dim {} not supported by {}; needs equal head dims",
+                                   problem.dim_v(), problem.head_dim, backend));
+  }
+  if (problem.heads_q > 65535 || problem.batch > 65535) {
+    return Support::no(fmt::format("batch {} × heads {} not supported by {}; at most 65535 each", problem.batch,
+                                   problem.heads_q, backend));
   }
   return Support::yes();
 }

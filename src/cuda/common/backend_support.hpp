@@ -2,6 +2,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "attnsuite/backend.hpp"
@@ -10,6 +11,10 @@ namespace attnsuite::cuda {
 
 // The problem-only rules (testable without a GPU): a valid problem in fp16 or bf16.
 Support supports_problem_common(std::string_view backend, const AttentionProblem& problem);
+// The shape rules of the fused kernels: the head dim one of `head_dims` (the refusal lists them),
+// head_dim_v equal to it, and batch and q heads at most 65535 each (grid dimensions y and z).
+Support supports_shape(std::string_view backend, const AttentionProblem& problem, std::span<const int> head_dims);
+
 // The device rule: a CUDA device is current and has compute capability >= 8.0 (mma.sync with
 // bf16, cp.async). "no CUDA device available: ..." without one.
 Support supports_device(std::string_view backend);

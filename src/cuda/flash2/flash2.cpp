@@ -70,20 +70,10 @@ class Flash2Backend final : public Backend {
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);
     if (!support) return support;
-    if (std::find(std::begin(flash2::kSupportedHeadDims), std::end(flash2::kSupportedHeadDims),
-                  problem.head_dim) == std::end(flash2::kSupportedHeadDims)) {
-      return Support::no(fmt::format("head dim {} not supported by flash2; allowed: 64, 128, 256", problem.head_dim));
-    }
+    support = supports_shape("flash2", problem, flash2::kSupportedHeadDims);
+    if (!support) return support;
     if (variant_.launch != nullptr && (problem.dtype != DType::BF16 || problem.head_dim != variant_.head_dim)) {
       return Support::no(fmt::format("{} is compiled for bf16, head dim {} only", name_, variant_.head_dim));
-    }
-    if (problem.dim_v() != problem.head_dim) {
-      return Support::no(fmt::format("head_dim_v {} != head_dim {} not supported by flash2; needs equal head dims",
-                                     problem.dim_v(), problem.head_dim));
-    }
-    if (problem.heads_q > 65535 || problem.batch > 65535) {
-      return Support::no(fmt::format("batch {} × heads {} not supported by flash2; at most 65535 each",
-                                     problem.batch, problem.heads_q));
     }
     return supports_device(name());
   }

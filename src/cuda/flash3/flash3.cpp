@@ -48,18 +48,8 @@ class Flash3Backend final : public Backend {
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);
     if (!support) return support;
-    if (std::find(std::begin(flash3::kSupportedHeadDims), std::end(flash3::kSupportedHeadDims), problem.head_dim) ==
-        std::end(flash3::kSupportedHeadDims)) {
-      return Support::no(fmt::format("head dim {} not supported by flash3; allowed: 64, 128, 256", problem.head_dim));
-    }
-    if (problem.dim_v() != problem.head_dim) {
-      return Support::no(fmt::format("head_dim_v {} != head_dim {} not supported by flash3; needs equal head dims",
-                                     problem.dim_v(), problem.head_dim));
-    }
-    if (problem.heads_q > 65535 || problem.batch > 65535) {
-      return Support::no(fmt::format("batch {} × heads {} not supported by flash3; at most 65535 each", problem.batch,
-                                     problem.heads_q));
-    }
+    support = supports_shape(name(), problem, flash3::kSupportedHeadDims);
+    if (!support) return support;
     support = supports_device(name());
     if (!support) return support;
     return supports_hopper(name());

@@ -47,18 +47,8 @@ class Flash3Fp8Backend final : public Backend {
           fmt::format("dtype {} not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend)",
                       to_string(problem.dtype)));
     }
-    if (std::find(std::begin(flash3::kFp8HeadDims), std::end(flash3::kFp8HeadDims), problem.head_dim) ==
-        std::end(flash3::kFp8HeadDims)) {
-      return Support::no(fmt::format("head dim {} not supported by flash3-fp8; allowed: 64, 128", problem.head_dim));
-    }
-    if (problem.dim_v() != problem.head_dim) {
-      return Support::no(fmt::format("head_dim_v {} != head_dim {} not supported by flash3-fp8; needs equal head dims",
-                                     problem.dim_v(), problem.head_dim));
-    }
-    if (problem.heads_q > 65535 || problem.batch > 65535) {
-      return Support::no(fmt::format("batch {} × heads {} not supported by flash3-fp8; at most 65535 each",
-                                     problem.batch, problem.heads_q));
-    }
+    support = supports_shape(name(), problem, flash3::kFp8HeadDims);
+    if (!support) return support;
     support = supports_device(name());
     if (!support) return support;
     return supports_hopper(name());

@@ -102,18 +102,8 @@ class SageBackend final : public Backend {
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);
     if (!support) return support;
-    if (std::find(std::begin(sage::kSupportedHeadDims), std::end(sage::kSupportedHeadDims), problem.head_dim) ==
-        std::end(sage::kSupportedHeadDims)) {
-      return Support::no(fmt::format("head dim {} not supported by {}; allowed: 64, 128", problem.head_dim, name()));
-    }
-    if (problem.dim_v() != problem.head_dim) {
-      return Support::no(fmt::format("head_dim_v {} != head_dim {} not supported by {}; needs equal head dims",
-                                     problem.dim_v(), problem.head_dim, name()));
-    }
-    if (problem.heads_q > 65535 || problem.batch > 65535) {
-      return Support::no(fmt::format("batch {} × heads {} not supported by {}; at most 65535 each", problem.batch,
-                                     problem.heads_q, name()));
-    }
+    support = supports_shape(name(), problem, sage::kSupportedHeadDims);
+    if (!support) return support;
     support = supports_device(name());
     if (!support || mode_ == Mode::Sage) return support;
     // FP8 MMA: the GPU must be sm_89+ and this build must run sm_89+ code on it (its sm_80 pass

@@ -179,14 +179,9 @@ class SparseCudaBackend final : public Backend {
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);
     if (!support) return support;
-    if (problem.head_dim != 64 && problem.head_dim != 128)
-      return Support::no(fmt::format("head dim {} not supported by {}; allowed: 64, 128", problem.head_dim, name()));
-    if (problem.dim_v() != problem.head_dim)
-      return Support::no(fmt::format("head_dim_v {} != head_dim {} not supported by {}", problem.dim_v(),
-                                     problem.head_dim, name()));
-    if (problem.heads_q > 65535 || problem.batch > 65535)
-      return Support::no(fmt::format("batch {} × heads {} not supported by {}; at most 65535 each", problem.batch,
-                                     problem.heads_q, name()));
+    constexpr int kHeadDims[] = {64, 128};
+    support = supports_shape(name(), problem, kHeadDims);
+    if (!support) return support;
     if (forced_ == "flash3" && !hopper_kernels_here())
       return Support::no(fmt::format("{}: kernel config 'flash3' needs an sm_90 GPU and a build with flash3", name()));
     const sparse::BlockShape shape = sparse::block_shape_for(problem.head_dim);
