@@ -6,9 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <iterator>
 #include <numbers>
 #include <string>
 #include <vector>

@@ -4,9 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <iterator>
 #include <numbers>
 #include <string>
 #include <vector>
