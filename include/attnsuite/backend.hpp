@@ -30,6 +30,19 @@ struct AttentionArgs {
   void* workspace = nullptr;  // workspace_bytes(problem) bytes on the backend's device
 };
 
+// The backward pass (training): dQ, dK, dV from Q, K, V, the forward's O and LSE, and dO.
+// Gradients have the shapes and dtype of their inputs (dq like q, dk like k, dv like v); with
+// GQA/MQA dK and dV are summed over the query heads of a group. Rows that see no key (masked
+// out entirely) give zero gradients. The LSE is the natural-log one forward() writes.
+struct BackwardArgs {
+  TensorView q, k, v;  // as in AttentionArgs
+  TensorView o;        // the forward's output
+  TensorView d_o;      // dL/dO, the shape and dtype of o
+  LseView lse;         // required: the forward's log-sum-exp, (batch, heads_q, seq_q)
+  TensorView dq, dk, dv;
+  void* workspace = nullptr;  // the plan's backward workspace bytes on the backend's device
+};
+
 // An opaque stream handle: cudaStream_t for CUDA backends, unused on the CPU.
 using Stream = void*;
 
