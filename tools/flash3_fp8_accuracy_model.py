@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The accuracy model behind docs/kernels/flash3.md "flash3-fp8 v1 / Accuracy".
+"""The accuracy model behind docs/kernels/flash3-fp8.md "Accuracy".
 
 flash3-fp8's numerics in numpy float64: Q, K, V quantized per tensor to e4m3 (amax -> 448,
 round to nearest even, saturating), P = exp(s - max) rounded to e4m3 unnormalized, everything

@@ -114,7 +114,7 @@ bool Flash3Schedule::has(std::string_view config, const AttentionProblem& proble
 }
 
 // Without a tuned cache entry: m192 at d64, except causal with seq_q <= 1024. Measured on the H200
-// (tune --kernels on fa3-grid d64, bf16, 2026-12-04, docs/kernels/flash3.md "v3"): m192 was
+// (tune --kernels on fa3-grid d64, bf16, 2026-12-04, docs/kernels/history/flash3.md "v3"): m192 was
 // 1.08-1.21x as fast as the 128-row kernel in every dense case (N 512..16k) and causal N >= 2k;
 // causal N 512 and 1k were 0.95x and 0.94x (default 0.269 ms, m192 0.286 ms at 1k).
 // n176 at d128: dense up to N 8k, causal from N 8k. Measured on the H200 (tune --kernels on fa3-grid

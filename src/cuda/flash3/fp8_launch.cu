@@ -2,7 +2,7 @@
 // dispatch to the e4m3 attention kernel of the head dim.
 //
 // The pre-pass stands in for e4m3 inputs, which the harness cannot hold yet (DType has no 8-bit
-// type; docs/kernels/flash3.md "flash3-fp8 v1" says why this route was taken): per tensor,
+// type; docs/kernels/flash3-fp8.md "Inputs" says why this route was taken): per tensor,
 // amax = max |x| over the finite values (one pass), descale = amax / 448 (1 when amax = 0),
 // x₈ = e4m3(x / descale) rounded to nearest even with saturation (a second pass), into dense
 // BSHD copies in the workspace; ±Inf becomes NaN (e4m3 has no infinity; an Inf never turns into

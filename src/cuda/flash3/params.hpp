@@ -38,7 +38,7 @@ struct Params {
   int window_left = -1;
   int window_right = -1;
 
-  // Consumer schedule (docs/kernels/flash3.md, "Versions"): false = v2, the default (Q·Kᵀ of
+  // Consumer schedule (docs/kernels/history/flash3.md, v1 and v2): false = v2, the default (Q·Kᵀ of
   // tile j+1 issued before the softmax of tile j, ping-pong between the two consumers); true =
   // v1 (one tile at a time, both GEMMs waited), kept as kernel config "v1" to measure against.
   bool serial_schedule = false;
