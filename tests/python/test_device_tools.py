@@ -1,5 +1,5 @@
 """tools/device/kernel_times.py: the per-kernel breakdown that tools/device/run.sh --kernel-times
-writes from Nsight Compute CSVs (docs/kernels/sage.md, "v3")."""
+writes from Nsight Compute CSVs (docs/kernels/history/sage.md, "v3")."""
 import pathlib
 import subprocess
 import sys
@@ -90,7 +90,8 @@ def test_a_baseline_run_gives_the_a_b_table():
     # cudnn has no baseline run; sage, sage2 and flash3 have one at both N.
     assert set(ab) == {(b, n) for b in ("sage", "sage2", "flash3") for n in (4096, 16384)}
     assert all(r[2] == "fdd22c5686ab" for r in ab.values())
-    # sage v4's attention kernel against v3's, N 16384: 3665.3 / 2962.8 µs (docs/kernels/sage.md).
+    # sage v4's attention kernel against v3's, N 16384: 3665.3 / 2962.8 µs
+    # (docs/results/h200/2026-12-04/kernel-times-ab-sage-v4-flash3-v4c.md).
     sage = ab[("sage", 16384)]
     assert sage[3] == "sage_wgmma_forward_kernel" and sage[4] == "3665.3 / 2962.8" and sage[5] == "1.237"
     # Without baselines there is no second table.

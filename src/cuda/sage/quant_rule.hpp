@@ -45,7 +45,7 @@ ATTNSUITE_SAGE_HD constexpr int k_block_rows(Mode mode, int head_dim) {
 // A thread then has one K scale per tile, so the row maximum can be taken on the INT8 dot
 // products and dequantize + exponent fuse into one FFMA (wgmma_kernel.cuh). v4 used these
 // groups for sage too: slower there (its 32-key blocks already gave 4 factors per tile) and its
-// d64 peaked LSE error rose from 0.088 to 0.101 (docs/kernels/sage.md) — so sage keeps blocks.
+// d64 peaked LSE error rose from 0.088 to 0.101 (docs/kernels/history/sage.md, v4) — so sage keeps blocks.
 inline constexpr int kKGroupTileKeys = 128;
 inline constexpr int kKGroupsPerTile = 4;
 ATTNSUITE_SAGE_HD constexpr bool k_key_groups(Mode mode) { return mode == Mode::Sage2; }
