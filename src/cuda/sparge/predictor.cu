@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const __grid_con
   // One warp per key block, its lanes across the head dim: every load of k̄ is one coalesced
   // 128-byte row segment. (v1 gave each thread a whole k̄ row, so a warp's load touched 32 rows:
   // 32 sectors per instruction; the predictor took 1.4 ms of sparge's 3.5 ms at N = 16k, d128,
-  // 512 key blocks — H200, 2026-12-04, docs/kernels/sparge.md.)
+  // 512 key blocks — H200, 2026-12-04, docs/kernels/history/sparge.md.)
   constexpr int kPerLane = kHeadDim / 32;
   const int warp = tid / 32, lane = tid % 32;
   float q_lane[kPerLane];
