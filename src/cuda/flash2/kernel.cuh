@@ -315,7 +315,7 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
         row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] + sum;
       }
     // Always rescaled: skipping it when no max changed (a warp-uniform branch) measured 3–7%
-    // slower on the H200 (docs/kernels/flash2.md, v3).
+    // slower on the H200 (docs/kernels/history/flash2.md, v3).
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll

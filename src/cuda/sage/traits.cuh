@@ -58,7 +58,7 @@ struct Traits {
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 
-// The chosen configurations: flash2's tiles (docs/kernels/flash2.md records why they won
+// The chosen configurations: flash2's tiles (docs/kernels/history/flash2.md records why they won
 // there); Q·Kᵀ halves its shared-memory bytes in INT8, P·V is flash2's (sage) or FP8 (sage2).
 // d64: 4 warps × 32 rows, Q fragments (16 registers in INT8) held in registers; 64-key tiles
 // for sage, 32 for sage2 (ptxas, sm_90a: 64-key tiles spill 40 bytes there — the INT8 and the

@@ -1,7 +1,7 @@
 // Experimental flash2 configurations (built only with -DATTNSUITE_FLASH2_VARIANTS=ON): each is
 // registered as a backend `flash2-x-<name>` (bf16, one head dim) so that the device script can
 // time candidate configurations against the chosen one and the peers in one harness run. The
-// outcomes are recorded in docs/kernels/flash2.md; the winners become Config<> in traits.cuh.
+// outcomes are recorded in docs/kernels/history/flash2.md; the winners become Config<> in traits.cuh.
 #include <cuda_bf16.h>
 
 #include "cuda/flash2/launch_template.cuh"
