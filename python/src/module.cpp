@@ -342,7 +342,7 @@ Choice choose_uncached(std::string_view name, const Call& call) {
         why = fmt::format("runs on the {}", to_string(backend.device().type));
       else if (!support)
         why = support.reason;
-      else if (backend.produces_own_output())
+      else if (backend.plan(call.problem, {})->produces_own_output())
         why = "returns its own output";
       if (why.empty()) {
         choice.backend = &backend;
@@ -406,25 +406,27 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
   }
   nb::gil_scoped_release release;
   std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
-  Backend& backend = resolve(backend_name, call);
-  if (backend.produces_own_output()) {
+  const Backend& backend = resolve(backend_name, call);
+  const std::unique_ptr<KernelPlan> plan = backend.plan(p, {});
+  const auto run_stream = reinterpret_cast<Stream>(stream);
+  if (plan->produces_own_output()) {
     ATTNSUITE_REQUIRE(lse_view.empty(), fmt::format("backend '{}' computes no log-sum-exp", backend.name()));
-    backend.forward(p, call.args, reinterpret_cast<Stream>(stream));
-    copy_output(p, backend.produced_output(), out);
+    const RunReport report = plan->forward(call.args, run_stream);
+    copy_output(p, report.output, out);
   } else {
     call.args.o = out;
     call.args.lse = lse_view;
-    // The workspace a backend asks for (workspace_bytes), on its device: flash3-fp8, sage,
-    // sage2 and sparge keep their quantized copies or block lists there. (Without it they failed
-    // on the H200, 2026-12-02: "FF" in tests/python/test_gpu.py.)
+    // The workspace a plan asks for, on its device: flash3-fp8, sage, sage2 and sparge keep
+    // their quantized copies or block lists there. (Without it they failed on the H200,
+    // 2026-12-02: "FF" in tests/python/test_gpu.py.)
     std::unique_ptr<HostBuffer> workspace;
-    const std::size_t workspace_bytes = backend.workspace_bytes(p);
+    const std::size_t workspace_bytes = plan->workspace_bytes();
     if (backend.device().type == DeviceType::Cpu) {
       if (workspace_bytes > 0) {
         workspace = std::make_unique<HostBuffer>(workspace_bytes);
         call.args.workspace = workspace->data();
       }
-      backend.forward(p, call.args, reinterpret_cast<Stream>(stream));
+      plan->forward(call.args, run_stream);
     } else {
 #if ATTNSUITE_HAVE_CUDA
       cuda::DeviceBuffer device_workspace;
@@ -432,12 +434,12 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
         device_workspace = cuda::DeviceBuffer(workspace_bytes);
         call.args.workspace = device_workspace.data();
       }
-      backend.forward(p, call.args, reinterpret_cast<Stream>(stream));
+      plan->forward(call.args, run_stream);
       // The kernels queued on the caller's stream read the workspace: wait for them before it
       // is freed (only where there is one; the others stay asynchronous).
-      if (workspace_bytes > 0) cuda::synchronize_stream(reinterpret_cast<Stream>(stream));
+      if (workspace_bytes > 0) cuda::synchronize_stream(run_stream);
 #else
-      backend.forward(p, call.args, reinterpret_cast<Stream>(stream));
+      plan->forward(call.args, run_stream);
 #endif
     }
   }
@@ -452,12 +454,13 @@ double time_forward(const std::string& backend_name, const Array& q, const Array
   call.args.o = view_of(o, call.problem.layout, "out");
   nb::gil_scoped_release release;
   std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
-  Backend& backend = resolve(backend_name, call);
-  ATTNSUITE_REQUIRE(!backend.produces_own_output() && backend.workspace_bytes(call.problem) == 0,
+  const Backend& backend = resolve(backend_name, call);
+  const std::unique_ptr<KernelPlan> plan = backend.plan(call.problem, {});
+  ATTNSUITE_REQUIRE(!plan->produces_own_output() && plan->workspace_bytes() == 0,
                     "time_forward takes backends that write into the caller's output");
-  backend.forward(call.problem, call.args, nullptr);
+  plan->forward(call.args, nullptr);
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) backend.forward(call.problem, call.args, nullptr);
+  for (int i = 0; i < reps; ++i) plan->forward(call.args, nullptr);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / std::max(reps, 1);
 }
 

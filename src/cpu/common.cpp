@@ -70,11 +70,6 @@ int cpu_threads() {
   return count == 0 ? 1 : static_cast<int>(count);
 }
 
-KernelConfigKey cpu_kernel_config_key(std::string backend, const AttentionProblem& problem) {
-  return {host_info().cpu_model, fmt::format("{} threads", cpu_threads()), std::move(backend),
-          kernel_shape_class(problem)};
-}
-
 void parallel_for(std::int64_t count, int threads,
                   const std::function<void(std::int64_t item, int thread_index)>& body) {
   if (count <= 0) return;

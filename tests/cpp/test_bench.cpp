@@ -44,7 +44,13 @@ class FakeBackend final : public Backend {
   Support supports(const AttentionProblem&) const override {
     return mode_ == Mode::Unsupported ? Support::no("fake: never supported") : Support::yes();
   }
-  void forward(const AttentionProblem& p, const AttentionArgs& args, Stream) override {
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& p, const PlanOptions&) const override {
+    require_support(*this, p);
+    return std::make_unique<FunctionPlan>("", 0, [this, p](const AttentionArgs& args, Stream, RunReport&) { run(p, args); });
+  }
+
+ private:
+  void run(const AttentionProblem& p, const AttentionArgs& args) const {
     if (calls_) ++*calls_;
     if (mode_ == Mode::OutOfMemory) throw Error(ErrorKind::OutOfMemory, "fake: out of memory, needs 9 GiB, 1 GiB free");
     if (mode_ == Mode::LeaveUnwritten) return;
@@ -60,7 +66,6 @@ class FakeBackend final : public Backend {
       }
   }
 
- private:
   std::string name_;
   Mode mode_;
   std::atomic<int>* calls_;

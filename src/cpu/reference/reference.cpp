@@ -85,9 +85,15 @@ class ReferenceBackend final : public Backend {
     return supports_common(problem);
   }
 
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream) override {
-    const Support support = supports(problem);
-    ATTNSUITE_CHECK(support.ok, ErrorKind::Unsupported, "reference: " + support.reason);
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    require_support(*this, problem);
+    choose_kernel_config(*this, problem, options);  // refuses a config: there is none
+    return std::make_unique<FunctionPlan>(
+        "", 0, [this, problem](const AttentionArgs& args, Stream, RunReport&) { run(problem, args); });
+  }
+
+ private:
+  void run(const AttentionProblem& problem, const AttentionArgs& args) const {
     check_args(name(), problem, args, /*contiguous_last_dim=*/false);
     const std::int64_t seq_q = problem.seq_q, dim_v = problem.dim_v();
     parallel_for(static_cast<std::int64_t>(problem.batch) * problem.heads_q, cpu_threads(),
