@@ -16,6 +16,7 @@ namespace attnsuite::cpu {
 namespace {
 constexpr int kMinHeadDim = 32;
 constexpr int kMaxHeadDim = 256;
+}  // namespace
 
 void check_view(std::string_view backend, const char* what, const TensorView& view,
                 const std::array<std::int64_t, 4>& shape, DType dtype, bool contiguous_last_dim) {
@@ -35,7 +36,6 @@ void check_view(std::string_view backend, const char* what, const TensorView& vi
                   fmt::format("{}: {} has stride {} in its last dim; this backend needs 1", backend,
                               what, view.strides[3]));
 }
-}  // namespace
 
 Support supports_common(const AttentionProblem& problem) {
   try {

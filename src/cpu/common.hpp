@@ -2,6 +2,7 @@
 // common, and a tiny work-stealing parallel loop over std::thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,6 +16,11 @@ namespace attnsuite::cpu {
 // The rules every CPU backend shares: a valid problem and head dims 32..256 (for Q/K and V).
 // Returns ok or the first reason it cannot run.
 Support supports_common(const AttentionProblem& problem);
+
+// Checks one view: present, on the CPU, of the given shape and dtype and, when
+// contiguous_last_dim, with stride 1 in its last dim. Throws Error naming `what`.
+void check_view(std::string_view backend, const char* what, const TensorView& view,
+                const std::array<std::int64_t, 4>& shape, DType dtype, bool contiguous_last_dim);
 
 // Checks that args match the problem (shapes, dtypes, CPU device, O and Q the same dtype) and,
 // when contiguous_last_dim, that every view has stride 1 in its last dim. Throws Error.
