@@ -82,7 +82,17 @@ struct RunReport {
     double achieved_sparsity = 0;   // 1 − (Q·Kᵀ + P·V work done) / (2 × visible), P·V skips counted
     std::optional<double> predictor_ms;  // time of the predictor within that run
   };
-  std::optional<Sparse> sparse;  // sparse backends only
+  std::optional<Sparse> sparse;  // sparse backends whose run has finished when it returns (CPU)
+  // A GPU sparse backend's statistics are on the device until its run has finished: this reads
+  // them back. Call it after the stream has synchronized (outside a timed span), before the
+  // plan's next run.
+  std::function<Sparse()> read_sparse;
+  // `sparse`, else `read_sparse()`; nullopt for dense backends.
+  std::optional<Sparse> sparse_stats() const {
+    if (sparse) return sparse;
+    if (read_sparse) return read_sparse();
+    return std::nullopt;
+  }
   // A backend that allocates through its own allocator (PyTorch's caching allocator): that
   // allocator's peak during the run; the harness adds it to what its tracking allocator saw.
   std::size_t own_peak_memory_bytes = 0;
@@ -140,6 +150,9 @@ class Backend {
   virtual KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions& options) const;
   // The PlanOptions::options keys it reads ("sparse_config", ...).
   virtual std::vector<std::string> option_keys() const { return {}; }
+  // Throws Error(Usage) naming the value and what is allowed for a bad value of a key it reads,
+  // so that a sweep refuses it before any case runs; plan() refuses the same.
+  virtual void check_options(const std::map<std::string, std::string>& /*options*/) const {}
 
   // A plan for `problem`. Throws Error(Unsupported) with the reason when it cannot run it (as
   // supports()), Error(Usage) for an unknown kernel config or a bad option value.

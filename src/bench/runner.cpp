@@ -151,6 +151,11 @@ Runner::Runner(SweepSpec spec, Registry& registry) : spec_(std::move(spec)), reg
 }
 
 void check_backend_options(const SweepSpec& spec, Registry& registry) {
+  for (const auto& name : spec.backends)
+    if (registry.contains(name)) {
+      const Backend& backend = registry.find(name);
+      backend.check_options(options_taken_by(backend, spec.backend_options));
+    }
   for (const auto& [key, value] : spec.backend_options) {
     const bool taken = std::ranges::any_of(spec.backends, [&, &key = key](const std::string& name) {
       if (!registry.contains(name)) return false;
@@ -401,10 +406,10 @@ bool Runner::check_accuracy(DeviceContext& ctx, KernelPlan& plan, const Prepared
   row.peak_mem_mib = static_cast<double>(ctx.peak_memory_since_reset() + report.own_peak_memory_bytes) / 1048576.0;
   if (const std::optional<std::size_t> used_after = ctx.used_bytes(); used_before && used_after)
     row.mem_reserved_mib = static_cast<double>(*used_after > *used_before ? *used_after - *used_before : 0) / 1048576.0;
-  if (report.sparse) {
-    row.sparsity = report.sparse->achieved_sparsity;
-    row.predicted_sparsity = report.sparse->predicted_sparsity;
-    row.predictor_ms = report.sparse->predictor_ms;
+  if (const std::optional<RunReport::Sparse> sparse = report.sparse_stats()) {
+    row.sparsity = sparse->achieved_sparsity;
+    row.predicted_sparsity = sparse->predicted_sparsity;
+    row.predictor_ms = sparse->predictor_ms;
   }
   const TensorView result = plan.produces_own_output() ? report.output : args.o;
   const LseView result_lse = plan.produces_own_output() ? report.output_lse : args.lse;
@@ -481,7 +486,9 @@ bool Runner::time_case(DeviceContext& ctx, KernelPlan& plan, const AttentionProb
     const RunReport report = run_pass();
     timer->stop();
     const double ms = timer->elapsed_ms();
-    if (report.sparse && report.sparse->predictor_ms) predictor_samples.push_back(*report.sparse->predictor_ms);
+    if (row.predictor_ms)  // a sparse row: its statistics, read after the timer's own synchronization
+      if (const auto sparse = report.sparse_stats(); sparse && sparse->predictor_ms)
+        predictor_samples.push_back(*sparse->predictor_ms);
     return ms;
   };
   std::unique_ptr<PeriodicSampler> sampler = ctx.start_sampling();

@@ -38,7 +38,7 @@ class AccuracyAccumulator {
 ResultRow row_for_case(const Case& c, const Backend* backend);
 
 // Throws Error(Usage) for a key of spec.backend_options that none of the spec's backends takes
-// (Backend::option_keys). Bad values are refused by the backends' plan().
+// (Backend::option_keys), or a bad value of one (Backend::check_options).
 void check_backend_options(const SweepSpec& spec, Registry& registry);
 
 // The entries of `options` whose keys `backend` takes.

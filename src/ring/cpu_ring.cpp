@@ -77,6 +77,7 @@ class CpuRingBackend final : public Backend {
 
   Support supports(const AttentionProblem& problem) const override { return supports(problem, kDefaultWorld); }
   std::vector<std::string> option_keys() const override { return {"ring_world"}; }
+  void check_options(const std::map<std::string, std::string>& options) const override { (void)parse_world(options); }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     const int world = parse_world(options.options);

@@ -479,7 +479,7 @@ TEST(SparseGpu, PredictorMatchesTheCpuRule) {
         const RunReport run = plan->forward(in.args, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         EXPECT_EQ(run.kernel_config, config);
-        const std::optional<RunReport::Sparse>& report = run.sparse;
+        const std::optional<RunReport::Sparse>& report = run.sparse_stats();
         ASSERT_TRUE(report && report->predictor_ms);
         const double cpu_sparsity =
             1.0 - static_cast<double>(want.kept_blocks()) / static_cast<double>(sparse::visible_block_count(p, shape));
@@ -521,7 +521,7 @@ TEST(SparseGpu, GivenMaskMatchesTheMaskedReferenceAndDenseMaskIsTheDenseKernel) 
         const RunReport masked_run = masked->forward(in.args, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         EXPECT_EQ(masked_run.kernel_config, config);
-        ASSERT_TRUE(masked_run.sparse);
+        ASSERT_TRUE(masked_run.sparse_stats());
         const std::vector<unsigned char> got = in.output();
         std::memcpy(h.o.data(), got.data(), got.size());
         // flash3 visits whole 128-key tiles: the keys of every tile with a kept block.
@@ -544,8 +544,8 @@ TEST(SparseGpu, GivenMaskMatchesTheMaskedReferenceAndDenseMaskIsTheDenseKernel) 
         kernel.forward(p, in.args, nullptr, plan_options(config == "flash3" ? "default" : ""));
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         EXPECT_EQ(in2.output(), in.output());
-        ASSERT_TRUE(all_run.sparse);
-        EXPECT_EQ(all_run.sparse->predicted_sparsity, 0.0);
+        ASSERT_TRUE(all_run.sparse_stats());
+        EXPECT_EQ(all_run.sparse_stats()->predicted_sparsity, 0.0);
       }
     }
 }
@@ -579,8 +579,8 @@ TEST(SparseGpu, SpargeSageKeepsSpargesBlocksWithinSage2sAccuracy) {
       const RunReport run_b = on_sage2->forward(b.args, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       EXPECT_EQ(run_b.kernel_config, "sage2");
-      const std::optional<RunReport::Sparse>& ra = run_a.sparse;
-      const std::optional<RunReport::Sparse>& rb = run_b.sparse;
+      const std::optional<RunReport::Sparse>& ra = run_a.sparse_stats();
+      const std::optional<RunReport::Sparse>& rb = run_b.sparse_stats();
       ASSERT_TRUE(ra && rb && rb->predictor_ms);
       EXPECT_EQ(ra->predicted_sparsity, rb->predicted_sparsity);
       EXPECT_EQ(ra->achieved_sparsity, rb->achieved_sparsity);
@@ -602,8 +602,8 @@ TEST(SparseGpu, SpargeSageKeepsSpargesBlocksWithinSage2sAccuracy) {
       EXPECT_EQ(wgmma->forward(c.args, nullptr).kernel_config, "wgmma");
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       EXPECT_EQ(b.output(), c.output());
-      ASSERT_TRUE(all_run.sparse);
-      EXPECT_EQ(all_run.sparse->predicted_sparsity, 0.0);
+      ASSERT_TRUE(all_run.sparse_stats());
+      EXPECT_EQ(all_run.sparse_stats()->predicted_sparsity, 0.0);
     }
 }
 

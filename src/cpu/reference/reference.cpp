@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attnsuite/error.hpp"
+#include "cpu/backward.hpp"
 #include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
 
@@ -85,11 +86,17 @@ class ReferenceBackend final : public Backend {
     return supports_common(problem);
   }
 
+  Support supports_backward(const AttentionProblem& problem) const override { return supports(problem); }
+
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     require_support(*this, problem);
     choose_kernel_config(*this, problem, options);  // refuses a config: there is none
     return std::make_unique<FunctionPlan>(
-        "", 0, [this, problem](const AttentionArgs& args, Stream, RunReport&) { run(problem, args); });
+        "", 0, [this, problem](const AttentionArgs& args, Stream, RunReport&) { run(problem, args); },
+        [this, problem](const BackwardArgs& args, Stream, RunReport&) {
+          check_backward_args(name(), problem, args, /*contiguous_last_dim=*/false);
+          reference_backward(problem, args, cpu_threads());
+        });
   }
 
  private:

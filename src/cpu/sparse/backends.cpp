@@ -73,6 +73,9 @@ class CpuSparseBackend final : public Backend {
                       : "fp32/fp16/bf16, head dim 64/128/256, causal, window, GQA; --block-mask SPEC";
   }
   std::vector<std::string> option_keys() const override { return SparseOptions::keys(predicted_); }
+  void check_options(const std::map<std::string, std::string>& options) const override {
+    (void)SparseOptions::parse(options, predicted_);
+  }
   Support supports(const AttentionProblem& problem) const override {
     Support support = cpu::supports_common(problem);
     if (!support) return support;

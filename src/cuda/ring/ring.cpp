@@ -502,6 +502,9 @@ class RingBackend final : public Backend {
            "overlapped with the local kernel, zigzag causal, GQA/MQA, BSHD, seq_q == seq_kv >= 2W, no window";
   }
   std::vector<std::string> option_keys() const override { return {"ring_world", "ring_mode", "ring_inputs"}; }
+  void check_options(const std::map<std::string, std::string>& options) const override {
+    (void)RingOptions::parse(options);
+  }
 
   // Over every visible GPU (the default ring_world).
   Support supports(const AttentionProblem& problem) const override { return supports(problem, 0); }

@@ -1,8 +1,8 @@
 // Host side of `sparge`, `block-sparse` and `sparge-sage`: options, supports(), the workspace
 // layout, the kernel choice, and the plan's launches. The predictor's time is inside forward()
 // (it runs on the same stream, before the kernel) and is also measured on its own with events,
-// for the result row's predictor_ms; forward() waits for the run to finish to read that and the
-// kept-block counters back into its RunReport::sparse.
+// for the result row's predictor_ms; RunReport::read_sparse reads that and the kept-block counters
+// back once the caller has waited for the run.
 #include "cuda/sparge/sparge.hpp"
 
 #include <cuda_runtime_api.h>
@@ -88,7 +88,7 @@ class Event {
 //  - flash3 on sm_90 where this build has it: it visits 128 × 128 tiles, each one where any of
 //    its blocks is kept (the lists coarsened on the device, sparse::coarsen_mask); λ's P·V skip
 //    is not applied there (it would need a warpgroup-wide vote per tile);
-//  - flash2 elsewhere, or when kernel config "flash2" is forced: the blocks themselves, λ per warp;
+//  - flash2 elsewhere, or when kernel config "flash2" is chosen: the blocks themselves, λ per warp;
 //  - sage2's wgmma kernel for sparge-sage: tiles as flash3; sm_90a only.
 // Measured why (H200, 2026-12-04, tune --sparse on banded N 8k): selecting 128 × 128 blocks
 // directly tuned to rel L1 ≤ 0.03 on the calibration inputs and gave 0.36 on the held-out one —
@@ -134,12 +134,13 @@ class SparsePlan final : public KernelPlan {
   std::string_view kernel_config() const override { return path_name(path_); }
   std::size_t workspace_bytes() const override { return workspace_; }
 
-  // The report's counters are read back when the run has finished: forward() waits for it.
+  // The report's counters are read back once the caller has waited for the run (read_sparse),
+  // so that a timed forward holds no host round trip.
   RunReport forward(const AttentionArgs& args, Stream stream) override {
     run(args, stream);
     RunReport report;
     report.kernel_config = std::string(path_name(path_));
-    report.sparse = sparse_report();
+    report.read_sparse = [this] { return sparse_report(); };
     return report;
   }
 
@@ -407,6 +408,9 @@ class SparseCudaBackend final : public Backend {
     return "";
   }
   std::vector<std::string> option_keys() const override { return sparse::SparseOptions::keys(predicted_); }
+  void check_options(const std::map<std::string, std::string>& options) const override {
+    (void)sparse::SparseOptions::parse(options, predicted_);
+  }
 
   // Which kernel runs the kept blocks: flash3 where it runs (listed first: the built-in choice),
   // flash2; sparge-sage has no choice (sage2).

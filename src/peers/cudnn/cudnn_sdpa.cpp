@@ -54,7 +54,7 @@ void check_cudnn(cudnnStatus_t status, const char* call) {
   throw Error(ErrorKind::Device, fmt::format("cudnn: {} failed: {}", call, cudnnGetErrorString(status)));
 }
 
-// Thrown inside graph building; supports() turns it into its reason, forward() into Unsupported.
+// Thrown inside graph building; supports() turns it into its reason, plan() and a run into Unsupported.
 void check_graph(fe::error_t status, const char* step) {
   if (status.is_good()) return;
   throw Error(ErrorKind::Unsupported, fmt::format("cuDNN SDPA graph {}: {}", step, status.get_message()));

@@ -354,7 +354,7 @@ class TorchBackend final : public Backend {
     }
   }
 
-  // PyTorch's own verdict for the forced backend on tensors shaped as forward() passes them.
+  // PyTorch's own verdict for the forced backend on tensors shaped as a run passes them.
   // The tensors are metadata only: their address is never dereferenced.
   Support pytorch_gate(const AttentionProblem& p) const {
     c10::InferenceMode inference;
