@@ -711,15 +711,21 @@ TEST(CpuBackward, NanReachesExactlyTheGradientsThatIncludeIt) {
   }
 }
 
-// A NaN in V at every third key: rows that see no key still get dQ = 0, and nothing else of
-// theirs changes anything.
+// NaN in K and V at every third key and in the queries of rows that see no key: those rows
+// still get dQ = 0 exactly (0·NaN in a product over hidden keys must not reach them).
 TEST(CpuBackward, RowsThatSeeNoKeyGiveZeroGradients) {
   AttentionProblem p = with(shape(1, 2, 2, 90, 40, 64), true, 7, 0);
   for (const char* kernel : {"reference", "cpu-vanilla", "cpu-flash"}) {
     BackwardData data = make_data(p, 5);
-    for (std::int64_t j = 0; j < p.seq_kv; j += 3) put_nan(data, Input::V, {0, j, 0, j % p.dim_v()});
+    for (std::int64_t j = 0; j < p.seq_kv; j += 3) {
+      put_nan(data, Input::K, {0, j, 1, j % p.head_dim});
+      put_nan(data, Input::V, {0, j, 0, j % p.dim_v()});
+    }
+    for (std::int64_t i = 0; i < p.seq_q; ++i)
+      if (!sees_any_key(p, i)) put_nan(data, Input::Q, {0, i, 0, i % p.head_dim});
     data.set_forward();
     const Gradients got = run_kernel(kernel_named(kernel), data);
+    SCOPED_TRACE(kernel);
     expect_masked_rows_zero(p, got.dq);
   }
 }
