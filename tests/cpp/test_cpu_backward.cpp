@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <functional>
@@ -57,8 +57,8 @@ void for_each_index(const TensorView& view, F&& body) {
 }
 
 // Logical (b, s, h, d) index of a dense vector.
-std::int64_t logical(const std::array<std::int64_t, 4>& shape, std::int64_t b, std::int64_t s,
-                     std::int64_t h, std::int64_t d) {
+std::int64_t logical(const std::array<std::int64_t, 4>& shape, std::int64_t b, std::int64_t s, std::int64_t h,
+                     std::int64_t d) {
   return ((b * shape[1] + s) * shape[2] + h) * shape[3] + d;
 }
 
@@ -74,8 +74,7 @@ std::vector<double> read_logical(const TensorView& view) {
 void write_logical(HostTensor& tensor, const std::vector<double>& values) {
   for_each_index(tensor.view, [&](auto b, auto s, auto h, auto d) {
     store_from_float(tensor.view.data, tensor.view.dtype, tensor.view.offset(b, s, h, d),
-                     static_cast<float>(values[static_cast<std::size_t>(
-                         logical(tensor.view.shape, b, s, h, d))]));
+                     static_cast<float>(values[static_cast<std::size_t>(logical(tensor.view.shape, b, s, h, d))]));
   });
 }
 
@@ -127,8 +126,8 @@ struct Forward {
   std::vector<double> o, lse;
 };
 
-Forward forward_f64(const AttentionProblem& p, const std::vector<double>& q,
-                    const std::vector<double>& k, const std::vector<double>& v) {
+Forward forward_f64(const AttentionProblem& p, const std::vector<double>& q, const std::vector<double>& k,
+                    const std::vector<double>& v) {
   const double scale = scale_of(p);
   Forward out;
   out.o.assign(static_cast<std::size_t>(p.batch * p.seq_q * p.heads_q * p.dim_v()), 0.0);
@@ -218,8 +217,7 @@ BackwardData make_data(const AttentionProblem& p, std::uint64_t seed) {
   return data;
 }
 
-AttentionProblem shape(int batch, int heads_q, int heads_kv, int seq_q, int seq_kv, int head_dim,
-                       int head_dim_v = 0) {
+AttentionProblem shape(int batch, int heads_q, int heads_kv, int seq_q, int seq_kv, int head_dim, int head_dim_v = 0) {
   AttentionProblem p;
   p.batch = batch;
   p.heads_q = heads_q;
@@ -243,10 +241,10 @@ AttentionProblem with(AttentionProblem p, bool causal, int window_left = -1, int
 
 TEST(CpuBackwardReference, MatchesFiniteDifferences) {
   const AttentionProblem problems[] = {
-      shape(1, 2, 1, 4, 5, 4, 3),                   // MQA, dim_v != head_dim, no mask
-      with(shape(1, 2, 2, 5, 4, 4, 3), true),       // causal, seq_q > seq_kv: row 0 sees no key
-      with(shape(2, 4, 2, 3, 6, 3), true),          // GQA, causal, seq_q < seq_kv
-      with(shape(1, 2, 1, 6, 6, 4), false, 2, 1),   // window on both sides
+      shape(1, 2, 1, 4, 5, 4, 3),                  // MQA, dim_v != head_dim, no mask
+      with(shape(1, 2, 2, 5, 4, 4, 3), true),      // causal, seq_q > seq_kv: row 0 sees no key
+      with(shape(2, 4, 2, 3, 6, 3), true),         // GQA, causal, seq_q < seq_kv
+      with(shape(1, 2, 1, 6, 6, 4), false, 2, 1),  // window on both sides
   };
   for (const AttentionProblem& p : problems) {
     SCOPED_TRACE(p.describe());
@@ -254,8 +252,7 @@ TEST(CpuBackwardReference, MatchesFiniteDifferences) {
     const std::vector<double> q = read_logical(data.q.view), k = read_logical(data.k.view),
                               v = read_logical(data.v.view), d_o = read_logical(data.d_o.view);
     const cpu::GradientsF64 grads = cpu::reference_backward_f64(p, data.args(), 2);
-    auto loss = [&](const std::vector<double>& qq, const std::vector<double>& kk,
-                    const std::vector<double>& vv) {
+    auto loss = [&](const std::vector<double>& qq, const std::vector<double>& kk, const std::vector<double>& vv) {
       const Forward fwd = forward_f64(p, qq, kk, vv);
       double sum = 0;
       for (std::size_t n = 0; n < d_o.size(); ++n) sum += d_o[n] * fwd.o[n];
@@ -263,18 +260,15 @@ TEST(CpuBackwardReference, MatchesFiniteDifferences) {
     };
     // Fourth-order central difference: truncation ~h⁴, cancellation ~1e-16·|L|/h.
     const double h = 1e-3;
-    auto check = [&](const char* what, const std::vector<double>& base,
-                     const std::vector<double>& grad, int which) {
+    auto check = [&](const char* what, const std::vector<double>& base, const std::vector<double>& grad, int which) {
       for (std::size_t n = 0; n < base.size(); ++n) {
         auto at = [&](double offset) {
           std::vector<double> x = base;
           x[n] += offset;
           return which == 0 ? loss(x, k, v) : which == 1 ? loss(q, x, v) : loss(q, k, x);
         };
-        const double numeric =
-            (8.0 * (at(h) - at(-h)) - (at(2 * h) - at(-2 * h))) / (12.0 * h);
-        EXPECT_NEAR(grad[n], numeric, 1e-8 * std::max(1.0, std::abs(numeric)))
-            << what << "[" << n << "]";
+        const double numeric = (8.0 * (at(h) - at(-h)) - (at(2 * h) - at(-2 * h))) / (12.0 * h);
+        EXPECT_NEAR(grad[n], numeric, 1e-8 * std::max(1.0, std::abs(numeric))) << what << "[" << n << "]";
       }
     };
     check("dq", q, grads.dq, 0);
@@ -284,7 +278,6 @@ TEST(CpuBackwardReference, MatchesFiniteDifferences) {
     expect_masked_rows_zero(p, grads.dq);
   }
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // The naive same-dtype backward: a straight loop in float from the inputs as stored (Q, K, V, dO,
@@ -391,7 +384,8 @@ ErrorStats compare(const std::vector<double>& got, const std::vector<double>& re
 // fp32 units of the largest sum of absolute terms (every kernel computes in fp32).
 double rounding_floor(DType dtype, double max_ref, double max_terms) {
   const int mantissa_bits = dtype == DType::F32 ? 23 : dtype == DType::F16 ? 10 : 7;
-  const double output = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(std::max(max_ref, 1e-3)))) - mantissa_bits);
+  const double output =
+      std::ldexp(1.0, static_cast<int>(std::floor(std::log2(std::max(max_ref, 1e-3)))) - mantissa_bits);
   return 4.0 * output + 4.0 * std::numeric_limits<float>::epsilon() * max_terms;
 }
 
@@ -401,11 +395,11 @@ void expect_within(const char* what, const std::vector<double>& got, const std::
   const ErrorStats baseline = compare(naive, truth);
   const double tolerance = 2.0 * baseline.max_abs + rounding_floor(dtype, error.max_ref, max_terms);
   EXPECT_EQ(error.non_finite, 0) << what << ": " << error.non_finite << " NaN/Inf elements";
-  EXPECT_LE(error.max_abs, tolerance)
-      << what << ": max abs error " << error.max_abs << " (element " << error.worst << " of "
-      << truth.size() << ", reference " << (error.worst >= 0 ? truth[static_cast<std::size_t>(error.worst)] : 0.0)
-      << "), mean " << error.mean_abs << "; naive same-dtype max " << baseline.max_abs << " mean "
-      << baseline.mean_abs << "; tolerance " << tolerance;
+  EXPECT_LE(error.max_abs, tolerance) << what << ": max abs error " << error.max_abs << " (element " << error.worst
+                                      << " of " << truth.size() << ", reference "
+                                      << (error.worst >= 0 ? truth[static_cast<std::size_t>(error.worst)] : 0.0)
+                                      << "), mean " << error.mean_abs << "; naive same-dtype max " << baseline.max_abs
+                                      << " mean " << baseline.mean_abs << "; tolerance " << tolerance;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -509,7 +503,8 @@ std::vector<Param> params() {
   for (const char* kernel : {"reference", "cpu-vanilla", "cpu-flash"}) {
     for (const Case& c : cases())
       for (Layout layout : {Layout::BSHD, Layout::BHSD}) out.push_back({kernel, c, DType::F32, layout});
-    for (const char* label : {"seq33", "causal_q_gt_kv", "gqa_8_2", "dim40_dv72", "window_masks_rows", "causal_seq1000"})
+    for (const char* label :
+         {"seq33", "causal_q_gt_kv", "gqa_8_2", "dim40_dv72", "window_masks_rows", "causal_seq1000"})
       for (const Case& c : cases())
         if (c.label == label)
           for (DType dtype : {DType::F16, DType::BF16}) out.push_back({kernel, c, dtype, Layout::BSHD});
@@ -525,8 +520,8 @@ void PrintTo(const Param& param, std::ostream* os) {
 }
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
-  std::string name = info.param.kernel + "_" + info.param.entry.label + "_" +
-                     std::string(to_string(info.param.dtype)) + "_" + std::string(to_string(info.param.layout));
+  std::string name = info.param.kernel + "_" + info.param.entry.label + "_" + std::string(to_string(info.param.dtype)) +
+                     "_" + std::string(to_string(info.param.layout));
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
@@ -559,7 +554,8 @@ TEST(CpuBackward, EveryFlashConfigMatchesTheReference) {
     const Kernel kernel = [&config](const AttentionProblem& p, const BackwardArgs& a) {
       cpu::flash_backward(p, a, cpu::cpu_threads(), config);
     };
-    for (const char* label : {"seq1", "seq33", "causal_q_gt_kv", "gqa_8_2", "window_both", "dim40_dv72", "peaked_scale"})
+    for (const char* label :
+         {"seq1", "seq33", "causal_q_gt_kv", "gqa_8_2", "window_both", "dim40_dv72", "peaked_scale"})
       for (const Case& c : cases())
         if (c.label == label) {
           BackwardData data = make_data(c.problem, 11);
@@ -602,10 +598,14 @@ enum class Input { Q, K, V, dO };
 
 const char* input_name(Input input) {
   switch (input) {
-    case Input::Q: return "Q";
-    case Input::K: return "K";
-    case Input::V: return "V";
-    case Input::dO: return "dO";
+    case Input::Q:
+      return "Q";
+    case Input::K:
+      return "K";
+    case Input::V:
+      return "V";
+    case Input::dO:
+      return "dO";
   }
   return "?";
 }
@@ -628,7 +628,7 @@ Gradients expected_nan(const AttentionProblem& p, Input input, const Position& a
   for (std::int64_t h = g * p.group_size(); h < (g + 1) * p.group_size(); ++h) {
     for (std::int64_t i = 0; i < p.seq_q; ++i) {
       const bool this_row = on_q_side && h == at.h && i == at.s;
-      bool row_p = input == Input::Q && this_row;  // P_i· NaN
+      bool row_p = input == Input::Q && this_row;   // P_i· NaN
       bool row_d = input == Input::dO && this_row;  // D_i NaN (from dO_i)
       for (std::int64_t j = 0; j < p.seq_kv; ++j) {
         if (!visible(p, i, j)) continue;
@@ -781,7 +781,8 @@ TEST(CpuBackward, ReferenceDoesNotDependOnThreadsAndMatchesItsSlices) {
   EXPECT_EQ(one.dv, three.dv);
   const int group = p.group_size();
   std::vector<double> dq(static_cast<std::size_t>(group * p.seq_q * p.head_dim));
-  std::vector<double> dk(static_cast<std::size_t>(p.seq_kv * p.head_dim)), dv(static_cast<std::size_t>(p.seq_kv * p.dim_v()));
+  std::vector<double> dk(static_cast<std::size_t>(p.seq_kv * p.head_dim)),
+      dv(static_cast<std::size_t>(p.seq_kv * p.dim_v()));
   cpu::reference_backward_kv_head_f64(p, data.args(), 1, 1, dq.data(), dk.data(), dv.data());
   for (int member = 0; member < group; ++member)
     for (std::int64_t i = 0; i < p.seq_q; ++i)
@@ -888,9 +889,14 @@ TEST(CpuBackwardBench, DISABLED_Timing) {
   p.causal = env_int("ATTNSUITE_BWD_CAUSAL", 0) != 0;
   BackwardData data;
   data.p = p;
-  for (auto [tensor, shape_of] : {std::pair{&data.q, q_shape(p)}, {&data.k, k_shape(p)}, {&data.v, v_shape(p)},
-                                  {&data.o, o_shape(p)}, {&data.d_o, o_shape(p)}, {&data.dq, q_shape(p)},
-                                  {&data.dk, k_shape(p)}, {&data.dv, v_shape(p)}})
+  for (auto [tensor, shape_of] : {std::pair{&data.q, q_shape(p)},
+                                  {&data.k, k_shape(p)},
+                                  {&data.v, v_shape(p)},
+                                  {&data.o, o_shape(p)},
+                                  {&data.d_o, o_shape(p)},
+                                  {&data.dq, q_shape(p)},
+                                  {&data.dk, k_shape(p)},
+                                  {&data.dv, v_shape(p)}})
     *tensor = make_tensor(shape_of, p.dtype, p.layout);
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);

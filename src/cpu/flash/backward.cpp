@@ -19,6 +19,8 @@
 // broadcast from row-major rows and B read as 16-wide rows (the forward's scores kernel): S and
 // dP come out row-major (queries × keys), P and dS are transposed per tile in 8×8 register
 // blocks so that Pᵀ·dO and dSᵀ·Q read them as row-major A as well; dS·K reads dS as it is.
+#include "cpu/backward.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -30,7 +32,6 @@
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/memory.hpp"
-#include "cpu/backward.hpp"
 #include "cpu/common.hpp"
 #include "cpu/simd_math.hpp"
 
@@ -54,10 +55,7 @@ struct BackwardTiles {
 };
 constexpr BackwardTiles kBackwardTiles[] = {
     {"q96-k96", 96, 96},  // the default (first)
-    {"q48-k96", 48, 96},
-    {"q192-k96", 192, 96},
-    {"q96-k48", 96, 48},
-    {"q96-k192", 96, 192},
+    {"q48-k96", 48, 96}, {"q192-k96", 192, 96}, {"q96-k48", 96, 48}, {"q96-k192", 96, 192},
 };
 constexpr bool valid_tiles() {
   for (const BackwardTiles& tiles : kBackwardTiles)
@@ -73,15 +71,17 @@ const BackwardTiles& find_tiles(std::string_view name) {
     if (name == tiles.name) return tiles;
     allowed += (allowed.empty() ? "" : ", ") + std::string(tiles.name);
   }
-  throw Error(ErrorKind::Usage, fmt::format("cpu-flash backward: kernel config '{}' unknown; allowed: {}", name, allowed));
+  throw Error(ErrorKind::Usage,
+              fmt::format("cpu-flash backward: kernel config '{}' unknown; allowed: {}", name, allowed));
 }
 
 // c[r][0:16] (+)= Σ_{k<depth} a[r·lda + k] · b[k·ldb + 0:16] for r < R. b and c 32-byte aligned.
 // Forced inline: as an out-of-line function GCC 12 kept the accumulator array in memory too,
 // storing all 12 accumulators to the stack every iteration (flash backward 2× slower).
 template <int R, bool kAccumulate>
-__attribute__((always_inline)) inline void gemm_block(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
-                       std::int64_t depth, float* c, std::int64_t ldc) {
+__attribute__((always_inline)) inline void gemm_block(const float* a, std::int64_t lda, const float* b,
+                                                      std::int64_t ldb, std::int64_t depth, float* c,
+                                                      std::int64_t ldc) {
   __m256 acc[R][2];
   for (int r = 0; r < R; ++r) {
     acc[r][0] = kAccumulate ? _mm256_load_ps(c + r * ldc) : _mm256_setzero_ps();
@@ -105,8 +105,8 @@ __attribute__((always_inline)) inline void gemm_block(const float* a, std::int64
 // C[rows × cols] (+)= A[rows × depth]·B[depth × cols]; cols a multiple of 16. Column panels of B
 // outside, so a panel (depth × 16 floats) stays in L1 while every row block passes over it.
 template <bool kAccumulate>
-void gemm(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-          std::int64_t ldc, std::int64_t rows, std::int64_t cols, std::int64_t depth) {
+void gemm(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+          std::int64_t rows, std::int64_t cols, std::int64_t depth) {
   for (std::int64_t n = 0; n < cols; n += kBlockCols) {
     std::int64_t m = 0;
     for (; m + kBlockRows <= rows; m += kBlockRows)
@@ -114,12 +114,23 @@ void gemm(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, fl
     const float* a_tail = a + m * lda;
     float* c_tail = c + m * ldc + n;
     switch (rows - m) {
-      case 1: gemm_block<1, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc); break;
-      case 2: gemm_block<2, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc); break;
-      case 3: gemm_block<3, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc); break;
-      case 4: gemm_block<4, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc); break;
-      case 5: gemm_block<5, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc); break;
-      default: break;
+      case 1:
+        gemm_block<1, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
+        break;
+      case 2:
+        gemm_block<2, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
+        break;
+      case 3:
+        gemm_block<3, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
+        break;
+      case 4:
+        gemm_block<4, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
+        break;
+      case 5:
+        gemm_block<5, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -155,9 +166,9 @@ inline void transpose8x8(const float* src, std::int64_t src_ld, float* dst, std:
 struct BackwardWorkspace {
   struct Sizes {
     std::int64_t head_dim, dim_v, d_pad, dv_pad, Br, Bc;
-    std::int64_t seq_q_pad;    // rows of the packed Q and dO
-    std::int64_t acc_keys;     // rows of the dK/dV accumulators: a tile, or a chunk with GQA
-    bool own_dq;               // a dQ accumulator of its own (one chunk per unit)
+    std::int64_t seq_q_pad;  // rows of the packed Q and dO
+    std::int64_t acc_keys;   // rows of the dK/dV accumulators: a tile, or a chunk with GQA
+    bool own_dq;             // a dQ accumulator of its own (one chunk per unit)
   };
   HostBuffer buffer;
   float* query = nullptr;     // seq_q_pad × d_pad: Q of the current q head (A of S, B of dK)
@@ -211,8 +222,7 @@ struct BackwardWorkspace {
 
 class BackwardKernel {
  public:
-  BackwardKernel(const AttentionProblem& problem, const BackwardArgs& args, const BackwardTiles& tiles,
-                 int threads)
+  BackwardKernel(const AttentionProblem& problem, const BackwardArgs& args, const BackwardTiles& tiles, int threads)
       : problem_(problem),
         args_(args),
         head_dim_(problem.head_dim),
@@ -260,8 +270,7 @@ class BackwardKernel {
       load_row(args_.d_o, b, i, h, do_row, dim_v_);
       __m256 acc = _mm256_setzero_ps();
       std::int64_t c = 0;
-      for (; c + 8 <= dim_v_; c += 8)
-        acc = _mm256_fmadd_ps(_mm256_load_ps(o_row + c), _mm256_load_ps(do_row + c), acc);
+      for (; c + 8 <= dim_v_; c += 8) acc = _mm256_fmadd_ps(_mm256_load_ps(o_row + c), _mm256_load_ps(do_row + c), acc);
       float sum = simd::reduce_add(acc);
       for (; c < dim_v_; ++c) sum += o_row[c] * do_row[c];
       rows[2 * i + 1] = sum;
@@ -319,8 +328,7 @@ class BackwardKernel {
           const std::int64_t first_key = problem_.key_begin(q0);
           const std::int64_t last_key = problem_.key_end(q0 + count - 1);
           if (last_key <= k0 || first_key >= k0 + cols || first_key >= last_key) continue;
-          const bool needs_mask = problem_.key_begin(q0 + count - 1) > k0 ||
-                                  problem_.key_end(q0) < k0 + key_rows;
+          const bool needs_mask = problem_.key_begin(q0 + count - 1) > k0 || problem_.key_end(q0) < k0 + key_rows;
           tile_pair(q0, round_up(count, 8), k0, key_rows, needs_mask, head_rows, dq, dk, dv, ws);
         }
         if (group_ == 1) store_key_tile(b, g, k0, cols, dk, dv, ws);
@@ -331,8 +339,7 @@ class BackwardKernel {
       for (std::int64_t tile = first_tile; tile < end_tile; ++tile) {
         const std::int64_t k0 = tile * Bc_;
         store_key_tile(b, g, k0, std::min<std::int64_t>(Bc_, problem_.seq_kv - k0),
-                       ws.dk + (tile - first_tile) * Bc_ * d_pad_,
-                       ws.dv + (tile - first_tile) * Bc_ * dv_pad_, ws);
+                       ws.dk + (tile - first_tile) * Bc_ * d_pad_, ws.dv + (tile - first_tile) * Bc_ * dv_pad_, ws);
       }
     }
   }
@@ -342,8 +349,8 @@ class BackwardKernel {
   void store_dq_from_parts(std::int64_t head_item, const float* parts, BackwardWorkspace& ws) const {
     const std::int64_t b = head_item / problem_.heads_q, h = head_item % problem_.heads_q;
     const std::int64_t unit = head_item / group_, member = h % group_;
-    store_dq(b, h, parts + (unit * chunks_ * group_ + member) * dq_part_floats(),
-             group_ * dq_part_floats(), chunks_, ws);
+    store_dq(b, h, parts + (unit * chunks_ * group_ + member) * dq_part_floats(), group_ * dq_part_floats(), chunks_,
+             ws);
   }
 
  private:
@@ -396,8 +403,7 @@ class BackwardKernel {
   }
 
   // K (row-major), Kᵀ and Vᵀ of keys [k0, k0 + cols); keys up to the next multiple of 16 zero.
-  void load_key_tile(std::int64_t b, std::int64_t g, std::int64_t k0, std::int64_t cols,
-                     BackwardWorkspace& ws) const {
+  void load_key_tile(std::int64_t b, std::int64_t g, std::int64_t k0, std::int64_t cols, BackwardWorkspace& ws) const {
     const std::int64_t Bc = Bc_, key_rows = round_up(cols, kBlockCols);
     float* value = ws.row;
     for (std::int64_t j = 0; j < cols; ++j) {
@@ -415,8 +421,8 @@ class BackwardKernel {
   }
 
   // dK = scale·Σ dSᵀ·Q and dV of keys [k0, k0 + cols) into the views.
-  void store_key_tile(std::int64_t b, std::int64_t g, std::int64_t k0, std::int64_t cols, float* dk,
-                      const float* dv, BackwardWorkspace&) const {
+  void store_key_tile(std::int64_t b, std::int64_t g, std::int64_t k0, std::int64_t cols, float* dk, const float* dv,
+                      BackwardWorkspace&) const {
     const __m256 scale = _mm256_set1_ps(scale_);
     for (std::int64_t j = 0; j < cols; ++j) {
       float* dk_row = dk + j * d_pad_;
@@ -429,8 +435,8 @@ class BackwardKernel {
 
   // dQ = scale·Σ of `count` parts (part_stride floats apart) into the view; rows that see no key
   // 0 exactly.
-  void store_dq(std::int64_t b, std::int64_t h, const float* first, std::int64_t part_stride,
-                std::int64_t count, BackwardWorkspace& ws) const {
+  void store_dq(std::int64_t b, std::int64_t h, const float* first, std::int64_t part_stride, std::int64_t count,
+                BackwardWorkspace& ws) const {
     const __m256 scale = _mm256_set1_ps(scale_);
     float* out = ws.row;
     for (std::int64_t i = 0; i < problem_.seq_q; ++i) {
@@ -451,9 +457,8 @@ class BackwardKernel {
   // One (query tile, key tile): queries [q0, q0 + active) of the packed head (active a multiple
   // of 8; rows past seq_q are zero with LSE +inf), keys [k0, k0 + key_rows) of the loaded tile
   // (key_rows a multiple of 16; keys past seq_kv are zero and hidden by the mask).
-  void tile_pair(std::int64_t q0, std::int64_t active, std::int64_t k0, std::int64_t key_rows,
-                 bool needs_mask, const float* head_rows, float* dq, float* dk, float* dv,
-                 BackwardWorkspace& ws) const {
+  void tile_pair(std::int64_t q0, std::int64_t active, std::int64_t k0, std::int64_t key_rows, bool needs_mask,
+                 const float* head_rows, float* dq, float* dk, float* dv, BackwardWorkspace& ws) const {
     const std::int64_t Br = Br_, Bc = Bc_;
     const float* query = ws.query + q0 * d_pad_;
     const float* grad_out = ws.grad_out + q0 * dv_pad_;
@@ -499,9 +504,8 @@ class BackwardKernel {
         if constexpr (kMask) {
           const __m256i key = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(k0 + j)), lanes);
           // hidden = key < begin || key >= end  ==  begin > key || !(end > key)
-          const __m256i hidden = _mm256_or_si256(
-              _mm256_cmpgt_epi32(begin, key),
-              _mm256_xor_si256(_mm256_cmpgt_epi32(end, key), _mm256_set1_epi32(-1)));
+          const __m256i hidden = _mm256_or_si256(_mm256_cmpgt_epi32(begin, key),
+                                                 _mm256_xor_si256(_mm256_cmpgt_epi32(end, key), _mm256_set1_epi32(-1)));
           p = _mm256_blendv_ps(p, zero, _mm256_castsi256_ps(hidden));
           ds = _mm256_blendv_ps(ds, zero, _mm256_castsi256_ps(hidden));
         }
@@ -529,8 +533,7 @@ std::vector<std::string> flash_backward_configs() {
   return names;
 }
 
-void flash_backward(const AttentionProblem& problem, const BackwardArgs& args, int threads,
-                    std::string_view config) {
+void flash_backward(const AttentionProblem& problem, const BackwardArgs& args, int threads, std::string_view config) {
   const Support support = supports_common(problem);
   ATTNSUITE_CHECK(support.ok, ErrorKind::Unsupported, "cpu-flash: " + support.reason);
   check_backward_args("cpu-flash", problem, args, /*contiguous_last_dim=*/true);
@@ -555,8 +558,8 @@ void flash_backward(const AttentionProblem& problem, const BackwardArgs& args, i
   // items leave dQ parts, one per (item, q head of the group), summed once all are done.
   HostBuffer parts;
   if (kernel.chunks() > 1)
-    parts = HostBuffer(static_cast<std::size_t>(kernel.work_items() * problem.group_size() *
-                                                kernel.dq_part_floats()) * sizeof(float));
+    parts = HostBuffer(static_cast<std::size_t>(kernel.work_items() * problem.group_size() * kernel.dq_part_floats()) *
+                       sizeof(float));
   parallel_for(kernel.work_items(), workers, [&](std::int64_t item, int t) {
     kernel.run_item(item, rows.as<float>(), parts.as<float>(), workspaces[t]);
   });

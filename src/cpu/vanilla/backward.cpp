@@ -6,6 +6,8 @@
 // fp32 views are used in place (the GEMMs take their row stride; GQA accumulates dK/dV with
 // beta = 1 over the group's q heads); 16-bit operands are converted to fp32 copies per head and
 // the gradients converted back once.
+#include "cpu/backward.hpp"
+
 #include <cblas.h>
 #include <fmt/format.h>
 
@@ -15,7 +17,6 @@
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/memory.hpp"
-#include "cpu/backward.hpp"
 #include "cpu/common.hpp"
 #include "cpu/simd_math.hpp"
 
@@ -31,15 +32,15 @@ struct Matrix {
 
 // Rows of one (batch, head) of a view as an fp32 matrix: the view itself when it is fp32, else
 // `staging` (rows × cols, dense), filled from the view when `load`.
-Matrix operand(const TensorView& view, std::int64_t b, std::int64_t h, std::int64_t rows,
-               std::int64_t cols, float* staging, bool load) {
+Matrix operand(const TensorView& view, std::int64_t b, std::int64_t h, std::int64_t rows, std::int64_t cols,
+               float* staging, bool load) {
   if (view.dtype == DType::F32)
     return {static_cast<float*>(view.data) + view.offset(b, 0, h, 0), static_cast<int>(view.strides[1])};
   if (load) {
     const auto* base = static_cast<const char*>(view.data);
     for (std::int64_t r = 0; r < rows; ++r)
-      convert_to_float(base + view.offset(b, r, h, 0) * static_cast<std::int64_t>(size_of(view.dtype)),
-                       view.dtype, staging + r * cols, static_cast<std::size_t>(cols));
+      convert_to_float(base + view.offset(b, r, h, 0) * static_cast<std::int64_t>(size_of(view.dtype)), view.dtype,
+                       staging + r * cols, static_cast<std::size_t>(cols));
   }
   return {staging, static_cast<int>(cols)};
 }
@@ -58,8 +59,7 @@ void store(const Matrix& m, const TensorView& view, std::int64_t b, std::int64_t
 void exp_shifted(float* s, std::int64_t count, float lse) {
   const __m256 shift = _mm256_set1_ps(lse);
   std::int64_t j = 0;
-  for (; j + 8 <= count; j += 8)
-    _mm256_storeu_ps(s + j, simd::exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), shift)));
+  for (; j + 8 <= count; j += 8) _mm256_storeu_ps(s + j, simd::exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), shift)));
   for (; j < count; ++j) s[j] = std::exp(s[j] - lse);
 }
 
@@ -68,8 +68,7 @@ void grad_scores(const float* p, float* dp, std::int64_t count, float row_dot) {
   const __m256 shift = _mm256_set1_ps(row_dot);
   std::int64_t j = 0;
   for (; j + 8 <= count; j += 8)
-    _mm256_storeu_ps(dp + j, _mm256_mul_ps(_mm256_loadu_ps(p + j),
-                                           _mm256_sub_ps(_mm256_loadu_ps(dp + j), shift)));
+    _mm256_storeu_ps(dp + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_sub_ps(_mm256_loadu_ps(dp + j), shift)));
   for (; j < count; ++j) dp[j] = p[j] * (dp[j] - row_dot);
 }
 
@@ -96,13 +95,13 @@ void vanilla_backward(const AttentionProblem& problem, const BackwardArgs& args,
   const float scale = problem.softmax_scale();
 
   HostBuffer scores(static_cast<std::size_t>(2 * seq_q * seq_kv + seq_q) * sizeof(float));
-  float* probs = scores.as<float>();          // S, then P
-  float* grads = probs + seq_q * seq_kv;      // dP, then dS
-  float* row_dot = grads + seq_q * seq_kv;    // D
+  float* probs = scores.as<float>();        // S, then P
+  float* grads = probs + seq_q * seq_kv;    // dP, then dS
+  float* row_dot = grads + seq_q * seq_kv;  // D
   // 16-bit: fp32 copies of one head's operands and its gradients.
   HostBuffer staging;
-  float *q_f = nullptr, *o_f = nullptr, *do_f = nullptr, *k_f = nullptr, *v_f = nullptr,
-        *dq_f = nullptr, *dk_f = nullptr, *dv_f = nullptr;
+  float *q_f = nullptr, *o_f = nullptr, *do_f = nullptr, *k_f = nullptr, *v_f = nullptr, *dq_f = nullptr,
+        *dk_f = nullptr, *dv_f = nullptr;
   if (problem.dtype != DType::F32) {
     const std::int64_t q_side = seq_q * (2 * head_dim + 2 * dim_v);
     const std::int64_t kv_side = seq_kv * (2 * head_dim + 2 * dim_v);
@@ -142,8 +141,8 @@ void vanilla_backward(const AttentionProblem& problem, const BackwardArgs& args,
         const float* lse = args.lse.data + (b * problem.heads_q + h) * seq_q;
         const float beta = member == 0 ? 0.0f : 1.0f;  // GQA: dK, dV summed over the group
 
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, d, scale, q.data, q.ld,
-                    k.data, k.ld, 0.0f, probs, nk);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, d, scale, q.data, q.ld, k.data, k.ld, 0.0f, probs,
+                    nk);
         for_rows([&](std::int64_t i) {
           float* row = probs + i * seq_kv;
           const std::int64_t begin = problem.key_begin(i), end = std::max(begin, problem.key_end(i));
@@ -152,10 +151,10 @@ void vanilla_backward(const AttentionProblem& problem, const BackwardArgs& args,
           exp_shifted(row + begin, end - begin, lse[i]);
           row_dot[i] = dot(d_o.row(i), o.row(i), dim_v);
         });
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, dv, nq, 1.0f, probs, nk,
-                    d_o.data, d_o.ld, beta, dvm.data, dvm.ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, dv, 1.0f, d_o.data, d_o.ld,
-                    v.data, v.ld, 0.0f, grads, nk);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, dv, nq, 1.0f, probs, nk, d_o.data, d_o.ld, beta,
+                    dvm.data, dvm.ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, dv, 1.0f, d_o.data, d_o.ld, v.data, v.ld, 0.0f,
+                    grads, nk);
         // dS is set to 0 at hidden pairs, not multiplied: dP there is NaN where V holds a NaN.
         for_rows([&](std::int64_t i) {
           float* row = grads + i * seq_kv;
@@ -164,10 +163,10 @@ void vanilla_backward(const AttentionProblem& problem, const BackwardArgs& args,
           std::fill(row + end, row + seq_kv, 0.0f);
           grad_scores(probs + i * seq_kv + begin, row + begin, end - begin, row_dot[i]);
         });
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d, nk, scale, grads, nk,
-                    k.data, k.ld, 0.0f, dq.data, dq.ld);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, d, nq, scale, grads, nk,
-                    q.data, q.ld, beta, dk.data, dk.ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, d, nk, scale, grads, nk, k.data, k.ld, 0.0f, dq.data,
+                    dq.ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, d, nq, scale, grads, nk, q.data, q.ld, beta, dk.data,
+                    dk.ld);
         // Rows that see no key: dQ = 0 exactly (the GEMM gave 0·K, NaN where K holds one).
         for (std::int64_t i = 0; i < seq_q; ++i)
           if (problem.key_begin(i) >= problem.key_end(i)) std::fill(dq.row(i), dq.row(i) + head_dim, 0.0f);
