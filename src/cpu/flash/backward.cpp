@@ -15,10 +15,10 @@
 // into chunks of about equal visible (query, key) pairs; the chunks then leave dQ parts that are
 // summed in chunk order afterwards (deterministic).
 //
-// All five products are one register-blocked micro-kernel, C[6×16] (+)= A[6×k]·B[k×16], A
-// broadcast from row-major rows and B read as 16-wide rows (the forward's scores kernel): S and
-// dP come out row-major (queries × keys), P and dS are transposed per tile in 8×8 register
-// blocks so that Pᵀ·dO and dSᵀ·Q read them as row-major A as well; dS·K reads dS as it is.
+// All five products are one register-blocked micro-kernel, C[6×16] (+)= A[6×k]·B[k×16] with A
+// broadcast and B read as 16-wide rows (the forward's scores kernel). S and dP come out
+// row-major (queries × keys); Pᵀ·dO and dSᵀ·Q read P and dS transposed as A (the broadcast
+// walks down a column instead of along a row), dS·K reads dS as it is.
 #include "cpu/backward.hpp"
 
 #include <fmt/format.h>
@@ -46,8 +46,8 @@ constexpr std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
-// Tiles: queries per tile (a multiple of 8, for the 8×8 transposes) and keys per tile (a
-// multiple of 16, the micro-kernel's width over keys).
+// Tiles: queries per tile and keys per tile (a multiple of 16, the micro-kernel's width over
+// keys).
 struct BackwardTiles {
   const char* name;
   int query_tile;
@@ -59,10 +59,10 @@ constexpr BackwardTiles kBackwardTiles[] = {
 };
 constexpr bool valid_tiles() {
   for (const BackwardTiles& tiles : kBackwardTiles)
-    if (tiles.query_tile % 8 != 0 || tiles.key_tile % kBlockCols != 0) return false;
+    if (tiles.query_tile <= 0 || tiles.key_tile % kBlockCols != 0) return false;
   return true;
 }
-static_assert(valid_tiles(), "query tiles are multiples of 8, key tiles of 16");
+static_assert(valid_tiles(), "key tiles are multiples of 16");
 
 const BackwardTiles& find_tiles(std::string_view name) {
   if (name.empty()) return kBackwardTiles[0];
@@ -75,10 +75,14 @@ const BackwardTiles& find_tiles(std::string_view name) {
               fmt::format("cpu-flash backward: kernel config '{}' unknown; allowed: {}", name, allowed));
 }
 
-// c[r][0:16] (+)= Σ_{k<depth} a[r·lda + k] · b[k·ldb + 0:16] for r < R. b and c 32-byte aligned.
+// The layouts of the micro-kernel's A operand: row-major rows (A[r][k] = a[r·lda + k]), or
+// read transposed (A[r][k] = a[k·lda + r]), which serves Pᵀ·dO and dSᵀ·Q straight from P and dS.
+enum class ALayout { Rows, Transposed };
+
+// c[r][0:16] (+)= Σ_{k<depth} A[r][k] · b[k·ldb + 0:16] for r < R. b and c 32-byte aligned.
 // Forced inline: as an out-of-line function GCC 12 kept the accumulator array in memory too,
 // storing all 12 accumulators to the stack every iteration (flash backward 2× slower).
-template <int R, bool kAccumulate>
+template <int R, bool kAccumulate, ALayout kA>
 __attribute__((always_inline)) inline void gemm_block(const float* a, std::int64_t lda, const float* b,
                                                       std::int64_t ldb, std::int64_t depth, float* c,
                                                       std::int64_t ldc) {
@@ -91,7 +95,7 @@ __attribute__((always_inline)) inline void gemm_block(const float* a, std::int64
     const __m256 b0 = _mm256_load_ps(b + k * ldb);
     const __m256 b1 = _mm256_load_ps(b + k * ldb + 8);
     for (int r = 0; r < R; ++r) {
-      const __m256 x = _mm256_broadcast_ss(a + r * lda + k);
+      const __m256 x = _mm256_broadcast_ss(kA == ALayout::Rows ? a + r * lda + k : a + k * lda + r);
       acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
     }
@@ -104,61 +108,36 @@ __attribute__((always_inline)) inline void gemm_block(const float* a, std::int64
 
 // C[rows × cols] (+)= A[rows × depth]·B[depth × cols]; cols a multiple of 16. Column panels of B
 // outside, so a panel (depth × 16 floats) stays in L1 while every row block passes over it.
-template <bool kAccumulate>
+template <bool kAccumulate, ALayout kA = ALayout::Rows>
 void gemm(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
           std::int64_t rows, std::int64_t cols, std::int64_t depth) {
+  const std::int64_t row_step = kA == ALayout::Rows ? lda : 1;  // from row r of A to row r + 1
   for (std::int64_t n = 0; n < cols; n += kBlockCols) {
     std::int64_t m = 0;
     for (; m + kBlockRows <= rows; m += kBlockRows)
-      gemm_block<kBlockRows, kAccumulate>(a + m * lda, lda, b + n, ldb, depth, c + m * ldc + n, ldc);
-    const float* a_tail = a + m * lda;
+      gemm_block<kBlockRows, kAccumulate, kA>(a + m * row_step, lda, b + n, ldb, depth, c + m * ldc + n, ldc);
+    const float* a_tail = a + m * row_step;
     float* c_tail = c + m * ldc + n;
     switch (rows - m) {
       case 1:
-        gemm_block<1, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
+        gemm_block<1, kAccumulate, kA>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
         break;
       case 2:
-        gemm_block<2, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
+        gemm_block<2, kAccumulate, kA>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
         break;
       case 3:
-        gemm_block<3, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
+        gemm_block<3, kAccumulate, kA>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
         break;
       case 4:
-        gemm_block<4, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
+        gemm_block<4, kAccumulate, kA>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
         break;
       case 5:
-        gemm_block<5, kAccumulate>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
+        gemm_block<5, kAccumulate, kA>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
         break;
       default:
         break;
     }
   }
-}
-
-// dst[c][r] = src[r][c] for an 8×8 block; src rows src_ld apart, dst rows dst_ld apart (aligned).
-inline void transpose8x8(const float* src, std::int64_t src_ld, float* dst, std::int64_t dst_ld) {
-  __m256 r[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_load_ps(src + i * src_ld);
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-  const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  _mm256_store_ps(dst + 0 * dst_ld, _mm256_permute2f128_ps(u0, u4, 0x20));
-  _mm256_store_ps(dst + 1 * dst_ld, _mm256_permute2f128_ps(u1, u5, 0x20));
-  _mm256_store_ps(dst + 2 * dst_ld, _mm256_permute2f128_ps(u2, u6, 0x20));
-  _mm256_store_ps(dst + 3 * dst_ld, _mm256_permute2f128_ps(u3, u7, 0x20));
-  _mm256_store_ps(dst + 4 * dst_ld, _mm256_permute2f128_ps(u0, u4, 0x31));
-  _mm256_store_ps(dst + 5 * dst_ld, _mm256_permute2f128_ps(u1, u5, 0x31));
-  _mm256_store_ps(dst + 6 * dst_ld, _mm256_permute2f128_ps(u2, u6, 0x31));
-  _mm256_store_ps(dst + 7 * dst_ld, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 
 // A thread's buffers, carved from one tracked allocation (64-byte aligned pieces). Padding
@@ -181,8 +160,6 @@ struct BackwardWorkspace {
   float* dv = nullptr;        // acc_keys × dv_pad: Σ Pᵀ·dO
   float* scores = nullptr;    // Br × Bc: S, then P
   float* grads = nullptr;     // Br × Bc: dP, then dS
-  float* probs_t = nullptr;   // Bc × Br: Pᵀ
-  float* grads_t = nullptr;   // Bc × Br: dSᵀ
   float* row = nullptr;       // one gradient row on its way out
 
   explicit BackwardWorkspace(const Sizes& sizes) {
@@ -214,8 +191,6 @@ struct BackwardWorkspace {
     dv = take(s.acc_keys * s.dv_pad);
     scores = take(s.Br * s.Bc);
     grads = take(s.Br * s.Bc);
-    probs_t = take(s.Bc * s.Br);
-    grads_t = take(s.Bc * s.Br);
     row = take(std::max(s.d_pad, s.dv_pad));
   }
 };
@@ -329,7 +304,7 @@ class BackwardKernel {
           const std::int64_t last_key = problem_.key_end(q0 + count - 1);
           if (last_key <= k0 || first_key >= k0 + cols || first_key >= last_key) continue;
           const bool needs_mask = problem_.key_begin(q0 + count - 1) > k0 || problem_.key_end(q0) < k0 + key_rows;
-          tile_pair(q0, round_up(count, 8), k0, key_rows, needs_mask, head_rows, dq, dk, dv, ws);
+          tile_pair(q0, count, k0, key_rows, needs_mask, head_rows, dq, dk, dv, ws);
         }
         if (group_ == 1) store_key_tile(b, g, k0, cols, dk, dv, ws);
       }
@@ -454,12 +429,12 @@ class BackwardKernel {
     }
   }
 
-  // One (query tile, key tile): queries [q0, q0 + active) of the packed head (active a multiple
-  // of 8; rows past seq_q are zero with LSE +inf), keys [k0, k0 + key_rows) of the loaded tile
-  // (key_rows a multiple of 16; keys past seq_kv are zero and hidden by the mask).
+  // One (query tile, key tile): queries [q0, q0 + active) of the packed head, keys [k0, k0 +
+  // key_rows) of the loaded tile (key_rows a multiple of 16; keys past seq_kv are zero and
+  // hidden by the mask).
   void tile_pair(std::int64_t q0, std::int64_t active, std::int64_t k0, std::int64_t key_rows, bool needs_mask,
                  const float* head_rows, float* dq, float* dk, float* dv, BackwardWorkspace& ws) const {
-    const std::int64_t Br = Br_, Bc = Bc_;
+    const std::int64_t Bc = Bc_;
     const float* query = ws.query + q0 * d_pad_;
     const float* grad_out = ws.grad_out + q0 * dv_pad_;
     gemm<false>(query, d_pad_, ws.keys_t, Bc, ws.scores, Bc, active, key_rows, head_dim_);
@@ -469,14 +444,8 @@ class BackwardKernel {
     } else {
       softmax_grad<false>(q0, active, k0, key_rows, head_rows, ws);
     }
-    for (std::int64_t i = 0; i < active; i += 8) {
-      for (std::int64_t j = 0; j < key_rows; j += 8) {
-        transpose8x8(ws.scores + i * Bc + j, Bc, ws.probs_t + j * Br + i, Br);
-        transpose8x8(ws.grads + i * Bc + j, Bc, ws.grads_t + j * Br + i, Br);
-      }
-    }
-    gemm<true>(ws.probs_t, Br, grad_out, dv_pad_, dv, dv_pad_, key_rows, dv_pad_, active);
-    gemm<true>(ws.grads_t, Br, query, d_pad_, dk, d_pad_, key_rows, d_pad_, active);
+    gemm<true, ALayout::Transposed>(ws.scores, Bc, grad_out, dv_pad_, dv, dv_pad_, key_rows, dv_pad_, active);
+    gemm<true, ALayout::Transposed>(ws.grads, Bc, query, d_pad_, dk, d_pad_, key_rows, d_pad_, active);
     gemm<true>(ws.grads, Bc, ws.keys, d_pad_, dq + q0 * d_pad_, d_pad_, active, d_pad_, key_rows);
   }
 
