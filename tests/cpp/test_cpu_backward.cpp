@@ -880,7 +880,7 @@ TEST(CpuBackward, FlashMemoryIsLinearVanillaIsQuadratic) {
 // --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_Timing*'). Default case: N = 2048,
 // 16 heads, d 64, fp32, batch 1, non-causal. Environment: ATTNSUITE_BWD_SEQ, _HEADS, _CAUSAL=1,
 // _REPS (per kernel and round, default 5), _ROUNDS (default 3), _CONFIG (a flash tile config),
-// _ONLY=<kernel>. Each round measures the FMA peak, then both kernels back to back; the machine
+// _ONLY=<kernel>, _THREADS (the kernels' threads; OpenBLAS keeps its own). Each round measures the FMA peak, then both kernels back to back; the machine
 // is shared, so compare rounds whose peak is near the quiet figure.
 int env_int(const char* name, int fallback) {
   const char* value = std::getenv(name);
@@ -897,6 +897,7 @@ TEST(CpuBackwardBench, DISABLED_Timing) {
   const int reps = env_int("ATTNSUITE_BWD_REPS", 5), rounds = env_int("ATTNSUITE_BWD_ROUNDS", 3);
   const char* config = std::getenv("ATTNSUITE_BWD_CONFIG");
   const char* only = std::getenv("ATTNSUITE_BWD_ONLY");
+  const int threads = env_int("ATTNSUITE_BWD_THREADS", cpu::cpu_threads());
   AttentionProblem p = shape(1, heads, heads, seq, seq, 64);
   p.causal = env_int("ATTNSUITE_BWD_CAUSAL", 0) != 0;
   BackwardData data;
@@ -924,15 +925,15 @@ TEST(CpuBackwardBench, DISABLED_Timing) {
   for (const char* name : {"cpu-vanilla", "cpu-flash"}) {
     if (only != nullptr && std::string(only) != name) continue;
     if (std::string(name) == "cpu-flash" && config != nullptr) {
-      kernels.emplace_back(name, [config](const AttentionProblem& pp, const BackwardArgs& a) {
-        cpu::flash_backward(pp, a, cpu::cpu_threads(), config);
+      kernels.emplace_back(name, [config, threads](const AttentionProblem& pp, const BackwardArgs& a) {
+        cpu::flash_backward(pp, a, threads, config);
       });
     } else {
-      kernels.emplace_back(name, kernel_named(name));
+      kernels.emplace_back(name, kernel_named(name, threads));
     }
   }
   std::printf("%s, backward = 2.5 x forward FLOPs = %.2f GFLOP, %d threads\n", p.describe().c_str(),
-              2.5 * p.flops() * 1e-9, cpu::cpu_threads());
+              2.5 * p.flops() * 1e-9, threads);
   for (auto& [name, kernel] : kernels) {
     const std::size_t memory = peak_extra_bytes(kernel, data);  // also the warm-up
     std::printf("%-12s extra memory %.2f MiB\n", name.c_str(), static_cast<double>(memory) / (1 << 20));
