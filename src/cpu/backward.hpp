@@ -30,8 +30,8 @@ namespace attnsuite::cpu {
 // shape (dq like q, dk like k, dv like v, o and d_o (batch, seq_q, heads_q, dim_v)), the LSE
 // present and on the CPU; with contiguous_last_dim, stride 1 in every view's last dim.
 // Throws Error naming the first mismatch.
-void check_backward_args(std::string_view backend, const AttentionProblem& problem,
-                         const BackwardArgs& args, bool contiguous_last_dim);
+void check_backward_args(std::string_view backend, const AttentionProblem& problem, const BackwardArgs& args,
+                         bool contiguous_last_dim);
 
 // --- reference (src/cpu/reference/backward.cpp) -----------------------------------------------
 
@@ -45,19 +45,17 @@ struct GradientsF64 {
 // One (batch, q head): dq is that head's seq_q × head_dim gradient; dk (seq_kv × head_dim) and
 // dv (seq_kv × dim_v) are this q head's contribution to its kv head's gradients. All row-major,
 // overwritten. Reads args.q, k, v and d_o only (any dtype, any strides, on the CPU).
-void reference_backward_head_f64(const AttentionProblem& problem, const BackwardArgs& args,
-                                 int batch_index, int q_head, double* dq, double* dk, double* dv);
+void reference_backward_head_f64(const AttentionProblem& problem, const BackwardArgs& args, int batch_index, int q_head,
+                                 double* dq, double* dk, double* dv);
 
 // One (batch, kv head): dq holds the group's q heads one after another (group_size × seq_q ×
 // head_dim), dk and dv the kv head's gradients summed over the group in q-head order.
-void reference_backward_kv_head_f64(const AttentionProblem& problem, const BackwardArgs& args,
-                                    int batch_index, int kv_head, double* dq, double* dk,
-                                    double* dv);
+void reference_backward_kv_head_f64(const AttentionProblem& problem, const BackwardArgs& args, int batch_index,
+                                    int kv_head, double* dq, double* dk, double* dv);
 
 // The whole problem in double, threaded over (batch, q head); the result does not depend on
 // the thread count.
-GradientsF64 reference_backward_f64(const AttentionProblem& problem, const BackwardArgs& args,
-                                    int threads);
+GradientsF64 reference_backward_f64(const AttentionProblem& problem, const BackwardArgs& args, int threads);
 
 // The whole problem into args.dq, dk, dv in their dtype (rounded once from double).
 void reference_backward(const AttentionProblem& problem, const BackwardArgs& args, int threads);

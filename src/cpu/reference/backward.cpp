@@ -4,6 +4,8 @@
 //   p_j = softmax_j(scale·q·k_j),  dp_j = dO·v_j,  D = Σ_j p_j·dp_j (= dO·O),
 //   ds_j = p_j·(dp_j − D),  dq = scale·Σ_j ds_j·k_j,  dk_j += scale·ds_j·q,  dv_j += p_j·dO.
 // Slow by design (no vectorization beyond what the compiler finds).
+#include "cpu/backward.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/memory.hpp"
-#include "cpu/backward.hpp"
 #include "cpu/common.hpp"
 
 namespace attnsuite::cpu {
@@ -31,22 +32,19 @@ void check_inputs(const AttentionProblem& problem, const BackwardArgs& args) {
   check_view("reference", "d_o", args.d_o, {b, nq, hq, dv}, problem.dtype, false);
 }
 
-void load_row(const TensorView& view, std::int64_t b, std::int64_t s, std::int64_t h,
-              std::int64_t count, double* out) {
-  for (std::int64_t d = 0; d < count; ++d)
-    out[d] = load_as_float(view.data, view.dtype, view.offset(b, s, h, d));
+void load_row(const TensorView& view, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t count, double* out) {
+  for (std::int64_t d = 0; d < count; ++d) out[d] = load_as_float(view.data, view.dtype, view.offset(b, s, h, d));
 }
 
-void head_backward(const AttentionProblem& problem, const BackwardArgs& args, int b, int h,
-                   double* dq, double* dk, double* dv) {
+void head_backward(const AttentionProblem& problem, const BackwardArgs& args, int b, int h, double* dq, double* dk,
+                   double* dv) {
   const std::int64_t seq_q = problem.seq_q, seq_kv = problem.seq_kv;
   const std::int64_t head_dim = problem.head_dim, dim_v = problem.dim_v();
   const int kv_head = problem.kv_head_of(h);
   const double scale = problem.softmax_scale();
 
   // K and V of the kv head as dense double rows, then per-row scratch.
-  HostBuffer scratch(static_cast<std::size_t>(seq_kv * (head_dim + dim_v) + 2 * seq_kv +
-                                              head_dim + dim_v) *
+  HostBuffer scratch(static_cast<std::size_t>(seq_kv * (head_dim + dim_v) + 2 * seq_kv + head_dim + dim_v) *
                      sizeof(double));
   double* keys = scratch.as<double>();
   double* values = keys + seq_kv * head_dim;
@@ -119,16 +117,15 @@ void check_slice(const AttentionProblem& problem, int b, int head, int heads) {
 // the q heads' dK/dV parts wait in a buffer (batch·heads_q·seq_kv·(head_dim + dim_v) doubles)
 // and are summed in a second pass, so the result does not depend on the thread count.
 template <class StoreDq, class StoreKv>
-void for_every_head(const AttentionProblem& problem, const BackwardArgs& args, int threads,
-                    StoreDq&& store_dq, StoreKv&& store_kv) {
+void for_every_head(const AttentionProblem& problem, const BackwardArgs& args, int threads, StoreDq&& store_dq,
+                    StoreKv&& store_kv) {
   const std::int64_t dq_size = static_cast<std::int64_t>(problem.seq_q) * problem.head_dim;
   const std::int64_t dk_size = static_cast<std::int64_t>(problem.seq_kv) * problem.head_dim;
   const std::int64_t dv_size = static_cast<std::int64_t>(problem.seq_kv) * problem.dim_v();
   const int group = problem.group_size();
   const std::int64_t heads = static_cast<std::int64_t>(problem.batch) * problem.heads_q;
   HostBuffer parts;
-  if (group > 1)
-    parts = HostBuffer(static_cast<std::size_t>(heads * (dk_size + dv_size)) * sizeof(double));
+  if (group > 1) parts = HostBuffer(static_cast<std::size_t>(heads * (dk_size + dv_size)) * sizeof(double));
   parallel_for(heads, threads, [&](std::int64_t item, int) {
     const int b = static_cast<int>(item / problem.heads_q);
     const int h = static_cast<int>(item % problem.heads_q);
@@ -142,19 +139,17 @@ void for_every_head(const AttentionProblem& problem, const BackwardArgs& args, i
     if (group == 1) store_kv(b, h, dk, dv);
   });
   if (group == 1) return;
-  parallel_for(static_cast<std::int64_t>(problem.batch) * problem.heads_kv, threads,
-               [&](std::int64_t unit, int) {
-                 const int b = static_cast<int>(unit / problem.heads_kv);
-                 const int g = static_cast<int>(unit % problem.heads_kv);
-                 double* first = parts.as<double>() +
-                                 (static_cast<std::int64_t>(b) * problem.heads_q + g * group) *
-                                     (dk_size + dv_size);
-                 for (int member = 1; member < group; ++member) {
-                   const double* next = first + member * (dk_size + dv_size);
-                   for (std::int64_t n = 0; n < dk_size + dv_size; ++n) first[n] += next[n];
-                 }
-                 store_kv(b, g, first, first + dk_size);
-               });
+  parallel_for(static_cast<std::int64_t>(problem.batch) * problem.heads_kv, threads, [&](std::int64_t unit, int) {
+    const int b = static_cast<int>(unit / problem.heads_kv);
+    const int g = static_cast<int>(unit % problem.heads_kv);
+    double* first =
+        parts.as<double>() + (static_cast<std::int64_t>(b) * problem.heads_q + g * group) * (dk_size + dv_size);
+    for (int member = 1; member < group; ++member) {
+      const double* next = first + member * (dk_size + dv_size);
+      for (std::int64_t n = 0; n < dk_size + dv_size; ++n) first[n] += next[n];
+    }
+    store_kv(b, g, first, first + dk_size);
+  });
 }
 
 // Writes a seq × dim row-major block of head h into a (batch, seq, heads, dim) sink.
@@ -166,17 +161,15 @@ void scatter(const double* block, std::int64_t seq, std::int64_t dim, Sink&& sin
 
 }  // namespace
 
-void reference_backward_head_f64(const AttentionProblem& problem, const BackwardArgs& args,
-                                 int batch_index, int q_head, double* dq, double* dk,
-                                 double* dv) {
+void reference_backward_head_f64(const AttentionProblem& problem, const BackwardArgs& args, int batch_index, int q_head,
+                                 double* dq, double* dk, double* dv) {
   check_inputs(problem, args);
   check_slice(problem, batch_index, q_head, problem.heads_q);
   head_backward(problem, args, batch_index, q_head, dq, dk, dv);
 }
 
-void reference_backward_kv_head_f64(const AttentionProblem& problem, const BackwardArgs& args,
-                                    int batch_index, int kv_head, double* dq, double* dk,
-                                    double* dv) {
+void reference_backward_kv_head_f64(const AttentionProblem& problem, const BackwardArgs& args, int batch_index,
+                                    int kv_head, double* dq, double* dk, double* dv) {
   check_inputs(problem, args);
   check_slice(problem, batch_index, kv_head, problem.heads_kv);
   const std::int64_t dq_size = static_cast<std::int64_t>(problem.seq_q) * problem.head_dim;
@@ -187,19 +180,17 @@ void reference_backward_kv_head_f64(const AttentionProblem& problem, const Backw
   for (int member = 0; member < group; ++member) {
     double* dk_part = member == 0 ? dk : part.as<double>();
     double* dv_part = member == 0 ? dv : part.as<double>() + dk_size;
-    head_backward(problem, args, batch_index, kv_head * group + member, dq + member * dq_size,
-                  dk_part, dv_part);
+    head_backward(problem, args, batch_index, kv_head * group + member, dq + member * dq_size, dk_part, dv_part);
     if (member == 0) continue;
     for (std::int64_t n = 0; n < dk_size; ++n) dk[n] += dk_part[n];
     for (std::int64_t n = 0; n < dv_size; ++n) dv[n] += dv_part[n];
   }
 }
 
-GradientsF64 reference_backward_f64(const AttentionProblem& problem, const BackwardArgs& args,
-                                    int threads) {
+GradientsF64 reference_backward_f64(const AttentionProblem& problem, const BackwardArgs& args, int threads) {
   check_inputs(problem, args);
-  const std::int64_t nq = problem.seq_q, nk = problem.seq_kv, hq = problem.heads_q,
-                     hkv = problem.heads_kv, d = problem.head_dim, dv = problem.dim_v();
+  const std::int64_t nq = problem.seq_q, nk = problem.seq_kv, hq = problem.heads_q, hkv = problem.heads_kv,
+                     d = problem.head_dim, dv = problem.dim_v();
   GradientsF64 out;
   out.dq.resize(static_cast<std::size_t>(problem.batch * nq * hq * d));
   out.dk.resize(static_cast<std::size_t>(problem.batch * nk * hkv * d));
@@ -237,9 +228,7 @@ void reference_backward(const AttentionProblem& problem, const BackwardArgs& arg
   };
   for_every_head(
       problem, args, threads,
-      [&](std::int64_t b, std::int64_t h, const double* dq) {
-        scatter(dq, nq, d, sink(args.dq, b, h));
-      },
+      [&](std::int64_t b, std::int64_t h, const double* dq) { scatter(dq, nq, d, sink(args.dq, b, h)); },
       [&](std::int64_t b, std::int64_t g, const double* dk, const double* dv_block) {
         scatter(dk, nk, d, sink(args.dk, b, g));
         scatter(dv_block, nk, dv, sink(args.dv, b, g));
