@@ -50,7 +50,7 @@ extern "C" void on_interrupt(int) {
 
 struct BenchFlags {
   std::string suite;  // empty: "headline" where a CUDA GPU is visible, else "default" (CPU)
-  std::vector<std::string> backends, dtypes, models, generators, causal;
+  std::vector<std::string> backends, dtypes, models, generators, causal, passes;
   std::vector<int> batches, seqs, seq_kvs, heads, kv_heads, head_dims, window;
   std::optional<int> tokens, min_reps, max_reps, warmup;
   std::optional<std::int64_t> seed;
@@ -77,6 +77,7 @@ nlohmann::json overrides_from(const BenchFlags& f) {
   if (!f.kv_heads.empty()) o["kv_heads"] = f.kv_heads;
   if (!f.head_dims.empty()) o["head_dim"] = f.head_dims;
   if (!f.causal.empty()) o["causal"] = causal_values(f.causal);
+  if (!f.passes.empty()) o["pass"] = f.passes;
   if (!f.generators.empty()) o["generator"] = f.generators;
   if (f.layout) o["layout"] = *f.layout;
   if (!f.window.empty()) o["window"] = f.window;
@@ -151,6 +152,7 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("--kv-heads", f->kv_heads, "Key/value heads (GQA/MQA; default = --heads)")->delimiter(',');
   app.add_option("--head-dim", f->head_dims, "Head dims")->delimiter(',');
   app.add_option("--causal", f->causal, "true, false or both")->delimiter(',');
+  app.add_option("--pass", f->passes, "fwd, bwd, fwd+bwd (comma-separated; bwd times the backward alone)")->delimiter(',');
   app.add_option("--generator", f->generators, "Input generators (randn, uniform, banded, clustered, sinks, npy:DIR, safetensors:FILE; docs/generators.md)")->delimiter(',');
   app.add_option("--layout", f->layout, "bshd or bhsd");
   app.add_option("--sparse-config", f->sparse_config, "Tuned sparse config for sparge/sparge-sage/cpu-sparge (tune --sparse writes it)");

@@ -277,7 +277,7 @@ int run_sparse_tune(const TuneFlags& f) {
     const double allowed = target.allowed_error();
     layer["held_out"] = {{"seed", held_seed}, {"worst_error", worst},
                          {"min_predicted_sparsity_mean", sparsity}, {"meets_target", worst <= allowed},
-                         {"kernel", registry.find(backend).last_kernel_config()}};
+                         {"kernel", held_out.kernel_config()}};
     failed = worst > allowed;
     fmt::print("{}: {} heads ({} dense), predicted sparsity {:.1f}% (held out, mean over heads of the least sparse "
                "input), worst {} {:.4f} (allowed {:.4f}){}; {} evaluations in {:.2f} s ({:.2f} s with the calibration inputs "

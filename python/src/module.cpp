@@ -342,7 +342,7 @@ Choice choose_uncached(std::string_view name, const Call& call) {
         why = fmt::format("runs on the {}", to_string(backend.device().type));
       else if (!support)
         why = support.reason;
-      else if (backend.produces_own_output())
+      else if (backend.plan(call.problem, {})->produces_own_output())
         why = "returns its own output";
       if (why.empty()) {
         choice.backend = &backend;
@@ -406,25 +406,27 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
   }
   nb::gil_scoped_release release;
   std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
-  Backend& backend = resolve(backend_name, call);
-  if (backend.produces_own_output()) {
+  const Backend& backend = resolve(backend_name, call);
+  const std::unique_ptr<KernelPlan> plan = backend.plan(p, {});
+  const auto run_stream = reinterpret_cast<Stream>(stream);
+  if (plan->produces_own_output()) {
     ATTNSUITE_REQUIRE(lse_view.empty(), fmt::format("backend '{}' computes no log-sum-exp", backend.name()));
-    backend.forward(p, call.args, reinterpret_cast<Stream>(stream));
-    copy_output(p, backend.produced_output(), out);
+    const RunReport report = plan->forward(call.args, run_stream);
+    copy_output(p, report.output, out);
   } else {
     call.args.o = out;
     call.args.lse = lse_view;
-    // The workspace a backend asks for (workspace_bytes), on its device: flash3-fp8, sage,
-    // sage2 and sparge keep their quantized copies or block lists there. (Without it they failed
-    // on the H200, 2026-12-02: "FF" in tests/python/test_gpu.py.)
+    // The workspace a plan asks for, on its device: flash3-fp8, sage, sage2 and sparge keep
+    // their quantized copies or block lists there. (Without it they failed on the H200,
+    // 2026-12-02: "FF" in tests/python/test_gpu.py.)
     std::unique_ptr<HostBuffer> workspace;
-    const std::size_t workspace_bytes = backend.workspace_bytes(p);
+    const std::size_t workspace_bytes = plan->workspace_bytes();
     if (backend.device().type == DeviceType::Cpu) {
       if (workspace_bytes > 0) {
         workspace = std::make_unique<HostBuffer>(workspace_bytes);
         call.args.workspace = workspace->data();
       }
-      backend.forward(p, call.args, reinterpret_cast<Stream>(stream));
+      plan->forward(call.args, run_stream);
     } else {
 #if ATTNSUITE_HAVE_CUDA
       cuda::DeviceBuffer device_workspace;
@@ -432,14 +434,86 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
         device_workspace = cuda::DeviceBuffer(workspace_bytes);
         call.args.workspace = device_workspace.data();
       }
-      backend.forward(p, call.args, reinterpret_cast<Stream>(stream));
+      plan->forward(call.args, run_stream);
       // The kernels queued on the caller's stream read the workspace: wait for them before it
       // is freed (only where there is one; the others stay asynchronous).
-      if (workspace_bytes > 0) cuda::synchronize_stream(reinterpret_cast<Stream>(stream));
+      if (workspace_bytes > 0) cuda::synchronize_stream(run_stream);
 #else
-      backend.forward(p, call.args, reinterpret_cast<Stream>(stream));
+      plan->forward(call.args, run_stream);
 #endif
     }
+  }
+  return std::string(backend.name());
+}
+
+// The backward of one attention call: dq, dk, dv (arrays like q, k, v) from the forward's inputs,
+// its out and lse and the gradient d_out, through backend `backend_name` (a name: the one the
+// forward ran, which attention() returns). Returns the backend's name.
+std::string backward(const std::string& backend_name, const Array& q, const Array& k, const Array& v, const Array& o,
+                     const Array& d_o, const Array& lse, MutableArray& dq, MutableArray& dk, MutableArray& dv, bool causal,
+                     std::optional<float> scale, const std::string& layout, int window_left, int window_right,
+                     bool deterministic, std::uintptr_t stream) {
+  ATTNSUITE_REQUIRE(backend_name != "auto",
+                    "attention_backward takes the backend the forward ran (attention(..., return_backend=True) "
+                    "names it), not \"auto\"");
+  Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right);
+  const AttentionProblem& p = call.problem;
+  BackwardArgs args;
+  args.q = call.args.q;
+  args.k = call.args.k;
+  args.v = call.args.v;
+  const std::array<std::int64_t, 4> out_shape{p.batch, p.seq_q, p.heads_q, p.dim_v()};
+  const auto like = [&](const TensorView& view, const char* what, const std::array<std::int64_t, 4>& shape) {
+    ATTNSUITE_REQUIRE(view.dtype == p.dtype && view.device == call.args.q.device && view.shape == shape,
+                      fmt::format("{} must have q's dtype ({}) and device and the shape ({}, {}, {}, {}) (batch, seq, "
+                                  "heads, dim)",
+                                  what, to_string(p.dtype), shape[0], shape[1], shape[2], shape[3]));
+    ATTNSUITE_REQUIRE(view.strides[3] == 1, fmt::format("{} has stride {} in its last dim; it must be 1", what, view.strides[3]));
+    return view;
+  };
+  args.o = like(view_of(o, p.layout, "out"), "out", out_shape);
+  args.d_o = like(view_of(d_o, p.layout, "grad_out"), "grad_out", out_shape);
+  args.dq = like(view_of(dq, p.layout, "dq"), "dq", args.q.shape);
+  args.dk = like(view_of(dk, p.layout, "dk"), "dk", args.k.shape);
+  args.dv = like(view_of(dv, p.layout, "dv"), "dv", args.v.shape);
+  ATTNSUITE_REQUIRE(lse.ndim() == 3 && lse.dtype() == nb::dtype<float>() && static_cast<int>(lse.shape(0)) == p.batch &&
+                        static_cast<int>(lse.shape(1)) == p.heads_q && static_cast<int>(lse.shape(2)) == p.seq_q &&
+                        (p.seq_q == 1 || lse.stride(2) == 1) && (p.heads_q == 1 || lse.stride(1) == p.seq_q) &&
+                        (p.batch == 1 || lse.stride(0) == static_cast<std::int64_t>(p.heads_q) * p.seq_q),
+                    "lse must be the forward's: a dense float32 array of shape (batch, heads_q, seq_q)");
+  args.lse = {static_cast<float*>(const_cast<void*>(lse.data())), call.args.q.device};
+  nb::gil_scoped_release release;
+  std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
+  const Backend& backend = resolve(backend_name, call);
+  if (const Support support = backend.supports_backward(p); !support)
+    throw Error(ErrorKind::Unsupported, fmt::format("backend '{}': {}", backend.name(), support.reason));
+  PlanOptions options;
+  options.backward = true;
+  options.deterministic = deterministic;
+  const std::unique_ptr<KernelPlan> plan = backend.plan(p, options);
+  ATTNSUITE_REQUIRE(!plan->produces_own_output(),
+                    fmt::format("backend '{}' returns its own gradients; run it through attnsuite.bench()", backend.name()));
+  const std::size_t workspace_bytes = plan->backward_workspace_bytes();
+  const auto run_stream = reinterpret_cast<Stream>(stream);
+  if (backend.device().type == DeviceType::Cpu) {
+    std::unique_ptr<HostBuffer> workspace;
+    if (workspace_bytes > 0) {
+      workspace = std::make_unique<HostBuffer>(workspace_bytes);
+      args.workspace = workspace->data();
+    }
+    plan->backward(args, run_stream);
+  } else {
+#if ATTNSUITE_HAVE_CUDA
+    cuda::DeviceBuffer device_workspace;
+    if (workspace_bytes > 0) {
+      device_workspace = cuda::DeviceBuffer(workspace_bytes);
+      args.workspace = device_workspace.data();
+    }
+    plan->backward(args, run_stream);
+    if (workspace_bytes > 0) cuda::synchronize_stream(run_stream);
+#else
+    plan->backward(args, run_stream);
+#endif
   }
   return std::string(backend.name());
 }
@@ -452,12 +526,13 @@ double time_forward(const std::string& backend_name, const Array& q, const Array
   call.args.o = view_of(o, call.problem.layout, "out");
   nb::gil_scoped_release release;
   std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
-  Backend& backend = resolve(backend_name, call);
-  ATTNSUITE_REQUIRE(!backend.produces_own_output() && backend.workspace_bytes(call.problem) == 0,
+  const Backend& backend = resolve(backend_name, call);
+  const std::unique_ptr<KernelPlan> plan = backend.plan(call.problem, {});
+  ATTNSUITE_REQUIRE(!plan->produces_own_output() && plan->workspace_bytes() == 0,
                     "time_forward takes backends that write into the caller's output");
-  backend.forward(call.problem, call.args, nullptr);
+  plan->forward(call.args, nullptr);
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) backend.forward(call.problem, call.args, nullptr);
+  for (int i = 0; i < reps; ++i) plan->forward(call.args, nullptr);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / std::max(reps, 1);
 }
 
@@ -830,6 +905,9 @@ NB_MODULE(_core, m) {
   m.def("forward", &forward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "causal"_a, "scale"_a.none(),
         "layout"_a, "window_left"_a, "window_right"_a, "stream"_a,
         "Runs one attention forward into `out` (and `lse`); returns the backend's name.");
+  m.def("backward", &backward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "grad_out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
+        "causal"_a, "scale"_a.none(), "layout"_a, "window_left"_a, "window_right"_a, "deterministic"_a, "stream"_a,
+        "Runs one attention backward into dq, dk, dv; returns the backend's name.");
   m.def("resolve", &resolve_name, "backend"_a, "q"_a, "k"_a, "v"_a, "causal"_a, "scale"_a.none(), "layout"_a,
         "window_left"_a, "window_right"_a, "The backend `backend` (or 'auto') would run for these arrays.");
   m.def("time_forward", &time_forward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "causal"_a, "layout"_a, "reps"_a,

@@ -211,11 +211,30 @@ Json merge_suite(Json base, const Json& overrides) {
   return base;
 }
 
+std::string_view to_string(Pass pass) {
+  switch (pass) {
+    case Pass::Forward: return "fwd";
+    case Pass::Backward: return "bwd";
+    case Pass::ForwardBackward: return "fwd+bwd";
+  }
+  return "fwd";
+}
+
+std::optional<Pass> parse_pass(std::string_view text) {
+  for (Pass pass : {Pass::Forward, Pass::Backward, Pass::ForwardBackward})
+    if (text == to_string(pass)) return pass;
+  return std::nullopt;
+}
+
+double flops_factor(Pass pass) {
+  return pass == Pass::Forward ? 1.0 : pass == Pass::Backward ? 2.5 : 3.5;
+}
+
 SweepSpec parse_suite(const Json& suite, const std::string& source) {
   check_keys(suite, source, "",
              {"name", "description", "backends", "dtype", "batch", "tokens_per_batch", "seq", "seq_kv", "model",
-              "heads", "kv_heads", "head_dim", "hidden", "causal", "generator", "layout", "window", "seed", "timing",
-              "accuracy", "backend_options"});
+              "heads", "kv_heads", "head_dim", "hidden", "causal", "pass", "generator", "layout", "window", "seed",
+              "timing", "accuracy", "backend_options"});
   SweepSpec spec;
   if (suite.contains("name")) {
     spec.name = string_list(suite["name"], source, "name").front();
@@ -288,6 +307,14 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
       for (int kv : kv_heads.empty() ? std::vector<int>{h} : kv_heads)
         for (int d : dims) spec.heads.push_back({h, kv, d, ""});
   }
+  if (suite.contains("pass")) {
+    spec.passes.clear();
+    for (const auto& name : string_list(suite["pass"], source, "pass")) {
+      const auto pass = parse_pass(name);
+      if (!pass) bad(source, "pass", fmt::format("= '{}' is not a pass; allowed: fwd, bwd, fwd+bwd", name));
+      if (std::find(spec.passes.begin(), spec.passes.end(), *pass) == spec.passes.end()) spec.passes.push_back(*pass);
+    }
+  }
   if (suite.contains("causal")) {
     spec.causal.clear();
     for (const auto& item : as_list(suite["causal"])) {
@@ -357,7 +384,8 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
 std::uint64_t case_count(const SweepSpec& spec) {
   const std::size_t sizes[] = {spec.generators.size(), spec.dtypes.size(), spec.heads.size(), spec.causal.size(),
                                spec.seq_q.size(),      std::max<std::size_t>(spec.seq_kv.size(), 1),
-                               spec.tokens_per_batch > 0 ? 1 : spec.batches.size(), spec.backends.size()};
+                               spec.tokens_per_batch > 0 ? 1 : spec.batches.size(), spec.backends.size(),
+                               spec.passes.size()};
   std::uint64_t count = 1;
   for (const std::size_t size : sizes) {
     if (size == 0) return 0;
@@ -383,8 +411,10 @@ std::vector<Case> expand(const SweepSpec& spec) {
             for (int seq_kv : spec.seq_kv.empty() ? std::vector<int>{seq_q} : spec.seq_kv)
               for (int batch : spec.tokens_per_batch > 0 ? std::vector<int>{std::max(1, spec.tokens_per_batch / seq_q)}
                                                          : spec.batches)
+                for (Pass pass : spec.passes)
                 for (const auto& backend : spec.backends) {
                   Case c;
+                  c.pass = pass;
                   auto& p = c.problem;
                   p.batch = batch;
                   p.heads_q = heads.heads_q;
@@ -401,6 +431,7 @@ std::vector<Case> expand(const SweepSpec& spec) {
                   c.generator = generator;
                   c.seed = spec.seed;
                   c.model = heads.model;
+                  c.backend_options = spec.backend_options;
                   try {
                     p.validate();
                   } catch (const Error& error) {

@@ -14,6 +14,15 @@
 
 namespace attnsuite::bench {
 
+// What a case times: the forward, the backward alone (from the forward's saved O and LSE), or
+// both (a training step's attention). FLOPs: backward 2.5×, both 3.5× the forward's
+// (FlashAttention's convention; docs/training.md).
+enum class Pass { Forward, Backward, ForwardBackward };
+std::string_view to_string(Pass pass);  // "fwd", "bwd", "fwd+bwd"
+std::optional<Pass> parse_pass(std::string_view text);
+// The pass's FLOPs as a multiple of the forward's.
+double flops_factor(Pass pass);
+
 struct HeadConfig {
   int heads_q = 16;
   int heads_kv = 16;
@@ -37,6 +46,7 @@ struct SweepSpec {
   std::vector<int> seq_kv;    // empty: the same as seq_q (self-attention)
   std::vector<HeadConfig> heads{HeadConfig{}};
   std::vector<bool> causal{false};
+  std::vector<Pass> passes{Pass::Forward};
   std::vector<std::string> generators{"randn"};
   Layout layout = Layout::BSHD;
   int window_left = -1, window_right = -1;
@@ -45,7 +55,7 @@ struct SweepSpec {
   // Accuracy against the fp64 reference is computed on all (batch, head) slices while that
   // costs at most this many GFLOP, else on an evenly spaced sample of slices that fits.
   double reference_gflop = 4.0;
-  // Options handed to the backends (Backend::set_option) before the sweep: suite key
+  // Options of the backends (PlanOptions::options), carried by every case: suite key
   // "backend_options" {"sparse_config": "FILE", "block_mask": "band:8"}; bench's --sparse-config
   // and --block-mask. Each key must be taken by at least one of the sweep's backends.
   std::map<std::string, std::string> backend_options;
@@ -57,7 +67,12 @@ struct Case {
   std::string generator;
   std::uint64_t seed = 0;
   std::string model;
+  Pass pass = Pass::Forward;
   std::string invalid_reason;  // non-empty: the axes combine into an impossible problem
+  // What the plan is made with (PlanOptions): a kernel configuration to run ("" = the backend's
+  // choice: the kernel-config cache, else its built-in rule) and the sweep's backend options.
+  std::string kernel_config;
+  std::map<std::string, std::string> backend_options;
 };
 
 // Cases in run order: every shape once, with the backends innermost so that backends are

@@ -24,7 +24,7 @@ struct Field {
   Member member;
 };
 
-const std::array<Field, 52> kFields = {{
+const std::array<Field, 66> kFields = {{
     {"backend", &ResultRow::backend},
     {"display_name", &ResultRow::display_name},
     {"peer_of", &ResultRow::peer_of},
@@ -43,6 +43,7 @@ const std::array<Field, 52> kFields = {{
     {"window_right", &ResultRow::window_right},
     {"generator", &ResultRow::generator},
     {"seed", &ResultRow::seed},
+    {"pass", &ResultRow::pass},
     {"ms_median", &ResultRow::ms_median},
     {"ms_mean", &ResultRow::ms_mean},
     {"ms_p05", &ResultRow::ms_p05},
@@ -63,8 +64,21 @@ const std::array<Field, 52> kFields = {{
     {"cos_sim", &ResultRow::cos_sim},
     {"rmse", &ResultRow::rmse},
     {"accuracy_fraction", &ResultRow::accuracy_fraction},
+    {"dq_max_abs_err", &ResultRow::dq_max_abs_err},
+    {"dq_rel_l2", &ResultRow::dq_rel_l2},
+    {"dq_rel_l1", &ResultRow::dq_rel_l1},
+    {"dq_cos_sim", &ResultRow::dq_cos_sim},
+    {"dk_max_abs_err", &ResultRow::dk_max_abs_err},
+    {"dk_rel_l2", &ResultRow::dk_rel_l2},
+    {"dk_rel_l1", &ResultRow::dk_rel_l1},
+    {"dk_cos_sim", &ResultRow::dk_cos_sim},
+    {"dv_max_abs_err", &ResultRow::dv_max_abs_err},
+    {"dv_rel_l2", &ResultRow::dv_rel_l2},
+    {"dv_rel_l1", &ResultRow::dv_rel_l1},
+    {"dv_cos_sim", &ResultRow::dv_cos_sim},
     {"sparsity", &ResultRow::sparsity},
     {"kernel_config", &ResultRow::kernel_config},
+    {"backend_options", &ResultRow::backend_options},
     {"predicted_sparsity", &ResultRow::predicted_sparsity},
     {"predictor_ms", &ResultRow::predictor_ms},
     {"effective_tflops", &ResultRow::effective_tflops},
@@ -198,7 +212,8 @@ std::optional<CaseStatus> parse_case_status(std::string_view text) {
 std::string ResultRow::shape_key() const {
   return fmt::format("{} {} B{} H{}/{} N{}/{} D{} causal={} window={},{} gen={} seed={}", dtype,
                      layout, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, causal ? 1 : 0,
-                     window_left, window_right, generator, seed);
+                     window_left, window_right, generator, seed) +
+         (pass == "fwd" || pass.empty() ? "" : " pass=" + pass);
 }
 
 std::string ResultRow::case_key() const { return backend + " | " + shape_key(); }

@@ -31,6 +31,7 @@ struct ResultRow {
   int window_left = -1, window_right = -1;
   std::string generator;
   std::uint64_t seed = 0;
+  std::string pass = "fwd";  // fwd | bwd | fwd+bwd (to_string(Pass))
 
   // Timing (milliseconds), over `reps` measured repetitions after warm-up.
   std::optional<double> ms_median, ms_mean, ms_p05, ms_p95, ms_min, ms_stddev;
@@ -43,8 +44,12 @@ struct ResultRow {
   // workspaces; GPU only, from cudaMemGetInfo).
   std::optional<double> peak_mem_mib, mem_reserved_mib, mem_vs_vanilla, speedup_vs_vanilla;
 
-  // Accuracy against the fp64 reference.
+  // Accuracy against the fp64 reference: of O for the forward; for a pass with a backward the
+  // worst of the three gradients (each also in its own columns below).
   std::optional<double> max_abs_err, rel_l2, rel_l1, cos_sim, rmse;
+  std::optional<double> dq_max_abs_err, dq_rel_l2, dq_rel_l1, dq_cos_sim;
+  std::optional<double> dk_max_abs_err, dk_rel_l2, dk_rel_l1, dk_cos_sim;
+  std::optional<double> dv_max_abs_err, dv_rel_l2, dv_rel_l1, dv_cos_sim;
   std::optional<double> accuracy_fraction;  // share of (batch, head) slices compared; 1 = all
 
   // Sparse kernels only: achieved sparsity (the share of the dense block work not done, P·V
@@ -54,9 +59,11 @@ struct ResultRow {
   std::optional<double> sparsity;
   std::optional<double> predicted_sparsity, predictor_ms, effective_tflops;
   // The kernel configuration (tile sizes, stages) the backend ran, for backends that have a
-  // choice (Backend::kernel_configs): forced by `tune --kernels`, from the kernel-config cache,
-  // or the default. Empty for the others.
+  // choice (Backend::kernel_configs): the case's own (`tune --kernels`), the kernel-config cache's,
+  // or the built-in one. Empty for the others.
   std::string kernel_config;
+  // The backend options the case ran with, those its backend takes: "key=value;key=value".
+  std::string backend_options;
   // GPU SM clock and utilization, sampled through NVML on a thread while the case is timed:
   // mean and lowest clock (the clock at the start of the case when no sample was taken), mean
   // utilization in percent.
@@ -74,7 +81,8 @@ struct ResultRow {
 
   // Identity of the case, independent of results: used by --resume and compare.
   std::string case_key() const;
-  // Identity without the backend: rows of different backends on the same inputs share it.
+  // Identity without the backend: rows of different backends on the same inputs and pass share
+  // it. (A forward row's key names no pass, as before the pass axis existed.)
   std::string shape_key() const;
 };
 

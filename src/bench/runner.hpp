@@ -35,11 +35,15 @@ class AccuracyAccumulator {
 };
 
 // The row fields that identify a case (no results yet).
-ResultRow row_for_case(const Case& c, Backend* backend);
+ResultRow row_for_case(const Case& c, const Backend* backend);
 
-// Resets the options of the spec's backends, then gives each its spec.backend_options. Throws
-// Error(Usage) for a bad value, or for a key that none of the backends takes.
-void apply_backend_options(const SweepSpec& spec, Registry& registry);
+// Throws Error(Usage) for a key of spec.backend_options that none of the spec's backends takes
+// (Backend::option_keys), or a bad value of one (Backend::check_options).
+void check_backend_options(const SweepSpec& spec, Registry& registry);
+
+// The entries of `options` whose keys `backend` takes.
+std::map<std::string, std::string> options_taken_by(const Backend& backend,
+                                                    const std::map<std::string, std::string>& options);
 
 class Runner {
  public:
@@ -61,10 +65,30 @@ class Runner {
   // and its own backend instances.
   void use_cuda_device(int index);
 
+  // The options a plan of case `c` is made with: its kernel config, the backend options its
+  // backend takes, the CUDA device this runner measures.
+  PlanOptions plan_options(const Case& c, const Backend& backend) const;
+
  private:
   Device device_of(const Backend& backend) const;
   struct Prepared;
   const Prepared& prepare(const Case& c);
+  // The device buffers of one case: inputs, output, LSE, workspace, and the args that view them.
+  struct DeviceInputs {
+    std::unique_ptr<DeviceAllocation> q, k, v, o, lse, workspace;
+    std::unique_ptr<DeviceAllocation> d_o, dq, dk, dv, backward_workspace;
+    AttentionArgs args;
+    BackwardArgs backward;
+  };
+  void check_fits(const Case& c, const Backend& backend, const KernelPlan& plan, DeviceContext& ctx);
+  DeviceInputs upload(DeviceContext& ctx, const Prepared& in, const Case& c);
+  void prepare_outputs(DeviceContext& ctx, const KernelPlan& plan, const AttentionProblem& p, DeviceInputs& inputs);
+  bool check_accuracy(DeviceContext& ctx, KernelPlan& plan, const Prepared& in, DeviceInputs& inputs, ResultRow& row);
+  void prepare_gradients(Prepared& in, const Case& c);
+  bool check_gradients(DeviceContext& ctx, KernelPlan& plan, const Prepared& in, DeviceInputs& inputs, Pass pass,
+                       ResultRow& row);
+  bool time_case(DeviceContext& ctx, KernelPlan& plan, const AttentionProblem& p, DeviceInputs& inputs, Pass pass,
+                 const std::function<bool()>& cancelled, ResultRow& row);
 
   SweepSpec spec_;
   Registry& registry_;

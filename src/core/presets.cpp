@@ -16,6 +16,9 @@ const std::vector<ModelPreset>& model_presets() {
       {"mistral-7b", 4096, 32, 8, 128, "GQA 4:1"},
       {"qwen2.5-7b", 3584, 28, 4, 128, "GQA 7:1"},
       {"gemma-2-9b", 3584, 16, 8, 256, "GQA 2:1, head dim 256"},
+      // Not one model's config: the attention shape of the video diffusion transformers (24 heads
+      // of 128 over hidden 3072, full attention over 16k-32k spatio-temporal tokens).
+      {"video-dit", 3072, 24, 24, 128, "video diffusion transformer shape: 24 heads x d128, non-causal, long N"},
   };
   return presets;
 }

@@ -16,6 +16,7 @@ namespace attnsuite::cpu {
 namespace {
 constexpr int kMinHeadDim = 32;
 constexpr int kMaxHeadDim = 256;
+}  // namespace
 
 void check_view(std::string_view backend, const char* what, const TensorView& view,
                 const std::array<std::int64_t, 4>& shape, DType dtype, bool contiguous_last_dim) {
@@ -35,7 +36,6 @@ void check_view(std::string_view backend, const char* what, const TensorView& vi
                   fmt::format("{}: {} has stride {} in its last dim; this backend needs 1", backend,
                               what, view.strides[3]));
 }
-}  // namespace
 
 Support supports_common(const AttentionProblem& problem) {
   try {
@@ -68,11 +68,6 @@ void check_args(std::string_view backend, const AttentionProblem& problem,
 int cpu_threads() {
   const unsigned count = std::thread::hardware_concurrency();
   return count == 0 ? 1 : static_cast<int>(count);
-}
-
-KernelConfigKey cpu_kernel_config_key(std::string backend, const AttentionProblem& problem) {
-  return {host_info().cpu_model, fmt::format("{} threads", cpu_threads()), std::move(backend),
-          kernel_shape_class(problem)};
 }
 
 void parallel_for(std::int64_t count, int threads,

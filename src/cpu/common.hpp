@@ -2,6 +2,7 @@
 // common, and a tiny work-stealing parallel loop over std::thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -16,6 +17,11 @@ namespace attnsuite::cpu {
 // Returns ok or the first reason it cannot run.
 Support supports_common(const AttentionProblem& problem);
 
+// Checks one view: present, on the CPU, of the given shape and dtype and, when
+// contiguous_last_dim, with stride 1 in its last dim. Throws Error naming `what`.
+void check_view(std::string_view backend, const char* what, const TensorView& view,
+                const std::array<std::int64_t, 4>& shape, DType dtype, bool contiguous_last_dim);
+
 // Checks that args match the problem (shapes, dtypes, CPU device, O and Q the same dtype) and,
 // when contiguous_last_dim, that every view has stride 1 in its last dim. Throws Error.
 void check_args(std::string_view backend, const AttentionProblem& problem,
@@ -23,9 +29,6 @@ void check_args(std::string_view backend, const AttentionProblem& problem,
 
 // Threads used by the CPU backends: std::thread::hardware_concurrency(), at least 1.
 int cpu_threads();
-// The kernel-config cache key of a CPU backend: the CPU model, the thread count (as "N threads"
-// in the driver field), the backend and the problem's shape class.
-KernelConfigKey cpu_kernel_config_key(std::string backend, const AttentionProblem& problem);
 
 // Runs body(item, thread_index) for item in [0, count) on min(threads, count) std::threads that
 // take items from a shared counter (so uneven items, e.g. causal blocks, balance). Which thread

@@ -55,6 +55,9 @@ CudaDeviceInfo query_cuda_device(int device_index);
 // `device_index`: its name and driver version, queried once per device and process. Throws like
 // require_cuda_device.
 KernelConfigKey kernel_config_key(int device_index, std::string backend, const AttentionProblem& problem);
+// The CUDA device a plan made with `options` runs on: options.cuda_device when it is >= 0, else
+// the current device (cudaGetDevice). Throws Error(Device) when the current one cannot be queried.
+int plan_device(const PlanOptions& options);
 
 // Waits for the work queued on `stream` (a cudaStream_t; null: the legacy default stream).
 // Throws Error(Device) naming the CUDA error.

@@ -16,6 +16,7 @@
 
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -137,19 +138,15 @@ auto with_module(Call&& call) {
   return call(module);
 }
 
-class OnnxRuntimeBackend final : public Backend {
+// One problem's session, output buffer and bound inputs. ONNX Runtime returns its output in a
+// buffer of ours that the session writes (RunReport::output).
+class OnnxRuntimePlan final : public KernelPlan {
  public:
-  OnnxRuntimeBackend(Form form, DeviceType device) : form_(form), device_(device) {
-    const bool cuda = device == DeviceType::Cuda;
-    const bool decomposed = form == Form::Decomposed;
-    name_ = std::string(cuda ? "onnxruntime-cuda" : "onnxruntime") + (decomposed ? "-decomposed" : "");
-    display_name_ = fmt::format("ONNX Runtime ({} EP{})", cuda ? "CUDA" : "CPU",
-                                decomposed ? ", MatMul/Softmax graph" : "");
-  }
-
+  OnnxRuntimePlan(const AttentionProblem& problem, Form form, DeviceType device, std::string name)
+      : problem_(problem), form_(form), device_(device), name_(std::move(name)) {}
   // The session is released under the GIL while the interpreter runs; after it has finalized
   // (the Python module's process exiting) the references are dropped without touching it.
-  ~OnnxRuntimeBackend() override {
+  ~OnnxRuntimePlan() override {
     if (!runner_ && !run_) return;
     if (Py_IsInitialized()) {
       PythonLock lock;
@@ -160,8 +157,116 @@ class OnnxRuntimeBackend final : public Backend {
       runner_.abandon();
     }
   }
-  OnnxRuntimeBackend(const OnnxRuntimeBackend&) = delete;
-  OnnxRuntimeBackend& operator=(const OnnxRuntimeBackend&) = delete;
+  OnnxRuntimePlan(const OnnxRuntimePlan&) = delete;
+  OnnxRuntimePlan& operator=(const OnnxRuntimePlan&) = delete;
+
+  std::string_view kernel_config() const override { return {}; }
+  bool produces_own_output() const override { return true; }
+
+  // The first run also measures the peak: on the CPU the growth of the process's resident set
+  // during it (the output's pages and ONNX Runtime's arena and temporaries); on a GPU the output
+  // plus the drop in free device memory (the CUDA EP's arena growing).
+  RunReport forward(const AttentionArgs& args, Stream stream) override {
+    const AttentionProblem& p = problem_;
+    check_input("q", args.q, {p.batch, p.seq_q, p.heads_q, p.head_dim});
+    check_input("k", args.k, {p.batch, p.seq_kv, p.heads_kv, p.head_dim});
+    check_input("v", args.v, {p.batch, p.seq_kv, p.heads_kv, p.dim_v()});
+
+    PythonLock lock;
+    const bool first = !run_;
+    if (first) prepare(stream);
+    if (args.q.data != bound_[0] || args.k.data != bound_[1] || args.v.data != bound_[2]) {
+      PyRef result(PyObject_CallMethod(runner_.get(), "bind", "KKKKi", pointer(args.q.data), pointer(args.k.data),
+                                       pointer(args.v.data), pointer(output_view_.data), args.q.device.index));
+      if (!result) throw Error(ErrorKind::Device, fmt::format("{}: binding the buffers failed: {}", name_, take_python_error()));
+      bound_ = {args.q.data, args.k.data, args.v.data};
+    }
+    const bool measure_host = first && device_ == DeviceType::Cpu && reset_resident_peak();
+    const bool measure_device = first && device_ == DeviceType::Cuda;
+    const std::size_t resident_before = measure_host ? status_bytes("VmRSS") : 0;
+    const std::size_t free_before = measure_device ? free_device_bytes() : 0;
+    PyRef result(PyObject_CallNoArgs(run_.get()));
+    if (!result) throw Error(ErrorKind::Device, fmt::format("{}: {}", name_, take_python_error()));
+    RunReport report;
+    if (measure_host) {
+      const std::size_t peak = status_bytes("VmHWM");
+      report.own_peak_memory_bytes = peak > resident_before ? peak - resident_before : 0;
+    }
+    if (measure_device) {
+      const std::size_t free_after = free_device_bytes();
+      report.own_peak_memory_bytes = output_.bytes() + (free_before > free_after ? free_before - free_after : 0);
+    }
+    report.output = output_view_;
+    return report;
+  }
+
+ private:
+  const char* form_name() const { return form_ == Form::Attention ? "attention" : "decomposed"; }
+  const char* device_name() const { return device_ == DeviceType::Cuda ? "cuda" : "cpu"; }
+  static unsigned long long pointer(const void* data) { return reinterpret_cast<std::uintptr_t>(data); }
+
+  void check_input(const char* what, const TensorView& view, const std::array<std::int64_t, 4>& shape) const {
+    ATTNSUITE_REQUIRE(!view.empty(), fmt::format("{}: {} is missing", name_, what));
+    ATTNSUITE_REQUIRE(view.device.type == device_,
+                      fmt::format("{}: {} is on the {}, this backend runs on the {}", name_, what,
+                                  to_string(view.device.type), to_string(device_)));
+    ATTNSUITE_REQUIRE(view.shape == shape && view.dtype == problem_.dtype,
+                      fmt::format("{}: {} does not match the problem's shape and dtype", name_, what));
+    // Strides of extent-1 dims are free (numpy sets them as it likes); the others must be dense.
+    const auto dense = TensorView::dense_strides(shape, problem_.layout);
+    bool is_dense = true;
+    for (int dim = 0; dim < 4; ++dim) is_dense = is_dense && (shape[dim] == 1 || view.strides[dim] == dense[dim]);
+    ATTNSUITE_CHECK(is_dense, ErrorKind::Unsupported,
+                    fmt::format("{}: {} must be dense in the problem's layout ({}): ONNX Runtime binds whole buffers",
+                                name_, what, to_string(problem_.layout)));
+  }
+
+  // The session for this shape and the output buffer, on the first run (the CUDA EP takes the
+  // stream). Under the GIL.
+  void prepare(Stream stream) {
+    const AttentionProblem& p = problem_;
+    const std::array<std::int64_t, 4> shape{p.batch, p.seq_q, p.heads_q, p.dim_v()};
+    const std::size_t bytes = static_cast<std::size_t>(shape[0] * shape[1] * shape[2] * shape[3]) * size_of(p.dtype);
+    output_ = OutputBuffer(bytes, device_);
+    PyObject* module = onnx_graphs_module();
+    PyRef problem(problem_dict(p));
+    PyRef runner_type(PyObject_GetAttrString(module, "Runner"));
+    PyRef positional(Py_BuildValue("(Oss)", problem.get(), form_name(), device_name()));
+    // Same thread count as the CPU backends (cpu-flash uses every hardware thread).
+    PyRef keywords(Py_BuildValue("{s:i,s:K}", "threads", device_ == DeviceType::Cpu ? cpu::cpu_threads() : 0, "stream",
+                                 pointer(stream)));
+    if (!runner_type || !positional || !keywords)
+      throw Error(ErrorKind::Internal, fmt::format("{}: {}", name_, take_python_error()));
+    runner_ = PyRef(PyObject_Call(runner_type.get(), positional.get(), keywords.get()));
+    if (!runner_) throw Error(ErrorKind::Device, fmt::format("{}: creating the session failed: {}", name_, take_python_error()));
+    run_ = PyRef(PyObject_GetAttrString(runner_.get(), "run"));
+    if (!run_) throw Error(ErrorKind::Internal, fmt::format("{}: {}", name_, take_python_error()));
+    output_view_.data = output_.data();
+    output_view_.dtype = p.dtype;
+    output_view_.device = {device_, 0};
+    output_view_.shape = shape;
+    output_view_.strides = TensorView::dense_strides(shape, p.layout);
+  }
+
+  AttentionProblem problem_;
+  Form form_;
+  DeviceType device_;
+  std::string name_;
+  PyRef runner_, run_;
+  std::array<const void*, 3> bound_{};
+  OutputBuffer output_;
+  TensorView output_view_;
+};
+
+class OnnxRuntimeBackend final : public Backend {
+ public:
+  OnnxRuntimeBackend(Form form, DeviceType device) : form_(form), device_(device) {
+    const bool cuda = device == DeviceType::Cuda;
+    const bool decomposed = form == Form::Decomposed;
+    name_ = std::string(cuda ? "onnxruntime-cuda" : "onnxruntime") + (decomposed ? "-decomposed" : "");
+    display_name_ = fmt::format("ONNX Runtime ({} EP{})", cuda ? "CUDA" : "CPU",
+                                decomposed ? ", MatMul/Softmax graph" : "");
+  }
 
   std::string_view name() const override { return name_; }
   std::string_view display_name() const override { return display_name_; }
@@ -177,6 +282,8 @@ class OnnxRuntimeBackend final : public Backend {
                        version.empty() ? "not importable" : version);
   }
 
+  // What ONNX Runtime can run is probed once per class of problems (dtype, layout, mask kind,
+  // head dims) and remembered: the answers describe the installed onnxruntime, not a case.
   Support supports(const AttentionProblem& p) const override {
     try {
       p.validate();
@@ -194,7 +301,10 @@ class OnnxRuntimeBackend final : public Backend {
         fmt::format("{} {} g{} c{} l{} r{} s{} d{} dv{}", to_string(p.dtype), to_string(p.layout), p.group_size() > 1,
                     p.causal, p.window_left >= 0, p.window_right >= 0, (p.seq_q > p.seq_kv) - (p.seq_q < p.seq_kv),
                     p.head_dim, p.dim_v());
-    if (auto found = probes_.find(key); found != probes_.end()) return found->second;
+    {
+      std::lock_guard lock(probes_mutex_);
+      if (auto found = probes_.find(key); found != probes_.end()) return found->second;
+    }
     Support answer = with_module([&](PyObject* module) {
       PyRef problem(problem_dict(p));
       PyRef result(PyObject_CallMethod(module, "probe", "Oss", problem.get(), form_name(), device_name()));
@@ -203,145 +313,51 @@ class OnnxRuntimeBackend final : public Backend {
       if (reason == nullptr) return Support::no(take_python_error());
       return *reason == '\0' ? Support::yes() : Support::no(fmt::format("onnxruntime: {}", reason));
     });
+    std::lock_guard lock(probes_mutex_);
     probes_.emplace(key, answer);
     return answer;
   }
 
-  bool produces_own_output() const override { return true; }
-  TensorView produced_output() const override { return output_view_; }
-  LseView produced_lse() const override { return {}; }
-
-  // The peak of the next forward: on the CPU the growth of the process's resident set during it
-  // (the output's pages and ONNX Runtime's arena and temporaries); on a GPU the output plus the
-  // drop in free device memory (the CUDA EP's arena growing).
-  void reset_own_peak_memory() override {
-    measure_next_ = true;
-    own_peak_ = 0;
-  }
-  std::size_t own_peak_memory_bytes() const override { return own_peak_; }
-
-  void forward(const AttentionProblem& p, const AttentionArgs& args, Stream stream) override {
-    const Support support = supports(p);
-    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name_, support.reason));
-    check_input("q", args.q, p, {p.batch, p.seq_q, p.heads_q, p.head_dim});
-    check_input("k", args.k, p, {p.batch, p.seq_kv, p.heads_kv, p.head_dim});
-    check_input("v", args.v, p, {p.batch, p.seq_kv, p.heads_kv, p.dim_v()});
-
-    PythonLock lock;
-    if (!run_ || !(problem_ == p)) prepare(p, stream);
-    if (args.q.data != bound_[0] || args.k.data != bound_[1] || args.v.data != bound_[2]) {
-      PyRef result(PyObject_CallMethod(runner_.get(), "bind", "KKKKi", pointer(args.q.data), pointer(args.k.data),
-                                       pointer(args.v.data), pointer(output_view_.data), args.q.device.index));
-      if (!result) throw Error(ErrorKind::Device, fmt::format("{}: binding the buffers failed: {}", name_, take_python_error()));
-      bound_ = {args.q.data, args.k.data, args.v.data};
-    }
-    const bool measure_host = measure_next_ && device_ == DeviceType::Cpu && reset_resident_peak();
-    const bool measure_device = measure_next_ && device_ == DeviceType::Cuda;
-    const std::size_t resident_before = measure_host ? status_bytes("VmRSS") : 0;
-    const std::size_t free_before = measure_device ? free_device_bytes() : 0;
-    PyRef result(PyObject_CallNoArgs(run_.get()));
-    if (!result) throw Error(ErrorKind::Device, fmt::format("{}: {}", name_, take_python_error()));
-    if (measure_host) {
-      const std::size_t peak = status_bytes("VmHWM");
-      own_peak_ = peak > resident_before ? peak - resident_before : 0;
-    }
-    if (measure_device) {
-      const std::size_t free_after = free_device_bytes();
-      own_peak_ = output_.bytes() + (free_before > free_after ? free_before - free_after : 0);
-    }
-    measure_next_ = false;
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    require_support(*this, problem);
+    choose_kernel_config(*this, problem, options);  // refuses a config: there is none
+    return std::make_unique<OnnxRuntimePlan>(problem, form_, device_, name_);
   }
 
  private:
   const char* form_name() const { return form_ == Form::Attention ? "attention" : "decomposed"; }
   const char* device_name() const { return device_ == DeviceType::Cuda ? "cuda" : "cpu"; }
-  static unsigned long long pointer(const void* data) { return reinterpret_cast<std::uintptr_t>(data); }
 
   // Whether onnxruntime and its execution provider are there: asked once.
   Support environment() const {
-    if (environment_) return *environment_;
-    Support answer;
-    try {
-      answer = with_module([&](PyObject* module) {
-        PyRef info(PyObject_CallMethod(module, "onnxruntime_info", nullptr));
-        if (!info) return Support::no(fmt::format("onnxruntime cannot be imported: {} (pip install onnxruntime)",
-                                                  take_python_error()));
-        PyObject* providers = PyTuple_GetItem(info.get(), 1);  // borrowed
-        const char* wanted = device_ == DeviceType::Cuda ? "CUDAExecutionProvider" : "CPUExecutionProvider";
-        PyRef name(PyUnicode_FromString(wanted));
-        if (PySequence_Contains(providers, name.get()) != 1)
-          return Support::no(fmt::format("the installed onnxruntime has no {}{}", wanted,
-                                         device_ == DeviceType::Cuda ? " (pip install onnxruntime-gpu)" : ""));
-        return Support::yes();
-      });
-    } catch (const Error& error) {
-      answer = Support::no(error.what());
-    }
-    environment_ = answer;
-    return answer;
-  }
-
-  void check_input(const char* what, const TensorView& view, const AttentionProblem& p,
-                   const std::array<std::int64_t, 4>& shape) const {
-    ATTNSUITE_REQUIRE(!view.empty(), fmt::format("{}: {} is missing", name_, what));
-    ATTNSUITE_REQUIRE(view.device.type == device_,
-                      fmt::format("{}: {} is on the {}, this backend runs on the {}", name_, what,
-                                  to_string(view.device.type), to_string(device_)));
-    ATTNSUITE_REQUIRE(view.shape == shape && view.dtype == p.dtype,
-                      fmt::format("{}: {} does not match the problem's shape and dtype", name_, what));
-    // Strides of extent-1 dims are free (numpy sets them as it likes); the others must be dense.
-    const auto dense = TensorView::dense_strides(shape, p.layout);
-    bool is_dense = true;
-    for (int dim = 0; dim < 4; ++dim) is_dense = is_dense && (shape[dim] == 1 || view.strides[dim] == dense[dim]);
-    ATTNSUITE_CHECK(is_dense, ErrorKind::Unsupported,
-                    fmt::format("{}: {} must be dense in the problem's layout ({}): ONNX Runtime binds whole buffers",
-                                name_, what, to_string(p.layout)));
-  }
-
-  // A session for this shape and an output buffer. Under the GIL.
-  void prepare(const AttentionProblem& p, Stream stream) {
-    run_.reset();
-    runner_.reset();
-    bound_ = {};
-    output_view_ = {};
-    output_ = OutputBuffer();  // the previous shape's, before the next is made
-    const std::array<std::int64_t, 4> shape{p.batch, p.seq_q, p.heads_q, p.dim_v()};
-    const std::size_t bytes = static_cast<std::size_t>(shape[0] * shape[1] * shape[2] * shape[3]) * size_of(p.dtype);
-    output_ = OutputBuffer(bytes, device_);
-    void* data = output_.data();
-    PyObject* module = onnx_graphs_module();
-    PyRef problem(problem_dict(p));
-    PyRef runner_type(PyObject_GetAttrString(module, "Runner"));
-    PyRef positional(Py_BuildValue("(Oss)", problem.get(), form_name(), device_name()));
-    // Same thread count as the CPU backends (cpu-flash uses every hardware thread).
-    PyRef keywords(Py_BuildValue("{s:i,s:K}", "threads", device_ == DeviceType::Cpu ? cpu::cpu_threads() : 0, "stream",
-                                 pointer(stream)));
-    if (!runner_type || !positional || !keywords)
-      throw Error(ErrorKind::Internal, fmt::format("{}: {}", name_, take_python_error()));
-    runner_ = PyRef(PyObject_Call(runner_type.get(), positional.get(), keywords.get()));
-    if (!runner_) throw Error(ErrorKind::Device, fmt::format("{}: creating the session failed: {}", name_, take_python_error()));
-    run_ = PyRef(PyObject_GetAttrString(runner_.get(), "run"));
-    if (!run_) throw Error(ErrorKind::Internal, fmt::format("{}: {}", name_, take_python_error()));
-    problem_ = p;
-    output_view_.data = data;
-    output_view_.dtype = p.dtype;
-    output_view_.device = {device_, 0};
-    output_view_.shape = shape;
-    output_view_.strides = TensorView::dense_strides(shape, p.layout);
+    std::call_once(environment_once_, [&] {
+      try {
+        environment_ = with_module([&](PyObject* module) {
+          PyRef info(PyObject_CallMethod(module, "onnxruntime_info", nullptr));
+          if (!info) return Support::no(fmt::format("onnxruntime cannot be imported: {} (pip install onnxruntime)",
+                                                    take_python_error()));
+          PyObject* providers = PyTuple_GetItem(info.get(), 1);  // borrowed
+          const char* wanted = device_ == DeviceType::Cuda ? "CUDAExecutionProvider" : "CPUExecutionProvider";
+          PyRef name(PyUnicode_FromString(wanted));
+          if (PySequence_Contains(providers, name.get()) != 1)
+            return Support::no(fmt::format("the installed onnxruntime has no {}{}", wanted,
+                                           device_ == DeviceType::Cuda ? " (pip install onnxruntime-gpu)" : ""));
+          return Support::yes();
+        });
+      } catch (const Error& error) {
+        environment_ = Support::no(error.what());
+      }
+    });
+    return environment_;
   }
 
   Form form_;
   DeviceType device_;
   std::string name_, display_name_;
-  mutable std::optional<Support> environment_;
+  mutable std::once_flag environment_once_;
+  mutable Support environment_;
+  mutable std::mutex probes_mutex_;
   mutable std::map<std::string, Support> probes_;
-  AttentionProblem problem_;
-  PyRef runner_, run_;
-  std::array<const void*, 3> bound_{};
-  OutputBuffer output_;
-  TensorView output_view_;
-  bool measure_next_ = false;
-  std::size_t own_peak_ = 0;
 };
 
 }  // namespace

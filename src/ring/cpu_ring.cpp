@@ -72,42 +72,54 @@ class CpuRingBackend final : public Backend {
   std::string capabilities() const override {
     return fmt::format("fp32/fp16/bf16, W = {} simulated ranks (option ring_world), zigzag causal, LSE merge, "
                        "GQA/MQA, seq_q == seq_kv >= 2W, no window",
-                       world_);
+                       kDefaultWorld);
   }
 
-  Support supports(const AttentionProblem& problem) const override {
+  Support supports(const AttentionProblem& problem) const override { return supports(problem, kDefaultWorld); }
+  std::vector<std::string> option_keys() const override { return {"ring_world"}; }
+  void check_options(const std::map<std::string, std::string>& options) const override { (void)parse_world(options); }
+
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    const int world = parse_world(options.options);
+    const Support support = supports(problem, world);
+    if (!support) throw Error(ErrorKind::Unsupported, support.reason);
+    choose_kernel_config(*this, problem, options);  // refuses a config: there is none
+    return std::make_unique<FunctionPlan>(
+        "", 0, [this, problem, world](const AttentionArgs& args, Stream, RunReport&) { run(problem, world, args); });
+  }
+
+ private:
+  static int parse_world(const std::map<std::string, std::string>& options) {
+    const auto found = options.find("ring_world");
+    if (found == options.end()) return kDefaultWorld;
+    const std::string& value = found->second;
+    int world = 0;
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), world);
+    if (error != std::errc() || end != value.data() + value.size() || world < 1 || world > kMaxWorld)
+      throw Error(ErrorKind::Usage, fmt::format("cpu-ring: ring_world '{}' is not allowed: 1..{}", value, kMaxWorld));
+    return world;
+  }
+
+  Support supports(const AttentionProblem& problem, int world) const {
     if (Support common = cpu::supports_common(problem); !common) return common;
     if (problem.seq_q != problem.seq_kv)
       return Support::no(fmt::format("cpu-ring: seq_q {} != seq_kv {}; the ring shards one sequence (needs Nq = Nk)",
                                      problem.seq_q, problem.seq_kv));
     if (problem.window_left >= 0 || problem.window_right >= 0)
       return Support::no("cpu-ring: sliding windows are not supported by the ring schedule");
-    if (const std::string refusal = ring_refusal(world_, problem.seq_q); !refusal.empty())
+    if (const std::string refusal = ring_refusal(world, problem.seq_q); !refusal.empty())
       return Support::no("cpu-" + refusal);
     return Support::yes();
   }
 
-  bool set_option(std::string_view key, const std::string& value) override {
-    if (key != "ring_world") return false;
-    int world = 0;
-    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), world);
-    if (error != std::errc() || end != value.data() + value.size() || world < 1 || world > kMaxWorld)
-      throw Error(ErrorKind::Usage, fmt::format("cpu-ring: ring_world '{}' is not allowed: 1..{}", value, kMaxWorld));
-    world_ = world;
-    return true;
-  }
-  void reset_options() override { world_ = kDefaultWorld; }
-
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream) override {
-    const Support support = supports(problem);
-    ATTNSUITE_CHECK(support.ok, ErrorKind::Unsupported, support.reason);
+  void run(const AttentionProblem& problem, int world, const AttentionArgs& args) const {
     cpu::check_args(name(), problem, args, /*contiguous_last_dim=*/false);
-    const RingSchedule schedule(world_, problem.seq_q);
-    auto comms = make_in_process_ring(world_);
-    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world_));
+    const RingSchedule schedule(world, problem.seq_q);
+    auto comms = make_in_process_ring(world);
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
     {
       std::vector<std::jthread> ranks;
-      for (int r = 0; r < world_; ++r)
+      for (int r = 0; r < world; ++r)
         ranks.emplace_back([&, r] {
           try {
             run_rank(schedule, problem, args, *comms[static_cast<std::size_t>(r)]);
@@ -131,14 +143,13 @@ class CpuRingBackend final : public Backend {
       if (error) std::rethrow_exception(error);
   }
 
- private:
   // One rank: its two query chunks against every K/V block as the blocks pass by.
   static void run_rank(const RingSchedule& schedule, const AttentionProblem& p, const AttentionArgs& args,
                        RingCommunicator& comm) {
     const int rank = comm.rank(), world = comm.world();
     const std::int64_t batch = p.batch, hq = p.heads_q, hkv = p.heads_kv, d = p.head_dim, dv = p.dim_v();
     const auto mine = schedule.chunks_of(rank);
-    std::unique_ptr<Backend> kernel = cpu::make_flash_backend();  // one per rank: forward() is not shared
+    const std::unique_ptr<Backend> kernel = cpu::make_flash_backend();
 
     std::vector<float> q[2], acc_o[2], acc_lse[2];
     for (int i = 0; i < 2; ++i) {
@@ -219,8 +230,6 @@ class CpuRingBackend final : public Backend {
           }
     }
   }
-
-  int world_ = kDefaultWorld;
 };
 
 }  // namespace

@@ -7,12 +7,8 @@
 
 #include "attnsuite/error.hpp"
 #include "bench/statistics.hpp"
-#include "cpu/common.hpp"
 #include "report/sinks.hpp"
 #include "report/table.hpp"
-#if ATTNSUITE_HAVE_CUDA
-#include "cuda/cuda_backends.hpp"
-#endif
 
 namespace attnsuite::tune {
 namespace {
@@ -30,15 +26,6 @@ std::optional<double> number_at(const nlohmann::json& object, const char* key) {
 }
 
 }  // namespace
-
-KernelConfigKey kernel_config_key_for(const Backend& backend, const AttentionProblem& problem) {
-  const Device device = backend.device();
-#if ATTNSUITE_HAVE_CUDA
-  if (device.type == DeviceType::Cuda) return cuda::kernel_config_key(device.index, std::string(backend.name()), problem);
-#endif
-  if (device.type == DeviceType::Cpu) return cpu::cpu_kernel_config_key(std::string(backend.name()), problem);
-  throw Error(ErrorKind::Unsupported, fmt::format("{}: no kernel-config cache key for its device", backend.name()));
-}
 
 bool faster_beyond_noise(const bench::ResultRow& candidate, const bench::ResultRow& reference) {
   if (!candidate.ms_median || !reference.ms_median || *reference.ms_median <= 0) return false;
@@ -70,14 +57,11 @@ KernelTuneResult tune_kernel_case(bench::Runner& runner, Registry& registry, con
     result.not_tuned = support.reason;
     return result;
   }
-  result.key = kernel_config_key_for(*backend, c.problem);
-  struct Unforce {
-    Backend* backend;
-    ~Unforce() { backend->force_kernel_config(""); }
-  } unforce{backend};
+  result.key = backend->kernel_config_key(c.problem, runner.plan_options(c, *backend));
   for (const std::string& config : configs) {
-    backend->force_kernel_config(config);
-    std::optional<bench::ResultRow> row = runner.run(c, cancelled);
+    bench::Case with_config = c;
+    with_config.kernel_config = config;
+    std::optional<bench::ResultRow> row = runner.run(with_config, cancelled);
     if (!row) {
       result.interrupted = true;
       return result;

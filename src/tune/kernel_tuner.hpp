@@ -2,7 +2,7 @@
 // configurations (Backend::kernel_configs), run the case once per configuration through the
 // benchmark runner (the same timing and accuracy check as `attnsuite bench`), keep the fastest
 // that passed, and record it in the kernel-config cache under (device, driver, backend, shape
-// class), where the backend's forward() finds it.
+// class), where choose_kernel_config finds it when a plan is made.
 //
 // An alternative replaces the default only when it is faster by more than the noise of the two
 // medians (max(2·√(σa² + σb²), 1%), `attnsuite compare`'s threshold for "the same"): a cache
@@ -26,7 +26,7 @@ namespace attnsuite::tune {
 
 struct KernelCandidate {
   std::string config;
-  bench::ResultRow row;  // the runner's row with this configuration forced
+  bench::ResultRow row;  // the runner's row of the case with this configuration
 };
 
 struct KernelTuneResult {
@@ -39,13 +39,10 @@ struct KernelTuneResult {
   bool interrupted = false;
 };
 
-// The cache key of `backend` for `problem` on the machine running this process.
-KernelConfigKey kernel_config_key_for(const Backend& backend, const AttentionProblem& problem);
-
 // Whether `candidate` is faster than `reference` beyond the noise of both medians.
 bool faster_beyond_noise(const bench::ResultRow& candidate, const bench::ResultRow& reference);
 
-// Tunes one case. Leaves the backend without a forced configuration. `on_row` sees every row.
+// Tunes one case: runs it once with each configuration. `on_row` sees every row.
 KernelTuneResult tune_kernel_case(bench::Runner& runner, Registry& registry, const bench::Case& c,
                                   const std::function<bool()>& cancelled,
                                   const std::function<void(const std::string&, const bench::ResultRow&)>& on_row = {});

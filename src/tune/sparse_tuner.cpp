@@ -109,7 +109,8 @@ SparseTuneResult tune_sparse_layer(const LayerEvaluator& evaluate, int heads, co
 
 struct BackendLayerEvaluator::State {
   AttentionProblem problem;
-  Backend* sparse = nullptr;
+  const Backend* sparse = nullptr;
+  PlanOptions sparse_options;  // kernel config "flash2" for exact selection; the candidate's config
   std::unique_ptr<bench::DeviceContext> context;
   struct Input {
     std::vector<unsigned char> q, k, v;  // dtype, dense BSHD
@@ -120,14 +121,11 @@ struct BackendLayerEvaluator::State {
   std::vector<Input> inputs;
   std::unique_ptr<bench::DeviceAllocation> out, workspace;
   std::vector<unsigned char> host_out;
-  bool forced_config = false;  // the sparse backend runs kernel config "flash2" while this lives
+  std::string kernel_config;  // what the last evaluation's plan ran
 
   State() = default;
   State(const State&) = delete;
   State& operator=(const State&) = delete;
-  ~State() {
-    if (forced_config && sparse != nullptr) sparse->force_kernel_config("");
-  }
 
   AttentionArgs args_for(const Input& in) const {
     AttentionArgs args;
@@ -162,22 +160,18 @@ BackendLayerEvaluator::BackendLayerEvaluator(const AttentionProblem& problem, co
   s.problem = problem;
   Registry& registry = Registry::global();
   s.sparse = &registry.find(sparse_backend);
-  Backend& dense = registry.find(dense_backend);
-  s.sparse->reset_options();
-  if (!s.sparse->set_option("sparse_config_json", sparse::to_json(sparse::HeadSettings{}).dump()))
+  const Backend& dense = registry.find(dense_backend);
+  const std::vector<std::string> keys = s.sparse->option_keys();
+  if (std::find(keys.begin(), keys.end(), "sparse_config_json") == keys.end())
     throw Error(ErrorKind::Usage, fmt::format("backend '{}' has no predictor to tune; use sparge, sparge-sage or cpu-sparge", sparse_backend));
-  s.sparse->force_kernel_config("");
   if (exact_selection) {
     const std::vector<std::string> configs = s.sparse->kernel_configs(problem);
-    if (std::find(configs.begin(), configs.end(), "flash2") != configs.end()) {
-      s.sparse->force_kernel_config("flash2");
-      s.forced_config = true;
-    }
+    if (std::find(configs.begin(), configs.end(), "flash2") != configs.end()) s.sparse_options.kernel_config = "flash2";
   }
-  for (Backend* b : {s.sparse, &dense}) {
-    const Support support = b->supports(problem);
-    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", b->name(), support.reason));
-  }
+  s.sparse_options.options["sparse_config_json"] = sparse::to_json(sparse::HeadSettings{}).dump();
+  for (const Backend* b : {s.sparse, &dense}) require_support(*b, problem);
+  const std::unique_ptr<KernelPlan> dense_plan = dense.plan(problem, {});
+  const std::unique_ptr<KernelPlan> sparse_plan = s.sparse->plan(problem, s.sparse_options);
   if (dense.device() != s.sparse->device())
     throw Error(ErrorKind::Usage, fmt::format("dense backend '{}' and sparse backend '{}' are on different devices",
                                               dense.name(), sparse_backend));
@@ -189,7 +183,7 @@ BackendLayerEvaluator::BackendLayerEvaluator(const AttentionProblem& problem, co
   const std::size_t no = static_cast<std::size_t>(problem.batch) * problem.seq_q * problem.heads_q * problem.dim_v();
   s.out = s.context->allocate(no * element);
   s.host_out.resize(no * element);
-  const std::size_t workspace = std::max(s.sparse->workspace_bytes(problem), dense.workspace_bytes(problem));
+  const std::size_t workspace = std::max(sparse_plan->workspace_bytes(), dense_plan->workspace_bytes());
   if (workspace > 0) s.workspace = s.context->allocate(workspace);
   const sparse::BlockShape shape = sparse::block_shape_for(problem.head_dim);
   for (int n = 0; n < calibration_inputs * static_cast<int>(generators.size()); ++n) {
@@ -209,7 +203,7 @@ BackendLayerEvaluator::BackendLayerEvaluator(const AttentionProblem& problem, co
     s.context->copy_to_device(in.dk->data(), in.k.data(), in.k.size());
     s.context->copy_to_device(in.dv->data(), in.v.data(), in.v.size());
     const AttentionArgs args = s.args_for(in);
-    dense.forward(problem, args, s.context->stream());
+    dense_plan->forward(args, s.context->stream());
     s.context->synchronize();
     s.context->copy_to_host(s.host_out.data(), s.out->data(), s.host_out.size());
     in.dense_out.resize(no);
@@ -228,6 +222,8 @@ BackendLayerEvaluator::BackendLayerEvaluator(const AttentionProblem& problem, co
 
 BackendLayerEvaluator::~BackendLayerEvaluator() = default;
 
+const std::string& BackendLayerEvaluator::kernel_config() const { return state_->kernel_config; }
+
 std::vector<HeadOutcome> BackendLayerEvaluator::operator()(const sparse::SparseConfig& config) {
   State& s = *state_;
   const AttentionProblem& p = s.problem;
@@ -235,14 +231,17 @@ std::vector<HeadOutcome> BackendLayerEvaluator::operator()(const sparse::SparseC
   nlohmann::json heads = nlohmann::json::array();
   for (const auto& h : config.heads) heads.push_back(sparse::to_json(h));
   document["layers"] = nlohmann::json::array({{{"heads", heads}}});
-  s.sparse->set_option("sparse_config_json", document.dump());
+  PlanOptions options = s.sparse_options;
+  options.options["sparse_config_json"] = document.dump();
+  const std::unique_ptr<KernelPlan> plan = s.sparse->plan(p, options);
+  s.kernel_config = std::string(plan->kernel_config());
   const sparse::BlockShape shape = sparse::block_shape_for(p.head_dim);
   const int dv = p.dim_v();
   std::vector<HeadOutcome> worst(static_cast<std::size_t>(p.heads_q));
   std::vector<float> out(s.inputs.empty() ? 0 : s.inputs[0].dense_out.size());
   bool first = true;
   for (const State::Input& in : s.inputs) {
-    s.sparse->forward(p, s.args_for(in), s.context->stream());
+    plan->forward(s.args_for(in), s.context->stream());
     s.context->synchronize();
     s.context->copy_to_host(s.host_out.data(), s.out->data(), s.host_out.size());
     convert_to_float(s.host_out.data(), p.dtype, out.data(), out.size());

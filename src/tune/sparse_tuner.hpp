@@ -82,6 +82,8 @@ class BackendLayerEvaluator {
                         std::uint64_t seed, int calibration_inputs, bool exact_selection = true);
   ~BackendLayerEvaluator();
   std::vector<HeadOutcome> operator()(const sparse::SparseConfig& config);
+  // The kernel configuration the last evaluation ran.
+  const std::string& kernel_config() const;
 
  private:
   struct State;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <tuple>
 
@@ -16,6 +17,7 @@
 #include "bench/runner.hpp"
 #include "bench/statistics.hpp"
 #include "bench/sweep.hpp"
+#include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
 #include "report/jsonl.hpp"
 
@@ -35,7 +37,7 @@ fs::path fresh_dir(const std::string& name) {
 // unsupported, or throwing out-of-memory.
 class FakeBackend final : public Backend {
  public:
-  enum class Mode { Exact, LeaveUnwritten, Unsupported, OutOfMemory };
+  enum class Mode { Exact, LeaveUnwritten, Unsupported, OutOfMemory, BackwardUnwritten };
   FakeBackend(std::string name, Mode mode, std::atomic<int>* calls) : name_(std::move(name)), mode_(mode), calls_(calls) {}
   std::string_view name() const override { return name_; }
   std::string_view display_name() const override { return name_; }
@@ -44,7 +46,18 @@ class FakeBackend final : public Backend {
   Support supports(const AttentionProblem&) const override {
     return mode_ == Mode::Unsupported ? Support::no("fake: never supported") : Support::yes();
   }
-  void forward(const AttentionProblem& p, const AttentionArgs& args, Stream) override {
+  Support supports_backward(const AttentionProblem& p) const override {
+    return mode_ == Mode::BackwardUnwritten ? Support::yes() : Backend::supports_backward(p);
+  }
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& p, const PlanOptions&) const override {
+    require_support(*this, p);
+    return std::make_unique<FunctionPlan>(
+        "", 0, [this, p](const AttentionArgs& args, Stream, RunReport&) { run(p, args); },
+        [](const BackwardArgs&, Stream, RunReport&) {});  // asked only where supports_backward says yes
+  }
+
+ private:
+  void run(const AttentionProblem& p, const AttentionArgs& args) const {
     if (calls_) ++*calls_;
     if (mode_ == Mode::OutOfMemory) throw Error(ErrorKind::OutOfMemory, "fake: out of memory, needs 9 GiB, 1 GiB free");
     if (mode_ == Mode::LeaveUnwritten) return;
@@ -60,7 +73,6 @@ class FakeBackend final : public Backend {
       }
   }
 
- private:
   std::string name_;
   Mode mode_;
   std::atomic<int>* calls_;
@@ -268,6 +280,68 @@ TEST(Runner, SamplesHeadsForLargeReferences) {
   ASSERT_EQ(row.status, CaseStatus::Ok) << row.reason;
   EXPECT_DOUBLE_EQ(*row.accuracy_fraction, 0.25);
   EXPECT_LT(*row.rel_l2, 1e-6);
+}
+
+// The backward passes: the fp64 `reference` backend's gradients read as exact against the
+// harness's reference slices (GQA, causal with seq_q > seq_kv so that some rows see no key);
+// FLOPs are 2.5× and 3.5× the forward's; a backend without a backward is skipped with its reason;
+// a gradient never written (poisoned) fails.
+TEST(Runner, BackwardPassesCheckEachGradient) {
+  SweepSpec spec = small_spec({"reference", "cpu-vanilla-nobwd", "unwritten-bwd"});
+  spec.batches = {2};
+  spec.seq_q = {40};
+  spec.seq_kv = {33};
+  spec.causal = {true};
+  spec.heads = {{4, 2, 32, ""}};
+  spec.passes = {Pass::Forward, Pass::Backward, Pass::ForwardBackward};
+  Registry registry;
+  registry.add("reference", [] { return cpu::make_reference_backend(); });
+  registry.add("cpu-vanilla-nobwd", [] {
+    return std::make_unique<FakeBackend>("cpu-vanilla-nobwd", FakeBackend::Mode::Exact, nullptr);
+  });
+  registry.add("unwritten-bwd", [] {
+    return std::make_unique<FakeBackend>("unwritten-bwd", FakeBackend::Mode::BackwardUnwritten, nullptr);
+  });
+  Runner runner(spec, registry);
+  std::map<std::string, ResultRow> rows;
+  for (const auto& c : expand(spec)) {
+    const ResultRow row = *runner.run(c);
+    rows[row.backend + " " + row.pass] = row;
+  }
+  ASSERT_EQ(rows.size(), 9u);
+  const ResultRow& fwd = rows["reference fwd"];
+  for (const char* pass : {"bwd", "fwd+bwd"}) {
+    SCOPED_TRACE(pass);
+    const ResultRow& row = rows[std::string("reference ") + pass];
+    ASSERT_EQ(row.status, CaseStatus::Ok) << row.reason;
+    for (const auto* column : {&row.dq_rel_l2, &row.dk_rel_l2, &row.dv_rel_l2}) {
+      ASSERT_TRUE(column->has_value());
+      EXPECT_LT(**column, 1e-6);
+    }
+    EXPECT_NEAR(*row.dq_cos_sim, 1.0, 1e-9);
+    EXPECT_DOUBLE_EQ(*row.rel_l2, std::max({*row.dq_rel_l2, *row.dk_rel_l2, *row.dv_rel_l2}));
+    EXPECT_DOUBLE_EQ(*row.accuracy_fraction, 1.0);
+    const double factor = std::string(pass) == "bwd" ? 2.5 : 3.5;
+    EXPECT_NEAR(*row.tflops * *row.ms_median, factor * *fwd.tflops * *fwd.ms_median, 1e-9 * factor * *fwd.tflops * *fwd.ms_median);
+    EXPECT_NE(row.shape_key(), fwd.shape_key());
+  }
+  EXPECT_EQ(rows["cpu-vanilla-nobwd bwd"].status, CaseStatus::Skipped);
+  EXPECT_NE(rows["cpu-vanilla-nobwd bwd"].reason.find("has no backward"), std::string::npos);
+  EXPECT_EQ(rows["cpu-vanilla-nobwd fwd"].status, CaseStatus::Ok);
+  EXPECT_EQ(rows["unwritten-bwd bwd"].status, CaseStatus::Failed);
+  EXPECT_NE(rows["unwritten-bwd bwd"].reason.find("NaN"), std::string::npos) << rows["unwritten-bwd bwd"].reason;
+}
+
+TEST(Plan, PassAxis) {
+  const SweepSpec spec = parse_suite(nlohmann::json::parse(R"({"backends": ["reference"], "pass": ["fwd", "fwd+bwd"]})"), "t");
+  ASSERT_EQ(spec.passes.size(), 2u);
+  const auto cases = expand(spec);
+  ASSERT_EQ(cases.size(), 2u);
+  EXPECT_EQ(cases[0].pass, Pass::Forward);
+  EXPECT_EQ(cases[1].pass, Pass::ForwardBackward);
+  EXPECT_THROW(parse_suite(nlohmann::json::parse(R"({"backends": ["reference"], "pass": ["backward"]})"), "t"), Error);
+  EXPECT_EQ(flops_factor(Pass::Backward), 2.5);
+  EXPECT_EQ(parse_pass("fwd+bwd"), Pass::ForwardBackward);
 }
 
 // Sampled rows must agree with the full reference, masks included: the same exact backend

@@ -177,10 +177,11 @@ Inputs make_inputs(const AttentionProblem& p, std::uint64_t seed, std::int64_t d
 struct RunOutput {
   HostTensor o;
   std::vector<float> lse;
+  RunReport report;
 };
 
-RunOutput run_backend(Backend& backend, const AttentionProblem& p, const Inputs& in,
-                      std::int64_t dim_padding = 0) {
+RunOutput run_backend(const Backend& backend, const AttentionProblem& p, const Inputs& in,
+                      std::int64_t dim_padding = 0, const PlanOptions& options = {}) {
   RunOutput run;
   run.o = make_tensor({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.dtype, p.layout, dim_padding);
   poison(run.o);
@@ -192,7 +193,7 @@ RunOutput run_backend(Backend& backend, const AttentionProblem& p, const Inputs&
   args.v = in.v.view;
   args.o = run.o.view;
   args.lse.data = run.lse.data();
-  backend.forward(p, args, nullptr);
+  run.report = backend.forward(p, args, nullptr, options);
   return run;
 }
 
@@ -256,16 +257,19 @@ void expect_within(const char* what, const ErrorStats& backend, const ErrorStats
       << " mean " << naive.mean_abs << "; tolerance " << tolerance;
 }
 
-// Checks a backend's O and LSE for problem p against the fp64 loop.
-void check_backend(const std::string& name, const AttentionProblem& p, std::uint64_t seed,
-                   std::int64_t dim_padding = 0) {
+// Checks a backend's O and LSE for problem p against the fp64 loop; returns what the run reported.
+RunReport check_backend(const std::string& name, const AttentionProblem& p, std::uint64_t seed,
+                        std::int64_t dim_padding = 0, const PlanOptions& options = {}) {
   SCOPED_TRACE(name + " on " + p.describe() + (dim_padding ? " (padded strides)" : ""));
-  Backend& backend = Registry::global().find(name);
-  ASSERT_TRUE(backend.supports(p).ok) << backend.supports(p).reason;
+  const Backend& backend = Registry::global().find(name);
+  if (const Support support = backend.supports(p); !support) {
+    ADD_FAILURE() << support.reason;
+    return {};
+  }
   const Inputs in = make_inputs(p, seed, dim_padding);
   const Outputs truth = naive_attention<double>(p, in.q_values, in.k_values, in.v_values);
   const Outputs naive = naive_attention<float>(p, in.q_values, in.k_values, in.v_values);
-  const RunOutput run = run_backend(backend, p, in, dim_padding);
+  const RunOutput run = run_backend(backend, p, in, dim_padding, options);
   const std::vector<float> got_o = read_logical(run.o.view);
 
   const ErrorStats o_error = compare(to_double(got_o), truth.o);
@@ -278,7 +282,8 @@ void check_backend(const std::string& name, const AttentionProblem& p, std::uint
     const std::int64_t b = n / (p.heads_q * p.seq_q), h = n / p.seq_q % p.heads_q, i = n % p.seq_q;
     for (std::int64_t d = 0; d < p.dim_v(); ++d) {
       const float value = got_o[((b * p.seq_q + i) * p.heads_q + h) * p.dim_v() + d];
-      ASSERT_EQ(value, 0.0f) << "masked row b=" << b << " h=" << h << " i=" << i << " d=" << d;
+      EXPECT_EQ(value, 0.0f) << "masked row b=" << b << " h=" << h << " i=" << i << " d=" << d;
+      if (value != 0.0f) return run.report;
     }
   }
 
@@ -286,6 +291,7 @@ void check_backend(const std::string& name, const AttentionProblem& p, std::uint
   const ErrorStats lse_naive = compare(naive.lse, truth.lse);
   expect_within("LSE", lse_error, lse_naive,
                 4.0 * std::numeric_limits<float>::epsilon() * std::max(1.0, lse_error.max_ref));
+  return run.report;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -569,23 +575,24 @@ TEST(CpuBackends, FlashMemoryIsLinearVanillaIsQuadratic) {
 
 // Every tile configuration of cpu-flash (what `tune --kernels` chooses among) on the odd shapes.
 TEST(CpuBackends, EveryCpuFlashKernelConfigMatchesTheFp64Loop) {
-  Backend& backend = Registry::global().find("cpu-flash");
+  const Backend& backend = Registry::global().find("cpu-flash");
   const std::vector<std::string> configs = backend.kernel_configs(shape(1, 2, 2, 7, 7, 64));
   ASSERT_GE(configs.size(), 2u);
   EXPECT_EQ(configs.front(), "q192-k96");  // the default first
   for (const std::string& config : configs) {
-    backend.force_kernel_config(config);
+    PlanOptions options;
+    options.kernel_config = config;
     for (const char* label : {"seq1", "seq33", "seq1000", "causal_q_gt_kv", "gqa_8_2", "window_both", "dim40_dv72"}) {
       for (const Case& c : cases()) {
         if (c.label != label) continue;
         SCOPED_TRACE("config " + config);
-        check_backend("cpu-flash", c.problem, 11);
-        EXPECT_EQ(backend.last_kernel_config(), config);
+        EXPECT_EQ(check_backend("cpu-flash", c.problem, 11, 0, options).kernel_config, config);
       }
     }
   }
-  backend.force_kernel_config("");
-  EXPECT_THROW(backend.force_kernel_config("q7-k7"), Error);
+  PlanOptions unknown;
+  unknown.kernel_config = "q7-k7";
+  EXPECT_THROW(backend.plan(shape(1, 2, 2, 7, 7, 64), unknown), Error);
 }
 
 }  // namespace

@@ -39,12 +39,22 @@ using namespace testing_support;
 struct DeviceRun {
   std::vector<std::uint16_t> out_bits;  // in the layout of Q
   std::vector<float> lse;
+  std::string kernel_config;  // RunReport::kernel_config of the run
 };
 
-// Copies the inputs to the GPU, poisons O and LSE, runs the backend, copies back.
-DeviceRun run_on_device(const std::string& backend_name, const AttentionProblem& p, const Inputs& in) {
+// PlanOptions with kernel config `config` ("": the backend's choice).
+PlanOptions with_config(const std::string& config) {
+  PlanOptions options;
+  options.kernel_config = config;
+  return options;
+}
+
+// Copies the inputs to the GPU, poisons O and LSE, plans and runs the backend, copies back.
+DeviceRun run_on_device(const std::string& backend_name, const AttentionProblem& p, const Inputs& in,
+                        const PlanOptions& options = {}) {
   auto context = cuda::make_cuda_context(0);
-  Backend& backend = Registry::global().find(backend_name);
+  const Backend& backend = Registry::global().find(backend_name);
+  const std::unique_ptr<KernelPlan> plan = backend.plan(p, options);
   const HostTensor o_layout({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.layout);
   auto q = context->allocate(in.q.bytes()), k = context->allocate(in.k.bytes()),
        v = context->allocate(in.v.bytes()), o = context->allocate(o_layout.bytes());
@@ -65,31 +75,33 @@ DeviceRun run_on_device(const std::string& backend_name, const AttentionProblem&
   args.o = view(o->data(), o_layout);
   args.lse = LseView{static_cast<float*>(lse->data()), device};
   // Backends with a workspace (flash3-fp8: the e4m3 copies) get one, as the bench runner does.
-  const std::size_t workspace_bytes = backend.workspace_bytes(p);
+  const std::size_t workspace_bytes = plan->workspace_bytes();
   std::unique_ptr<bench::DeviceAllocation> workspace;
   if (workspace_bytes > 0) {
     workspace = context->allocate(workspace_bytes);
     args.workspace = workspace->data();
   }
-  backend.forward(p, args, context->stream());
+  const RunReport report = plan->forward(args, context->stream());
   context->synchronize();
 
-  DeviceRun run{std::vector<std::uint16_t>(o_layout.bits.size()), std::vector<float>(p.batch * p.heads_q * p.seq_q)};
+  DeviceRun run{std::vector<std::uint16_t>(o_layout.bits.size()), std::vector<float>(p.batch * p.heads_q * p.seq_q),
+                report.kernel_config};
   context->copy_to_host(run.out_bits.data(), o->data(), o_layout.bytes());
   context->copy_to_host(run.lse.data(), lse->data(), lse_bytes);
   return run;
 }
 
-// Checks one backend on one problem with fresh random inputs.
-void check_backend(const std::string& backend_name, const AttentionProblem& p) {
+// Checks one backend on one problem with fresh random inputs; returns the kernel config that ran.
+std::string check_backend(const std::string& backend_name, const AttentionProblem& p, const PlanOptions& options = {}) {
   const std::uint64_t seed = std::random_device{}();
   SCOPED_TRACE(backend_name + " " + p.describe() + " seed " + std::to_string(seed));
-  Backend& backend = Registry::global().find(backend_name);
+  const Backend& backend = Registry::global().find(backend_name);
   const Support support = backend.supports(p);
-  ASSERT_TRUE(support.ok) << support.reason;
+  EXPECT_TRUE(support.ok) << support.reason;
+  if (!support.ok) return {};
 
   const Inputs in = random_inputs(p, seed);
-  const DeviceRun run = run_on_device(backend_name, p, in);
+  const DeviceRun run = run_on_device(backend_name, p, in, options);
   const Result ref = reference_f64(p, in);
   const Result naive = naive_same_dtype(p, in, /*round_scores=*/backend_name == "cuda-vanilla");
 
@@ -138,6 +150,7 @@ void check_backend(const std::string& backend_name, const AttentionProblem& p) {
                                         << lse_err.worst_index << "; naive " << naive_lse_err.max_abs;
   std::printf("  %-13s %-58s O max err %.3g (naive %.3g, bound %.3g)  LSE max err %.3g\n", backend_name.c_str(),
               p.describe().c_str(), err.max_abs, naive_err.max_abs, bound, lse_err.max_abs);
+  return run.kernel_config;
 }
 
 class CudaBackendTest : public ::testing::TestWithParam<std::string> {};
@@ -224,22 +237,22 @@ TEST(CudaFlash2, Deterministic) {
 // with seq_q != seq_kv, GQA, one row, both dtypes.
 TEST(CudaFlash2, EveryKernelConfigMatchesTheReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  Backend& flash2 = Registry::global().find("flash2");
+  const Backend& flash2 = Registry::global().find("flash2");
   for (int head_dim : {64, 128}) {
     const std::vector<std::string> configs =
         flash2.kernel_configs(make_problem(1, 2, 2, 64, 64, head_dim, DType::BF16, Layout::BSHD, false));
     ASSERT_GE(configs.size(), 2u) << "d" << head_dim;
     for (const std::string& config : configs) {
-      flash2.force_kernel_config(config);
+      const PlanOptions options = with_config(config);
       SCOPED_TRACE("config " + config);
-      check_backend("flash2", make_problem(2, 4, 2, 1000, 333, head_dim, DType::BF16, Layout::BSHD, true));
-      check_backend("flash2", make_problem(1, 3, 3, 1, 77, head_dim, DType::F16, Layout::BHSD, false));
-      check_backend("flash2", make_problem(1, 2, 1, 200, 40, head_dim, DType::F16, Layout::BSHD, true));
-      EXPECT_EQ(flash2.last_kernel_config(), config);
+      for (const AttentionProblem& p : {make_problem(2, 4, 2, 1000, 333, head_dim, DType::BF16, Layout::BSHD, true),
+                                        make_problem(1, 3, 3, 1, 77, head_dim, DType::F16, Layout::BHSD, false),
+                                        make_problem(1, 2, 1, 200, 40, head_dim, DType::F16, Layout::BSHD, true)})
+        EXPECT_EQ(check_backend("flash2", p, options), config);
     }
   }
-  flash2.force_kernel_config("");
-  EXPECT_THROW(flash2.force_kernel_config("m7"), Error);
+  const AttentionProblem p = make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false);
+  EXPECT_THROW(flash2.plan(p, with_config("m7")), Error);
 }
 
 TEST(CudaFlash2, RefusesWhatItDoesNotSupport) {
@@ -314,21 +327,24 @@ TEST(CudaFlash3, EveryKernelConfigMatchesTheReference) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
   const std::vector<std::string> configs =
       flash3.kernel_configs(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
-  ASSERT_EQ(configs, (std::vector<std::string>{"default", "v1", "grid", "n176"}));
+  // The built-in choice first: n176 at d128 for a dense problem up to 8k keys.
+  ASSERT_EQ(configs, (std::vector<std::string>{"n176", "default", "v1", "grid"}));
   for (const std::string config : {"default", "v1", "grid"}) {
-    flash3.force_kernel_config(config);
+    const PlanOptions options = with_config(config);
     SCOPED_TRACE("config " + config);
     for (const int head_dim : {64, 128, 256}) {
       SCOPED_TRACE("d" + std::to_string(head_dim));
-      check_backend("flash3", make_problem(1, 2, 2, 100, 100, head_dim, DType::BF16, Layout::BSHD, false));
-      check_backend("flash3", make_problem(1, 2, 1, 130, 250, head_dim, DType::F16, Layout::BHSD, false));
-      check_backend("flash3", make_problem(2, 4, 2, 1000, 333, head_dim, DType::BF16, Layout::BSHD, true));
-      check_backend("flash3", make_problem(1, 3, 1, 777, 2049, head_dim, DType::F16, Layout::BSHD, true));
-      // 8 × 16 × 4 = 512 work tiles, a quarter of them with no key (rows 0..666 see none).
-      check_backend("flash3", make_problem(4, 16, 4, 1000, 333, head_dim, DType::BF16, Layout::BSHD, true));
-      // 5 × 8 × 8 = 320 work tiles of 6 key tiles (11 at d256), dense.
-      check_backend("flash3", make_problem(8, 8, 8, 520, 700, head_dim, DType::F16, Layout::BHSD, false));
-      EXPECT_EQ(flash3.last_kernel_config(), config);
+      for (const AttentionProblem& p : {
+               make_problem(1, 2, 2, 100, 100, head_dim, DType::BF16, Layout::BSHD, false),
+               make_problem(1, 2, 1, 130, 250, head_dim, DType::F16, Layout::BHSD, false),
+               make_problem(2, 4, 2, 1000, 333, head_dim, DType::BF16, Layout::BSHD, true),
+               make_problem(1, 3, 1, 777, 2049, head_dim, DType::F16, Layout::BSHD, true),
+               // 8 × 16 × 4 = 512 work tiles, a quarter of them with no key (rows 0..666 see none).
+               make_problem(4, 16, 4, 1000, 333, head_dim, DType::BF16, Layout::BSHD, true),
+               // 5 × 8 × 8 = 320 work tiles of 6 key tiles (11 at d256), dense.
+               make_problem(8, 8, 8, 520, 700, head_dim, DType::F16, Layout::BHSD, false),
+           })
+        EXPECT_EQ(check_backend("flash3", p, options), config);
     }
   }
   for (const int head_dim : {64, 128, 256}) {
@@ -336,16 +352,14 @@ TEST(CudaFlash3, EveryKernelConfigMatchesTheReference) {
     for (const bool causal : {false, true}) {
       const AttentionProblem p = make_problem(4, 16, 4, 1000, 1200, head_dim, DType::BF16, Layout::BSHD, causal);
       const Inputs in = random_inputs(p, std::random_device{}());
-      flash3.force_kernel_config("default");
-      const DeviceRun persistent = run_on_device("flash3", p, in);
-      flash3.force_kernel_config("grid");
-      const DeviceRun grid = run_on_device("flash3", p, in);
+      const DeviceRun persistent = run_on_device("flash3", p, in, with_config("default"));
+      const DeviceRun grid = run_on_device("flash3", p, in, with_config("grid"));
       EXPECT_EQ(std::memcmp(persistent.out_bits.data(), grid.out_bits.data(), grid.out_bits.size() * 2), 0);
       EXPECT_EQ(std::memcmp(persistent.lse.data(), grid.lse.data(), grid.lse.size() * 4), 0);
     }
   }
-  flash3.force_kernel_config("");
-  EXPECT_THROW(flash3.force_kernel_config("v7"), Error);
+  const AttentionProblem p = make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false);
+  EXPECT_THROW(flash3.plan(p, with_config("v7")), Error);
 }
 
 // Kernel config "m192" (d64 only: three consumer warpgroups, 192-row Q tiles) against the
@@ -356,30 +370,25 @@ TEST(CudaFlash3, EveryKernelConfigMatchesTheReference) {
 // Small cases of m192 for compute-sanitizer (tools/device/run.sh): the partial 192-row Q tile, a
 // K tile cut by the sequence end, causal GQA, both warpgroup barriers orders.
 TEST(CudaFlash3, M192SmallCases) {
-  Backend& flash3 = Registry::global().find("flash3");
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false));
-  flash3.force_kernel_config("m192");
-  for (const bool causal : {false, true}) {
-    check_backend("flash3", make_problem(1, 4, 2, 385, 200, 64, DType::BF16, Layout::BSHD, causal));
-    EXPECT_EQ(flash3.last_kernel_config(), "m192");
-  }
-  // Unforced, with no cache entry: the built-in choice (m192 at d64 but for causal N <= 1k;
-  flash3.force_kernel_config("");
+  for (const bool causal : {false, true})
+    EXPECT_EQ(check_backend("flash3", make_problem(1, 4, 2, 385, 200, 64, DType::BF16, Layout::BSHD, causal),
+                            with_config("m192")),
+              "m192");
+  // Not asked for, with no cache entry: the built-in choice (m192 at d64 but for causal N <= 1k;
   if (KernelConfigCache::global().size() == 0) {
-    check_backend("flash3", make_problem(1, 2, 2, 1500, 1500, 64, DType::BF16, Layout::BSHD, true));
-    EXPECT_EQ(flash3.last_kernel_config(), "m192");
-    check_backend("flash3", make_problem(1, 2, 2, 1000, 1000, 64, DType::BF16, Layout::BSHD, true));
-    EXPECT_EQ(flash3.last_kernel_config(), "default");
-    // d128: n176 dense up to 8k keys and causal from 8k rows; the 128-key default otherwise.
-    check_backend("flash3", make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, false));
-    EXPECT_EQ(flash3.last_kernel_config(), "n176");
-    check_backend("flash3", make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true));
-    EXPECT_EQ(flash3.last_kernel_config(), "default");
+    EXPECT_EQ(check_backend("flash3", make_problem(1, 2, 2, 1500, 1500, 64, DType::BF16, Layout::BSHD, true)), "m192");
+    EXPECT_EQ(check_backend("flash3", make_problem(1, 2, 2, 1000, 1000, 64, DType::BF16, Layout::BSHD, true)),
+              "default");
+    // d128: n176 dense up to 8k keys and causal above 4k rows; the 128-key default otherwise.
+    EXPECT_EQ(check_backend("flash3", make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, false)), "n176");
+    EXPECT_EQ(check_backend("flash3", make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true)),
+              "default");
   }
 }
 
 // A tile config (m192 at d64, n176 at d128) against the reference on `cases`, equal to the
-// default config up to rounding order, and forced at another head dim a clear error.
+// default config up to rounding order, and asked for at another head dim a clear error.
 struct TileConfigCase {
   int batch, heads_q, heads_kv, seq_q, seq_kv;
   Layout layout;
@@ -389,19 +398,18 @@ struct TileConfigCase {
 
 void expect_tile_config_matches_reference(const std::string& config, int head_dim,
                                           const std::vector<TileConfigCase>& cases) {
-  Backend& flash3 = Registry::global().find("flash3");
+  const Backend& flash3 = Registry::global().find("flash3");
+  // Dense, 64 keys: the tile config is the built-in choice at its head dim (listed first).
   const std::vector<std::string> configs =
       flash3.kernel_configs(make_problem(1, 2, 2, 64, 64, head_dim, DType::BF16, Layout::BSHD, false));
-  ASSERT_EQ(configs, (std::vector<std::string>{"default", "v1", "grid", config}));
-  flash3.force_kernel_config(config);
+  ASSERT_EQ(configs, (std::vector<std::string>{config, "default", "v1", "grid"}));
   for (const DType dtype : {DType::BF16, DType::F16}) {
     for (const TileConfigCase& c : cases) {
       AttentionProblem p =
           make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, head_dim, dtype, c.layout, c.causal);
       p.window_left = c.window_left;
       p.window_right = c.window_right;
-      check_backend("flash3", p);
-      EXPECT_EQ(flash3.last_kernel_config(), config);
+      EXPECT_EQ(check_backend("flash3", p, with_config(config)), config);
     }
   }
 
@@ -412,9 +420,8 @@ void expect_tile_config_matches_reference(const std::string& config, int head_di
   if (config == "m192") {
     const AttentionProblem p = make_problem(2, 4, 2, 1000, 1000, head_dim, DType::BF16, Layout::BSHD, true);
     const Inputs in = random_inputs(p, std::random_device{}());
-    const DeviceRun tiled = run_on_device("flash3", p, in);
-    flash3.force_kernel_config("default");
-    const DeviceRun standard = run_on_device("flash3", p, in);
+    const DeviceRun tiled = run_on_device("flash3", p, in, with_config(config));
+    const DeviceRun standard = run_on_device("flash3", p, in, with_config("default"));
     // NaN on either side counts as apart.
     int lse_apart = 0, o_apart = 0;
     for (std::size_t i = 0; i < tiled.lse.size(); ++i) {
@@ -430,25 +437,22 @@ void expect_tile_config_matches_reference(const std::string& config, int head_di
     EXPECT_EQ(o_apart, 0) << "O entries of " << config << " and default apart";
   }
 
-  // Forced on another head dim: a clear error, before any launch.
-  flash3.force_kernel_config(config);
+  // Asked for on another head dim: a clear error from plan(), before any launch, naming the
+  // configs that problem has.
   for (const int other : {64, 128, 256}) {
     if (other == head_dim) continue;
     const AttentionProblem p = make_problem(1, 2, 2, 64, 64, other, DType::BF16, Layout::BSHD, false);
     try {
-      run_on_device("flash3", p, random_inputs(p, 1));
+      run_on_device("flash3", p, random_inputs(p, 1), with_config(config));
       ADD_FAILURE() << "flash3 ran kernel config " << config << " at head dim " << other;
     } catch (const Error& error) {
-      EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
-      std::string others = "default, v1";
-      for (const std::string& c : flash3.kernel_configs(p))
-        if (c != "default" && c != "v1") others += ", " + c;
+      EXPECT_EQ(error.kind(), ErrorKind::Usage);
+      std::string allowed;
+      for (const std::string& c : flash3.kernel_configs(p)) allowed += (allowed.empty() ? "" : ", ") + c;
       EXPECT_EQ(std::string(error.what()),
-                "flash3: kernel config '" + config + "' exists for head dim " + std::to_string(head_dim) +
-                    " only; this problem has head dim " + std::to_string(other) + " (its configs: " + others + ")");
+                "flash3: kernel config '" + config + "' unknown for this problem; allowed: " + allowed);
     }
   }
-  flash3.force_kernel_config("");
 }
 
 TEST(CudaFlash3, M192MatchesTheReference) {
@@ -513,21 +517,19 @@ TEST(CudaFlash3, PersistentSmallCases) {
 // Small cases of n176 for compute-sanitizer (tools/device/run.sh): a K tile cut by the
 // sequence end, causal GQA, a second Q tile.
 TEST(CudaFlash3, N176SmallCases) {
-  Backend& flash3 = Registry::global().find("flash3");
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
-  flash3.force_kernel_config("n176");
-  for (const bool causal : {false, true}) {
-    check_backend("flash3", make_problem(1, 4, 2, 200, 385, 128, DType::BF16, Layout::BSHD, causal));
-    EXPECT_EQ(flash3.last_kernel_config(), "n176");
-  }
-  flash3.force_kernel_config("");
+  for (const bool causal : {false, true})
+    EXPECT_EQ(check_backend("flash3", make_problem(1, 4, 2, 200, 385, 128, DType::BF16, Layout::BSHD, causal),
+                            with_config("n176")),
+              "n176");
 }
 
 // m192 is listed for head dim 64 only, n176 for head dim 128 only, and only by flash3 (flash3-fp8
-// has no such kernels).
-// Host only: runs everywhere, CI included.
+// has no such kernels); the built-in choice first (flash3.hpp). choose_kernel_config, which
+// plan() asks, takes a listed config and refuses any other naming the listed ones.
+// Host only (no plan is made, no kernel-config cache read): runs everywhere, CI included.
 TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
-  Backend& flash3 = Registry::global().find("flash3");
+  const Backend& flash3 = Registry::global().find("flash3");
   for (const int head_dim : {64, 128, 256}) {
     const std::vector<std::string> configs =
         flash3.kernel_configs(make_problem(1, 2, 2, 300, 300, head_dim, DType::F16, Layout::BSHD, true));
@@ -536,22 +538,45 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
                                          : (std::vector<std::string>{"default", "v1", "grid"}))
         << "d" << head_dim;
   }
-  EXPECT_NO_THROW(flash3.force_kernel_config("m192"));
-  flash3.force_kernel_config("");
-  try {
-    flash3.force_kernel_config("m256");
-    ADD_FAILURE() << "an unknown config was accepted";
-  } catch (const Error& error) {
-    EXPECT_EQ(error.kind(), ErrorKind::Usage);
-    EXPECT_EQ(std::string(error.what()), "flash3: kernel config 'm256' unknown; allowed: default, v1, grid, m192 (head dim 64), "
-                                         "n176 (head dim 128)");
-  }
-  Backend& fp8 = Registry::global().find("flash3-fp8");
-  EXPECT_EQ(fp8.kernel_configs(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, false)),
-            (std::vector<std::string>{"default", "v1"}));
-  EXPECT_THROW(fp8.force_kernel_config("m192"), Error);
-  EXPECT_THROW(fp8.force_kernel_config("n176"), Error);
-  EXPECT_THROW(fp8.force_kernel_config("grid"), Error);
+  // The built-in choice where it is a tile config: d64 except causal N <= 1k, d128 dense up to
+  // 8k keys or causal above 4k rows.
+  EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 1500, 1500, 64, DType::F16, Layout::BSHD, true)),
+            (std::vector<std::string>{"m192", "default", "v1", "grid"}));
+  EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 300, 9000, 128, DType::F16, Layout::BSHD, false)),
+            (std::vector<std::string>{"default", "v1", "grid", "n176"}));
+  EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 4097, 4097, 128, DType::F16, Layout::BSHD, true)),
+            (std::vector<std::string>{"n176", "default", "v1", "grid"}));
+
+  const AttentionProblem d64 = make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true);
+  const AttentionProblem d128 = make_problem(1, 2, 2, 300, 300, 128, DType::F16, Layout::BSHD, true);
+  KernelConfigCache empty;
+  PlanOptions options = with_config("m192");
+  options.kernel_cache = &empty;
+  EXPECT_EQ(choose_kernel_config(flash3, d64, options), "m192");
+  const auto refusal = [&](const Backend& backend, const AttentionProblem& p, const std::string& config) {
+    PlanOptions asked = with_config(config);
+    asked.kernel_cache = &empty;
+    try {
+      (void)choose_kernel_config(backend, p, asked);
+      ADD_FAILURE() << backend.name() << ": config " << config << " was accepted for " << p.describe();
+      return std::string();
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Usage);
+      return std::string(error.what());
+    }
+  };
+  EXPECT_EQ(refusal(flash3, d128, "m192"),
+            "flash3: kernel config 'm192' unknown for this problem; allowed: default, v1, grid, n176");
+  EXPECT_EQ(refusal(flash3, d64, "m256"),
+            "flash3: kernel config 'm256' unknown for this problem; allowed: default, v1, grid, m192");
+  // Not asked for, no cache entry: the built-in choice.
+  options.kernel_config.clear();
+  EXPECT_EQ(choose_kernel_config(flash3, d64, options), "default");
+
+  const Backend& fp8 = Registry::global().find("flash3-fp8");
+  const AttentionProblem fp8_problem = make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, false);
+  EXPECT_EQ(fp8.kernel_configs(fp8_problem), (std::vector<std::string>{"default", "v1"}));
+  for (const char* config : {"m192", "n176", "grid"}) EXPECT_FALSE(refusal(fp8, fp8_problem, config).empty());
 }
 
 // TMA descriptors are built from the views' strides: padded Q, K, V (every stride a larger
@@ -710,11 +735,12 @@ std::vector<double> output_values(const AttentionProblem& p, const DeviceRun& ru
 
 // One problem: O within the fp8 bound of the dequantized-input reference, LSE within 0.01
 // (QKᵀ in e4m3 wgmma; a wrong tile or descale is off by O(1)), -inf exactly on rows with no key.
-void check_flash3_fp8(const AttentionProblem& p) {
+// Returns the kernel config that ran.
+std::string check_flash3_fp8(const AttentionProblem& p, const PlanOptions& options) {
   const std::uint64_t seed = std::random_device{}();
   SCOPED_TRACE("flash3-fp8 " + p.describe() + " seed " + std::to_string(seed));
   const Inputs in = random_inputs(p, seed);
-  const DeviceRun run = run_on_device("flash3-fp8", p, in);
+  const DeviceRun run = run_on_device("flash3-fp8", p, in, options);
   const std::vector<double> q = dequantized_e4m3(in.q), k = dequantized_e4m3(in.k), v = dequantized_e4m3(in.v);
   const Result ref = reference_of_values(p, in, q, k, v, false);
   const Result naive = reference_of_values(p, in, q, k, v, true);
@@ -748,6 +774,7 @@ void check_flash3_fp8(const AttentionProblem& p) {
   EXPECT_LE(lse_err, 0.01) << "LSE max abs err";
   std::printf("  flash3-fp8    %-58s O max err %.3g (e4m3-P model %.3g, bound %.3g)  LSE max err %.3g\n",
               p.describe().c_str(), err.max_abs, naive_err.max_abs, bound, lse_err);
+  return run.kernel_config;
 }
 
 TEST(CudaFlash3Fp8, MatchesTheQuantizedReference) {
@@ -768,11 +795,10 @@ TEST(CudaFlash3Fp8, MatchesTheQuantizedReference) {
       {1, 2, 2, 1500, 1500, 128, Layout::BSHD, false, -1, -1}, // 12 K/V tiles: the stage ring wraps 4 times
   };
   // Both schedules (v2 "default", "v1"), each case against the e4m3 reference.
-  Backend& fp8 = Registry::global().find("flash3-fp8");
-  ASSERT_EQ(fp8.kernel_configs(make_problem(1, 1, 1, 64, 64, 128, DType::BF16, Layout::BSHD, false)),
-            (std::vector<std::string>{"default", "v1"}));
+  const Backend& fp8 = Registry::global().find("flash3-fp8");
+  const AttentionProblem listed = make_problem(1, 1, 1, 64, 64, 128, DType::BF16, Layout::BSHD, false);
+  ASSERT_EQ(fp8.kernel_configs(listed), (std::vector<std::string>{"default", "v1"}));
   for (const std::string config : {"default", "v1"}) {
-    fp8.force_kernel_config(config);
     SCOPED_TRACE("config " + config);
     for (const Case& c : cases) {
       AttentionProblem p =
@@ -780,12 +806,10 @@ TEST(CudaFlash3Fp8, MatchesTheQuantizedReference) {
       p.window_left = c.window_left;
       p.window_right = c.window_right;
       SKIP_UNLESS_FLASH3_FP8_RUNS(p);
-      check_flash3_fp8(p);
-      EXPECT_EQ(fp8.last_kernel_config(), config);
+      EXPECT_EQ(check_flash3_fp8(p, with_config(config)), config);
     }
   }
-  fp8.force_kernel_config("");
-  EXPECT_THROW(fp8.force_kernel_config("v3"), Error);
+  EXPECT_THROW(fp8.plan(listed, with_config("v3")), Error);
 }
 
 double cosine_similarity(const std::vector<double>& a, const std::vector<double>& b) {
@@ -854,7 +878,7 @@ TEST(CudaFlash3Fp8, PaddedStridesReadLikeDenseOnes) {
 }
 
 TEST(CudaFlash3Fp8, RefusesWhatItDoesNotSupport) {
-  Backend& fp8 = Registry::global().find("flash3-fp8");
+  const Backend& fp8 = Registry::global().find("flash3-fp8");
   AttentionProblem p = make_problem(1, 2, 2, 128, 128, 128, DType::F16, Layout::BSHD, false);
   Support support = fp8.supports(p);
   EXPECT_FALSE(support.ok);
@@ -886,7 +910,9 @@ TEST(CudaFlash3Fp8, RefusesWhatItDoesNotSupport) {
   support = fp8.supports(p);
   if (info.compute_capability() == 90) {
     EXPECT_TRUE(support.ok) << support.reason;
-    // Without the workspace it asked for, forward refuses before any launch.
+    // Without the workspace its plan asked for, forward refuses before any launch.
+    const std::unique_ptr<KernelPlan> plan = fp8.plan(p, {});
+    EXPECT_GT(plan->workspace_bytes(), 0u);
     auto context = cuda::make_cuda_context(0);
     AttentionArgs args;
     const Device device = context->device();
@@ -899,7 +925,7 @@ TEST(CudaFlash3Fp8, RefusesWhatItDoesNotSupport) {
     args.v = view(2);
     args.o = view(3);
     try {
-      fp8.forward(p, args, context->stream());
+      plan->forward(args, context->stream());
       ADD_FAILURE() << "flash3-fp8 ran without a workspace";
     } catch (const Error& error) {
       EXPECT_EQ(error.kind(), ErrorKind::Usage);
@@ -1051,19 +1077,25 @@ int visible_gpus() {
   return count;
 }
 
+// PlanOptions with ring option `key` = `value`.
+PlanOptions ring_option(const std::string& key, const std::string& value) {
+  PlanOptions options;
+  options.options[key] = value;
+  return options;
+}
+
 // ring on `world` GPUs (ring_world), against the fp64 reference with the kernels' bound;
 // odd lengths (chunks of unequal length), causal and not, GQA, fp16 and bf16.
 void check_ring(int world) {
-  Backend& ring = Registry::global().find("ring");
-  ring.reset_options();
-  ASSERT_TRUE(ring.set_option("ring_world", std::to_string(world)));
+  const PlanOptions options = ring_option("ring_world", std::to_string(world));
   for (bool causal : {false, true}) {
-    check_backend("ring", make_problem(1, 8, 8, 1024, 1024, 128, DType::BF16, Layout::BSHD, causal));
-    check_backend("ring", make_problem(2, 8, 2, 1000 + 2 * world + 1, 1000 + 2 * world + 1, 128, DType::BF16,
-                                       Layout::BSHD, causal));
-    check_backend("ring", make_problem(1, 4, 1, 777, 777, 64, DType::F16, Layout::BSHD, causal));
+    check_backend("ring", make_problem(1, 8, 8, 1024, 1024, 128, DType::BF16, Layout::BSHD, causal), options);
+    check_backend("ring",
+                  make_problem(2, 8, 2, 1000 + 2 * world + 1, 1000 + 2 * world + 1, 128, DType::BF16, Layout::BSHD,
+                               causal),
+                  options);
+    check_backend("ring", make_problem(1, 4, 1, 777, 777, 64, DType::F16, Layout::BSHD, causal), options);
   }
-  ring.reset_options();
 }
 
 TEST(CudaRing, OneGpuRunsARingOfOne) {
@@ -1085,27 +1117,46 @@ TEST(CudaRing, EveryVisibleGpu) {
 
 TEST(CudaRing, RefusesWhatItCannotShard) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  Backend& ring = Registry::global().find("ring");
-  ring.reset_options();
-  ASSERT_TRUE(ring.set_option("ring_world", "1"));
+  const Backend& ring = Registry::global().find("ring");
+  // The reason plan() refuses with (Error(Unsupported)), or "" when it plans.
+  const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) -> std::string {
+    try {
+      (void)ring.plan(problem, options);
+      return "";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Unsupported) << error.what();
+      return error.what();
+    }
+  };
+  const PlanOptions one = ring_option("ring_world", "1");
   AttentionProblem p = make_problem(1, 8, 8, 1024, 512, 128, DType::BF16, Layout::BSHD, true);
+  EXPECT_NE(refusal(p, one).find("needs Nq = Nk"), std::string::npos) << refusal(p, one);
   EXPECT_NE(ring.supports(p).reason.find("needs Nq = Nk"), std::string::npos) << ring.supports(p).reason;
   p = make_problem(1, 8, 8, 1024, 1024, 128, DType::BF16, Layout::BHSD, true);
-  EXPECT_NE(ring.supports(p).reason.find("needs bshd"), std::string::npos) << ring.supports(p).reason;
-  ASSERT_TRUE(ring.set_option("ring_world", std::to_string(visible_gpus() + 1)));
+  EXPECT_NE(refusal(p, one).find("needs bshd"), std::string::npos) << refusal(p, one);
   p.layout = Layout::BSHD;
-  EXPECT_NE(ring.supports(p).reason.find("GPUs visible"), std::string::npos) << ring.supports(p).reason;
-  EXPECT_THROW(ring.set_option("ring_mode", "fast"), Error);
-  ring.reset_options();
+  EXPECT_EQ(refusal(p, one), "");
+  const PlanOptions too_many = ring_option("ring_world", std::to_string(visible_gpus() + 1));
+  EXPECT_NE(refusal(p, too_many).find("GPUs visible"), std::string::npos) << refusal(p, too_many);
+  for (const auto& [key, value] : {std::pair<std::string, std::string>{"ring_mode", "fast"}, {"ring_world", "0"},
+                                   {"ring_world", "x"}, {"ring_inputs", "cached"}}) {
+    try {
+      (void)ring.plan(p, ring_option(key, value));
+      ADD_FAILURE() << key << " = " << value << " was accepted";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Usage) << error.what();
+    }
+  }
+  EXPECT_EQ(ring.option_keys(), (std::vector<std::string>{"ring_world", "ring_mode", "ring_inputs"}));
 }
 
-// The harness's repeated forwards with ring_inputs=resident give the same output as the first.
+// The harness's repeated forwards of one plan with ring_inputs=resident give the same output as
+// the first.
 TEST(CudaRing, ResidentInputsRepeatTheFirstOutput) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  Backend& ring = Registry::global().find("ring");
-  ring.reset_options();
-  ASSERT_TRUE(ring.set_option("ring_inputs", "resident"));
+  const Backend& ring = Registry::global().find("ring");
   const AttentionProblem p = make_problem(1, 8, 2, 999, 999, 128, DType::BF16, Layout::BSHD, true);
+  const std::unique_ptr<KernelPlan> plan = ring.plan(p, ring_option("ring_inputs", "resident"));
   const Inputs in = random_inputs(p, 11);
   auto context = cuda::make_cuda_context(0);
   auto q = context->allocate(in.q.bytes()), k = context->allocate(in.k.bytes()), v = context->allocate(in.v.bytes());
@@ -1121,17 +1172,16 @@ TEST(CudaRing, ResidentInputsRepeatTheFirstOutput) {
   args.v = TensorView{v->data(), p.dtype, device, in.v.shape, in.v.strides};
   args.o = TensorView{o->data(), p.dtype, device, in.q.shape, in.q.strides};
   std::vector<std::uint16_t> first(o_bytes / 2), again(o_bytes / 2);
-  ring.forward(p, args, context->stream());
+  plan->forward(args, context->stream());
   context->synchronize();
   context->copy_to_host(first.data(), o->data(), o_bytes);
   for (int repeat = 0; repeat < 3; ++repeat) {
     context->poison(o->data(), o_bytes);
-    ring.forward(p, args, context->stream());
+    plan->forward(args, context->stream());
     context->synchronize();
   }
   context->copy_to_host(again.data(), o->data(), o_bytes);
   EXPECT_EQ(first, again);
-  ring.reset_options();
 }
 
 }  // namespace

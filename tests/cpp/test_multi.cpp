@@ -255,9 +255,9 @@ TEST_P(CpuRing, MatchesTheReference) {
   args.lse = {lse.data(), Device{}};
 
   auto backend = ring::make_cpu_ring_backend();
-  ASSERT_TRUE(backend->set_option("ring_world", std::to_string(rc.world)));
-  ASSERT_TRUE(backend->supports(p).ok) << backend->supports(p).reason;
-  backend->forward(p, args, nullptr);
+  PlanOptions options;
+  options.options["ring_world"] = std::to_string(rc.world);
+  backend->forward(p, args, nullptr, options);
 
   // The bound: fp32 accumulation throughout (partials merged in fp32, rounded once), so the
   // error against fp64 is the output dtype's rounding plus fp32 noise.
@@ -294,21 +294,37 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(CpuRingSupport, RefusesWhatTheRingCannotShard) {
   auto backend = ring::make_cpu_ring_backend();
-  ASSERT_TRUE(backend->set_option("ring_world", "4"));
+  PlanOptions world4;
+  world4.options["ring_world"] = "4";
+  // The reason plan() refuses with (Error(Unsupported)), or "" when it plans.
+  const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) -> std::string {
+    try {
+      (void)backend->plan(problem, options);
+      return "";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Unsupported) << error.what();
+      return error.what();
+    }
+  };
   AttentionProblem p;
   p.head_dim = 32;
   p.seq_q = p.seq_kv = 7;
-  EXPECT_NE(backend->supports(p).reason.find("shorter than the 2 × 4 = 8 chunks"), std::string::npos)
-      << backend->supports(p).reason;
+  EXPECT_NE(refusal(p, world4).find("shorter than the 2 × 4 = 8 chunks"), std::string::npos) << refusal(p, world4);
   p.seq_q = 64;
   p.seq_kv = 32;
+  EXPECT_NE(refusal(p, world4).find("needs Nq = Nk"), std::string::npos);
   EXPECT_NE(backend->supports(p).reason.find("needs Nq = Nk"), std::string::npos);
   p.seq_kv = 64;
   p.window_left = 8;
-  EXPECT_NE(backend->supports(p).reason.find("sliding windows"), std::string::npos);
-  EXPECT_THROW(backend->set_option("ring_world", "0"), Error);
-  EXPECT_THROW(backend->set_option("ring_world", "x"), Error);
-  EXPECT_FALSE(backend->set_option("other", "1"));
+  EXPECT_NE(refusal(p, world4).find("sliding windows"), std::string::npos);
+  p.window_left = -1;
+  EXPECT_EQ(refusal(p, world4), "");
+  for (const char* bad : {"0", "x"}) {
+    PlanOptions options;
+    options.options["ring_world"] = bad;
+    EXPECT_THROW(backend->plan(p, options), Error) << bad;
+  }
+  EXPECT_EQ(backend->option_keys(), std::vector<std::string>{"ring_world"});
 }
 
 // --- The --gpus pool, with CPU workers ----------------------------------------------------------------

@@ -71,8 +71,9 @@ struct Output {
 
 // Runs a backend through the harness's device context (so the same code runs CPU and CUDA
 // backends) and reads O and LSE back as floats.
-Output run(Backend& backend, const AttentionProblem& p, const Values& in) {
+Output run(const Backend& backend, const AttentionProblem& p, const Values& in) {
   const Device device = backend.device();
+  const std::unique_ptr<KernelPlan> plan = backend.plan(p, {});
   auto ctx = bench::make_device_context(device);
   const std::size_t element = size_of(p.dtype);
   std::vector<std::unique_ptr<bench::DeviceAllocation>> keep;
@@ -100,7 +101,7 @@ Output run(Backend& backend, const AttentionProblem& p, const Values& in) {
   const std::array<std::int64_t, 4> o_shape{p.batch, p.seq_q, p.heads_q, p.dim_v()};
   const std::size_t o_elements = static_cast<std::size_t>(p.batch) * p.seq_q * p.heads_q * p.dim_v();
   const std::size_t lse_elements = static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q;
-  if (!backend.produces_own_output()) {
+  if (!plan->produces_own_output()) {
     keep.push_back(ctx->allocate(o_elements * element));
     ctx->poison(keep.back()->data(), o_elements * element);
     args.o = args.q;
@@ -111,15 +112,15 @@ Output run(Backend& backend, const AttentionProblem& p, const Values& in) {
     ctx->poison(keep.back()->data(), lse_elements * sizeof(float));
     args.lse = {static_cast<float*>(keep.back()->data()), device};
   }
-  if (const std::size_t workspace = backend.workspace_bytes(p); workspace > 0) {
+  if (const std::size_t workspace = plan->workspace_bytes(); workspace > 0) {
     keep.push_back(ctx->allocate(workspace));
     args.workspace = keep.back()->data();
   }
-  backend.forward(p, args, ctx->stream());
+  const RunReport report = plan->forward(args, ctx->stream());
   ctx->synchronize();
 
-  const TensorView o = backend.produces_own_output() ? backend.produced_output() : args.o;
-  const LseView lse = backend.produces_own_output() ? backend.produced_lse() : args.lse;
+  const TensorView o = plan->produces_own_output() ? report.output : args.o;
+  const LseView lse = plan->produces_own_output() ? report.output_lse : args.lse;
   EXPECT_TRUE(!o.empty() && o.shape == o_shape && o.dtype == p.dtype);
   std::int64_t span = 1;
   for (int dim = 0; dim < 4; ++dim) span += (o.shape[dim] - 1) * o.strides[dim];

@@ -57,12 +57,14 @@ std::vector<std::string> built_peers() {
 
 struct DeviceRun {
   Result result;             // O in (b, h, i, d) order, LSE (empty when the peer gives none)
-  std::size_t own_peak = 0;  // own_peak_memory_bytes() after the forward
+  std::size_t own_peak = 0;  // RunReport::own_peak_memory_bytes of the run
 };
 
-// Copies the inputs to the GPU, runs the peer as the harness does (poisoned O and LSE of ours,
-// or the peer's own output), and reads O through its strides.
-DeviceRun run_on_device(bench::DeviceContext* context, Backend& backend, const AttentionProblem& p, const Inputs& in) {
+// Copies the inputs to the GPU, plans and runs the peer as the harness does (poisoned O and LSE
+// of ours, or the peer's own output), and reads O through its strides.
+DeviceRun run_on_device(bench::DeviceContext* context, const Backend& backend, const AttentionProblem& p,
+                        const Inputs& in) {
+  const std::unique_ptr<KernelPlan> plan = backend.plan(p, {});
   auto q = context->allocate(in.q.bytes()), k = context->allocate(in.k.bytes()), v = context->allocate(in.v.bytes());
   context->copy_to_device(q->data(), in.q.bits.data(), in.q.bytes());
   context->copy_to_device(k->data(), in.k.bits.data(), in.k.bytes());
@@ -78,7 +80,9 @@ DeviceRun run_on_device(bench::DeviceContext* context, Backend& backend, const A
   const HostTensor o_layout({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.layout);
   const std::size_t lse_bytes = sizeof(float) * p.batch * p.heads_q * p.seq_q;
   std::unique_ptr<bench::DeviceAllocation> o, lse, workspace;
-  const bool own_output = backend.produces_own_output();
+  const bool own_output = plan->produces_own_output();
+  // PyTorch's peers return their own output; cuDNN writes ours.
+  EXPECT_EQ(own_output, backend.name() != "cudnn") << backend.name();
   if (!own_output) {
     o = context->allocate(o_layout.bytes());
     lse = context->allocate(lse_bytes);
@@ -87,17 +91,16 @@ DeviceRun run_on_device(bench::DeviceContext* context, Backend& backend, const A
     args.o = view(o->data(), o_layout);
     args.lse = LseView{static_cast<float*>(lse->data()), device};
   }
-  if (const std::size_t bytes = backend.workspace_bytes(p); bytes > 0) {
+  if (const std::size_t bytes = plan->workspace_bytes(); bytes > 0) {
     workspace = context->allocate(bytes);
     args.workspace = workspace->data();
   }
   context->synchronize();
-  backend.reset_own_peak_memory();
-  backend.forward(p, args, context->stream());
+  const RunReport report = plan->forward(args, context->stream());
   context->synchronize();
 
-  DeviceRun run{empty_result(p), backend.own_peak_memory_bytes()};
-  const TensorView out = own_output ? backend.produced_output() : args.o;
+  DeviceRun run{empty_result(p), report.own_peak_memory_bytes};
+  const TensorView out = own_output ? report.output : args.o;
   EXPECT_FALSE(out.empty()) << "no output";
   EXPECT_EQ(out.dtype, p.dtype);
   EXPECT_EQ(out.shape, o_layout.shape);
@@ -112,7 +115,7 @@ DeviceRun run_on_device(bench::DeviceContext* context, Backend& backend, const A
         for (std::int64_t d = 0; d < p.dim_v(); ++d)
           run.result.out[out_index(p, b, h, i) + d] = load_as_float(bits.data(), p.dtype, out.offset(b, i, h, d));
 
-  const LseView lse_view = own_output ? backend.produced_lse() : args.lse;
+  const LseView lse_view = own_output ? report.output_lse : args.lse;
   if (lse_view.empty()) {
     run.result.lse.clear();
   } else {
@@ -145,7 +148,7 @@ bool refusal_expected(const std::string& name, const AttentionProblem& p) {
 void check_peer(const std::string& name, const AttentionProblem& p) {
   const std::uint64_t seed = std::random_device{}();
   SCOPED_TRACE(name + " " + p.describe() + " " + std::string(to_string(p.layout)) + " seed " + std::to_string(seed));
-  Backend& backend = peer_registry().find(name);
+  const Backend& backend = peer_registry().find(name);
   const Support support = backend.supports(p);
   if (!support) {
     EXPECT_TRUE(refusal_expected(name, p)) << "refused: " << support.reason;
@@ -156,7 +159,8 @@ void check_peer(const std::string& name, const AttentionProblem& p) {
   const Inputs in = random_inputs(p, seed);
   // One context, so one stream: PyTorch's caching allocator reuses a freed block on its stream.
   auto context = cuda::make_cuda_context(0);
-  if (backend.produces_own_output()) run_on_device(context.get(), backend, p, random_inputs(p, seed + 1));
+  const bool own_output = name != "cudnn";  // run_on_device checks the plan says so
+  if (own_output) run_on_device(context.get(), backend, p, random_inputs(p, seed + 1));
   const DeviceRun run = run_on_device(context.get(), backend, p, in);
   const Result ref = reference_f64(p, in);
   const Result naive = naive_same_dtype(p, in, /*round_scores=*/false);
@@ -171,7 +175,7 @@ void check_peer(const std::string& name, const AttentionProblem& p) {
                                 << err.worst_index << "; naive " << to_string(p.dtype) << " max err "
                                 << naive_err.max_abs << ", floor " << floor;
 
-  if (backend.produces_own_output()) {
+  if (own_output) {
     const std::size_t out_bytes =
         static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q * p.dim_v() * size_of(p.dtype);
     EXPECT_GE(run.own_peak, out_bytes) << "the caching allocator's peak misses the output itself";
@@ -216,7 +220,6 @@ TEST(Peers, RegisteredAsBuilt) {
     EXPECT_EQ(backend.peer_of(), name == "cudnn" ? "cuDNN" : "PyTorch");
     EXPECT_EQ(backend.device().type, DeviceType::Cuda) << name;
     EXPECT_FALSE(backend.capabilities().empty()) << name;
-    EXPECT_EQ(backend.produces_own_output(), name != "cudnn") << name;
   }
   if (peer_registry().contains("cudnn")) {
     const std::string display(peer_registry().find("cudnn").display_name());

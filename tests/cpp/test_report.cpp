@@ -140,7 +140,9 @@ TEST(ResultRow, StatusNamesRoundTrip) {
 
 TEST(ResultRow, ColumnsAreInOrderAndMatchJsonKeys) {
   const auto& columns = bench::result_columns();
-  ASSERT_EQ(columns.size(), 52u);  // 48 + the sparse kernels' predicted_sparsity, predictor_ms, effective_tflops + kernel_config
+  // 48 + the sparse kernels' predicted_sparsity, predictor_ms, effective_tflops + kernel_config,
+  // backend_options, pass and the three gradients' max_abs_err, rel_l2, rel_l1, cos_sim.
+  ASSERT_EQ(columns.size(), 66u);
   EXPECT_EQ(columns.front(), "backend");
   EXPECT_EQ(columns[2], "peer_of");
   EXPECT_EQ(columns.back(), "reason");

@@ -58,7 +58,7 @@ cuda::sage::Mode mode_of(const std::string& backend) {
 struct DeviceRun {
   std::vector<std::uint16_t> out_bits;
   std::vector<float> lse;
-  std::string kernel_config;  // Backend::last_kernel_config() after the run
+  std::string kernel_config;  // RunReport::kernel_config: the one that ran
 };
 
 // The attention kernel a sage backend runs by default here: on a compute capability 9.0 GPU
@@ -75,12 +75,16 @@ std::string default_kernel_config(const std::string& backend_name) {
   return backend_name == "sage" ? "wgmma" : "wgmma-pingpong";
 }
 
-// Copies the inputs to the GPU, poisons O and LSE, runs the backend (with a harness workspace
-// when `harness_workspace`, else the backend's own), copies back.
+// Copies the inputs to the GPU, poisons O and LSE, runs the backend with kernel config `config`
+// ("": its choice) and a harness workspace when `harness_workspace` (else the plan's own),
+// copies back.
 DeviceRun run_on_device(const std::string& backend_name, const AttentionProblem& p, const Inputs& in,
-                        bool harness_workspace = false) {
+                        bool harness_workspace = false, const std::string& config = "") {
   auto context = cuda::make_cuda_context(0);
-  Backend& backend = Registry::global().find(backend_name);
+  const Backend& backend = Registry::global().find(backend_name);
+  PlanOptions options;
+  options.kernel_config = config;
+  const std::unique_ptr<KernelPlan> plan = backend.plan(p, options);
   const HostTensor o_layout({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.layout);
   auto q = context->allocate(in.q.bytes()), k = context->allocate(in.k.bytes()),
        v = context->allocate(in.v.bytes()), o = context->allocate(o_layout.bytes());
@@ -101,14 +105,14 @@ DeviceRun run_on_device(const std::string& backend_name, const AttentionProblem&
   args.o = view(o->data(), o_layout);
   args.lse = LseView{static_cast<float*>(lse->data()), device};
   if (harness_workspace) {
-    workspace = context->allocate(backend.workspace_bytes(p));
+    workspace = context->allocate(plan->workspace_bytes());
     context->poison(workspace->data(), workspace->bytes());
     args.workspace = workspace->data();
   }
-  backend.forward(p, args, context->stream());
+  const RunReport report = plan->forward(args, context->stream());
   context->synchronize();
   DeviceRun run{std::vector<std::uint16_t>(o_layout.bits.size()), std::vector<float>(p.batch * p.heads_q * p.seq_q),
-                backend.last_kernel_config()};
+                report.kernel_config};
   context->copy_to_host(run.out_bits.data(), o->data(), o_layout.bytes());
   context->copy_to_host(run.lse.data(), lse->data(), lse_bytes);
   return run;
@@ -168,13 +172,13 @@ Accuracy accuracy(const std::vector<double>& got, const std::vector<double>& wan
   return result;
 }
 
-// `generator`: whose accuracy bound applies (sage_bounds.hpp). `config`: the kernel config
-// that must have run ("" = the default of this GPU and build).
+// `generator`: whose accuracy bound applies (sage_bounds.hpp). `config`: the kernel config to
+// run, which must be the one that ran ("" = the default of this GPU and build).
 Accuracy check_backend(const std::string& backend_name, const AttentionProblem& p, const Inputs& in,
                        const std::string& what, const std::string& generator = "randn",
                        const std::string& config = "") {
   SCOPED_TRACE(backend_name + " " + p.describe() + " " + what);
-  const DeviceRun run = run_on_device(backend_name, p, in);
+  const DeviceRun run = run_on_device(backend_name, p, in, /*harness_workspace=*/false, config);
   EXPECT_EQ(run.kernel_config, config.empty() ? default_kernel_config(backend_name) : config) << "kernel config that ran";
   const Result ref = reference_f64(p, in);
   const std::vector<double> got = output_of(p, run);
@@ -524,11 +528,10 @@ std::vector<std::string> configs_to_check(const std::string& name) {
 TEST(SageBackends, EveryKernelConfigMatchesTheReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (const std::string name : {"sage", "sage2"}) {
-    Backend& backend = Registry::global().find(name);
+    const Backend& backend = Registry::global().find(name);
     const std::vector<std::string> configs = configs_to_check(name);
     if (configs.empty()) continue;
     for (const std::string& config : configs) {
-      backend.force_kernel_config(config);
       SCOPED_TRACE(name + " config " + config);
       for (int head_dim : {64, 128}) {
         check_random(name, make_problem(2, 4, 2, 1000, 333, head_dim, DType::BF16, Layout::BSHD, true), config);
@@ -539,16 +542,14 @@ TEST(SageBackends, EveryKernelConfigMatchesTheReference) {
         window.window_left = 129;
         check_random(name, window, config);
       }
-      EXPECT_EQ(backend.last_kernel_config(), config);
     }
-    backend.force_kernel_config("");
-    EXPECT_THROW(backend.force_kernel_config("m7"), Error);
+    const AttentionProblem p = make_problem(1, 2, 2, 64, 64, 64, DType::F16, Layout::BSHD, false);
+    PlanOptions unknown;
+    unknown.kernel_config = "m7";
+    EXPECT_THROW(backend.plan(p, unknown), Error);
     if (!wgmma_is_default() && ATTNSUITE_HAVE_FLASH3) {
-      // Forced where it cannot run: one clear error, not a launch failure.
-      backend.force_kernel_config("wgmma");
-      const AttentionProblem p = make_problem(1, 2, 2, 64, 64, 64, DType::F16, Layout::BSHD, false);
-      EXPECT_THROW(run_on_device(name, p, random_inputs(p, 1)), Error);
-      backend.force_kernel_config("");
+      // Asked for where it cannot run: one clear error, not a launch failure.
+      EXPECT_THROW(run_on_device(name, p, random_inputs(p, 1), /*harness_workspace=*/false, "wgmma"), Error);
     }
   }
 }
@@ -558,9 +559,7 @@ TEST(SageBackends, EveryKernelConfigMatchesTheReference) {
 TEST(SageBackends, EveryKernelConfigMeetsTheBoundsOnEveryGenerator) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (const std::string name : {"sage", "sage2"}) {
-    Backend& backend = Registry::global().find(name);
     for (const std::string& config : configs_to_check(name)) {
-      backend.force_kernel_config(config);
       SCOPED_TRACE(name + " config " + config);
       for (const auto& generator : bench::generators())
         for (int head_dim : {64, 128}) {
@@ -569,7 +568,6 @@ TEST(SageBackends, EveryKernelConfigMeetsTheBoundsOnEveryGenerator) {
           check_backend(name, p, generator_inputs(p, generator.name, 42), generator.name, generator.name, config);
         }
     }
-    backend.force_kernel_config("");
   }
 }
 

@@ -450,16 +450,18 @@ double relative_l1(const AttentionProblem& p, const std::vector<unsigned char>& 
   return diff / norm;
 }
 
-// Forces a kernel config for the scope of a test step.
-struct ForcedConfig {
-  Backend& backend;
-  ForcedConfig(Backend& b, const std::string& config) : backend(b) { backend.force_kernel_config(config); }
-  ~ForcedConfig() { backend.force_kernel_config(""); }
-};
+// PlanOptions with kernel config `config` ("": the backend's choice) and backend option `key` =
+// `value` (none when `key` is empty).
+PlanOptions plan_options(const std::string& config, const std::string& key = "", const std::string& value = "") {
+  PlanOptions options;
+  options.kernel_config = config;
+  if (!key.empty()) options.options[key] = value;
+  return options;
+}
 
 TEST(SparseGpu, PredictorMatchesTheCpuRule) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  Backend& sparge = Registry::global().find("sparge");
+  const Backend& sparge = Registry::global().find("sparge");
   for (bool causal : {false, true})
     for (int d : {64, 128}) {
       const AttentionProblem p = problem(2, 8, 4, 4096, 4096, d, DType::BF16, causal);
@@ -467,18 +469,17 @@ TEST(SparseGpu, PredictorMatchesTheCpuRule) {
       // Every kernel the backend can run here (flash3's 128 × 128 tiles and flash2's on sm_90):
       // the predictor's blocks are flash2's either way.
       for (const std::string& config : sparge.kernel_configs(p)) {
-        const ForcedConfig forced(sparge, config);
         const sparse::BlockShape shape = sparse::block_shape_for(d);
         sparse::SparseConfig settings;
         settings.heads[0].cdf_threshold = 0.8;
         const sparse::BlockMask want = sparse::predict_blocks(p, h.args, shape, settings);
-        sparge.reset_options();
-        ASSERT_TRUE(sparge.set_option("sparse_config_json", sparse::to_json(settings.heads[0]).dump()));
-        DeviceInputs in(h, sparge.workspace_bytes(p));
-        sparge.forward(p, in.args, nullptr);
+        const std::unique_ptr<KernelPlan> plan =
+            sparge.plan(p, plan_options(config, "sparse_config_json", sparse::to_json(settings.heads[0]).dump()));
+        DeviceInputs in(h, plan->workspace_bytes());
+        const RunReport run = plan->forward(in.args, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        EXPECT_EQ(sparge.last_kernel_config(), config);
-        const auto report = sparge.last_sparse_report();
+        EXPECT_EQ(run.kernel_config, config);
+        const std::optional<RunReport::Sparse>& report = run.sparse_stats();
         ASSERT_TRUE(report && report->predictor_ms);
         const double cpu_sparsity =
             1.0 - static_cast<double>(want.kept_blocks()) / static_cast<double>(sparse::visible_block_count(p, shape));
@@ -501,8 +502,8 @@ TEST(SparseGpu, PredictorMatchesTheCpuRule) {
 // Outputs are poisoned (all bits set: NaN in fp16 and bf16) before each forward.
 TEST(SparseGpu, GivenMaskMatchesTheMaskedReferenceAndDenseMaskIsTheDenseKernel) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  Backend& block_sparse = Registry::global().find("block-sparse");
-  Backend& sparge = Registry::global().find("sparge");
+  const Backend& block_sparse = Registry::global().find("block-sparse");
+  const Backend& sparge = Registry::global().find("sparge");
   struct Shape {
     int hq, hkv, seq_q, seq_kv, d;
   };
@@ -512,15 +513,15 @@ TEST(SparseGpu, GivenMaskMatchesTheMaskedReferenceAndDenseMaskIsTheDenseKernel) 
       Host h = make_host(p, "randn", 4);
       for (const std::string& config : block_sparse.kernel_configs(p)) {
         SCOPED_TRACE(config + " " + p.describe());
-        const ForcedConfig forced_mask(block_sparse, config);
         const sparse::BlockShape shape = sparse::block_shape_for(p.head_dim);
-        block_sparse.reset_options();
-        ASSERT_TRUE(block_sparse.set_option("block_mask", "random:0.3"));
+        const std::unique_ptr<KernelPlan> masked = block_sparse.plan(p, plan_options(config, "block_mask", "random:0.3"));
+        EXPECT_EQ(masked->workspace_bytes(), 0u);
         DeviceInputs in(h, 0);
         cudaMemset(in.o.data(), 0xFF, in.o.bytes());
-        block_sparse.forward(p, in.args, nullptr);
+        const RunReport masked_run = masked->forward(in.args, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        EXPECT_EQ(block_sparse.last_kernel_config(), config);
+        EXPECT_EQ(masked_run.kernel_config, config);
+        ASSERT_TRUE(masked_run.sparse_stats());
         const std::vector<unsigned char> got = in.output();
         std::memcpy(h.o.data(), got.data(), got.size());
         // flash3 visits whole 128-key tiles: the keys of every tile with a kept block.
@@ -531,21 +532,20 @@ TEST(SparseGpu, GivenMaskMatchesTheMaskedReferenceAndDenseMaskIsTheDenseKernel) 
 
         // Sparsity 0: every block kept, λ = infinity: bitwise the dense kernel's output (flash3's
         // 128-row config, or flash2).
-        const ForcedConfig forced_sparge(sparge, config);
-        sparge.reset_options();
         sparse::HeadSettings dense;
         dense.dense = true;
-        ASSERT_TRUE(sparge.set_option("sparse_config_json", sparse::to_json(dense).dump()));
-        DeviceInputs in2(h, sparge.workspace_bytes(p));
+        const std::unique_ptr<KernelPlan> all =
+            sparge.plan(p, plan_options(config, "sparse_config_json", sparse::to_json(dense).dump()));
+        DeviceInputs in2(h, all->workspace_bytes());
         cudaMemset(in2.o.data(), 0xFF, in2.o.bytes());
-        sparge.forward(p, in2.args, nullptr);
-        Backend& kernel = Registry::global().find(config);
-        const ForcedConfig forced_dense(kernel, config == "flash3" ? "default" : "");
+        const RunReport all_run = all->forward(in2.args, nullptr);
+        const Backend& kernel = Registry::global().find(config);
         cudaMemset(in.o.data(), 0xFF, in.o.bytes());
-        kernel.forward(p, in.args, nullptr);
+        kernel.forward(p, in.args, nullptr, plan_options(config == "flash3" ? "default" : ""));
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         EXPECT_EQ(in2.output(), in.output());
-        EXPECT_EQ(sparge.last_sparse_report()->predicted_sparsity, 0.0);
+        ASSERT_TRUE(all_run.sparse_stats());
+        EXPECT_EQ(all_run.sparse_stats()->predicted_sparsity, 0.0);
       }
     }
 }
@@ -555,8 +555,8 @@ TEST(SparseGpu, GivenMaskMatchesTheMaskedReferenceAndDenseMaskIsTheDenseKernel) 
 // output within sage2's accuracy of sparge's. At sparsity 0 it is sage2 (wgmma) bitwise.
 TEST(SparseGpu, SpargeSageKeepsSpargesBlocksWithinSage2sAccuracy) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  Backend& sparge_sage = Registry::global().find("sparge-sage");
-  Backend& sparge = Registry::global().find("sparge");
+  const Backend& sparge_sage = Registry::global().find("sparge-sage");
+  const Backend& sparge = Registry::global().find("sparge");
   const AttentionProblem probe = problem(1, 8, 4, 2048, 2048, 128, DType::BF16, false);
   if (!sparge_sage.supports(probe)) GTEST_SKIP() << sparge_sage.supports(probe).reason;
   struct Shape {
@@ -567,20 +567,20 @@ TEST(SparseGpu, SpargeSageKeepsSpargesBlocksWithinSage2sAccuracy) {
       const AttentionProblem p = problem(1, sh.hq, sh.hkv, sh.seq_q, sh.seq_kv, sh.d, DType::BF16, causal);
       SCOPED_TRACE(p.describe());
       Host h = make_host(p, "banded", 9);
-      const ForcedConfig on_flash3(sparge, "flash3");
       sparse::HeadSettings settings;
       settings.cdf_threshold = 0.95;
-      for (Backend* b : {&sparge, &sparge_sage}) {
-        b->reset_options();
-        ASSERT_TRUE(b->set_option("sparse_config_json", sparse::to_json(settings).dump()));
-      }
-      DeviceInputs a(h, sparge.workspace_bytes(p)), b(h, sparge_sage.workspace_bytes(p));
+      const std::string json = sparse::to_json(settings).dump();
+      const std::unique_ptr<KernelPlan> on_flash3 = sparge.plan(p, plan_options("flash3", "sparse_config_json", json));
+      const std::unique_ptr<KernelPlan> on_sage2 = sparge_sage.plan(p, plan_options("", "sparse_config_json", json));
+      DeviceInputs a(h, on_flash3->workspace_bytes()), b(h, on_sage2->workspace_bytes());
       cudaMemset(a.o.data(), 0xFF, a.o.bytes());
       cudaMemset(b.o.data(), 0xFF, b.o.bytes());
-      sparge.forward(p, a.args, nullptr);
-      sparge_sage.forward(p, b.args, nullptr);
+      const RunReport run_a = on_flash3->forward(a.args, nullptr);
+      const RunReport run_b = on_sage2->forward(b.args, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const auto ra = sparge.last_sparse_report(), rb = sparge_sage.last_sparse_report();
+      EXPECT_EQ(run_b.kernel_config, "sage2");
+      const std::optional<RunReport::Sparse>& ra = run_a.sparse_stats();
+      const std::optional<RunReport::Sparse>& rb = run_b.sparse_stats();
       ASSERT_TRUE(ra && rb && rb->predictor_ms);
       EXPECT_EQ(ra->predicted_sparsity, rb->predicted_sparsity);
       EXPECT_EQ(ra->achieved_sparsity, rb->achieved_sparsity);
@@ -591,18 +591,19 @@ TEST(SparseGpu, SpargeSageKeepsSpargesBlocksWithinSage2sAccuracy) {
 
       // Sparsity 0: sage2's wgmma kernel over every block, bitwise.
       settings.dense = true;
-      sparge_sage.reset_options();
-      ASSERT_TRUE(sparge_sage.set_option("sparse_config_json", sparse::to_json(settings).dump()));
+      const std::unique_ptr<KernelPlan> all =
+          sparge_sage.plan(p, plan_options("", "sparse_config_json", sparse::to_json(settings).dump()));
       cudaMemset(b.o.data(), 0xFF, b.o.bytes());
-      sparge_sage.forward(p, b.args, nullptr);
-      Backend& sage2 = Registry::global().find("sage2");
-      const ForcedConfig wgmma(sage2, "wgmma");
-      DeviceInputs c(h, sage2.workspace_bytes(p));
+      const RunReport all_run = all->forward(b.args, nullptr);
+      const Backend& sage2 = Registry::global().find("sage2");
+      const std::unique_ptr<KernelPlan> wgmma = sage2.plan(p, plan_options("wgmma"));
+      DeviceInputs c(h, wgmma->workspace_bytes());
       cudaMemset(c.o.data(), 0xFF, c.o.bytes());
-      sage2.forward(p, c.args, nullptr);
+      EXPECT_EQ(wgmma->forward(c.args, nullptr).kernel_config, "wgmma");
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       EXPECT_EQ(b.output(), c.output());
-      EXPECT_EQ(sparge_sage.last_sparse_report()->predicted_sparsity, 0.0);
+      ASSERT_TRUE(all_run.sparse_stats());
+      EXPECT_EQ(all_run.sparse_stats()->predicted_sparsity, 0.0);
     }
 }
 

@@ -416,12 +416,15 @@ class RunsOutAbove final : public Backend {
   Device device() const override { return {}; }
   std::string capabilities() const override { return "test"; }
   Support supports(const AttentionProblem& p) const override { return flash_->supports(p); }
-  void forward(const AttentionProblem& p, const AttentionArgs& args, Stream stream) override {
-    if (p.batch > fits_) {
-      HostBuffer partial(std::size_t{1} << 20);
-      HostBuffer impossible(4 * host_info().total_memory_bytes);
-    }
-    flash_->forward(p, args, stream);
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& p, const PlanOptions& options) const override {
+    auto flash = std::shared_ptr<KernelPlan>(flash_->plan(p, options));
+    return std::make_unique<FunctionPlan>("", 0, [this, p, flash](const AttentionArgs& args, Stream stream, RunReport&) {
+      if (p.batch > fits_) {
+        HostBuffer partial(std::size_t{1} << 20);
+        HostBuffer impossible(4 * host_info().total_memory_bytes);
+      }
+      flash->forward(args, stream);
+    });
   }
 
  private:

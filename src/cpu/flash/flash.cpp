@@ -412,18 +412,16 @@ class FlashBackend final : public Backend {
     for (const TileConfig& config : kTileConfigs) names.emplace_back(config.name);
     return names;
   }
-  void force_kernel_config(std::string_view name) override {
-    if (!name.empty()) (void)find_config(name);
-    forced_ = std::string(name);
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    require_support(*this, problem);
+    const TileConfig& tiles = find_config(choose_kernel_config(*this, problem, options));
+    return std::make_unique<FunctionPlan>(
+        tiles.name, 0, [this, problem, &tiles](const AttentionArgs& args, Stream, RunReport&) { run(problem, args, tiles); });
   }
-  std::string last_kernel_config() const override { return last_; }
 
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream) override {
-    const Support support = supports(problem);
-    ATTNSUITE_CHECK(support.ok, ErrorKind::Unsupported, "cpu-flash: " + support.reason);
+ private:
+  void run(const AttentionProblem& problem, const AttentionArgs& args, const TileConfig& tiles) const {
     check_args(name(), problem, args, /*contiguous_last_dim=*/true);
-    const TileConfig& tiles = choose(problem);
-    last_ = tiles.name;
     const FlashKernel kernel(problem, args, tiles);
     const int threads =
         static_cast<int>(std::min<std::int64_t>(cpu_threads(), kernel.work_items()));
@@ -435,26 +433,11 @@ class FlashBackend final : public Backend {
     });
   }
 
- private:
   static const TileConfig& find_config(std::string_view name) {
-    std::string allowed;
-    for (const TileConfig& config : kTileConfigs) {
+    for (const TileConfig& config : kTileConfigs)
       if (name == config.name) return config;
-      allowed += (allowed.empty() ? "" : ", ") + std::string(config.name);
-    }
-    throw Error(ErrorKind::Usage, fmt::format("cpu-flash: kernel config '{}' unknown; allowed: {}", name, allowed));
+    throw Error(ErrorKind::Internal, fmt::format("cpu-flash: kernel config '{}' not in its table", name));
   }
-  // Forced, else the cache's entry for this CPU, thread count and shape class, else the default.
-  const TileConfig& choose(const AttentionProblem& problem) const {
-    if (!forced_.empty()) return find_config(forced_);
-    if (KernelConfigCache::global().size() == 0) return kTileConfigs[0];  // no cache: no key to build
-    if (const auto cached = KernelConfigCache::global().lookup(cpu_kernel_config_key("cpu-flash", problem))) {
-      for (const TileConfig& config : kTileConfigs)
-        if (*cached == config.name) return config;
-    }
-    return kTileConfigs[0];
-  }
-  std::string forced_, last_;
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attnsuite/error.hpp"
+#include "cpu/backward.hpp"
 #include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
 
@@ -85,9 +86,21 @@ class ReferenceBackend final : public Backend {
     return supports_common(problem);
   }
 
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream) override {
-    const Support support = supports(problem);
-    ATTNSUITE_CHECK(support.ok, ErrorKind::Unsupported, "reference: " + support.reason);
+  Support supports_backward(const AttentionProblem& problem) const override { return supports(problem); }
+
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    require_support(*this, problem);
+    choose_kernel_config(*this, problem, options);  // refuses a config: there is none
+    return std::make_unique<FunctionPlan>(
+        "", 0, [this, problem](const AttentionArgs& args, Stream, RunReport&) { run(problem, args); },
+        [this, problem](const BackwardArgs& args, Stream, RunReport&) {
+          check_backward_args(name(), problem, args, /*contiguous_last_dim=*/false);
+          reference_backward(problem, args, cpu_threads());
+        });
+  }
+
+ private:
+  void run(const AttentionProblem& problem, const AttentionArgs& args) const {
     check_args(name(), problem, args, /*contiguous_last_dim=*/false);
     const std::int64_t seq_q = problem.seq_q, dim_v = problem.dim_v();
     parallel_for(static_cast<std::int64_t>(problem.batch) * problem.heads_q, cpu_threads(),

@@ -12,37 +12,41 @@
 
 namespace attnsuite::sparse {
 
-bool SparseOptions::set(std::string_view key, const std::string& value, bool predicted) {
-  if (predicted && key == "sparse_config") {
-    if (value.empty()) {
-      config = SparseConfig{};
-      config_path.clear();
-      return true;
+std::vector<std::string> SparseOptions::keys(bool predicted) {
+  if (predicted) return {"sparse_config", "sparse_config_json"};
+  return {"block_mask"};
+}
+
+SparseOptions SparseOptions::parse(const std::map<std::string, std::string>& options, bool predicted) {
+  SparseOptions parsed;
+  const auto find = [&](const char* key) -> const std::string* {
+    const auto found = options.find(key);
+    return found == options.end() ? nullptr : &found->second;
+  };
+  if (!predicted) {
+    if (const std::string* value = find("block_mask")) {
+      // Checked against a small problem so that a bad spec fails before any case runs.
+      AttentionProblem probe;
+      probe.head_dim = 128;
+      probe.seq_q = probe.seq_kv = 256;
+      if (value->rfind("file:", 0) != 0) (void)make_block_mask(*value, probe, block_shape_for(128));
+      else if (value->size() <= 5) throw Error(ErrorKind::Usage, "bad block mask 'file:'; needs a path: file:PATH");
+      parsed.mask_spec = *value;
     }
-    config = load_config(value);  // throws Error(Usage) naming the file and the reason
-    config_path = value;
-    return true;
+    return parsed;
   }
-  if (predicted && key == "sparse_config_json") {  // the tuner's candidates, without a file
-    const nlohmann::json document = nlohmann::json::parse(value, nullptr, false);
+  if (const std::string* value = find("sparse_config_json")) {  // the tuner's candidates, without a file
+    const nlohmann::json document = nlohmann::json::parse(*value, nullptr, false);
     if (document.is_discarded()) throw Error(ErrorKind::Usage, "sparse_config_json is not valid JSON");
-    config = document.is_object() && document.contains("layers")
-                 ? config_from_json(document, "sparse_config_json")
-                 : SparseConfig{true, {head_settings_from_json(document, "sparse_config_json")}};
-    config_path = "(inline)";
-    return true;
+    parsed.config = document.is_object() && document.contains("layers")
+                        ? config_from_json(document, "sparse_config_json")
+                        : SparseConfig{true, {head_settings_from_json(document, "sparse_config_json")}};
+    parsed.config_path = "(inline)";
+  } else if (const std::string* path = find("sparse_config"); path && !path->empty()) {
+    parsed.config = load_config(*path);  // throws Error(Usage) naming the file and the reason
+    parsed.config_path = *path;
   }
-  if (!predicted && key == "block_mask") {
-    // Checked now against a small problem so that a bad spec fails before any case runs.
-    AttentionProblem probe;
-    probe.head_dim = 128;
-    probe.seq_q = probe.seq_kv = 256;
-    if (value.rfind("file:", 0) != 0) (void)make_block_mask(value, probe, block_shape_for(128));
-    else if (value.size() <= 5) throw Error(ErrorKind::Usage, "bad block mask 'file:'; needs a path: file:PATH");
-    mask_spec = value;
-    return true;
-  }
-  return false;
+  return parsed;
 }
 
 Support SparseOptions::supports(const AttentionProblem& problem, bool predicted) const {
@@ -68,42 +72,50 @@ class CpuSparseBackend final : public Backend {
     return predicted_ ? "fp32/fp16/bf16, head dim 64/128/256, causal, window, GQA; --sparse-config FILE"
                       : "fp32/fp16/bf16, head dim 64/128/256, causal, window, GQA; --block-mask SPEC";
   }
-  bool set_option(std::string_view key, const std::string& value) override {
-    return options_.set(key, value, predicted_);
+  std::vector<std::string> option_keys() const override { return SparseOptions::keys(predicted_); }
+  void check_options(const std::map<std::string, std::string>& options) const override {
+    (void)SparseOptions::parse(options, predicted_);
   }
-  void reset_options() override { options_ = SparseOptions{}; }
   Support supports(const AttentionProblem& problem) const override {
     Support support = cpu::supports_common(problem);
     if (!support) return support;
     if (problem.head_dim != 64 && problem.head_dim != 128 && problem.head_dim != 256)
       return Support::no(fmt::format("head dim {} not supported by {}; allowed: 64, 128, 256", problem.head_dim, name()));
-    return options_.supports(problem, predicted_);
+    return support;
   }
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream) override {
-    const Support support = supports(problem);
-    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& plan_options) const override {
+    require_support(*this, problem);
+    choose_kernel_config(*this, problem, plan_options);  // refuses a config: there is none
+    SparseOptions options = SparseOptions::parse(plan_options.options, predicted_);
+    if (const Support support = options.supports(problem, predicted_); !support)
+      throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
+    return std::make_unique<FunctionPlan>(
+        "", 0, [this, problem, options = std::move(options)](const AttentionArgs& args, Stream, RunReport& report) {
+          run(problem, options, args, report);
+        });
+  }
+
+ private:
+  void run(const AttentionProblem& problem, const SparseOptions& options, const AttentionArgs& args,
+           RunReport& report) const {
     cpu::check_args(name(), problem, args, false);
     const BlockShape shape = block_shape_for(problem.head_dim);
     SparseStats stats;
     BlockMask mask;
     if (predicted_) {
       const auto start = std::chrono::steady_clock::now();
-      mask = predict_blocks(problem, args, shape, options_.config);
+      mask = predict_blocks(problem, args, shape, options.config);
       stats.predictor_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     } else {
-      mask = make_block_mask(options_.mask_spec, problem, shape);
+      mask = make_block_mask(options.mask_spec, problem, shape);
     }
-    sparse_forward(problem, args, shape, mask, options_.config, &stats);
-    report_ = SparseReport{stats.predicted_sparsity(), stats.achieved_sparsity(),
-                           predicted_ ? std::optional<double>(stats.predictor_ms) : std::nullopt};
+    sparse_forward(problem, args, shape, mask, options.config, &stats);
+    report.sparse = RunReport::Sparse{stats.predicted_sparsity(), stats.achieved_sparsity(),
+                                      predicted_ ? std::optional<double>(stats.predictor_ms) : std::nullopt};
   }
-  std::optional<SparseReport> last_sparse_report() const override { return report_; }
 
- private:
   bool predicted_;
-  SparseOptions options_;
-  std::optional<SparseReport> report_;
 };
 
 }  // namespace

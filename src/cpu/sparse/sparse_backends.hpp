@@ -1,9 +1,10 @@
 // The options the sparse backends (CPU and CUDA) share, and the CPU backends' factories.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
-#include <string_view>
+#include <vector>
 
 #include "attnsuite/backend.hpp"
 #include "cpu/sparse/sparse.hpp"
@@ -12,15 +13,17 @@ namespace attnsuite::sparse {
 
 // Backend options: "sparse_config" = a tuned config file (predicted backends; empty: the
 // defaults of HeadSettings) and "block_mask" = a mask spec (block-sparse backends,
-// make_block_mask). Both arrive through Backend::set_option from the suite's
-// "backend_options" or bench's --sparse-config / --block-mask.
+// make_block_mask); "sparse_config_json" is the sparse tuner's candidate, inline. They arrive in
+// PlanOptions::options from the suite's "backend_options" or bench's --sparse-config / --block-mask.
 struct SparseOptions {
   SparseConfig config;
   std::string config_path;  // for messages; empty: defaults
   std::string mask_spec = "dense";  // block-sparse without --block-mask computes every block
 
-  // Backend::set_option for a predicted (sparge) or given-mask (block-sparse) backend.
-  bool set(std::string_view key, const std::string& value, bool predicted);
+  // The option keys of a predicted (sparge) or given-mask (block-sparse) backend.
+  static std::vector<std::string> keys(bool predicted);
+  // Reads those keys of `options` (others are ignored); Error(Usage) for a bad value.
+  static SparseOptions parse(const std::map<std::string, std::string>& options, bool predicted);
   Support supports(const AttentionProblem& problem, bool predicted) const;
 };
 

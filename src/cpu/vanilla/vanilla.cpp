@@ -72,9 +72,15 @@ class VanillaBackend final : public Backend {
     return supports_common(problem);
   }
 
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream) override {
-    const Support support = supports(problem);
-    ATTNSUITE_CHECK(support.ok, ErrorKind::Unsupported, "cpu-vanilla: " + support.reason);
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    require_support(*this, problem);
+    choose_kernel_config(*this, problem, options);  // refuses a config: there is none
+    return std::make_unique<FunctionPlan>(
+        "", 0, [this, problem](const AttentionArgs& args, Stream, RunReport&) { run(problem, args); });
+  }
+
+ private:
+  void run(const AttentionProblem& problem, const AttentionArgs& args) const {
     check_args(name(), problem, args, /*contiguous_last_dim=*/true);
 
     const std::int64_t heads = static_cast<std::int64_t>(problem.batch) * problem.heads_q;

@@ -83,6 +83,13 @@ KernelConfigKey kernel_config_key(int device_index, std::string backend, const A
   return {std::move(device.first), std::move(device.second), std::move(backend), kernel_shape_class(problem)};
 }
 
+int plan_device(const PlanOptions& options) {
+  if (options.cuda_device >= 0) return options.cuda_device;
+  int device = 0;
+  ATTNSUITE_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
 void synchronize_stream(Stream stream) {
   ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }

@@ -86,25 +86,26 @@ class Flash2Backend final : public Backend {
       if (config.head_dim == problem.head_dim) names.emplace_back(config.name);
     return names;
   }
-  void force_kernel_config(std::string_view config) override {
-    if (!config.empty() && config != "default") {
-      bool known = false;
-      std::string allowed = "default";
-      for (const flash2::AlternativeConfig& alternative : flash2::alternative_configs()) {
-        known = known || config == alternative.name;
-        allowed += fmt::format(", {} (d{})", alternative.name, alternative.head_dim);
-      }
-      if (!known || variant_.launch != nullptr)
-        throw Error(ErrorKind::Usage, fmt::format("{}: kernel config '{}' unknown; allowed: {}", name(), config,
-                                                  variant_.launch != nullptr ? "none (a fixed variant)" : allowed));
-    }
-    forced_ = std::string(config);
+  KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions& options) const override {
+    return cuda::kernel_config_key(plan_device(options), name_, problem);
   }
-  std::string last_kernel_config() const override { return last_config_; }
 
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
-    const Support support = supports(problem);
-    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    require_support(*this, problem);
+    // "" for a variant (nothing to choose), "default" or an alternative of this head dim.
+    std::string config = choose_kernel_config(*this, problem, options);
+    const flash2::AlternativeConfig* alternative = nullptr;
+    for (const flash2::AlternativeConfig& candidate : flash2::alternative_configs())
+      if (config == candidate.name && candidate.head_dim == problem.head_dim) alternative = &candidate;
+    return std::make_unique<FunctionPlan>(std::move(config), 0,
+                                          [this, problem, alternative](const AttentionArgs& args, Stream stream,
+                                                                       RunReport&) { run(problem, args, alternative, stream); });
+  }
+
+ private:
+  // `alternative`: nullptr runs the default configuration (or the variant).
+  void run(const AttentionProblem& problem, const AttentionArgs& args, const flash2::AlternativeConfig* alternative,
+           Stream stream) const {
     check_cuda_args(name(), problem, args);
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o}) {
       if (!flash2::rows_aligned(*view)) {
@@ -117,35 +118,13 @@ class Flash2Backend final : public Backend {
     const flash2::Params params = flash2::make_params(problem, args);
     if (variant_.launch != nullptr) {
       variant_.launch(params, stream);
-      return;
-    }
-    const flash2::AlternativeConfig* alternative = choose(problem);
-    last_config_ = alternative != nullptr ? alternative->name : "default";
-    if (alternative == nullptr) {
+    } else if (alternative == nullptr) {
       flash2::launch_forward(params, problem.dtype, stream);
     } else {
       (problem.dtype == DType::F16 ? alternative->launch_fp16 : alternative->launch_bf16)(params, stream);
     }
   }
 
- private:
-  // The forced configuration, else the kernel-config cache's entry for this GPU, driver and
-  // shape class, else the default (nullptr). A name that has no kernel for this head dim (a
-  // cache entry from another build) falls back to the default.
-  const flash2::AlternativeConfig* choose(const AttentionProblem& problem) const {
-    std::string wanted = forced_;
-    if (wanted.empty()) {
-      // Without a cache file (the usual case) no key is built: forward() stays free of it.
-      if (KernelConfigCache::global().size() == 0) return nullptr;
-      const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, name_, problem));
-      if (!cached) return nullptr;
-      wanted = *cached;
-    }
-    for (const flash2::AlternativeConfig& config : flash2::alternative_configs())
-      if (wanted == config.name && config.head_dim == problem.head_dim) return &config;
-    return nullptr;
-  }
-  std::string forced_, last_config_;
   std::string name_ = "flash2";
   std::string display_name_ = "flash2 (attnsuite FlashAttention-2-class kernel)";
   VariantInfo variant_;

@@ -4,7 +4,6 @@
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <cstdint>
 #include <numbers>
@@ -53,9 +52,25 @@ class Flash3Backend final : public Backend {
     return supports_hopper(name());
   }
 
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
-    const Support support = supports(problem);
-    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
+  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
+    return schedule_.names(problem);
+  }
+  KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions& options) const override {
+    return cuda::kernel_config_key(plan_device(options), std::string(name()), problem);
+  }
+
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    require_support(*this, problem);
+    std::string config = choose_kernel_config(*this, problem, options);
+    const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
+    return std::make_unique<FunctionPlan>(
+        std::move(config), 0,
+        [this, problem, choice](const AttentionArgs& args, Stream stream, RunReport&) { run(problem, args, choice, stream); });
+  }
+
+ private:
+  void run(const AttentionProblem& problem, const AttentionArgs& args, Flash3Schedule::Choice choice,
+           Stream stream) const {
     check_cuda_args(name(), problem, args);
     // Q, K, V are read by TMA, whose descriptors need 16-byte aligned bases and strides; O is
     // held to the same rule (its rows are written in 16-byte-aligned pieces by the no-key path).
@@ -72,7 +87,6 @@ class Flash3Backend final : public Backend {
 
     flash3::Params params;
     fill_attention_params(params, problem, args);
-    const Flash3Schedule::Choice choice = schedule_.choose(problem);
     params.serial_schedule = choice == Flash3Schedule::Choice::V1;
     // Persistent CTAs for unmasked attention only: their static round-robin over the work tiles
     // (kernel.cuh) leaves the CTAs that drew the long diagonal works of a causal problem running
@@ -90,14 +104,7 @@ class Flash3Backend final : public Backend {
     }
   }
 
-  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
-    return schedule_.names(problem);
-  }
-  void force_kernel_config(std::string_view config) override { schedule_.force(config); }
-  std::string last_kernel_config() const override { return schedule_.last(); }
-
- private:
-  Flash3Schedule schedule_{"flash3", /*with_tile_configs=*/true};
+  Flash3Schedule schedule_{/*with_tile_configs=*/true};
 };
 
 }  // namespace
@@ -128,46 +135,17 @@ std::string Flash3Schedule::builtin(const AttentionProblem& problem) const {
 }
 
 std::vector<std::string> Flash3Schedule::names(const AttentionProblem& problem) const {
-  std::vector<std::string> configs{"default", "v1"};
-  for (const char* config : {"grid", "m192", "n176"})
-    if (has(config, problem)) configs.emplace_back(config);
+  std::vector<std::string> configs{builtin(problem)};
+  for (const char* config : {"default", "v1", "grid", "m192", "n176"})
+    if (config != configs.front() && has(config, problem)) configs.emplace_back(config);
   return configs;
 }
 
-void Flash3Schedule::force(std::string_view config) {
-  const bool known = config.empty() || config == "default" || config == "v1" ||
-                     (with_tile_configs_ && (config == "grid" || tile_config_head_dim(config) != 0));
-  if (!known) {
-    throw Error(ErrorKind::Usage,
-                fmt::format("{}: kernel config '{}' unknown; allowed: default, v1{}", backend_, config,
-                            with_tile_configs_ ? ", grid, m192 (head dim 64), n176 (head dim 128)" : ""));
-  }
-  forced_ = std::string(config);
-}
-
-Flash3Schedule::Choice Flash3Schedule::choose(const AttentionProblem& problem) {
-  std::string chosen;
-  if (!forced_.empty()) {
-    if (!has(forced_, problem)) {
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("{}: kernel config '{}' exists for head dim {} only; this problem has head dim {} "
-                              "(its configs: {})",
-                              backend_, forced_, tile_config_head_dim(forced_), problem.head_dim,
-                              fmt::join(names(problem), ", ")));
-    }
-    chosen = forced_;
-  } else if (KernelConfigCache::global().size() == 0) {  // no cache file: no key is built
-    chosen = builtin(problem);
-  } else {
-    // An unknown cached name (another build's), or one without a kernel here, means the built-in choice.
-    const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, backend_, problem));
-    chosen = cached && has(*cached, problem) ? *cached : builtin(problem);
-  }
-  last_ = chosen;
-  return chosen == "v1"     ? Choice::V1
-         : chosen == "grid" ? Choice::Grid
-         : chosen == "m192" ? Choice::M192
-         : chosen == "n176" ? Choice::N176
+Flash3Schedule::Choice Flash3Schedule::parse(std::string_view config) {
+  return config == "v1"     ? Choice::V1
+         : config == "grid" ? Choice::Grid
+         : config == "m192" ? Choice::M192
+         : config == "n176" ? Choice::N176
                             : Choice::Default;
 }
 

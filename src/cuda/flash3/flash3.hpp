@@ -23,32 +23,26 @@ Support supports_hopper(std::string_view backend);
 // tiles at d64/d128) on persistent CTAs for unmasked problems (v4); "v1" = the serial first
 // version; for flash3 only, "grid" = v2 with one CTA per work tile (as up to v3, and what every
 // masked problem runs), "m192" = v2 on three consumer warpgroups (192-row Q tiles, head dim 64)
-// and "n176" = v2 on 176-key K/V tiles (head dim 128). Chosen by force_kernel_config, else the
-// kernel-config cache, else the built-in choice (builtin(): "m192" at d64 except causal
-// seq_q <= 1024; "n176" at d128 dense up to seq_kv 8192 and causal from seq_q 8193; as
-// measured; "default" elsewhere).
+// and "n176" = v2 on 176-key K/V tiles (head dim 128). A plan runs the one choose_kernel_config
+// picks: PlanOptions::kernel_config, else the kernel-config cache's, else the built-in choice,
+// which names() lists first ("m192" at d64 except causal seq_q <= 1024; "n176" at d128 dense up
+// to seq_kv 8192 and causal above seq_q 4096; as measured; "default" elsewhere).
 class Flash3Schedule {
  public:
   enum class Choice { Default, V1, Grid, M192, N176 };
   // with_tile_configs: the backend has "grid" and the m192 and n176 kernels (flash3 does,
   // flash3-fp8 does not).
-  explicit Flash3Schedule(std::string backend, bool with_tile_configs = false)
-      : backend_(std::move(backend)), with_tile_configs_(with_tile_configs) {}
-  // The configs for `problem`, "default" first; a tile config only at the head dim of its kernel.
+  explicit Flash3Schedule(bool with_tile_configs = false) : with_tile_configs_(with_tile_configs) {}
+  // The configs for `problem`: the built-in choice first, then the others in the order default,
+  // v1, grid, m192, n176; a tile config only at the head dim of its kernel.
   std::vector<std::string> names(const AttentionProblem& problem) const;
-  void force(std::string_view config);  // throws Error(Usage) for an unknown name
-  // Picks the config for `problem` and remembers it (last()). A forced tile config at a head dim
-  // without its kernel throws Error(Unsupported); a cached one there means the built-in choice.
-  Choice choose(const AttentionProblem& problem);
-  // choose(problem) == Choice::V1, for a backend without tile configs (flash3-fp8).
-  bool choose_serial(const AttentionProblem& problem) { return choose(problem) == Choice::V1; }
-  const std::string& last() const { return last_; }
+  // The schedule of a config that names() lists.
+  static Choice parse(std::string_view config);
 
  private:
   static int tile_config_head_dim(std::string_view config);  // 0: not a tile config
   bool has(std::string_view config, const AttentionProblem& problem) const;
   std::string builtin(const AttentionProblem& problem) const;
-  std::string backend_, forced_, last_;
   bool with_tile_configs_ = false;
 };
 

@@ -12,6 +12,7 @@
 #include "attnsuite/error.hpp"
 #include "cuda/common/attention_params.hpp"
 #include "cuda/common/backend_support.hpp"
+#include "cuda/cuda_backends.hpp"
 #include "cuda/flash3/flash3.hpp"
 #include "cuda/flash3/fp8_launch.hpp"
 #include "cuda/flash3/tensor_map.hpp"
@@ -52,7 +53,27 @@ class Flash3Fp8Backend final : public Backend {
     return supports_hopper(name());
   }
 
-  std::size_t workspace_bytes(const AttentionProblem& problem) const override {
+  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
+    return schedule_.names(problem);
+  }
+  KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions& options) const override {
+    return cuda::kernel_config_key(plan_device(options), std::string(name()), problem);
+  }
+
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    require_support(*this, problem);
+    std::string config = choose_kernel_config(*this, problem, options);
+    const bool serial = Flash3Schedule::parse(config) == Flash3Schedule::Choice::V1;
+    const std::size_t workspace = workspace_bytes(problem);
+    return std::make_unique<FunctionPlan>(std::move(config), workspace,
+                                          [this, problem, serial, workspace](const AttentionArgs& args, Stream stream,
+                                                                             RunReport&) {
+                                            run(problem, args, serial, workspace, stream);
+                                          });
+  }
+
+ private:
+  static std::size_t workspace_bytes(const AttentionProblem& problem) {
     flash3::Params params;
     params.batch = problem.batch;
     params.heads_q = problem.heads_q;
@@ -63,9 +84,8 @@ class Flash3Fp8Backend final : public Backend {
     return flash3::fp8_workspace_bytes(params);
   }
 
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
-    const Support support = supports(problem);
-    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("flash3-fp8: {}", support.reason));
+  void run(const AttentionProblem& problem, const AttentionArgs& args, bool serial, std::size_t workspace,
+           Stream stream) const {
     check_cuda_args(name(), problem, args);
     // The pre-pass reads Q, K, V in 16-byte pieces and the no-key path writes O so: the same
     // base/stride rule as flash3's TMA reads.
@@ -80,22 +100,16 @@ class Flash3Fp8Backend final : public Backend {
       }
     }
     if (args.workspace == nullptr) {
-      throw Error(ErrorKind::Usage, fmt::format("flash3-fp8: needs a workspace of {} bytes (workspace_bytes), got none",
-                                                workspace_bytes(problem)));
+      throw Error(ErrorKind::Usage,
+                  fmt::format("flash3-fp8: needs a workspace of {} bytes (the plan's workspace_bytes()), got none",
+                              workspace));
     }
     flash3::Params params = make_params(problem, args);
-    params.serial_schedule = schedule_.choose_serial(problem);
+    params.serial_schedule = serial;
     flash3::launch_forward_fp8(params, args.workspace, stream);
   }
 
-  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
-    return schedule_.names(problem);
-  }
-  void force_kernel_config(std::string_view config) override { schedule_.force(config); }
-  std::string last_kernel_config() const override { return schedule_.last(); }
-
- private:
-  Flash3Schedule schedule_{"flash3-fp8"};
+  Flash3Schedule schedule_;
 };
 
 }  // namespace

@@ -17,9 +17,14 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
-#include <optional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "attnsuite/error.hpp"
@@ -102,9 +107,13 @@ class NcclRing {
 
   int world() const { return static_cast<int>(ranks_.size()); }
   RankDevice& rank(int r) { return ranks_[static_cast<std::size_t>(r)]; }
+  // Held while one forward enqueues its work: the plans that share the ring share its streams
+  // and events.
+  std::mutex& enqueue_mutex() { return enqueue_mutex_; }
 
  private:
   std::vector<RankDevice> ranks_;
+  std::mutex enqueue_mutex_;
 };
 
 // The communicator of one rank: sends and receives on its comm stream; wait_exchange makes the
@@ -133,8 +142,6 @@ class NcclCommunicator final : public ar::RingCommunicator {
   int rank_, world_;
 };
 
-enum class Mode { Full, ComputeOnly, CommOnly };
-
 // The buffers of one rank for one problem shape.
 struct RankBuffers {
   DeviceBuffer q[2];           // its query chunks, dense (B, L, Hq, D)
@@ -143,7 +150,51 @@ struct RankBuffers {
   // receiving the next block while the current one is computed on.
   DeviceBuffer block[3];
   DeviceBuffer part_o, part_lse, acc_o[2], acc_lse[2], workspace;
-  std::unique_ptr<Backend> kernel;  // the local kernel, on this rank's device
+  std::unique_ptr<Backend> kernel;  // the local kernel, on this rank's device (outlives its plans)
+  // The local kernel's plan of each block pair problem of this rank (a handful: diagonal and
+  // full pairs of the two chunk lengths).
+  std::vector<std::pair<AttentionProblem, std::unique_ptr<KernelPlan>>> plans;
+  KernelPlan& plan_for(const AttentionProblem& problem) {
+    for (auto& [known, plan] : plans)
+      if (known == problem) return *plan;
+    throw Error(ErrorKind::Internal, "ring: no local plan for a block pair");
+  }
+};
+
+enum class Mode { Full, ComputeOnly, CommOnly };
+
+// The ring's options (PlanOptions::options): ring_world, ring_mode, ring_inputs.
+struct RingOptions {
+  int world = 0;  // 0: every visible GPU
+  Mode mode = Mode::Full;
+  bool resident = false;
+
+  // Error(Usage) naming the allowed values for a bad one.
+  static RingOptions parse(const std::map<std::string, std::string>& options) {
+    RingOptions parsed;
+    if (const auto found = options.find("ring_world"); found != options.end()) {
+      const std::string& value = found->second;
+      int world = 0;
+      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), world);
+      if (error != std::errc() || end != value.data() + value.size() || world < 1)
+        throw Error(ErrorKind::Usage, fmt::format("ring: ring_world '{}' is not allowed: 1..visible GPUs", value));
+      parsed.world = world;
+    }
+    if (const auto found = options.find("ring_mode"); found != options.end()) {
+      const std::string& value = found->second;
+      if (value == "full") parsed.mode = Mode::Full;
+      else if (value == "compute-only") parsed.mode = Mode::ComputeOnly;
+      else if (value == "comm-only") parsed.mode = Mode::CommOnly;
+      else throw Error(ErrorKind::Usage, fmt::format("ring: ring_mode '{}' is not allowed: full, compute-only, comm-only", value));
+    }
+    if (const auto found = options.find("ring_inputs"); found != options.end()) {
+      const std::string& value = found->second;
+      if (value != "scatter" && value != "resident")
+        throw Error(ErrorKind::Usage, fmt::format("ring: ring_inputs '{}' is not allowed: scatter, resident", value));
+      parsed.resident = value == "resident";
+    }
+    return parsed;
+  }
 };
 
 struct BlockLayout {
@@ -189,101 +240,71 @@ void copy_tokens(void* dst, std::int64_t dst_seq, const void* src, std::int64_t 
                                          cudaMemcpyDefault, stream));
 }
 
-class RingBackend final : public Backend {
+AttentionProblem pair_problem(const ar::RingSchedule& schedule, const AttentionProblem& p, const ar::ChunkPair& pair) {
+  AttentionProblem sub = p;
+  sub.seq_q = static_cast<int>(schedule.chunk_length(pair.q_chunk));
+  sub.seq_kv = static_cast<int>(schedule.chunk_length(pair.kv_chunk));
+  sub.causal = pair.kind == ar::PairKind::Diagonal;  // square: top-left = bottom-right aligned
+  sub.scale = p.softmax_scale();
+  return sub;
+}
+
+// The kernel of the block pairs on the current device: flash3 on sm_90, else flash2.
+std::unique_ptr<Backend> make_local_kernel() {
+#if ATTNSUITE_HAVE_FLASH3
+  if (supports_hopper("flash3").ok) return make_flash3_backend();
+#endif
+  return make_flash2_backend();
+}
+
+// The plans' NCCL ring, made on the first forward that needs it and kept for the next plans of
+// the same world size (ncclCommInitAll costs far more than a forward). A ring over another world
+// size replaces it; plans still running on the old one keep it alive.
+class RingCache {
  public:
-  std::string_view name() const override { return "ring"; }
-  std::string_view display_name() const override {
-    return "Ring attention over the visible GPUs (attnsuite; NCCL, zigzag, flash3/flash2 blocks)";
-  }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    return "fp16/bf16, context parallel over W GPUs (option ring_world; default all visible), NCCL send/recv "
-           "overlapped with the local kernel, zigzag causal, GQA/MQA, BSHD, seq_q == seq_kv >= 2W, no window";
+  std::shared_ptr<NcclRing> get(int world) {
+    std::lock_guard lock(mutex_);
+    if (!ring_ || ring_->world() != world) {
+      ring_.reset();
+      ring_ = std::make_shared<NcclRing>(world);
+    }
+    return ring_;
   }
 
-  Support supports(const AttentionProblem& problem) const override {
-    if (Support common = supports_problem_common(name(), problem); !common) return common;
-    if (Support device = supports_device(name()); !device) return device;
-    // The ring spreads itself over GPUs 0..W−1 from GPU 0; a --gpus worker on another GPU (or
-    // a launcher's process on its local rank) must not start a second ring over the same GPUs.
-    if (int current = 0; cudaGetDevice(&current) == cudaSuccess && current != 0)
-      return Support::no(fmt::format("ring: runs from GPU 0 over the visible GPUs; the current GPU is {} "
-                                     "(run ring without --gpus, and one process per node)", current));
-    if (problem.seq_q != problem.seq_kv)
-      return Support::no(fmt::format("ring: seq_q {} != seq_kv {}; the ring shards one sequence (needs Nq = Nk)",
-                                     problem.seq_q, problem.seq_kv));
-    if (problem.window_left >= 0 || problem.window_right >= 0)
-      return Support::no("ring: sliding windows are not supported by the ring schedule");
-    if (problem.layout != Layout::BSHD) return Support::no("ring: layout bhsd not supported; needs bshd");
-    const int world = effective_world();
-    if (world < 1) return Support::no(fmt::format("ring: ring_world {} but {} GPUs visible", world_, cuda_device_count()));
-    if (const std::string refusal = ar::ring_refusal(world, problem.seq_q); !refusal.empty())
-      return Support::no(refusal);
-    // The local kernel must take every block pair: chunks of ⌊N/2W⌋ and ⌈N/2W⌉ tokens.
-    AttentionProblem chunk = problem;
-    chunk.seq_q = chunk.seq_kv = static_cast<int>(problem.seq_q / (2 * world));
-    chunk.causal = true;
-    const auto kernel = make_local_kernel();
-    if (Support local = kernel->supports(chunk); !local)
-      return Support::no(fmt::format("ring: local kernel {}: {}", kernel->name(), local.reason));
-    return Support::yes();
-  }
+ private:
+  std::mutex mutex_;
+  std::shared_ptr<NcclRing> ring_;
+};
 
-  bool set_option(std::string_view key, const std::string& value) override {
-    if (key == "ring_world") {
-      int world = 0;
-      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), world);
-      if (error != std::errc() || end != value.data() + value.size() || world < 1)
-        throw Error(ErrorKind::Usage, fmt::format("ring: ring_world '{}' is not allowed: 1..visible GPUs", value));
-      world_ = world;
-      return true;
-    }
-    if (key == "ring_mode") {
-      if (value == "full") mode_ = Mode::Full;
-      else if (value == "compute-only") mode_ = Mode::ComputeOnly;
-      else if (value == "comm-only") mode_ = Mode::CommOnly;
-      else throw Error(ErrorKind::Usage, fmt::format("ring: ring_mode '{}' is not allowed: full, compute-only, comm-only", value));
-      return true;
-    }
-    if (key == "ring_inputs") {
-      if (value != "scatter" && value != "resident")
-        throw Error(ErrorKind::Usage, fmt::format("ring: ring_inputs '{}' is not allowed: scatter, resident", value));
-      resident_ = value == "resident";
-      return true;
-    }
-    return false;
-  }
-  void reset_options() override {
-    world_ = 0;
-    mode_ = Mode::Full;
-    resident_ = false;
-  }
+// One problem's ring: the buffers of each rank, the local kernel's plans, and the inputs the
+// last forward scattered.
+class RingPlan final : public KernelPlan {
+ public:
+  RingPlan(RingCache& rings, const AttentionProblem& problem, RingOptions options, int world,
+           const KernelConfigCache* kernel_cache)
+      : rings_(rings), problem_(problem), options_(options), world_(world), kernel_cache_(kernel_cache) {}
 
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
-    const Support support = supports(problem);
-    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("ring: {}", support.reason));
-    check_cuda_args(name(), problem, args);
+  std::string_view kernel_config() const override { return {}; }
+
+  RunReport forward(const AttentionArgs& args, Stream stream) override {
+    const AttentionProblem& problem = problem_;
+    check_cuda_args("ring", problem, args);
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o})
       ATTNSUITE_CHECK(view->is_dense() && view->strides == TensorView::dense_strides(view->shape, Layout::BSHD),
                       ErrorKind::Unsupported, "ring: Q, K, V and O must be dense BSHD");
     int caller_device = 0;
     ATTNSUITE_CUDA_CHECK(cudaGetDevice(&caller_device));
-    const int world = effective_world();
-    if (!ring_ || ring_->world() != world) {
-      buffers_.clear();
-      shape_.reset();
-      ring_.reset();
-      ring_ = std::make_unique<NcclRing>(world);
-    }
-    const ar::RingSchedule schedule(world, problem.seq_q);
-    const bool same_shape = shape_ && *shape_ == problem;
-    if (!same_shape) allocate(schedule, problem);
+    if (!ring_) ring_ = rings_.get(world_);
+    std::lock_guard lock(ring_->enqueue_mutex());
+    const ar::RingSchedule schedule(world_, problem.seq_q);
+    const bool first = buffers_.empty();
+    if (first) allocate(schedule, problem);
     // Resident inputs (option ring_inputs=resident, for the scaling benchmark): the ranks' Q
     // chunks and own K/V blocks of the last forward are reused when Q, K, V are the same buffers
-    // of the same problem (the harness's timed repetitions), so the time is the ring's alone;
-    // the first forward of a case (its accuracy run) always scatters. A caller that rewrites its
-    // inputs in place between forwards must not use it. Default: scatter every forward.
-    const bool scatter = !resident_ || !same_shape || args.q.data != last_q_ || args.k.data != last_k_ ||
+    // (the harness's timed repetitions), so the time is the ring's alone; the plan's first
+    // forward (a case's accuracy run) always scatters. A caller that rewrites its inputs in place
+    // between forwards must not use it. Default: scatter every forward.
+    const bool scatter = !options_.resident || first || args.q.data != last_q_ || args.k.data != last_k_ ||
                          args.v.data != last_v_;
     last_q_ = args.q.data;
     last_k_ = args.k.data;
@@ -297,7 +318,7 @@ class RingBackend final : public Backend {
       run(schedule, problem, args, inputs_ready, scatter);
       // The caller's stream waits for every rank.
       ATTNSUITE_CUDA_CHECK(cudaSetDevice(caller_device));
-      for (int r = 0; r < world; ++r)
+      for (int r = 0; r < world_; ++r)
         ATTNSUITE_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), ring_->rank(r).finished, 0));
     } catch (...) {
       cudaSetDevice(caller_device);
@@ -306,36 +327,24 @@ class RingBackend final : public Backend {
     }
     ATTNSUITE_CUDA_CHECK(cudaSetDevice(caller_device));
     ATTNSUITE_CUDA_CHECK_NOTHROW(cudaEventDestroy(inputs_ready));
+    return {};
   }
 
  private:
-  int effective_world() const {
-    const int visible = cuda_device_count();
-    if (world_ == 0) return visible;
-    return world_ <= visible ? world_ : -1;
-  }
-
-  std::unique_ptr<Backend> make_local_kernel() const {
-#if ATTNSUITE_HAVE_FLASH3
-    if (supports_hopper("flash3").ok) return make_flash3_backend();
-#endif
-    return make_flash2_backend();
-  }
-
+  // Each rank's buffers and local plans, on its device.
   void allocate(const ar::RingSchedule& schedule, const AttentionProblem& p) {
     buffers_.clear();
-    shape_.reset();
     const int world = schedule.world();
     std::int64_t largest_block = 0, longest = 0;
     for (int r = 0; r < world; ++r) largest_block = std::max(largest_block, block_layout(schedule, p, r).bytes);
     for (int c = 0; c < schedule.chunks(); ++c) longest = std::max(longest, schedule.chunk_length(c));
     const std::int64_t element = static_cast<std::int64_t>(size_of(p.dtype));
+    std::vector<RankBuffers> buffers(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) {
       ATTNSUITE_CUDA_CHECK(cudaSetDevice(r));
-      RankBuffers& b = buffers_.emplace_back();
+      RankBuffers& b = buffers[static_cast<std::size_t>(r)];
       b.kernel = make_local_kernel();
       const auto chunks = schedule.chunks_of(r);
-      std::size_t workspace = 0;
       for (int i = 0; i < 2; ++i) {
         const std::int64_t length = schedule.chunk_length(chunks[i]);
         b.q[i] = DeviceBuffer(static_cast<std::size_t>(p.batch * length * p.heads_q * p.head_dim * element));
@@ -349,22 +358,22 @@ class RingBackend final : public Backend {
       }
       b.part_o = DeviceBuffer(static_cast<std::size_t>(p.batch * longest * p.heads_q * p.dim_v() * element));
       b.part_lse = DeviceBuffer(static_cast<std::size_t>(p.batch * p.heads_q * longest) * sizeof(float));
+      PlanOptions local;
+      local.kernel_cache = kernel_cache_;
+      local.cuda_device = r;
+      std::size_t workspace = 0;
       for (int step = 0; step < world; ++step)
-        for (const ar::ChunkPair& pair : schedule.pairs(r, step, p.causal))
-          workspace = std::max(workspace, b.kernel->workspace_bytes(pair_problem(schedule, p, pair)));
+        for (const ar::ChunkPair& pair : schedule.pairs(r, step, p.causal)) {
+          const AttentionProblem sub = pair_problem(schedule, p, pair);
+          if (std::any_of(b.plans.begin(), b.plans.end(), [&](const auto& known) { return known.first == sub; }))
+            continue;
+          std::unique_ptr<KernelPlan> plan = b.kernel->plan(sub, local);
+          workspace = std::max(workspace, plan->workspace_bytes());
+          b.plans.emplace_back(sub, std::move(plan));
+        }
       if (workspace > 0) b.workspace = DeviceBuffer(workspace);
     }
-    shape_ = p;
-  }
-
-  static AttentionProblem pair_problem(const ar::RingSchedule& schedule, const AttentionProblem& p,
-                                       const ar::ChunkPair& pair) {
-    AttentionProblem sub = p;
-    sub.seq_q = static_cast<int>(schedule.chunk_length(pair.q_chunk));
-    sub.seq_kv = static_cast<int>(schedule.chunk_length(pair.kv_chunk));
-    sub.causal = pair.kind == ar::PairKind::Diagonal;  // square: top-left = bottom-right aligned
-    sub.scale = p.softmax_scale();
-    return sub;
+    buffers_ = std::move(buffers);
   }
 
   void run(const ar::RingSchedule& schedule, const AttentionProblem& p, const AttentionArgs& args,
@@ -404,7 +413,7 @@ class RingBackend final : public Backend {
       ATTNSUITE_CUDA_CHECK(cudaEventRecord(rank.compute_done, rank.compute));
     }
     for (int step = 0; step < world; ++step) {
-      const bool exchange = step + 1 < world && mode_ != Mode::ComputeOnly;
+      const bool exchange = step + 1 < world && options_.mode != Mode::ComputeOnly;
       if (exchange) {
         ATTNSUITE_NCCL_CHECK(ncclGroupStart());
         for (int r = 0; r < world; ++r) {
@@ -423,7 +432,7 @@ class RingBackend final : public Backend {
         RankDevice& rank = ring_->rank(r);
         RankBuffers& b = buffers_[static_cast<std::size_t>(r)];
         ATTNSUITE_CUDA_CHECK(cudaSetDevice(r));
-        if (mode_ != Mode::CommOnly) {
+        if (options_.mode != Mode::CommOnly) {
           const int source = schedule.kv_source(r, step);
           const BlockLayout block = block_layout(schedule, p, source);
           const auto mine = schedule.chunks_of(r);
@@ -440,7 +449,7 @@ class RingBackend final : public Backend {
             local.o = dense(b.part_o.data(), p.dtype, r, p.batch, sub.seq_q, p.heads_q, p.dim_v());
             local.lse = {b.part_lse.as<float>(), Device{DeviceType::Cuda, r}};
             local.workspace = b.workspace.data();
-            b.kernel->forward(sub, local, rank.compute);
+            b.plan_for(sub).forward(local, rank.compute);
             launch_merge(b.acc_o[qi].as<float>(), b.acc_lse[qi].as<float>(), b.part_o.data(), b.part_lse.as<float>(),
                          p.dtype, p.batch, sub.seq_q, p.heads_q, p.dim_v(), rank.compute);
           }
@@ -471,13 +480,82 @@ class RingBackend final : public Backend {
     }
   }
 
-  int world_ = 0;  // 0: every visible GPU
-  Mode mode_ = Mode::Full;
-  bool resident_ = false;
-  std::unique_ptr<NcclRing> ring_;
+  RingCache& rings_;
+  AttentionProblem problem_;
+  RingOptions options_;
+  int world_;
+  const KernelConfigCache* kernel_cache_;
+  std::shared_ptr<NcclRing> ring_;
   std::vector<RankBuffers> buffers_;
-  std::optional<AttentionProblem> shape_;
   const void *last_q_ = nullptr, *last_k_ = nullptr, *last_v_ = nullptr;
+};
+
+class RingBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "ring"; }
+  std::string_view display_name() const override {
+    return "Ring attention over the visible GPUs (attnsuite; NCCL, zigzag, flash3/flash2 blocks)";
+  }
+  Device device() const override { return {DeviceType::Cuda, 0}; }
+  std::string capabilities() const override {
+    return "fp16/bf16, context parallel over W GPUs (option ring_world; default all visible), NCCL send/recv "
+           "overlapped with the local kernel, zigzag causal, GQA/MQA, BSHD, seq_q == seq_kv >= 2W, no window";
+  }
+  std::vector<std::string> option_keys() const override { return {"ring_world", "ring_mode", "ring_inputs"}; }
+  void check_options(const std::map<std::string, std::string>& options) const override {
+    (void)RingOptions::parse(options);
+  }
+
+  // Over every visible GPU (the default ring_world).
+  Support supports(const AttentionProblem& problem) const override { return supports(problem, 0); }
+
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    const RingOptions ring_options = RingOptions::parse(options.options);
+    const Support support = supports(problem, ring_options.world);
+    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("ring: {}", support.reason));
+    choose_kernel_config(*this, problem, options);  // refuses a config: there is none
+    return std::make_unique<RingPlan>(rings_, problem, ring_options, effective_world(ring_options.world),
+                                      options.kernel_cache);
+  }
+
+ private:
+  // `world_option`: ring_world, 0 for every visible GPU.
+  Support supports(const AttentionProblem& problem, int world_option) const {
+    if (Support common = supports_problem_common(name(), problem); !common) return common;
+    if (Support device = supports_device(name()); !device) return device;
+    // The ring spreads itself over GPUs 0..W−1 from GPU 0; a --gpus worker on another GPU (or
+    // a launcher's process on its local rank) must not start a second ring over the same GPUs.
+    if (int current = 0; cudaGetDevice(&current) == cudaSuccess && current != 0)
+      return Support::no(fmt::format("ring: runs from GPU 0 over the visible GPUs; the current GPU is {} "
+                                     "(run ring without --gpus, and one process per node)", current));
+    if (problem.seq_q != problem.seq_kv)
+      return Support::no(fmt::format("ring: seq_q {} != seq_kv {}; the ring shards one sequence (needs Nq = Nk)",
+                                     problem.seq_q, problem.seq_kv));
+    if (problem.window_left >= 0 || problem.window_right >= 0)
+      return Support::no("ring: sliding windows are not supported by the ring schedule");
+    if (problem.layout != Layout::BSHD) return Support::no("ring: layout bhsd not supported; needs bshd");
+    const int world = effective_world(world_option);
+    if (world < 1)
+      return Support::no(fmt::format("ring: ring_world {} but {} GPUs visible", world_option, cuda_device_count()));
+    if (const std::string refusal = ar::ring_refusal(world, problem.seq_q); !refusal.empty())
+      return Support::no(refusal);
+    // The local kernel must take every block pair: chunks of ⌊N/2W⌋ and ⌈N/2W⌉ tokens.
+    AttentionProblem chunk = problem;
+    chunk.seq_q = chunk.seq_kv = static_cast<int>(problem.seq_q / (2 * world));
+    chunk.causal = true;
+    const auto kernel = make_local_kernel();
+    if (Support local = kernel->supports(chunk); !local)
+      return Support::no(fmt::format("ring: local kernel {}: {}", kernel->name(), local.reason));
+    return Support::yes();
+  }
+
+  static int effective_world(int world_option) {
+    const int visible = cuda_device_count();
+    if (world_option == 0) return visible;
+    return world_option <= visible ? world_option : -1;
+  }
+
+  mutable RingCache rings_;
 };
 
 }  // namespace

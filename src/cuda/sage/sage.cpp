@@ -124,10 +124,6 @@ class SageBackend final : public Backend {
     return Support::yes();
   }
 
-  std::size_t workspace_bytes(const AttentionProblem& problem) const override {
-    return layout_of(problem).bytes;
-  }
-
   // The default first (what `tune --kernels` compares the others against): where the wgmma
   // kernel runs, its default schedule, the other two, then "mma".
   std::vector<std::string> kernel_configs(const AttentionProblem&) const override {
@@ -140,21 +136,30 @@ class SageBackend final : public Backend {
     configs.emplace_back(kMmaConfig);
     return configs;
   }
-  void force_kernel_config(std::string_view config) override {
-    const bool known = config.empty() || config == "default" || config == kMmaConfig ||
-                       (ATTNSUITE_HAVE_FLASH3 && wgmma_config(config) != nullptr);
-    if (!known) {
-      throw Error(ErrorKind::Usage,
-                  fmt::format("{}: kernel config '{}' unknown; allowed: {}", name(), config,
-                              ATTNSUITE_HAVE_FLASH3 ? "default, wgmma, wgmma-pingpong, wgmma-serial, mma"
-                                                    : "default, mma (this build has no wgmma: ATTNSUITE_FLASH3=OFF)"));
-    }
-    forced_ = config == "default" ? std::string() : std::string(config);
+  KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions& options) const override {
+    return cuda::kernel_config_key(plan_device(options), std::string(name()), problem);
   }
-  std::string last_kernel_config() const override { return last_config_; }
 
-  // The next forwards visit only the listed key tiles (null: dense again); sparge-sage's.
-  void set_block_list(const sage::BlockList* list) { block_list_ = list; }
+  // The chosen config (choose_kernel_config) runs, except that a wgmma config the operands of a
+  // run do not allow (sage: a V that TMA cannot read) falls back to "mma" — unless it was given
+  // in PlanOptions::kernel_config: then the run throws Error(Unsupported). RunReport::kernel_config
+  // says which ran.
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    require_support(*this, problem);
+    std::string config = choose_kernel_config(*this, problem, options);
+    const bool given = !options.kernel_config.empty();
+    // Without the harness's workspace (tests, the Python module) a run uses a buffer of the
+    // plan's own, made on its first such run and kept.
+    auto own_workspace = std::make_shared<DeviceBuffer>();
+    return std::make_unique<FunctionPlan>(
+        config, layout_of(problem).bytes,
+        [this, problem, config, given, own_workspace](const AttentionArgs& args, Stream stream, RunReport& report) {
+          report.kernel_config = std::string(run(problem, args, stream, config, given, nullptr, own_workspace.get()));
+        });
+  }
+
+  std::size_t workspace_bytes(const AttentionProblem& problem) const { return layout_of(problem).bytes; }
+
   // Why the wgmma kernel (the only one that reads a block list) cannot run on this GPU and
   // build, or "" when it can.
   std::string wgmma_device_problem() const {
@@ -166,9 +171,13 @@ class SageBackend final : public Backend {
 #endif
   }
 
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
-    const Support support = supports(problem);
-    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
+  // One forward: the quantization passes, then the attention kernel of `config` (a block list:
+  // the wgmma kernel over the listed tiles). `given`: the config was asked for, so a wgmma config
+  // that cannot run is an error rather than "mma". `own_workspace`: where a run without
+  // args.workspace gets one (null: args.workspace is required). Returns the config that ran.
+  std::string_view run(const AttentionProblem& problem, const AttentionArgs& args, Stream stream,
+                       const std::string& config, bool given, const sage::BlockList* block_list,
+                       DeviceBuffer* own_workspace) const {
     check_cuda_args(name(), problem, args);
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o}) {
       if (!rows_aligned(*view)) {
@@ -181,14 +190,15 @@ class SageBackend final : public Backend {
     const sage::WorkspaceLayout layout = layout_of(problem);
     auto* workspace = static_cast<unsigned char*>(args.workspace);
     if (workspace == nullptr) {
-      // Called without the harness's workspace (tests, the Python module): a buffer of our
-      // own, kept between calls; replaced only after the stream is done with the old one.
-      if (own_workspace_.bytes() < layout.bytes) {
+      if (own_workspace == nullptr)
+        throw Error(ErrorKind::Usage, fmt::format("{}: needs a workspace of {} bytes, got none", name(), layout.bytes));
+      // Replaced only after the stream is done with the old one.
+      if (own_workspace->bytes() < layout.bytes) {
         ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-        own_workspace_ = DeviceBuffer();
-        own_workspace_ = DeviceBuffer(layout.bytes);
+        *own_workspace = DeviceBuffer();
+        *own_workspace = DeviceBuffer(layout.bytes);
       }
-      workspace = own_workspace_.as<unsigned char>();
+      workspace = own_workspace->as<unsigned char>();
     }
     const int d = problem.head_dim;
 
@@ -300,26 +310,28 @@ class SageBackend final : public Backend {
     params.window_left = problem.window_left;
     params.window_right = problem.window_right;
     if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
-    if (block_list_ != nullptr) {
+    std::string_view ran;
+    if (block_list != nullptr) {
       // sparge-sage: only the wgmma kernel reads a block list.
       const std::string why_not = wgmma_problem(params);
       if (!why_not.empty())
         throw Error(ErrorKind::Unsupported, fmt::format("sparge-sage: the block-sparse sage2 kernel cannot run: {}", why_not));
-      params.block_index = block_list_->index;
-      params.block_count = block_list_->count;
-      params.m_blocks = block_list_->m_blocks;
-      params.n_blocks = block_list_->n_blocks;
-      last_config_ = std::string(kWgmmaConfig);
+      params.block_index = block_list->index;
+      params.block_count = block_list->count;
+      params.m_blocks = block_list->m_blocks;
+      params.n_blocks = block_list->n_blocks;
+      ran = kWgmmaConfig;
     } else {
-      last_config_ = std::string(choose(problem, params));
+      ran = runnable(config, given, params);
     }
-    if (last_config_ == kMmaConfig) {
+    if (ran == kMmaConfig) {
       sage::launch_forward(mode_, params, problem.dtype, stream);
     } else {
 #if ATTNSUITE_HAVE_FLASH3
-      sage::launch_forward_wgmma(mode_, params, problem.dtype, wgmma_config(last_config_)->schedule, stream);
+      sage::launch_forward_wgmma(mode_, params, problem.dtype, wgmma_config(ran)->schedule, stream);
 #endif
     }
+    return ran;
   }
 
  private:
@@ -332,26 +344,17 @@ class SageBackend final : public Backend {
     return why_not;
   }
 
-  // The forced configuration (an error where it cannot run), else the kernel-config cache's
-  // entry for this GPU, driver and shape class, else the mode's default wgmma schedule where it
-  // can run, else "mma". A cached wgmma config that cannot run here falls back to "mma".
-  std::string_view choose(const AttentionProblem& problem, const sage::Params& params) const {
-    if (forced_ == kMmaConfig) return kMmaConfig;
+  // What runs for the chosen `config` on these operands: "mma" as chosen; a wgmma config where
+  // the wgmma kernel can read them, else "mma" — or, when the config was given, Error(Unsupported).
+  std::string_view runnable(const std::string& config, bool given, const sage::Params& params) const {
+    if (config == kMmaConfig) return kMmaConfig;
+    const WgmmaConfig* wgmma = wgmma_config(config);
+    ATTNSUITE_CHECK(wgmma != nullptr, ErrorKind::Internal, fmt::format("{}: kernel config '{}' unknown", name(), config));
     const std::string why_not = wgmma_problem(params);
-    if (!forced_.empty()) {
-      if (!why_not.empty()) {
-        throw Error(ErrorKind::Unsupported,
-                    fmt::format("{}: kernel config '{}' cannot run: {}", name(), forced_, why_not));
-      }
-      return wgmma_config(forced_)->name;  // force_kernel_config admitted only these
-    }
-    if (KernelConfigCache::global().size() != 0) {
-      const auto cached = KernelConfigCache::global().lookup(kernel_config_key(0, std::string(name()), problem));
-      if (cached && *cached == kMmaConfig) return kMmaConfig;
-      if (const WgmmaConfig* config = cached ? wgmma_config(*cached) : nullptr; config != nullptr && why_not.empty())
-        return config->name;
-    }
-    return why_not.empty() ? default_wgmma_config(mode_) : kMmaConfig;
+    if (why_not.empty()) return wgmma->name;
+    if (given)
+      throw Error(ErrorKind::Unsupported, fmt::format("{}: kernel config '{}' cannot run: {}", name(), config, why_not));
+    return kMmaConfig;
   }
 
   sage::WorkspaceLayout layout_of(const AttentionProblem& problem) const {
@@ -360,9 +363,6 @@ class SageBackend final : public Backend {
   }
 
   Mode mode_;
-  DeviceBuffer own_workspace_;
-  std::string forced_, last_config_;
-  const sage::BlockList* block_list_ = nullptr;
 };
 
 class Sage2BlockSparseImpl final : public sage::Sage2BlockSparse {
@@ -377,13 +377,8 @@ class Sage2BlockSparseImpl final : public sage::Sage2BlockSparse {
     return backend_.workspace_bytes(problem);
   }
   void forward(const AttentionProblem& problem, const AttentionArgs& args, const sage::BlockList& list,
-               Stream stream) override {
-    struct Clear {
-      SageBackend& backend;
-      ~Clear() { backend.set_block_list(nullptr); }
-    } clear{backend_};
-    backend_.set_block_list(&list);
-    backend_.forward(problem, args, stream);
+               Stream stream) const override {
+    (void)backend_.run(problem, args, stream, std::string(kWgmmaConfig), /*given=*/true, &list, nullptr);
   }
 
  private:

@@ -30,8 +30,9 @@ class Sage2BlockSparse {
   // sage2's rules, and an sm_90 GPU with this build's wgmma kernels.
   virtual Support supports(const AttentionProblem& problem) const = 0;
   virtual std::size_t workspace_bytes(const AttentionProblem& problem) const = 0;
+  // args.workspace (workspace_bytes of it) is required.
   virtual void forward(const AttentionProblem& problem, const AttentionArgs& args, const BlockList& list,
-                       Stream stream) = 0;
+                       Stream stream) const = 0;
 };
 std::unique_ptr<Sage2BlockSparse> make_sage2_block_sparse();
 

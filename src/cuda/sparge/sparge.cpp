@@ -1,7 +1,8 @@
 // Host side of `sparge`, `block-sparse` and `sparge-sage`: options, supports(), the workspace
-// layout, the kernel choice, and the launches. The predictor's time is inside forward() (it runs
-// on the same stream, before the kernel) and is also measured on its own with events, for the
-// result row's predictor_ms.
+// layout, the kernel choice, and the plan's launches. The predictor's time is inside forward()
+// (it runs on the same stream, before the kernel) and is also measured on its own with events,
+// for the result row's predictor_ms; RunReport::read_sparse reads that and the kept-block counters
+// back once the caller has waited for the run.
 #include "cuda/sparge/sparge.hpp"
 
 #include <cuda_runtime_api.h>
@@ -87,7 +88,7 @@ class Event {
 //  - flash3 on sm_90 where this build has it: it visits 128 × 128 tiles, each one where any of
 //    its blocks is kept (the lists coarsened on the device, sparse::coarsen_mask); λ's P·V skip
 //    is not applied there (it would need a warpgroup-wide vote per tile);
-//  - flash2 elsewhere, or when kernel config "flash2" is forced: the blocks themselves, λ per warp;
+//  - flash2 elsewhere, or when kernel config "flash2" is chosen: the blocks themselves, λ per warp;
 //  - sage2's wgmma kernel for sparge-sage: tiles as flash3; sm_90a only.
 // Measured why (H200, 2026-12-04, tune --sparse on banded N 8k): selecting 128 × 128 blocks
 // directly tuned to rel L1 ≤ 0.03 on the calibration inputs and gave 0.36 on the held-out one —
@@ -114,101 +115,43 @@ std::string_view path_name(Path path) {
   return path == Path::Flash2 ? "flash2" : path == Path::Flash3 ? "flash3" : "sage2";
 }
 
-class SparseCudaBackend final : public Backend {
+// One problem's plan: the path, the options, and what a run uploads once (the per-head
+// settings, the given mask) and reads back after each run (the counters, the predictor's events).
+class SparsePlan final : public KernelPlan {
  public:
-  explicit SparseCudaBackend(Kind kind) : kind_(kind), predicted_(kind != Kind::BlockSparse) {
-    if (kind == Kind::SpargeSage) sage2_ = sage::make_sage2_block_sparse();
+  SparsePlan(std::string_view backend, bool predicted, Path path, const AttentionProblem& problem,
+             sparse::SparseOptions options, std::size_t workspace, const sage::Sage2BlockSparse* sage2)
+      : backend_(backend),
+        predicted_(predicted),
+        path_(path),
+        problem_(problem),
+        options_(std::move(options)),
+        workspace_(workspace),
+        sage2_(sage2) {}
+
+  // sparge and block-sparse: the kernel that runs the kept blocks ("flash3", "flash2");
+  // sparge-sage: "sage2".
+  std::string_view kernel_config() const override { return path_name(path_); }
+  std::size_t workspace_bytes() const override { return workspace_; }
+
+  // The report's counters are read back once the caller has waited for the run (read_sparse),
+  // so that a timed forward holds no host round trip.
+  RunReport forward(const AttentionArgs& args, Stream stream) override {
+    run(args, stream);
+    RunReport report;
+    report.kernel_config = std::string(path_name(path_));
+    report.read_sparse = [this] { return sparse_report(); };
+    return report;
   }
 
-  std::string_view name() const override {
-    return kind_ == Kind::Sparge ? "sparge" : kind_ == Kind::BlockSparse ? "block-sparse" : "sparge-sage";
-  }
-  std::string_view display_name() const override {
-    switch (kind_) {
-      case Kind::Sparge: return "sparge (predicted block-sparse attention on flash3 / flash2)";
-      case Kind::BlockSparse: return "block-sparse (flash3 / flash2 with a given block mask)";
-      case Kind::SpargeSage: return "sparge-sage (predicted block-sparse attention on sage2)";
-    }
-    return "";
-  }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    switch (kind_) {
-      case Kind::Sparge:
-        return "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; flash3 kernel on sm_90 "
-               "(128x128 blocks), flash2 on sm80+ (kernel config flash2)";
-      case Kind::BlockSparse:
-        return "fp16/bf16, head dim 64/128, causal, window, GQA; --block-mask SPEC; flash3 kernel on sm_90, flash2 "
-               "on sm80+";
-      case Kind::SpargeSage:
-        return "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; sage2's INT8/FP8 wgmma "
-               "kernel (128x128 blocks), sm_90a only; quantization included";
-    }
-    return "";
-  }
-  bool set_option(std::string_view key, const std::string& value) override {
-    const bool taken = options_.set(key, value, predicted_);
-    if (taken) {
-      settings_heads_ = -1;  // upload again
-      mask_key_.clear();
-    }
-    return taken;
-  }
-  void reset_options() override {
-    options_ = sparse::SparseOptions{};
-    settings_heads_ = -1;
-    mask_key_.clear();
-  }
-
-  std::vector<std::string> kernel_configs(const AttentionProblem&) const override {
-    if (kind_ == Kind::SpargeSage) return {};
-    if (hopper_kernels_here()) return {"flash3", "flash2"};
-    return {"flash2"};
-  }
-  void force_kernel_config(std::string_view config) override {
-    const bool known = config.empty() || config == "default" ||
-                       (kind_ != Kind::SpargeSage && (config == "flash2" || config == "flash3"));
-    if (!known) {
-      throw Error(ErrorKind::Usage, fmt::format("{}: kernel config '{}' unknown; allowed: {}", name(), config,
-                                                kind_ == Kind::SpargeSage ? "default" : "default, flash3, flash2"));
-    }
-    forced_ = config == "default" ? std::string() : std::string(config);
-  }
-  std::string last_kernel_config() const override { return last_path_ ? std::string(path_name(*last_path_)) : ""; }
-
-  Support supports(const AttentionProblem& problem) const override {
-    Support support = supports_problem_common(name(), problem);
-    if (!support) return support;
-    constexpr int kHeadDims[] = {64, 128};
-    support = supports_shape(name(), problem, kHeadDims);
-    if (!support) return support;
-    if (forced_ == "flash3" && !hopper_kernels_here())
-      return Support::no(fmt::format("{}: kernel config 'flash3' needs an sm_90 GPU and a build with flash3", name()));
-    const sparse::BlockShape shape = sparse::block_shape_for(problem.head_dim);
-    const int n_blocks = (problem.seq_kv + shape.n - 1) / shape.n;
-    if (predicted_ && n_blocks > sparge::kMaxKeyBlocks)
-      return Support::no(fmt::format("seq_kv {} is {} key blocks of {}; the predictor sorts at most {}", problem.seq_kv,
-                                     n_blocks, shape.n, sparge::kMaxKeyBlocks));
-    support = options_.supports(problem, predicted_);
-    if (!support) return support;
-    if (kind_ == Kind::SpargeSage) return sage2_->supports(problem);
-    return supports_device(name());
-  }
-
-  std::size_t workspace_bytes(const AttentionProblem& problem) const override {
-    if (!predicted_) return 0;
-    const std::size_t predictor = Layout(problem, sparse::block_shape_for(problem.head_dim)).total;
-    return kind_ == Kind::SpargeSage ? predictor + sage2_->workspace_bytes(problem) : predictor;
-  }
-
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
-    const Support support = supports(problem);
-    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
-    check_cuda_args(name(), problem, args);
+ private:
+  void run(const AttentionArgs& args, Stream stream) {
+    const AttentionProblem& problem = problem_;
+    check_cuda_args(backend_, problem, args);
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o})
       if (!flash2::rows_aligned(*view))
-        throw Error(ErrorKind::Unsupported, fmt::format("{}: every row of Q, K, V and O must start 16-byte aligned", name()));
-    const Path path = path_for(problem);
+        throw Error(ErrorKind::Unsupported, fmt::format("{}: every row of Q, K, V and O must start 16-byte aligned", backend_));
+    const Path path = path_;
     const sparse::BlockShape shape = sparse::block_shape_for(problem.head_dim);
     const sparse::BlockShape kernel_shape = kernel_shape_of(path, problem.head_dim);
     {
@@ -224,7 +167,7 @@ class SparseCudaBackend final : public Backend {
       predicted_done_ = std::make_unique<Event>();
       done_ = std::make_unique<Event>();
     }
-    upload_settings(problem);
+    upload_settings();
 
     const int m_blocks = (problem.seq_q + shape.m - 1) / shape.m;
     const int n_blocks = (problem.seq_kv + shape.n - 1) / shape.n;
@@ -238,7 +181,7 @@ class SparseCudaBackend final : public Backend {
     AttentionArgs kernel_args = args;
     if (predicted_) {
       ATTNSUITE_CHECK(args.workspace != nullptr, ErrorKind::Usage,
-                      fmt::format("{}: needs workspace_bytes() of workspace", name()));
+                      fmt::format("{}: needs the plan's workspace_bytes() of workspace", backend_));
       const Layout layout(problem, shape);
       auto* base = static_cast<unsigned char*>(args.workspace);
       kernel_args.workspace = base + layout.total;  // sparge-sage: the quantized Q, K, V after the predictor's
@@ -299,7 +242,7 @@ class SparseCudaBackend final : public Backend {
       }
       ATTNSUITE_CUDA_CHECK(cudaEventRecord(predicted_done_->get(), cuda_stream));
     } else {
-      upload_mask(problem, shape);
+      upload_mask(shape);
       block_index = mask_index_.as<int>();
       block_count = mask_count_.as<int>();
       tile_index = mask_tile_index_.as<int>();
@@ -340,26 +283,24 @@ class SparseCudaBackend final : public Backend {
       }
     }
     ATTNSUITE_CUDA_CHECK(cudaEventRecord(done_->get(), cuda_stream));
-    last_counters_ = counters;
-    last_problem_ = problem;
-    last_path_ = path;
+    counters_ = counters;
   }
 
-  std::optional<SparseReport> last_sparse_report() const override {
-    if (last_counters_ == nullptr) return std::nullopt;
+  // What the run just enqueued skipped, read back once it has finished.
+  RunReport::Sparse sparse_report() const {
     ATTNSUITE_CUDA_CHECK(cudaEventSynchronize(done_->get()));
     unsigned long long host[kCounters] = {0, 0, 0};
     sparse::SparseStats stats;
-    const sparse::BlockShape shape = sparse::block_shape_for(last_problem_.head_dim);
-    stats.visible_blocks = sparse::visible_block_count(last_problem_, shape);
+    const sparse::BlockShape shape = sparse::block_shape_for(problem_.head_dim);
+    stats.visible_blocks = sparse::visible_block_count(problem_, shape);
     std::int64_t kept_tiles = 0;
     if (predicted_) {
-      ATTNSUITE_CUDA_CHECK(cudaMemcpy(host, last_counters_, sizeof(host), cudaMemcpyDeviceToHost));
+      ATTNSUITE_CUDA_CHECK(cudaMemcpy(host, counters_, sizeof(host), cudaMemcpyDeviceToHost));
       stats.computed_blocks = static_cast<std::int64_t>(host[0]);
       stats.pv_skipped_groups = static_cast<std::int64_t>(host[1]);
       kept_tiles = static_cast<std::int64_t>(host[2]);
     } else {
-      ATTNSUITE_CUDA_CHECK(cudaMemcpy(host, last_counters_, sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      ATTNSUITE_CUDA_CHECK(cudaMemcpy(host, counters_, sizeof(unsigned long long), cudaMemcpyDeviceToHost));
       stats.computed_blocks = mask_kept_;
       stats.pv_skipped_groups = static_cast<std::int64_t>(host[0]);
       kept_tiles = mask_kept_tiles_;
@@ -368,12 +309,12 @@ class SparseCudaBackend final : public Backend {
     // Predicted: the predictor's (or mask's) blocks. Achieved: the work the kernel did — flash2
     // with its P·V skips; the Hopper kernels in whole tiles.
     double achieved = stats.achieved_sparsity();
-    if (*last_path_ != Path::Flash2) {
+    if (path_ != Path::Flash2) {
       const std::int64_t visible_tiles =
-          sparse::visible_block_count(last_problem_, kernel_shape_of(*last_path_, last_problem_.head_dim));
+          sparse::visible_block_count(problem_, kernel_shape_of(path_, problem_.head_dim));
       achieved = visible_tiles > 0 ? 1.0 - static_cast<double>(kept_tiles) / static_cast<double>(visible_tiles) : 0.0;
     }
-    SparseReport report{stats.predicted_sparsity(), achieved, std::nullopt};
+    RunReport::Sparse report{stats.predicted_sparsity(), achieved, std::nullopt};
     if (predicted_) {
       float ms = 0;
       ATTNSUITE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_->get(), predicted_done_->get()));
@@ -382,33 +323,30 @@ class SparseCudaBackend final : public Backend {
     return report;
   }
 
- private:
   // Per q head: sim, cdf, topk, dense, then λ·log2(e) for the kernel: 5 × heads_q floats,
-  // uploaded when the options or the head count change (not per forward).
-  void upload_settings(const AttentionProblem& problem) {
-    if (settings_heads_ == problem.heads_q) return;
-    std::vector<float> host(static_cast<std::size_t>(5 * problem.heads_q));
-    for (int h = 0; h < problem.heads_q; ++h) {
+  // uploaded on the plan's first run (not per forward).
+  void upload_settings() {
+    if (settings_.data() != nullptr) return;
+    std::vector<float> host(static_cast<std::size_t>(5 * problem_.heads_q));
+    for (int h = 0; h < problem_.heads_q; ++h) {
       const sparse::HeadSettings& s = options_.config.for_head(h);
       host[static_cast<std::size_t>(4 * h + 0)] = static_cast<float>(s.sim_threshold);
       host[static_cast<std::size_t>(4 * h + 1)] = static_cast<float>(s.cdf_threshold);
       host[static_cast<std::size_t>(4 * h + 2)] = static_cast<float>(s.topk);
       host[static_cast<std::size_t>(4 * h + 3)] = s.dense ? 1.0f : 0.0f;
-      host[static_cast<std::size_t>(4 * problem.heads_q + h)] =
+      host[static_cast<std::size_t>(4 * problem_.heads_q + h)] =
           static_cast<float>(s.pv_threshold * std::numbers::log2e);  // inf stays inf: never skips
     }
-    if (settings_.bytes() < host.size() * 4) settings_ = DeviceBuffer(host.size() * 4);
+    settings_ = DeviceBuffer(host.size() * 4);
     ATTNSUITE_CUDA_CHECK(cudaMemcpy(settings_.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
-    settings_heads_ = problem.heads_q;
   }
 
-  // The user's mask on the device, in blocks and in the Hopper kernels' tiles, made once per
-  // (problem, spec).
-  void upload_mask(const AttentionProblem& problem, sparse::BlockShape shape) {
-    const std::string key = fmt::format("{}|{}", problem.describe(), options_.mask_spec);
-    if (key == mask_key_) return;
-    const sparse::BlockMask mask = sparse::make_block_mask(options_.mask_spec, problem, shape);
-    const int factor = kernel_shape_of(Path::Flash3, problem.head_dim).n / shape.n;
+  // The user's mask on the device, in blocks and in the Hopper kernels' tiles, made on the
+  // plan's first run.
+  void upload_mask(sparse::BlockShape shape) {
+    if (mask_counters_.data() != nullptr) return;
+    const sparse::BlockMask mask = sparse::make_block_mask(options_.mask_spec, problem_, shape);
+    const int factor = kernel_shape_of(Path::Flash3, problem_.head_dim).n / shape.n;
     const sparse::BlockMask tiles = sparse::coarsen_mask(mask, factor);
     const auto upload = [](DeviceBuffer& buffer, const std::vector<std::int32_t>& host) {
       buffer = DeviceBuffer(std::max<std::size_t>(host.size() * 4, 4));
@@ -418,37 +356,107 @@ class SparseCudaBackend final : public Backend {
     upload(mask_count_, mask.count);
     upload(mask_tile_index_, tiles.index);
     upload(mask_tile_count_, tiles.count);
-    if (!mask_counters_.data()) mask_counters_ = DeviceBuffer(sizeof(unsigned long long));
     mask_kept_ = mask.kept_blocks();
     mask_kept_tiles_ = tiles.kept_blocks();
-    mask_key_ = key;
+    mask_counters_ = DeviceBuffer(sizeof(unsigned long long));
   }
 
-  // The forced kernel config, else the kernel-config cache's entry, else flash3 where it runs.
-  Path path_for(const AttentionProblem& problem) const {
-    if (kind_ == Kind::SpargeSage) return Path::Sage2;
-    std::string chosen = forced_;
-    if (chosen.empty() && KernelConfigCache::global().size() != 0) {
-      chosen = KernelConfigCache::global().lookup(kernel_config_key(0, std::string(name()), problem)).value_or("");
+  std::string_view backend_;
+  bool predicted_;
+  Path path_;
+  AttentionProblem problem_;
+  sparse::SparseOptions options_;
+  std::size_t workspace_;
+  const sage::Sage2BlockSparse* sage2_;
+  DeviceBuffer settings_;
+  DeviceBuffer mask_index_, mask_count_, mask_tile_index_, mask_tile_count_, mask_counters_;
+  std::int64_t mask_kept_ = 0, mask_kept_tiles_ = 0;
+  std::unique_ptr<Event> start_, predicted_done_, done_;
+  unsigned long long* counters_ = nullptr;
+};
+
+class SparseCudaBackend final : public Backend {
+ public:
+  explicit SparseCudaBackend(Kind kind) : kind_(kind), predicted_(kind != Kind::BlockSparse) {
+    if (kind == Kind::SpargeSage) sage2_ = sage::make_sage2_block_sparse();
+  }
+
+  std::string_view name() const override {
+    return kind_ == Kind::Sparge ? "sparge" : kind_ == Kind::BlockSparse ? "block-sparse" : "sparge-sage";
+  }
+  std::string_view display_name() const override {
+    switch (kind_) {
+      case Kind::Sparge: return "sparge (predicted block-sparse attention on flash3 / flash2)";
+      case Kind::BlockSparse: return "block-sparse (flash3 / flash2 with a given block mask)";
+      case Kind::SpargeSage: return "sparge-sage (predicted block-sparse attention on sage2)";
     }
-    if (chosen == "flash2") return Path::Flash2;
-    return hopper_kernels_here() ? Path::Flash3 : Path::Flash2;
+    return "";
+  }
+  Device device() const override { return {DeviceType::Cuda, 0}; }
+  std::string capabilities() const override {
+    switch (kind_) {
+      case Kind::Sparge:
+        return "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; flash3 kernel on sm_90 "
+               "(128x128 blocks), flash2 on sm80+ (kernel config flash2)";
+      case Kind::BlockSparse:
+        return "fp16/bf16, head dim 64/128, causal, window, GQA; --block-mask SPEC; flash3 kernel on sm_90, flash2 "
+               "on sm80+";
+      case Kind::SpargeSage:
+        return "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; sage2's INT8/FP8 wgmma "
+               "kernel (128x128 blocks), sm_90a only; quantization included";
+    }
+    return "";
+  }
+  std::vector<std::string> option_keys() const override { return sparse::SparseOptions::keys(predicted_); }
+  void check_options(const std::map<std::string, std::string>& options) const override {
+    (void)sparse::SparseOptions::parse(options, predicted_);
   }
 
+  // Which kernel runs the kept blocks: flash3 where it runs (listed first: the built-in choice),
+  // flash2; sparge-sage has no choice (sage2).
+  std::vector<std::string> kernel_configs(const AttentionProblem&) const override {
+    if (kind_ == Kind::SpargeSage) return {};
+    if (hopper_kernels_here()) return {"flash3", "flash2"};
+    return {"flash2"};
+  }
+  KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions& options) const override {
+    return cuda::kernel_config_key(plan_device(options), std::string(name()), problem);
+  }
+
+  Support supports(const AttentionProblem& problem) const override {
+    Support support = supports_problem_common(name(), problem);
+    if (!support) return support;
+    constexpr int kHeadDims[] = {64, 128};
+    support = supports_shape(name(), problem, kHeadDims);
+    if (!support) return support;
+    const sparse::BlockShape shape = sparse::block_shape_for(problem.head_dim);
+    const int n_blocks = (problem.seq_kv + shape.n - 1) / shape.n;
+    if (predicted_ && n_blocks > sparge::kMaxKeyBlocks)
+      return Support::no(fmt::format("seq_kv {} is {} key blocks of {}; the predictor sorts at most {}", problem.seq_kv,
+                                     n_blocks, shape.n, sparge::kMaxKeyBlocks));
+    if (kind_ == Kind::SpargeSage) return sage2_->supports(problem);
+    return supports_device(name());
+  }
+
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& plan_options) const override {
+    require_support(*this, problem);
+    const std::string config = choose_kernel_config(*this, problem, plan_options);
+    sparse::SparseOptions options = sparse::SparseOptions::parse(plan_options.options, predicted_);
+    if (const Support support = options.supports(problem, predicted_); !support)
+      throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
+    const Path path = kind_ == Kind::SpargeSage ? Path::Sage2 : config == "flash3" ? Path::Flash3 : Path::Flash2;
+    std::size_t workspace = 0;
+    if (predicted_) {
+      workspace = Layout(problem, sparse::block_shape_for(problem.head_dim)).total;
+      if (kind_ == Kind::SpargeSage) workspace += sage2_->workspace_bytes(problem);
+    }
+    return std::make_unique<SparsePlan>(name(), predicted_, path, problem, std::move(options), workspace, sage2_.get());
+  }
+
+ private:
   Kind kind_;
   bool predicted_;
   std::unique_ptr<sage::Sage2BlockSparse> sage2_;
-  std::string forced_;
-  std::optional<Path> last_path_;
-  sparse::SparseOptions options_;
-  DeviceBuffer settings_;
-  int settings_heads_ = -1;
-  DeviceBuffer mask_index_, mask_count_, mask_tile_index_, mask_tile_count_, mask_counters_;
-  std::int64_t mask_kept_ = 0, mask_kept_tiles_ = 0;
-  std::string mask_key_;
-  std::unique_ptr<Event> start_, predicted_done_, done_;
-  unsigned long long* last_counters_ = nullptr;
-  AttentionProblem last_problem_;
 };
 
 }  // namespace

@@ -12,7 +12,6 @@
 // heads) — BHSD — else it is one call per batch. That is B·group calls of each GEMM at worst.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <memory>
@@ -77,9 +76,21 @@ class CudaVanillaBackend final : public Backend {
     return supports_device(name());
   }
 
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
-    const Support support = supports(problem);
-    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), support.reason));
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    require_support(*this, problem);
+    choose_kernel_config(*this, problem, options);  // refuses a config: there is none
+    // The cuBLAS handle is the plan's (a handle is bound to the stream of the run that uses it),
+    // made here on the current device so that its memory is not part of the first run's.
+    auto cublas = std::make_shared<CublasHandle>();
+    (void)cublas->get();
+    return std::make_unique<FunctionPlan>(
+        "", 0, [this, problem, cublas](const AttentionArgs& args, Stream stream, RunReport&) {
+          run(problem, args, stream, *cublas);
+        });
+  }
+
+ private:
+  void run(const AttentionProblem& problem, const AttentionArgs& args, Stream stream, CublasHandle& cublas) const {
     check_cuda_args(name(), problem, args);
 
     const std::int64_t batch = problem.batch, heads_q = problem.heads_q, heads_kv = problem.heads_kv;
@@ -89,7 +100,7 @@ class CudaVanillaBackend final : public Backend {
     const std::size_t element_bytes = size_of(problem.dtype);
     DeviceBuffer scores(static_cast<std::size_t>(batch * heads_q * score_elements) * element_bytes);
 
-    cublasHandle_t handle = cublas_.get();
+    cublasHandle_t handle = cublas.get();
     auto cuda_stream = static_cast<cudaStream_t>(stream);
     ATTNSUITE_CUDA_CHECK(cublasSetStream(handle, cuda_stream));
     const cudaDataType_t type = cuda_data_type(problem.dtype);
@@ -165,9 +176,6 @@ class CudaVanillaBackend final : public Backend {
     // (Caching it across calls would hide its N² bytes from the per-forward peak memory.)
     ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
   }
-
- private:
-  CublasHandle cublas_;
 };
 
 }  // namespace

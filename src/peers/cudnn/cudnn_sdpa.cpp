@@ -3,17 +3,22 @@
 // nvidia-cudnn-frontend), the way PyTorch's cuDNN backend builds it.
 //
 // One graph per (device, problem, Q/K/V/O strides, LSE wanted): building one — heuristics,
-// then a plan that may compile a kernel at run time — costs milliseconds to seconds, so graphs
-// are cached in an unordered_map and the first forward of a shape pays it (outside the timed
-// loop: the harness's accuracy run comes first). Our views are (batch, seq, heads, dim) with
+// then a plan that may compile a kernel at run time — costs milliseconds to seconds, so a plan
+// builds the graph of dense strides with LSE once (when supports() has just built it to learn
+// whether cuDNN takes the problem, it takes that one over) and a graph for other strides on the
+// first run that passes them (outside the timed loop: the harness's accuracy run comes first).
+// Our views are (batch, seq, heads, dim) with
 // element strides; cuDNN's tensors are (batch, heads, seq, dim), so the strides are permuted,
 // never the data: BSHD and BHSD both run without copies. GQA/MQA are native (K/V with fewer
 // heads). The statistics output is cuDNN's natural-log LSE in float, (B, H, Sq, 1) dense — the
 // memory of our (B, H, Sq) LSE view.
 //
-// Workspace: workspace_bytes(problem) is the graph's workspace for dense strides of the
-// problem's layout with LSE, and the harness allocates it. A forward whose graph needs more
-// (other strides) allocates its workspace itself, through the tracking allocator, for that call.
+// Workspace: the plan's workspace_bytes() is the graph's workspace for dense strides of the
+// problem's layout with LSE, and the harness allocates it. A run whose graph needs more (other
+// strides) allocates its workspace itself, through the tracking allocator, for that call.
+//
+// cuDNN handles are the backend's, one per device, shared by its plans; building and running a
+// graph hold the backend's mutex (a handle is bound to the stream of the run that uses it).
 #include "peers/cudnn/cudnn_sdpa.hpp"
 
 #include <cuda_runtime_api.h>
@@ -28,6 +33,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "attnsuite/error.hpp"
@@ -48,7 +54,7 @@ void check_cudnn(cudnnStatus_t status, const char* call) {
   throw Error(ErrorKind::Device, fmt::format("cudnn: {} failed: {}", call, cudnnGetErrorString(status)));
 }
 
-// Thrown inside graph building; supports() turns it into its reason, forward() into Unsupported.
+// Thrown inside graph building; supports() turns it into its reason, plan() and a run into Unsupported.
 void check_graph(fe::error_t status, const char* step) {
   if (status.is_good()) return;
   throw Error(ErrorKind::Unsupported, fmt::format("cuDNN SDPA graph {}: {}", step, status.get_message()));
@@ -90,11 +96,10 @@ struct GraphKeyHash {
   }
 };
 
-// A built graph, or why cuDNN refused it (kept too: a refused build costs as much as a good one).
+// A built graph and the workspace it needs.
 struct CachedGraph {
   std::shared_ptr<fe::graph::Graph> graph;
   std::int64_t workspace_bytes = 0;
-  std::string refusal;
 };
 
 // Our (b, s, h, d) element strides as cuDNN's (b, h, s, d).
@@ -184,6 +189,33 @@ CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
   return cached;
 }
 
+class CudnnSdpaBackend;
+
+// One problem's graphs: the dense one (its workspace is the plan's), and those of other strides
+// its runs were given.
+class CudnnSdpaPlan final : public KernelPlan {
+ public:
+  CudnnSdpaPlan(const CudnnSdpaBackend& backend, const AttentionProblem& problem, GraphKey dense_key,
+                CachedGraph dense_graph)
+      : backend_(backend), problem_(problem), dense_key_(std::move(dense_key)), dense_graph_(std::move(dense_graph)) {}
+
+  std::string_view kernel_config() const override { return {}; }
+  std::size_t workspace_bytes() const override { return static_cast<std::size_t>(dense_graph_.workspace_bytes); }
+  RunReport forward(const AttentionArgs& args, Stream stream) override;
+
+ private:
+  void run(const AttentionArgs& args, cudaStream_t stream);
+  // The graph for `key`: the dense one, else one of this plan's, built on first use. Throws
+  // Error(Unsupported) with cuDNN's reason when it refuses. Under the backend's mutex.
+  const CachedGraph& graph_for(const GraphKey& key);
+
+  const CudnnSdpaBackend& backend_;
+  AttentionProblem problem_;
+  GraphKey dense_key_;
+  CachedGraph dense_graph_;
+  std::unordered_map<GraphKey, CachedGraph, GraphKeyHash> graphs_;
+};
+
 class CudnnSdpaBackend final : public Backend {
  public:
   CudnnSdpaBackend()
@@ -202,9 +234,11 @@ class CudnnSdpaBackend final : public Backend {
   Device device() const override { return {DeviceType::Cuda, 0}; }
   std::string capabilities() const override {
     return "fp16/bf16, head dims <= 256 and multiples of 8 (d_v too), causal (bottom-right; seq_q <= seq_kv), "
-           "GQA/MQA, BSHD/BHSD via strides, LSE; sm80+; one cached graph per shape and strides";
+           "GQA/MQA, BSHD/BHSD via strides, LSE; sm80+; one graph per shape and strides";
   }
 
+  // Whether cuDNN takes a problem is known only by building its graph: the answer is kept per
+  // graph key, and the graph built for it is kept for the next plan of that key.
   Support supports(const AttentionProblem& problem) const override {
     try {
       problem.validate();
@@ -231,69 +265,34 @@ class CudnnSdpaBackend final : public Backend {
     Support device_support = cuda::supports_device(name());
     if (!device_support) return device_support;
     try {
+      const GraphKey key = dense_key_for(problem, current_device());
       std::lock_guard lock(mutex_);
-      graph_for(dense_key_for(problem, current_device()));
+      probe(key);
     } catch (const std::exception& error) {
       return Support::no(error.what());
     }
     return Support::yes();
   }
 
-  std::size_t workspace_bytes(const AttentionProblem& problem) const override {
-    if (!supports(problem)) return 0;
-    std::lock_guard lock(mutex_);
-    return static_cast<std::size_t>(graph_for(dense_key_for(problem, current_device())).workspace_bytes);
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    require_support(*this, problem);
+    choose_kernel_config(*this, problem, options);  // refuses a config: there is none
+    GraphKey key = dense_key_for(problem, current_device());
+    CachedGraph graph;
+    {
+      std::lock_guard lock(mutex_);
+      auto spare = spare_.find(key);
+      if (spare != spare_.end()) {
+        graph = std::move(spare->second);
+        spare_.erase(spare);
+      } else {
+        graph = build(key);
+      }
+    }
+    return std::make_unique<CudnnSdpaPlan>(*this, problem, std::move(key), std::move(graph));
   }
 
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
-    const Support support = supports(problem);
-    if (!support) throw Error(ErrorKind::Unsupported, fmt::format("cudnn: {}", support.reason));
-    cuda::check_cuda_args(name(), problem, args);
-    // The engines move Q/K/V/O with 16-byte vector loads and TMA; the frontend checks the
-    // strides against that alignment but not the pointers.
-    for (const void* data : {args.q.data, args.k.data, args.v.data, args.o.data}) {
-      if (reinterpret_cast<std::uintptr_t>(data) % 16 != 0)
-        throw Error(ErrorKind::Unsupported, "cudnn: Q, K, V and O must start 16-byte aligned");
-    }
-
-    try {
-      run(problem, args, static_cast<cudaStream_t>(stream));
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& error) {  // cudnn-frontend's own exceptions
-      throw Error(ErrorKind::Device, fmt::format("cudnn: {}", error.what()));
-    }
-  }
-
- private:
-  void run(const AttentionProblem& problem, const AttentionArgs& args, cudaStream_t stream) {
-    std::lock_guard lock(mutex_);
-    const int device = current_device();
-    const bool stats = !args.lse.empty();
-    const CachedGraph& cached =
-        graph_for(key_for(problem, device, args.q.strides, args.k.strides, args.v.strides, args.o.strides, stats));
-    cudnnHandle_t handle = handle_for(device);
-    check_cudnn(cudnnSetStream(handle, stream), "cudnnSetStream");
-
-    // The harness's workspace covers the dense-strides graph; a graph that needs more gets its
-    // own buffer for this call (tracked, and freed only after the stream has finished with it).
-    const std::int64_t provided =
-        args.workspace != nullptr ? graph_for(dense_key_for(problem, device)).workspace_bytes : 0;
-    cuda::DeviceBuffer own_workspace;
-    void* workspace = args.workspace;
-    if (cached.workspace_bytes > provided) {
-      own_workspace = cuda::DeviceBuffer(static_cast<std::size_t>(cached.workspace_bytes));
-      workspace = own_workspace.data();
-    }
-
-    std::unordered_map<std::int64_t, void*> pack{
-        {kUidQ, args.q.data}, {kUidK, args.k.data}, {kUidV, args.v.data}, {kUidO, args.o.data}};
-    if (stats) pack.emplace(kUidStats, args.lse.data);
-    fe::error_t status = cached.graph->execute(handle, pack, workspace);
-    if (status.is_bad())
-      throw Error(ErrorKind::Device, fmt::format("cudnn: SDPA execution failed: {}", status.get_message()));
-    if (own_workspace.data() != nullptr) ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
+  std::mutex& mutex() const { return mutex_; }
 
   static int current_device() {
     int device = 0;
@@ -301,7 +300,7 @@ class CudnnSdpaBackend final : public Backend {
     return device;
   }
 
-  // The handle of a device, made on first use there.
+  // The handle of a device, made on first use there. Callers hold mutex().
   cudnnHandle_t handle_for(int device) const {
     auto found = handles_.find(device);
     if (found != handles_.end()) return found->second;
@@ -311,29 +310,94 @@ class CudnnSdpaBackend final : public Backend {
     return handle;
   }
 
-  // The graph for a key, built on first use; throws Error(Unsupported) with cuDNN's reason when
-  // it refused. Callers hold mutex_.
-  const CachedGraph& graph_for(const GraphKey& key) const {
-    auto found = graphs_.find(key);
-    if (found == graphs_.end()) {
-      CachedGraph cached;
-      try {
-        cached = build_graph(key, handle_for(key.device));
-      } catch (const Error& error) {
-        if (error.kind() != ErrorKind::Unsupported) throw;
-        cached.refusal = error.what();
-      }
-      found = graphs_.emplace(key, std::move(cached)).first;
+  // The graph for `key`; throws Error(Unsupported) with cuDNN's reason when it refuses (and
+  // remembers the refusal). Callers hold mutex().
+  CachedGraph build(const GraphKey& key) const {
+    if (const auto refused = refusals_.find(key); refused != refusals_.end())
+      throw Error(ErrorKind::Unsupported, refused->second);
+    try {
+      return build_graph(key, handle_for(key.device));
+    } catch (const Error& error) {
+      if (error.kind() == ErrorKind::Unsupported) refusals_.emplace(key, error.what());
+      throw;
     }
-    if (!found->second.refusal.empty()) throw Error(ErrorKind::Unsupported, found->second.refusal);
-    return found->second;
+  }
+
+ private:
+  // Builds the graph of `key` unless its answer is known; a built one waits in spare_ for the
+  // plan that follows. Callers hold mutex_.
+  void probe(const GraphKey& key) const {
+    if (accepted_.contains(key)) return;
+    CachedGraph graph = build(key);  // throws (and remembers) a refusal
+    accepted_.insert(key);
+    spare_.emplace(key, std::move(graph));
   }
 
   std::string display_name_;
   mutable std::mutex mutex_;
   mutable std::unordered_map<int, cudnnHandle_t> handles_;
-  mutable std::unordered_map<GraphKey, CachedGraph, GraphKeyHash> graphs_;
+  // cuDNN's answer per graph key, a fact about the installed cuDNN and the GPU; refusals are
+  // kept too, since a refused build costs as much as a good one.
+  mutable std::unordered_map<GraphKey, std::string, GraphKeyHash> refusals_;
+  mutable std::unordered_set<GraphKey, GraphKeyHash> accepted_;
+  // Graphs supports() built, until a plan of their key takes them.
+  mutable std::unordered_map<GraphKey, CachedGraph, GraphKeyHash> spare_;
 };
+
+RunReport CudnnSdpaPlan::forward(const AttentionArgs& args, Stream stream) {
+  const AttentionProblem& problem = problem_;
+  cuda::check_cuda_args(backend_.name(), problem, args);
+  // The engines move Q/K/V/O with 16-byte vector loads and TMA; the frontend checks the
+  // strides against that alignment but not the pointers.
+  for (const void* data : {args.q.data, args.k.data, args.v.data, args.o.data}) {
+    if (reinterpret_cast<std::uintptr_t>(data) % 16 != 0)
+      throw Error(ErrorKind::Unsupported, "cudnn: Q, K, V and O must start 16-byte aligned");
+  }
+
+  try {
+    run(args, static_cast<cudaStream_t>(stream));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {  // cudnn-frontend's own exceptions
+    throw Error(ErrorKind::Device, fmt::format("cudnn: {}", error.what()));
+  }
+  return {};
+}
+
+const CachedGraph& CudnnSdpaPlan::graph_for(const GraphKey& key) {
+  if (key == dense_key_) return dense_graph_;
+  auto found = graphs_.find(key);
+  if (found == graphs_.end()) found = graphs_.emplace(key, backend_.build(key)).first;
+  return found->second;
+}
+
+void CudnnSdpaPlan::run(const AttentionArgs& args, cudaStream_t stream) {
+  std::lock_guard lock(backend_.mutex());
+  const int device = CudnnSdpaBackend::current_device();
+  const bool stats = !args.lse.empty();
+  const CachedGraph& cached =
+      graph_for(key_for(problem_, device, args.q.strides, args.k.strides, args.v.strides, args.o.strides, stats));
+  cudnnHandle_t handle = backend_.handle_for(device);
+  check_cudnn(cudnnSetStream(handle, stream), "cudnnSetStream");
+
+  // The harness's workspace covers the dense-strides graph; a graph that needs more gets its
+  // own buffer for this call (tracked, and freed only after the stream has finished with it).
+  const std::int64_t provided = args.workspace != nullptr ? dense_graph_.workspace_bytes : 0;
+  cuda::DeviceBuffer own_workspace;
+  void* workspace = args.workspace;
+  if (cached.workspace_bytes > provided) {
+    own_workspace = cuda::DeviceBuffer(static_cast<std::size_t>(cached.workspace_bytes));
+    workspace = own_workspace.data();
+  }
+
+  std::unordered_map<std::int64_t, void*> pack{
+      {kUidQ, args.q.data}, {kUidK, args.k.data}, {kUidV, args.v.data}, {kUidO, args.o.data}};
+  if (stats) pack.emplace(kUidStats, args.lse.data);
+  fe::error_t status = cached.graph->execute(handle, pack, workspace);
+  if (status.is_bad())
+    throw Error(ErrorKind::Device, fmt::format("cudnn: SDPA execution failed: {}", status.get_message()));
+  if (own_workspace.data() != nullptr) ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
 
 }  // namespace
 

@@ -21,8 +21,8 @@
 //
 // Inputs are wrapped with from_blob (no copies): our (b, s, h, d) views become PyTorch's
 // (B, H, S, D) by a transpose of the strides. Every op returns a fresh output (and LSE), which
-// the backend keeps alive and exposes through produced_output()/produced_lse(); the memory
-// they take is read from PyTorch's caching allocator statistics.
+// a run returns in RunReport::output/output_lse, kept alive by RunReport::owner; the memory they
+// take is read from PyTorch's caching allocator statistics around every run.
 #include "peers/torch/torch_sdpa.hpp"
 
 #include <ATen/Context.h>
@@ -53,6 +53,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -196,6 +197,28 @@ void check_input(std::string_view backend, const char* what, const TensorView& v
   }
 }
 
+// The tensors one run returned, alive while RunReport::owner holds them.
+struct TorchResults {
+  at::Tensor output;  // (B, H, Sq, Dv), PyTorch's strides
+  at::Tensor lse;     // dense float (B, H, Sq); undefined where the op gives none
+};
+
+class TorchBackend;
+
+// One problem's runs. PyTorch allocates each run's output (and LSE) itself: forward() returns
+// them with the caching allocator's peak during the run.
+class TorchPlan final : public KernelPlan {
+ public:
+  TorchPlan(const TorchBackend& backend, const AttentionProblem& problem) : backend_(backend), problem_(problem) {}
+  std::string_view kernel_config() const override { return {}; }
+  bool produces_own_output() const override { return true; }
+  RunReport forward(const AttentionArgs& args, Stream stream) override;
+
+ private:
+  const TorchBackend& backend_;
+  AttentionProblem problem_;
+};
+
 class TorchBackend final : public Backend {
  public:
   explicit TorchBackend(Kind kind) : kind_(kind), info_(info_of(kind)) {}
@@ -216,100 +239,74 @@ class TorchBackend final : public Backend {
     return support;
   }
 
-  void forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream) override {
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     const Support support = supports(problem);
     if (!support) throw Error(ErrorKind::Unsupported, concat(name(), ": ", support.reason));
-    const std::int64_t b = problem.batch;
-    check_input(name(), "q", args.q, {b, problem.seq_q, problem.heads_q, problem.head_dim}, problem.dtype);
-    check_input(name(), "k", args.k, {b, problem.seq_kv, problem.heads_kv, problem.head_dim}, problem.dtype);
-    check_input(name(), "v", args.v, {b, problem.seq_kv, problem.heads_kv, problem.dim_v()}, problem.dtype);
-
-    release_results();
-    problem_ = problem;
-    device_ = static_cast<c10::DeviceIndex>(args.q.device.index);
-    stream_ = static_cast<cudaStream_t>(stream);
-    try {
-      c10::InferenceMode inference;
-      c10::cuda::CUDAStreamGuard stream_guard(c10::cuda::getStreamFromExternal(stream_, device_));
-      run(problem, args);
-    } catch (const c10::OutOfMemoryError& error) {
-      release_results();
-      throw Error(ErrorKind::OutOfMemory, concat(name(), ": ", error.what_without_backtrace()));
-    } catch (const c10::AcceleratorError& error) {
-      release_results();
-      throw Error(ErrorKind::Device, concat(name(), ": ", error.what_without_backtrace()));
-    } catch (const c10::Error& error) {  // a TORCH_CHECK of the op: a case it does not take
-      release_results();
-      throw Error(ErrorKind::Unsupported, concat(name(), ": ", error.what_without_backtrace()));
-    }
+    choose_kernel_config(*this, problem, options);  // refuses a config: there is none
+    return std::make_unique<TorchPlan>(*this, problem);
   }
 
-  bool produces_own_output() const override { return true; }
-  TensorView produced_output() const override { return output_view_; }
-
-  // PyTorch's LSE as attnsuite's: dense float (B, H, Sq), -inf where a row sees no key. The
-  // kernels' own forms differ (efficient pads Sq to a multiple of 32, cuDNN adds a trailing 1,
-  // flash writes +inf for empty rows), so a dense copy is made here, outside the timed forward.
-  LseView produced_lse() const override {
-    if (!lse_.defined()) return {};
-    if (!lse_dense_.defined()) {
-      try {
-        c10::InferenceMode inference;
-        c10::cuda::CUDAStreamGuard stream_guard(c10::cuda::getStreamFromExternal(stream_, device_));
-        at::Tensor lse = lse_.dim() == 4 ? lse_.select(3, 0) : lse_;
-        lse = lse.narrow(2, 0, problem_.seq_q);
-        lse_dense_ = lse.masked_fill(lse.isposinf(), -std::numeric_limits<double>::infinity()).contiguous();
-      } catch (const c10::Error& error) {
-        throw Error(ErrorKind::Device, concat(name(), ": LSE: ", error.what_without_backtrace()));
+  // The op's output (B, H, Sq, Dv) and, where it gives one, its LSE as it returned it. Under
+  // the inference mode and stream guard of the plan's forward().
+  std::pair<at::Tensor, at::Tensor> run(const AttentionProblem& p, const AttentionArgs& args,
+                                        c10::DeviceIndex device) const {
+    at::Tensor output, lse;
+    const at::Tensor q = wrap(args.q.data, p.dtype, device, args.q.shape, args.q.strides);
+    const at::Tensor k = wrap(args.k.data, p.dtype, device, args.k.shape, args.k.strides);
+    const at::Tensor v = wrap(args.v.data, p.dtype, device, args.v.shape, args.v.strides);
+    const std::optional<double> scale = p.softmax_scale();
+    const bool grouped = p.heads_kv != p.heads_q;
+    switch (kind_) {
+      case Kind::Sdpa:
+        output = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), std::nullopt,
+                                                  0.0, p.causal, scale, grouped);
+        break;
+      case Kind::Flash: {
+        auto result = at::_scaled_dot_product_flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                              0.0, p.causal, /*return_debug_mask=*/false, scale);
+        output = std::get<0>(result);
+        lse = std::get<1>(result);
+        break;
       }
-      ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      case Kind::Efficient: {
+        // xFormers' kernel takes (b, s, h, d) and needs as many K/V heads as Q heads.
+        const at::Tensor key = grouped ? k.repeat_interleave(p.group_size(), 2) : k;
+        const at::Tensor value = grouped ? v.repeat_interleave(p.group_size(), 2) : v;
+        constexpr std::int64_t kNoMask = 0, kCausalFromBottomRight = 2;
+        auto result =
+            at::_efficient_attention_forward(q, key, value, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                                             std::nullopt, 0.0, p.causal ? kCausalFromBottomRight : kNoMask,
+                                             /*compute_log_sumexp=*/true, scale);
+        output = std::get<0>(result).transpose(1, 2);
+        lse = std::get<1>(result);
+        break;
+      }
+      case Kind::Cudnn: {
+        auto result = at::_scaled_dot_product_cudnn_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                              std::nullopt, /*compute_log_sumexp=*/true, 0.0, p.causal,
+                                                              /*return_debug_mask=*/false, scale);
+        output = std::get<0>(result);
+        lse = std::get<1>(result);
+        break;
+      }
+      case Kind::Math: {
+        const bool masked = p.window_left >= 0 || p.window_right >= 0 || (p.causal && p.seq_q != p.seq_kv);
+        std::optional<at::Tensor> mask;
+        if (masked) mask = materialized_mask(p, device);
+        output = std::get<0>(at::_scaled_dot_product_attention_math(q.transpose(1, 2), k.transpose(1, 2),
+                                                                    v.transpose(1, 2), mask, 0.0, p.causal && !masked,
+                                                                    std::nullopt, scale, grouped));
+        break;
+      }
     }
-    return {lse_dense_.data_ptr<float>(), {DeviceType::Cuda, device_}};
-  }
-
-  // PyTorch's caching allocator: its peak of allocated bytes from now on, minus what is
-  // allocated now. The last results are released first so that they are not in the baseline.
-  void reset_own_peak_memory() override {
-    release_results();
-    stats_device_ = -1;
-    if (cuda::cuda_device_count() == 0) return;
-    int device = 0;
-    ATTNSUITE_CUDA_CHECK(cudaGetDevice(&device));
-    try {
-      at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
-      c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
-      stats_device_ = static_cast<c10::DeviceIndex>(device);
-      baseline_bytes_ = allocated_bytes().current;
-    } catch (const c10::Error& error) {
-      stats_device_ = -1;
-      throw Error(ErrorKind::Device,
-                  concat(name(), ": caching allocator statistics: ", error.what_without_backtrace()));
-    }
-  }
-
-  std::size_t own_peak_memory_bytes() const override {
-    if (stats_device_ < 0) return 0;
-    try {
-      return static_cast<std::size_t>(std::max<std::int64_t>(0, allocated_bytes().peak - baseline_bytes_));
-    } catch (const c10::Error& error) {
-      throw Error(ErrorKind::Device,
-                  concat(name(), ": caching allocator statistics: ", error.what_without_backtrace()));
-    }
+    const std::array<std::int64_t, 4> expected{p.batch, p.heads_q, p.seq_q, p.dim_v()};
+    ATTNSUITE_CHECK(output.dim() == 4 && std::equal(expected.begin(), expected.end(), output.sizes().begin()) &&
+                        output.scalar_type() == scalar_type_of(p.dtype),
+                    ErrorKind::Internal, concat(name(), ": PyTorch returned an output of another shape or dtype"));
+    return {std::move(output), std::move(lse)};
   }
 
  private:
-  c10::CachingAllocator::Stat allocated_bytes() const {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(stats_device_);
-    return stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
-  }
-
-  void release_results() {
-    output_.reset();
-    lse_.reset();
-    lse_dense_.reset();
-    output_view_ = {};
-  }
-
   Support decide(const AttentionProblem& p) const {
     try {
       p.validate();
@@ -357,7 +354,7 @@ class TorchBackend final : public Backend {
     }
   }
 
-  // PyTorch's own verdict for the forced backend on tensors shaped as forward() passes them.
+  // PyTorch's own verdict for the forced backend on tensors shaped as a run passes them.
   // The tensors are metadata only: their address is never dereferenced.
   Support pytorch_gate(const AttentionProblem& p) const {
     c10::InferenceMode inference;
@@ -409,80 +406,75 @@ class TorchBackend final : public Backend {
     return Support::no(concat("PyTorch refuses ", name(), ": ", reason.empty() ? "no reason given" : reason));
   }
 
-  // Under the inference mode and stream guard of forward().
-  void run(const AttentionProblem& p, const AttentionArgs& args) {
-    const at::Tensor q = wrap(args.q.data, p.dtype, device_, args.q.shape, args.q.strides);
-    const at::Tensor k = wrap(args.k.data, p.dtype, device_, args.k.shape, args.k.strides);
-    const at::Tensor v = wrap(args.v.data, p.dtype, device_, args.v.shape, args.v.strides);
-    const std::optional<double> scale = p.softmax_scale();
-    const bool grouped = p.heads_kv != p.heads_q;
-    switch (kind_) {
-      case Kind::Sdpa:
-        output_ = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                   std::nullopt, 0.0, p.causal, scale, grouped);
-        break;
-      case Kind::Flash: {
-        auto result = at::_scaled_dot_product_flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                              0.0, p.causal, /*return_debug_mask=*/false, scale);
-        output_ = std::get<0>(result);
-        lse_ = std::get<1>(result);
-        break;
-      }
-      case Kind::Efficient: {
-        // xFormers' kernel takes (b, s, h, d) and needs as many K/V heads as Q heads.
-        const at::Tensor key = grouped ? k.repeat_interleave(p.group_size(), 2) : k;
-        const at::Tensor value = grouped ? v.repeat_interleave(p.group_size(), 2) : v;
-        constexpr std::int64_t kNoMask = 0, kCausalFromBottomRight = 2;
-        auto result =
-            at::_efficient_attention_forward(q, key, value, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                                             std::nullopt, 0.0, p.causal ? kCausalFromBottomRight : kNoMask,
-                                             /*compute_log_sumexp=*/true, scale);
-        output_ = std::get<0>(result).transpose(1, 2);
-        lse_ = std::get<1>(result);
-        break;
-      }
-      case Kind::Cudnn: {
-        auto result = at::_scaled_dot_product_cudnn_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                              std::nullopt, /*compute_log_sumexp=*/true, 0.0, p.causal,
-                                                              /*return_debug_mask=*/false, scale);
-        output_ = std::get<0>(result);
-        lse_ = std::get<1>(result);
-        break;
-      }
-      case Kind::Math: {
-        const bool masked = p.window_left >= 0 || p.window_right >= 0 || (p.causal && p.seq_q != p.seq_kv);
-        std::optional<at::Tensor> mask;
-        if (masked) mask = materialized_mask(p, device_);
-        output_ = std::get<0>(at::_scaled_dot_product_attention_math(q.transpose(1, 2), k.transpose(1, 2),
-                                                                     v.transpose(1, 2), mask, 0.0, p.causal && !masked,
-                                                                     std::nullopt, scale, grouped));
-        break;
-      }
-    }
-    const std::array<std::int64_t, 4> expected{p.batch, p.heads_q, p.seq_q, p.dim_v()};
-    ATTNSUITE_CHECK(output_.dim() == 4 && std::equal(expected.begin(), expected.end(), output_.sizes().begin()) &&
-                        output_.scalar_type() == scalar_type_of(p.dtype),
-                    ErrorKind::Internal, concat(name(), ": PyTorch returned an output of another shape or dtype"));
-    output_view_ = view_of_bhsd(output_, p.dtype, device_);
-  }
-
   Kind kind_;
   KindInfo info_;
   mutable std::mutex mutex_;
   mutable std::unordered_map<AttentionProblem, Support, ProblemHash> support_cache_;
-
-  // The last forward's results, valid until the next forward() or reset_own_peak_memory().
-  AttentionProblem problem_;
-  c10::DeviceIndex device_ = 0;
-  cudaStream_t stream_ = nullptr;
-  at::Tensor output_;  // (B, H, Sq, Dv), PyTorch's strides
-  at::Tensor lse_;     // as the op returned it
-  mutable at::Tensor lse_dense_;
-  TensorView output_view_;
-
-  c10::DeviceIndex stats_device_ = -1;
-  std::int64_t baseline_bytes_ = 0;
 };
+
+RunReport TorchPlan::forward(const AttentionArgs& args, Stream stream) {
+  const AttentionProblem& problem = problem_;
+  const std::string_view name = backend_.name();
+  const std::int64_t b = problem.batch;
+  check_input(name, "q", args.q, {b, problem.seq_q, problem.heads_q, problem.head_dim}, problem.dtype);
+  check_input(name, "k", args.k, {b, problem.seq_kv, problem.heads_kv, problem.head_dim}, problem.dtype);
+  check_input(name, "v", args.v, {b, problem.seq_kv, problem.heads_kv, problem.dim_v()}, problem.dtype);
+
+  const auto device = static_cast<c10::DeviceIndex>(args.q.device.index);
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  // PyTorch's caching allocator: its peak of allocated bytes during the run, minus what was
+  // allocated before it (the results of earlier runs that the caller still holds included).
+  const auto allocated = [&] {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+    return stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  };
+  std::int64_t baseline = 0;
+  try {
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device);
+    baseline = allocated().current;
+  } catch (const c10::Error& error) {
+    throw Error(ErrorKind::Device, concat(name, ": caching allocator statistics: ", error.what_without_backtrace()));
+  }
+
+  auto results = std::make_shared<TorchResults>();
+  RunReport report;
+  try {
+    c10::InferenceMode inference;
+    c10::cuda::CUDAStreamGuard stream_guard(c10::cuda::getStreamFromExternal(cuda_stream, device));
+    at::Tensor lse;
+    std::tie(results->output, lse) = backend_.run(problem, args, device);
+    try {
+      report.own_peak_memory_bytes =
+          static_cast<std::size_t>(std::max<std::int64_t>(0, allocated().peak - baseline));
+    } catch (const c10::Error& error) {
+      throw Error(ErrorKind::Device, concat(name, ": caching allocator statistics: ", error.what_without_backtrace()));
+    }
+    if (lse.defined()) {
+      // PyTorch's LSE as attnsuite's: dense float (B, H, Sq), -inf where a row sees no key. The
+      // kernels' own forms differ (efficient pads Sq to a multiple of 32, cuDNN adds a trailing
+      // 1, flash writes +inf for empty rows): a view where it already is that, else a copy, made
+      // after the peak was read. Rows without a key are the first or the last (key ranges move
+      // monotonically with the query).
+      lse = lse.dim() == 4 ? lse.select(3, 0) : lse;
+      lse = lse.narrow(2, 0, problem.seq_q);
+      const auto unseen = [&](int query) { return problem.key_begin(query) >= problem.key_end(query); };
+      if (problem.seq_q > 0 && (unseen(0) || unseen(problem.seq_q - 1)))
+        lse = lse.masked_fill(lse.isposinf(), -std::numeric_limits<double>::infinity());
+      results->lse = lse.contiguous();
+    }
+  } catch (const c10::OutOfMemoryError& error) {
+    throw Error(ErrorKind::OutOfMemory, concat(name, ": ", error.what_without_backtrace()));
+  } catch (const c10::AcceleratorError& error) {
+    throw Error(ErrorKind::Device, concat(name, ": ", error.what_without_backtrace()));
+  } catch (const c10::Error& error) {  // a TORCH_CHECK of the op: a case it does not take
+    throw Error(ErrorKind::Unsupported, concat(name, ": ", error.what_without_backtrace()));
+  }
+  report.output = view_of_bhsd(results->output, problem.dtype, device);
+  if (results->lse.defined()) report.output_lse = {results->lse.data_ptr<float>(), {DeviceType::Cuda, device}};
+  report.owner = std::move(results);
+  return report;
+}
 
 }  // namespace
 
