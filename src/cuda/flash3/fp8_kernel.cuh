@@ -31,11 +31,13 @@
 
 #include "cuda/common/key_range.cuh"
 #include "cuda/flash3/fp8_layout.hpp"
-#include "cuda/flash3/fp8_primitives.cuh"
+#include "cuda/hopper/fp8_primitives.cuh"
 #include "cuda/flash3/online_softmax.cuh"
 #include "cuda/flash3/params.hpp"
 
 namespace attnsuite::cuda::flash3 {
+
+using namespace hopper;  // the Hopper PTX wrappers (hopper/primitives.cuh)
 
 // One warp's share of the transpose of a V tile (kTileN keys × head_dim bytes, TMA layout) into
 // Vᵀ (head_dim rows × 128 key bytes, 128B swizzle, keys permuted by π). Lane l writes the

@@ -24,9 +24,11 @@
 
 #include "cuda/flash3/online_softmax.cuh"
 #include "cuda/flash3/params.hpp"
-#include "cuda/flash3/primitives.cuh"
+#include "cuda/hopper/primitives.cuh"
 
 namespace attnsuite::cuda::flash3 {
+
+using namespace hopper;  // the Hopper PTX wrappers (hopper/primitives.cuh)
 
 
 // A consumer thread's registers across the main loop: O and S accumulators, P (S rounded to the
