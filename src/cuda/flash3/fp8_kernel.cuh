@@ -32,6 +32,7 @@
 #include "cuda/common/key_range.cuh"
 #include "cuda/flash3/fp8_layout.hpp"
 #include "cuda/hopper/fp8_primitives.cuh"
+#include "cuda/hopper/pipeline.cuh"
 #include "cuda/flash3/online_softmax.cuh"
 #include "cuda/flash3/params.hpp"
 
@@ -213,21 +214,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t smem_v = smem + Traits::kVOffset;
   const std::uint32_t smem_vt = smem + Traits::kVtOffset;
   const std::uint32_t q_full = smem + Traits::kBarrierOffset;
-  auto k_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + stage); };
-  auto v_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + kStages + stage); };
-  auto vt_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 2 * kStages + stage); };
+  const BarrierRing<kStages> k_full{q_full, 1}, v_full{q_full, 1 + kStages}, vt_full{q_full, 1 + 2 * kStages};
   // Released separately (as in flash3 v2): K after S_j has been waited, V/Vᵀ after P_j·V_j.
-  auto k_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 3 * kStages + stage); };
-  auto vt_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 4 * kStages + stage); };
+  const BarrierRing<kStages> k_empty{q_full, 1 + 3 * kStages}, vt_empty{q_full, 1 + 4 * kStages};
 
   if (threadIdx.x == 0) {
     barrier_init(q_full, 1);
     for (int stage = 0; stage < kStages; ++stage) {
-      barrier_init(k_full(stage), 1);
-      barrier_init(v_full(stage), 1);
-      barrier_init(vt_full(stage), Traits::kProducerWarps);
-      barrier_init(k_empty(stage), Traits::kConsumerWarps);
-      barrier_init(vt_empty(stage), Traits::kConsumerWarps);
+      barrier_init(k_full[stage], 1);
+      barrier_init(v_full[stage], 1);
+      barrier_init(vt_full[stage], Traits::kProducerWarps);
+      barrier_init(k_empty[stage], Traits::kConsumerWarps);
+      barrier_init(vt_empty[stage], Traits::kConsumerWarps);
     }
     barrier_init_fence();
   }
@@ -251,19 +249,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // The consumers are done with K (then Vᵀ, which was made from this stage's previous V)
         // of this stage's previous tile.
         const int key_begin = n_block * kTileN;
-        barrier_wait(k_empty(stage), phase ^ 1u);
-        barrier_arrive_expect_bytes(k_full(stage), Traits::kKVBytes);
-        tma_load_4d(smem_k + stage * Traits::kKVBytes, &k_map, 0, key_begin, kv_head, batch, k_full(stage));
-        barrier_wait(vt_empty(stage), phase ^ 1u);
-        barrier_arrive_expect_bytes(v_full(stage), Traits::kKVBytes);
-        tma_load_4d(v_tile, &v_map, 0, key_begin, kv_head, batch, v_full(stage));
+        barrier_wait(k_empty[stage], phase ^ 1u);
+        barrier_arrive_expect_bytes(k_full[stage], Traits::kKVBytes);
+        tma_load_4d(smem_k + stage * Traits::kKVBytes, &k_map, 0, key_begin, kv_head, batch, k_full[stage]);
+        barrier_wait(vt_empty[stage], phase ^ 1u);
+        barrier_arrive_expect_bytes(v_full[stage], Traits::kKVBytes);
+        tma_load_4d(v_tile, &v_map, 0, key_begin, kv_head, batch, v_full[stage]);
       }
       // V has landed (and so the stage was released: thread 0 waited for that before the copy).
-      barrier_wait(v_full(stage), phase);
+      barrier_wait(v_full[stage], phase);
       transpose_v_tile<Traits>(v_tile, smem_vt + stage * Traits::kVtBytes, warp, lane);
       fence_proxy_async_shared();
       __syncwarp();
-      if (lane == 0) barrier_arrive(vt_full(stage));
+      if (lane == 0) barrier_arrive(vt_full[stage]);
       if (++stage == kStages) {
         stage = 0;
         phase ^= 1u;
@@ -311,7 +309,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     int stage = 0;
     std::uint32_t phase = 0;
     for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
-      barrier_wait(k_full(stage), phase);
+      barrier_wait(k_full[stage], phase);
       fence_registers(state.acc_s);
       wgmma_fence();
       fp8_issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
@@ -322,7 +320,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       fp8_softmax_tile(params, state, n_block, scale_log2, correction);
       fp8_rescale_o(state, correction);
       fp8_convert_p(state);
-      barrier_wait(vt_full(stage), phase);
+      barrier_wait(vt_full[stage], phase);
       fence_registers(state.acc_o);
       fp8_fence_p(state);
       wgmma_fence();
@@ -331,8 +329,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       wgmma_wait<0>();
       fence_registers(state.acc_o);
       if (lane == 0) {
-        barrier_arrive(k_empty(stage));
-        barrier_arrive(vt_empty(stage));
+        barrier_arrive(k_empty[stage]);
+        barrier_arrive(vt_empty[stage]);
       }
       if (++stage == kStages) {
         stage = 0;
@@ -348,7 +346,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     int stage = 0;
     std::uint32_t phase = 0;
-    barrier_wait(k_full(stage), phase);
+    barrier_wait(k_full[stage], phase);
     named_barrier_sync(my_barrier, kPair);
     fence_registers(state.acc_s);
     wgmma_fence();
@@ -357,7 +355,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     named_barrier_arrive(other_barrier, kPair);
     wgmma_wait<0>();
     fence_registers(state.acc_s);
-    if (lane == 0) barrier_arrive(k_empty(stage));
+    if (lane == 0) barrier_arrive(k_empty[stage]);
     {
       float correction[2];
       fp8_softmax_tile(params, state, n_block_min, scale_log2, correction);  // O is 0
@@ -371,8 +369,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         stage = 0;
         phase ^= 1u;
       }
-      barrier_wait(k_full(stage), phase);
-      barrier_wait(vt_full(previous_stage), previous_phase);
+      barrier_wait(k_full[stage], phase);
+      barrier_wait(vt_full[previous_stage], previous_phase);
       named_barrier_sync(my_barrier, kPair);
       fence_registers(state.acc_s);
       fence_registers(state.acc_o);
@@ -385,18 +383,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       named_barrier_arrive(other_barrier, kPair);
       wgmma_wait<1>();
       fence_registers(state.acc_s);
-      if (lane == 0) barrier_arrive(k_empty(stage));
+      if (lane == 0) barrier_arrive(k_empty[stage]);
       float correction[2];
       fp8_softmax_tile(params, state, n_block, scale_log2, correction);
       wgmma_wait<0>();
       fence_registers(state.acc_o);
       fp8_fence_p(state);
-      if (lane == 0) barrier_arrive(vt_empty(previous_stage));
+      if (lane == 0) barrier_arrive(vt_empty[previous_stage]);
       fp8_rescale_o(state, correction);
       fp8_convert_p(state);
     }
 
-    barrier_wait(vt_full(stage), phase);
+    barrier_wait(vt_full[stage], phase);
     named_barrier_sync(my_barrier, kPair);
     fence_registers(state.acc_o);
     fp8_fence_p(state);
@@ -406,7 +404,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (consumer == 0) named_barrier_arrive(other_barrier, kPair);
     wgmma_wait<0>();
     fence_registers(state.acc_o);
-    if (lane == 0) barrier_arrive(vt_empty(stage));
+    if (lane == 0) barrier_arrive(vt_empty[stage]);
   }
 
   // Epilogue: O·dv / row sum, LSE = max·scale·dq·dk + ln(sum). A row that saw no key has sum 0:
