@@ -32,6 +32,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/empty_tile.cuh"
 #include "cuda/common/key_range.cuh"
 #include "cuda/flash3/fp8_layout.hpp"
 #include "cuda/hopper/pipeline.cuh"
@@ -81,18 +82,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (tiles <= 0 || n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
     // No row of the tile sees a key: O = 0, LSE = -inf, before any barrier exists.
-    constexpr int kChunks = kHeadDim / 8;
-    for (int index = static_cast<int>(threadIdx.x); index < kTileM * kChunks; index += Traits::kThreads) {
-      const int row = index / kChunks, chunk = index % kChunks;
-      if (row_begin + row < params.seq_q) {
-        *reinterpret_cast<uint4*>(o_head + (row_begin + row) * params.o_row_stride + chunk * 8) =
-            make_uint4(0, 0, 0, 0);
-      }
-    }
-    if (lse_head != nullptr) {
-      for (int row = static_cast<int>(threadIdx.x); row < kTileM; row += Traits::kThreads)
-        if (row_begin + row < params.seq_q) lse_head[row_begin + row] = -INFINITY;
-    }
+    write_empty_tile<kTileM, kHeadDim, Traits::kThreads>(static_cast<int>(threadIdx.x), params, o_head, lse_head,
+                                                         row_begin);
     return;
   }
 
