@@ -15,7 +15,9 @@ flags, defines and includes. The PTX is normalized before the comparison:
     anonymous-namespace hashes) is renamed by order of first appearance, so renamed functions,
     types and namespaces do not count, while any difference in what the code does does.
 Exit status: 0 when every TU's PTX is identical, 1 (with a per-TU summary and the first lines
-of each difference) when not, 2 on an error.
+of each difference) when not, 2 on an error. With --ptxas, each differing pair is also assembled
+(ptxas -v, both sides) and its kernels' registers, spills and SASS bytes are printed side by side:
+not a proof, a first look at what the change did to the machine code before the GPU A/B.
 
 The PTX of a (TU, architecture) is cached under $ATTNSUITE_PTX_CACHE (default
 ~/.cache/attnsuite-ptx-diff), keyed by the compiler, the compile command and the contents of
@@ -241,6 +243,52 @@ def compiler_identity(nvcc):
     return run([nvcc, "--version"])
 
 
+# ---- Assembling (--ptxas) ----------------------------------------------------------------------
+
+_PTXAS_FUNCTION = re.compile(r"Function properties for (\S+)")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
+
+
+def elf_text_bytes(cubin):
+    """{function: bytes of its .text.<function> section} of an ELF64 cubin."""
+    import struct
+    data = cubin.read_bytes()
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names_offset = sections[shstrndx][4]
+
+    def name(offset):
+        end = data.index(b"\0", names_offset + offset)
+        return data[names_offset + offset:end].decode()
+
+    return {name(sh[0])[len(".text."):]: sh[5] for sh in sections if name(sh[0]).startswith(".text.")}
+
+
+def assemble(ptx_text, arch, scratch, tag):
+    """{kernel: (registers, stack, spill stores, spill loads, SASS bytes)} of normalized PTX."""
+    ptx = scratch / f"{tag}.ptx"
+    cubin = scratch / f"{tag}.cubin"
+    ptx.write_text(ptx_text)
+    ptxas = os.path.join(os.path.dirname(shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"), "ptxas")
+    report = subprocess.run([ptxas, f"-arch=sm_{arch}", "-O3", "-v", str(ptx), "-o", str(cubin)], capture_output=True,
+                            text=True)
+    if report.returncode != 0:
+        raise Failure(f"ptxas failed on {tag}: {report.stderr.strip()[-2000:]}")
+    sizes = elf_text_bytes(cubin)
+    kernels, current, frame = {}, None, None
+    for line in report.stderr.splitlines():
+        if match := _PTXAS_FUNCTION.search(line):
+            current = match.group(1)
+        elif (match := _PTXAS_FRAME.search(line)) and current:
+            frame = tuple(int(x) for x in match.groups())
+        elif (match := _PTXAS_REGISTERS.search(line)) and current:
+            kernels[current] = (int(match.group(1)), *frame, sizes.get(current, 0))
+            current = None
+    return kernels
+
+
 # ---- The comparison ---------------------------------------------------------------------------
 
 
@@ -298,6 +346,8 @@ def main(argv):
                         help="write the normalized PTX of both sides under DIR/old, DIR/new")
     parser.add_argument("--no-cache", action="store_true", help="compile everything; read and write no cache")
     parser.add_argument("--context", type=int, default=12, help="difference lines shown per TU (default 12)")
+    parser.add_argument("--ptxas", action="store_true",
+                        help="assemble each differing pair and compare registers, spills and SASS size")
     parser.add_argument("--self-check", action="store_true",
                         help=f"HEAD against HEAD for {SELF_CHECK_TU} only: the pipeline runs and finds no change")
     args = parser.parse_args(argv)
@@ -371,6 +421,16 @@ def main(argv):
         print(f"  {file} sm_{arch}: differs ({changed} lines changed of {len(old.splitlines())})")
         for line in diff[2:2 + args.context]:
             print(f"      {line[:160]}")
+        if args.ptxas:
+            with tempfile.TemporaryDirectory(prefix="ptx-diff-ptxas.") as work:
+                before = assemble(old, arch, pathlib.Path(work), "old")
+                after = assemble(new, arch, pathlib.Path(work), "new")
+            for kernel in sorted(set(before) | set(after)):
+                a, b = before.get(kernel), after.get(kernel)
+                fields = ("registers", "stack", "spill stores", "spill loads", "SASS bytes")
+                cells = [f"{f} {a[i] if a else '-'} -> {b[i] if b else '-'}" for i, f in enumerate(fields)
+                         if not a or not b or a[i] != b[i] or i in (0, 4)]
+                print(f"      ptxas {kernel}: " + ", ".join(cells))
     if differing:
         print(f"ptx-diff: {differing} of {len(results)} differ")
         return 1
