@@ -9,15 +9,9 @@
 //    fence.proxy.async and arrive on a "Vᵀ full" barrier that the consumers wait on;
 //  - P is converted from the fp32 accumulator straight to e4m3 A-fragment registers.
 //
-// The key permutation (fp8_layout.hpp, checked on the CPU). For S columns 32j..32j+31 (k-step j
-// of P·V), the accumulator gives thread t (c = t % 4) the keys 32j + 8i + 2c + e (i < 4, e < 2)
-// of its two rows, while the
-// 8-bit A fragment wants columns 32j + 4c + v and 32j + 16 + 4c + v (v < 4) in a[0..3]. Instead
-// of shuffling P between lanes, A column 16g + 4c + v holds key 16g + π(4c + v) with
-//   π(s) = 2·(s / 4) + (s % 2) + 8·((s / 2) % 2)      (s < 16; a bijection),
-// i.e. thread c packs keys 2c, 2c+1, 2c+8, 2c+9 of each 16-key half into one register, and Vᵀ
-// column 16g + s holds key 16g + π(s): Σ_s P[π(s)]·V[π(s)] is the same sum. The transpose
-// applies π for free (it chooses which rows it reads).
+// The key permutation π (hopper/fp8_layout.hpp, checked on the CPU): thread c packs keys 2c,
+// 2c+1, 2c+8, 2c+9 of each 16-key group of its accumulator into one register, and Vᵀ holds its
+// keys in that order. The transpose applies π for free (it chooses which rows it reads).
 //
 // Scale factors: S is (Q₈·K₈ᵀ)·dq·dk, folded into the softmax's scale·log2e; O = (P₈·V₈)·dv / Σp,
 // folded into the epilogue's 1/Σp. P = 2^(s − max) is in [0, 1] and is quantized as is.
@@ -31,7 +25,7 @@
 
 #include "cuda/common/empty_tile.cuh"
 #include "cuda/common/key_range.cuh"
-#include "cuda/flash3/fp8_layout.hpp"
+#include "cuda/hopper/fp8_layout.hpp"
 #include "cuda/hopper/fp8_primitives.cuh"
 #include "cuda/hopper/pipeline.cuh"
 #include "cuda/flash3/online_softmax.cuh"

@@ -34,7 +34,7 @@
 
 #include "cuda/common/empty_tile.cuh"
 #include "cuda/common/key_range.cuh"
-#include "cuda/flash3/fp8_layout.hpp"
+#include "cuda/hopper/fp8_layout.hpp"
 #include "cuda/hopper/pipeline.cuh"
 #include "cuda/sage/params.hpp"
 #include "cuda/sage/quant_rule.hpp"
@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int j = 0; j < kTileN / 32; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          using flash3::fp8_layout::p_entry;
+          using hopper::fp8_layout::p_entry;
           const std::uint32_t* tile = acc_s + 16 * j;
           p[j][r] = pack_e4m3x4(__uint_as_float(tile[p_entry(r, 0)]), __uint_as_float(tile[p_entry(r, 1)]),
                                 __uint_as_float(tile[p_entry(r, 2)]), __uint_as_float(tile[p_entry(r, 3)]));
