@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "cuda/common/check.hpp"
+#include "cuda/common/launch.cuh"
 #include "cuda/flash3/tensor_map.hpp"
 #include "cuda/sage/wgmma_kernel.cuh"
 #include "cuda/sage/wgmma_run_forward.cuh"
@@ -65,11 +66,8 @@ void run_kernel(const Params& params, cudaStream_t stream) {
                    params.v_batch_stride, 64, Kernel::kTileN);
   }
 
-  const auto kernel = sage_wgmma_forward_kernel<Kernel>;
-  ATTNSUITE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>((params.seq_q + Kernel::kTileM - 1) / Kernel::kTileM),
-                  static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
-  kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(params, q_map, k_map, v_map);
+  launch_kernel(sage_wgmma_forward_kernel<Kernel>, query_tile_grid<Kernel::kTileM>(params), Kernel::kThreads,
+                Kernel::kSmemBytes, stream, params, q_map, k_map, v_map);
   ATTNSUITE_CUDA_CHECK_LAUNCH("sage_wgmma_forward_kernel");
 }
 
