@@ -41,6 +41,12 @@ std::string tma_layout_problem(const void* data, std::int64_t batch_stride, std:
 // missing or refuses the shape.
 CUtensorMap make_tensor_map(const TensorMapShape& shape);
 
+// make_tensor_map of the shape with these fields: `columns` (head_dim) and `rows` are the
+// extents TMA zero-fills beyond.
+CUtensorMap make_tensor_map(const void* data, DType dtype, bool e4m3, int columns, int rows, int heads, int batch,
+                            std::int64_t row_stride, std::int64_t head_stride, std::int64_t batch_stride,
+                            int box_columns, int box_rows);
+
 // The maps of params' Q, K and V (rows of head_dim elements of `dtype`, or e4m3 bytes, with the
 // params' strides): boxes of box_columns × q_box_rows for Q, × kv_box_rows for K and V.
 struct OperandMaps {
