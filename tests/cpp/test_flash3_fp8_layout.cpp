@@ -1,4 +1,4 @@
-// flash3-fp8's register/shared-memory index maps (src/cuda/flash3/fp8_layout.hpp), checked on
+// flash3-fp8's register/shared-memory index maps (src/cuda/hopper/fp8_layout.hpp), checked on
 // the CPU: P·V computed through the kernel's maps — P packed from the fp32 accumulator into
 // 8-bit A-fragment registers, V transposed into Vᵀ with permuted key columns — must pair every
 // P[row][key] with V[key][d] of the same key, for every thread, register and byte. A mismatch
@@ -8,9 +8,9 @@
 #include <array>
 #include <set>
 
-#include "cuda/flash3/fp8_layout.hpp"
+#include "cuda/hopper/fp8_layout.hpp"
 
-namespace attnsuite::cuda::flash3::fp8_layout {
+namespace attnsuite::cuda::hopper::fp8_layout {
 namespace {
 
 TEST(Flash3Fp8Layout, KeyPermutationIsABijection) {
@@ -95,4 +95,4 @@ TEST(Flash3Fp8Layout, PermutedProductEqualsThePlainOne) {
 }
 
 }  // namespace
-}  // namespace attnsuite::cuda::flash3::fp8_layout
+}  // namespace attnsuite::cuda::hopper::fp8_layout

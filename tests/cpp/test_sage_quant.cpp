@@ -17,7 +17,7 @@
 
 #include "attnsuite/attnsuite.hpp"
 #include "bench/generators.hpp"
-#include "cuda/flash3/fp8_layout.hpp"
+#include "cuda/hopper/fp8_layout.hpp"
 #include "cuda/sage/quant_reference.hpp"
 #include "cuda/sage/quant_rule.hpp"
 #include "sage_bounds.hpp"
@@ -204,7 +204,7 @@ TEST(SageQuant, TransposedVKeyOrderIsTheWgmmaPOrder) {
   static_assert(kTileKeys % kVKeyPad == 0);
   for (int key = 0; key < kTileKeys; ++key) {
     const int column = key / kVKeyPad * kVKeyPad + v_key_position(key % kVKeyPad);
-    EXPECT_EQ(cuda::flash3::fp8_layout::key_of_column(column), key) << "key " << key;
+    EXPECT_EQ(cuda::hopper::fp8_layout::key_of_column(column), key) << "key " << key;
   }
 }
 

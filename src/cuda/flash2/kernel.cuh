@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/empty_tile.cuh"
 #include "cuda/common/key_range.cuh"
 
 #include "cuda/flash2/params.hpp"
@@ -137,17 +138,8 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
   if (n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin ||
       (Traits::kBlockSparse && it_end <= it_begin)) {
     // No row of the tile sees a key: O = 0, LSE = -inf.
-    for (int index = static_cast<int>(threadIdx.x); index < kTileM * kChunks; index += Traits::kThreads) {
-      const int row = index / kChunks, chunk = index % kChunks;
-      if (row_begin + row < params.seq_q) {
-        *reinterpret_cast<uint4*>(o_head + (row_begin + row) * params.o_row_stride + chunk * 8) =
-            make_uint4(0, 0, 0, 0);
-      }
-    }
-    if (lse_head != nullptr) {
-      for (int row = static_cast<int>(threadIdx.x); row < kTileM; row += Traits::kThreads)
-        if (row_begin + row < params.seq_q) lse_head[row_begin + row] = -INFINITY;
-    }
+    write_empty_tile<kTileM, kHeadDim, Traits::kThreads>(static_cast<int>(threadIdx.x), params, o_head, lse_head,
+                                                         row_begin);
     return;
   }
   // Tiles fully inside every row's range need no element mask.

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.hpp"
+#include "cuda/common/launch.cuh"
 #include "cuda/flash2/kernel.cuh"
 #include "cuda/flash2/run_forward.cuh"
 #include "cuda/flash2/traits.cuh"
@@ -12,14 +13,8 @@ namespace attnsuite::cuda::flash2 {
 
 template <class Kernel>
 void run_kernel(const Params& params, cudaStream_t stream) {
-  const auto kernel = flash2_forward_kernel<Kernel>;
-  // Per device and cheap (no synchronization): set on every launch rather than cached, so a
-  // second GPU gets it too. Beyond 48 KiB, dynamic shared memory must be opted into.
-  ATTNSUITE_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>((params.seq_q + Kernel::kTileM - 1) / Kernel::kTileM),
-                  static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
-  kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(params);
+  launch_kernel(flash2_forward_kernel<Kernel>, query_tile_grid<Kernel::kTileM>(params), Kernel::kThreads,
+                Kernel::kSmemBytes, stream, params);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_forward_kernel");
 }
 

@@ -9,15 +9,9 @@
 //    fence.proxy.async and arrive on a "Vᵀ full" barrier that the consumers wait on;
 //  - P is converted from the fp32 accumulator straight to e4m3 A-fragment registers.
 //
-// The key permutation (fp8_layout.hpp, checked on the CPU). For S columns 32j..32j+31 (k-step j
-// of P·V), the accumulator gives thread t (c = t % 4) the keys 32j + 8i + 2c + e (i < 4, e < 2)
-// of its two rows, while the
-// 8-bit A fragment wants columns 32j + 4c + v and 32j + 16 + 4c + v (v < 4) in a[0..3]. Instead
-// of shuffling P between lanes, A column 16g + 4c + v holds key 16g + π(4c + v) with
-//   π(s) = 2·(s / 4) + (s % 2) + 8·((s / 2) % 2)      (s < 16; a bijection),
-// i.e. thread c packs keys 2c, 2c+1, 2c+8, 2c+9 of each 16-key half into one register, and Vᵀ
-// column 16g + s holds key 16g + π(s): Σ_s P[π(s)]·V[π(s)] is the same sum. The transpose
-// applies π for free (it chooses which rows it reads).
+// The key permutation π (hopper/fp8_layout.hpp, checked on the CPU): thread c packs keys 2c,
+// 2c+1, 2c+8, 2c+9 of each 16-key group of its accumulator into one register, and Vᵀ holds its
+// keys in that order. The transpose applies π for free (it chooses which rows it reads).
 //
 // Scale factors: S is (Q₈·K₈ᵀ)·dq·dk, folded into the softmax's scale·log2e; O = (P₈·V₈)·dv / Σp,
 // folded into the epilogue's 1/Σp. P = 2^(s − max) is in [0, 1] and is quantized as is.
@@ -29,13 +23,17 @@
 
 #include <cstdint>
 
+#include "cuda/common/empty_tile.cuh"
 #include "cuda/common/key_range.cuh"
-#include "cuda/flash3/fp8_layout.hpp"
-#include "cuda/flash3/fp8_primitives.cuh"
+#include "cuda/hopper/fp8_layout.hpp"
+#include "cuda/hopper/fp8_primitives.cuh"
+#include "cuda/hopper/pipeline.cuh"
 #include "cuda/flash3/online_softmax.cuh"
 #include "cuda/flash3/params.hpp"
 
 namespace attnsuite::cuda::flash3 {
+
+using namespace hopper;  // the Hopper PTX wrappers (hopper/primitives.cuh)
 
 // One warp's share of the transpose of a V tile (kTileN keys × head_dim bytes, TMA layout) into
 // Vᵀ (head_dim rows × 128 key bytes, 128B swizzle, keys permuted by π). Lane l writes the
@@ -189,18 +187,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int n_block_max = (last_row_keys.end + kTileN - 1) / kTileN;
 
   if (n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
-    constexpr int kChunks = kHeadDim / 8;
-    for (int index = static_cast<int>(threadIdx.x); index < kTileM * kChunks; index += Traits::kThreads) {
-      const int row = index / kChunks, chunk = index % kChunks;
-      if (row_begin + row < params.seq_q) {
-        *reinterpret_cast<uint4*>(o_head + (row_begin + row) * params.o_row_stride + chunk * 8) =
-            make_uint4(0, 0, 0, 0);
-      }
-    }
-    if (lse_head != nullptr) {
-      for (int row = static_cast<int>(threadIdx.x); row < kTileM; row += Traits::kThreads)
-        if (row_begin + row < params.seq_q) lse_head[row_begin + row] = -INFINITY;
-    }
+    write_empty_tile<kTileM, kHeadDim, Traits::kThreads>(static_cast<int>(threadIdx.x), params, o_head, lse_head,
+                                                         row_begin);
     return;
   }
 
@@ -211,21 +199,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t smem_v = smem + Traits::kVOffset;
   const std::uint32_t smem_vt = smem + Traits::kVtOffset;
   const std::uint32_t q_full = smem + Traits::kBarrierOffset;
-  auto k_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + stage); };
-  auto v_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + kStages + stage); };
-  auto vt_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 2 * kStages + stage); };
+  const BarrierRing<kStages> k_full{q_full, 1}, v_full{q_full, 1 + kStages}, vt_full{q_full, 1 + 2 * kStages};
   // Released separately (as in flash3 v2): K after S_j has been waited, V/Vᵀ after P_j·V_j.
-  auto k_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 3 * kStages + stage); };
-  auto vt_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 4 * kStages + stage); };
+  const BarrierRing<kStages> k_empty{q_full, 1 + 3 * kStages}, vt_empty{q_full, 1 + 4 * kStages};
 
   if (threadIdx.x == 0) {
     barrier_init(q_full, 1);
     for (int stage = 0; stage < kStages; ++stage) {
-      barrier_init(k_full(stage), 1);
-      barrier_init(v_full(stage), 1);
-      barrier_init(vt_full(stage), Traits::kProducerWarps);
-      barrier_init(k_empty(stage), Traits::kConsumerWarps);
-      barrier_init(vt_empty(stage), Traits::kConsumerWarps);
+      barrier_init(k_full[stage], 1);
+      barrier_init(v_full[stage], 1);
+      barrier_init(vt_full[stage], Traits::kProducerWarps);
+      barrier_init(k_empty[stage], Traits::kConsumerWarps);
+      barrier_init(vt_empty[stage], Traits::kConsumerWarps);
     }
     barrier_init_fence();
   }
@@ -249,19 +234,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // The consumers are done with K (then Vᵀ, which was made from this stage's previous V)
         // of this stage's previous tile.
         const int key_begin = n_block * kTileN;
-        barrier_wait(k_empty(stage), phase ^ 1u);
-        barrier_arrive_expect_bytes(k_full(stage), Traits::kKVBytes);
-        tma_load_4d(smem_k + stage * Traits::kKVBytes, &k_map, 0, key_begin, kv_head, batch, k_full(stage));
-        barrier_wait(vt_empty(stage), phase ^ 1u);
-        barrier_arrive_expect_bytes(v_full(stage), Traits::kKVBytes);
-        tma_load_4d(v_tile, &v_map, 0, key_begin, kv_head, batch, v_full(stage));
+        barrier_wait(k_empty[stage], phase ^ 1u);
+        barrier_arrive_expect_bytes(k_full[stage], Traits::kKVBytes);
+        tma_load_4d(smem_k + stage * Traits::kKVBytes, &k_map, 0, key_begin, kv_head, batch, k_full[stage]);
+        barrier_wait(vt_empty[stage], phase ^ 1u);
+        barrier_arrive_expect_bytes(v_full[stage], Traits::kKVBytes);
+        tma_load_4d(v_tile, &v_map, 0, key_begin, kv_head, batch, v_full[stage]);
       }
       // V has landed (and so the stage was released: thread 0 waited for that before the copy).
-      barrier_wait(v_full(stage), phase);
+      barrier_wait(v_full[stage], phase);
       transpose_v_tile<Traits>(v_tile, smem_vt + stage * Traits::kVtBytes, warp, lane);
       fence_proxy_async_shared();
       __syncwarp();
-      if (lane == 0) barrier_arrive(vt_full(stage));
+      if (lane == 0) barrier_arrive(vt_full[stage]);
       if (++stage == kStages) {
         stage = 0;
         phase ^= 1u;
@@ -309,7 +294,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     int stage = 0;
     std::uint32_t phase = 0;
     for (int n_block = n_block_min; n_block < n_block_max; ++n_block) {
-      barrier_wait(k_full(stage), phase);
+      barrier_wait(k_full[stage], phase);
       fence_registers(state.acc_s);
       wgmma_fence();
       fp8_issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
@@ -320,7 +305,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       fp8_softmax_tile(params, state, n_block, scale_log2, correction);
       fp8_rescale_o(state, correction);
       fp8_convert_p(state);
-      barrier_wait(vt_full(stage), phase);
+      barrier_wait(vt_full[stage], phase);
       fence_registers(state.acc_o);
       fp8_fence_p(state);
       wgmma_fence();
@@ -329,8 +314,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       wgmma_wait<0>();
       fence_registers(state.acc_o);
       if (lane == 0) {
-        barrier_arrive(k_empty(stage));
-        barrier_arrive(vt_empty(stage));
+        barrier_arrive(k_empty[stage]);
+        barrier_arrive(vt_empty[stage]);
       }
       if (++stage == kStages) {
         stage = 0;
@@ -346,7 +331,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     int stage = 0;
     std::uint32_t phase = 0;
-    barrier_wait(k_full(stage), phase);
+    barrier_wait(k_full[stage], phase);
     named_barrier_sync(my_barrier, kPair);
     fence_registers(state.acc_s);
     wgmma_fence();
@@ -355,7 +340,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     named_barrier_arrive(other_barrier, kPair);
     wgmma_wait<0>();
     fence_registers(state.acc_s);
-    if (lane == 0) barrier_arrive(k_empty(stage));
+    if (lane == 0) barrier_arrive(k_empty[stage]);
     {
       float correction[2];
       fp8_softmax_tile(params, state, n_block_min, scale_log2, correction);  // O is 0
@@ -369,8 +354,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         stage = 0;
         phase ^= 1u;
       }
-      barrier_wait(k_full(stage), phase);
-      barrier_wait(vt_full(previous_stage), previous_phase);
+      barrier_wait(k_full[stage], phase);
+      barrier_wait(vt_full[previous_stage], previous_phase);
       named_barrier_sync(my_barrier, kPair);
       fence_registers(state.acc_s);
       fence_registers(state.acc_o);
@@ -383,18 +368,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       named_barrier_arrive(other_barrier, kPair);
       wgmma_wait<1>();
       fence_registers(state.acc_s);
-      if (lane == 0) barrier_arrive(k_empty(stage));
+      if (lane == 0) barrier_arrive(k_empty[stage]);
       float correction[2];
       fp8_softmax_tile(params, state, n_block, scale_log2, correction);
       wgmma_wait<0>();
       fence_registers(state.acc_o);
       fp8_fence_p(state);
-      if (lane == 0) barrier_arrive(vt_empty(previous_stage));
+      if (lane == 0) barrier_arrive(vt_empty[previous_stage]);
       fp8_rescale_o(state, correction);
       fp8_convert_p(state);
     }
 
-    barrier_wait(vt_full(stage), phase);
+    barrier_wait(vt_full[stage], phase);
     named_barrier_sync(my_barrier, kPair);
     fence_registers(state.acc_o);
     fp8_fence_p(state);
@@ -404,7 +389,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (consumer == 0) named_barrier_arrive(other_barrier, kPair);
     wgmma_wait<0>();
     fence_registers(state.acc_o);
-    if (lane == 0) barrier_arrive(vt_empty(stage));
+    if (lane == 0) barrier_arrive(vt_empty[stage]);
   }
 
   // Epilogue: O·dv / row sum, LSE = max·scale·dq·dk + ln(sum). A row that saw no key has sum 0:

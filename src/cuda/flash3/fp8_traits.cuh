@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "cuda/flash3/register_split.hpp"
+#include "cuda/hopper/register_split.hpp"
 
 namespace attnsuite::cuda::flash3 {
 
@@ -56,7 +56,7 @@ struct Fp8Traits {
   static_assert(kVtRowBytes == 128, "Vᵀ rows are one 128B swizzle span");
   static_assert(kStages >= 2, "at least double-buffered K/V");
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <=
-                    flash3::launch_register_pool(kThreads),
+                    hopper::launch_register_pool(kThreads),
                 "the register split fits the registers the CTA is launched with (register_split.hpp)");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };

@@ -24,9 +24,12 @@
 
 #include "cuda/flash3/online_softmax.cuh"
 #include "cuda/flash3/params.hpp"
-#include "cuda/flash3/primitives.cuh"
+#include "cuda/hopper/pipeline.cuh"
+#include "cuda/hopper/primitives.cuh"
 
 namespace attnsuite::cuda::flash3 {
+
+using namespace hopper;  // the Hopper PTX wrappers (hopper/primitives.cuh)
 
 
 // A consumer thread's registers across the main loop: O and S accumulators, P (S rounded to the
@@ -240,21 +243,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t smem_v = smem + Traits::kVOffset;
   const std::uint32_t q_full = smem + Traits::kBarrierOffset;
   const std::uint32_t q_empty = q_full + 8u * static_cast<std::uint32_t>(1 + 4 * kStages);
-  auto k_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + stage); };
-  auto v_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + kStages + stage); };
+  const BarrierRing<kStages> k_full{q_full, 1}, v_full{q_full, 1 + kStages};
   // K and V stages are released separately: v2 is done with K_j (S_j waited) one P·V earlier
   // than with V_j, so the producer can refill K's slot while V's is still being read.
-  auto k_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 2 * kStages + stage); };
-  auto v_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 3 * kStages + stage); };
+  const BarrierRing<kStages> k_empty{q_full, 1 + 2 * kStages}, v_empty{q_full, 1 + 3 * kStages};
 
   if (threadIdx.x == 0) {
     barrier_init(q_full, 1);
     barrier_init(q_empty, Traits::kConsumerWarps);
     for (int stage = 0; stage < kStages; ++stage) {
-      barrier_init(k_full(stage), 1);
-      barrier_init(v_full(stage), 1);
-      barrier_init(k_empty(stage), Traits::kConsumerWarps);
-      barrier_init(v_empty(stage), Traits::kConsumerWarps);
+      barrier_init(k_full[stage], 1);
+      barrier_init(v_full[stage], 1);
+      barrier_init(k_empty[stage], Traits::kConsumerWarps);
+      barrier_init(v_empty[stage], Traits::kConsumerWarps);
     }
     barrier_init_fence();
   }
@@ -267,8 +268,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // ---- Producer ----
     release_registers<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) {
-      int stage = 0;
-      std::uint32_t phase = 0, q_phase = 0;
+      std::uint32_t q_phase = 0;
+      PipelineState<kStages> kv;
       for (int work = first_work; work < params.works; work += work_stride) {
         const WorkTile<Traits> tile(params, work);
         if (tile.tiles <= 0) continue;  // the consumers write O = 0, LSE = -inf
@@ -285,24 +286,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           const int key_begin = tile.block(visit) * kTileN;
           // The stage's previous K (then V) tile has been released by every consumer warp (the
           // first pass waits for parity 1 of fresh barriers: returns at once).
-          const std::uint32_t k_tile = smem_k + stage * Traits::kKVBytes;
-          const std::uint32_t v_tile = smem_v + stage * Traits::kKVBytes;
-          barrier_wait(k_empty(stage), phase ^ 1u);
-          barrier_arrive_expect_bytes(k_full(stage), Traits::kKVBytes);
+          const std::uint32_t k_tile = smem_k + kv.stage * Traits::kKVBytes;
+          const std::uint32_t v_tile = smem_v + kv.stage * Traits::kKVBytes;
+          k_empty.wait_released(kv);
+          barrier_arrive_expect_bytes(k_full[kv.stage], Traits::kKVBytes);
 #pragma unroll
           for (int slab = 0; slab < kSlabs; ++slab)
             tma_load_4d(k_tile + slab * Traits::kKVSlabBytes, &k_map, 64 * slab, key_begin, tile.kv_head, tile.batch,
-                        k_full(stage));
-          barrier_wait(v_empty(stage), phase ^ 1u);
-          barrier_arrive_expect_bytes(v_full(stage), Traits::kKVBytes);
+                        k_full[kv.stage]);
+          v_empty.wait_released(kv);
+          barrier_arrive_expect_bytes(v_full[kv.stage], Traits::kKVBytes);
 #pragma unroll
           for (int slab = 0; slab < kSlabs; ++slab)
             tma_load_4d(v_tile + slab * Traits::kKVSlabBytes, &v_map, 64 * slab, key_begin, tile.kv_head, tile.batch,
-                        v_full(stage));
-          if (++stage == kStages) {
-            stage = 0;
-            phase ^= 1u;
-          }
+                        v_full[kv.stage]);
+          ++kv;
         }
       }
     }
@@ -335,8 +333,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr int kPair = 2 * 128;
   if (!serial && consumer == kLastConsumer) named_barrier_arrive(1, kPair);
 
-  int stage = 0;
-  std::uint32_t phase = 0, q_phase = 0;
+  std::uint32_t q_phase = 0;
+  PipelineState<kStages> kv;
   for (int work = first_work; work < params.works; work += work_stride) {
     const WorkTile<Traits> tile(params, work);
     ConsumerState<Traits> state;
@@ -369,10 +367,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (serial) {
       // v1: one tile at a time — S, wait, softmax, P·V, wait.
       for (int visit = 0; visit < tiles; ++visit) {
-        barrier_wait(k_full(stage), phase);
+        k_full.wait(kv);
         fence_registers(state.acc_s);
         wgmma_fence();
-        issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
+        issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(kv.stage));
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(state.acc_s);
@@ -381,23 +379,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         softmax_tile(params, state, tile.block(visit), correction);
         rescale_o(state, correction);
         convert_p(state);
-        barrier_wait(v_full(stage), phase);
+        v_full.wait(kv);
         fence_registers(state.acc_o);
         fence_p(state);
         wgmma_fence();
-        issue_pv<Traits>(state, v_tile(stage));
+        issue_pv<Traits>(state, v_tile(kv.stage));
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(state.acc_o);
         // This warp is done with the stage (its wgmma reads of K and V have completed).
         if (lane == 0) {
-          barrier_arrive(k_empty(stage));
-          barrier_arrive(v_empty(stage));
+          k_empty.arrive(kv);
+          v_empty.arrive(kv);
         }
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1u;
-        }
+        ++kv;
       }
     } else {
       // v2: software-pipelined inside the warpgroup, ping-pong (round-robin) between the consumers.
@@ -414,17 +409,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       //    arrival k + 1 follows c's sync k + 1, which the ring lets through only after the next
       //    consumer has passed its sync k (the arrivals go once around the ring in between).
       // The first tile: S alone.
-      barrier_wait(k_full(stage), phase);
+      k_full.wait(kv);
       named_barrier_sync(my_barrier, kPair);
       fence_registers(state.acc_s);
       wgmma_fence();
-      issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
+      issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(kv.stage));
       wgmma_commit();
       named_barrier_arrive(next_barrier, kPair);
       wgmma_wait<0>();
       fence_registers(state.acc_s);
       if (lane == 0) {
-        barrier_arrive(k_empty(stage));
+        k_empty.arrive(kv);
         if (tiles == 1) barrier_arrive(q_empty);  // this warp is done with Q
       }
       {
@@ -435,28 +430,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
       for (int visit = 1; visit < tiles; ++visit) {
         const int n_block = tile.block(visit);
-        const int previous_stage = stage;
-        const std::uint32_t previous_phase = phase;
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1u;
-        }
-        barrier_wait(k_full(stage), phase);
-        barrier_wait(v_full(previous_stage), previous_phase);
+        const PipelineState<kStages> previous = kv;
+        ++kv;
+        k_full.wait(kv);
+        v_full.wait(previous);
         named_barrier_sync(my_barrier, kPair);
         fence_registers(state.acc_s);
         fence_registers(state.acc_o);
         fence_p(state);
         wgmma_fence();
-        issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(stage));
+        issue_qk<Traits>(state.acc_s, q_descriptor, k_tile(kv.stage));
         wgmma_commit();
-        issue_pv<Traits>(state, v_tile(previous_stage));
+        issue_pv<Traits>(state, v_tile(previous.stage));
         wgmma_commit();
         named_barrier_arrive(next_barrier, kPair);
         wgmma_wait<1>();  // S_j is in; P_{j-1}·V_{j-1} may still run
         fence_registers(state.acc_s);
         if (lane == 0) {
-          barrier_arrive(k_empty(stage));  // this warp's reads of K_j are done
+          k_empty.arrive(kv);  // this warp's reads of K_j are done
           if (visit == tiles - 1) barrier_arrive(q_empty);  // ... and of Q
         }
         float correction[2];
@@ -465,27 +456,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         fence_registers(state.acc_o);
         fence_p(state);
         // This warp's reads of V_{j-1} are done.
-        if (lane == 0) barrier_arrive(v_empty(previous_stage));
+        if (lane == 0) v_empty.arrive(previous);
         rescale_o(state, correction);
         convert_p(state);
       }
 
       // The last tile's P·V.
-      barrier_wait(v_full(stage), phase);
+      v_full.wait(kv);
       named_barrier_sync(my_barrier, kPair);
       fence_registers(state.acc_o);
       fence_p(state);
       wgmma_fence();
-      issue_pv<Traits>(state, v_tile(stage));
+      issue_pv<Traits>(state, v_tile(kv.stage));
       wgmma_commit();
       named_barrier_arrive(next_barrier, kPair);
       wgmma_wait<0>();
       fence_registers(state.acc_o);
-      if (lane == 0) barrier_arrive(v_empty(stage));
-      if (++stage == kStages) {  // the next work starts on the next stage
-        stage = 0;
-        phase ^= 1u;
-      }
+      if (lane == 0) v_empty.arrive(kv);
+      ++kv;  // the next work starts on the next stage
     }
 
     store_rows(params, state, tile);

@@ -16,6 +16,7 @@
 #include "attnsuite/error.hpp"
 
 #include "cuda/common/check.hpp"
+#include "cuda/common/launch.cuh"
 #include "cuda/flash3/kernel.cuh"
 #include "cuda/flash3/run_forward.cuh"
 #include "cuda/flash3/tensor_map.hpp"
@@ -26,32 +27,7 @@ namespace attnsuite::cuda::flash3 {
 template <class Kernel>
 void run_kernel(const Params& params, cudaStream_t stream) {
   constexpr DType kDType = std::is_same_v<typename Kernel::Element, __half> ? DType::F16 : DType::BF16;
-  auto operand = [&](const void* data, int rows, int heads, std::int64_t batch_stride, std::int64_t row_stride,
-                     std::int64_t head_stride, int box_rows) {
-    TensorMapShape shape;
-    shape.data = data;
-    shape.dtype = kDType;
-    shape.head_dim = params.head_dim;
-    shape.rows = rows;
-    shape.heads = heads;
-    shape.batch = params.batch;
-    shape.row_stride = row_stride;
-    shape.head_stride = head_stride;
-    shape.batch_stride = batch_stride;
-    shape.box_rows = box_rows;
-    return make_tensor_map(shape);
-  };
-  const CUtensorMap q_map = operand(params.q, params.seq_q, params.heads_q, params.q_batch_stride, params.q_row_stride,
-                                    params.q_head_stride, Kernel::kTileM);
-  const CUtensorMap k_map = operand(params.k, params.seq_kv, params.heads_kv, params.k_batch_stride,
-                                    params.k_row_stride, params.k_head_stride, Kernel::kTileN);
-  const CUtensorMap v_map = operand(params.v, params.seq_kv, params.heads_kv, params.v_batch_stride,
-                                    params.v_row_stride, params.v_head_stride, Kernel::kTileN);
-
-  const auto kernel = flash3_forward_kernel<Kernel>;
-  // Per device and cheap (no synchronization): set on every launch rather than cached, so a
-  // second GPU gets it too. Beyond 48 KiB, dynamic shared memory must be opted into.
-  ATTNSUITE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSmemBytes));
+  const OperandMaps maps = operand_maps(params, kDType, false, 64, Kernel::kTileM, Kernel::kTileN);
   Params launch = params;
   launch.q_tiles = (params.seq_q + Kernel::kTileM - 1) / Kernel::kTileM;
   const std::int64_t works = std::int64_t{launch.q_tiles} * params.heads_q * params.batch;
@@ -69,7 +45,8 @@ void run_kernel(const Params& params, cudaStream_t stream) {
     ATTNSUITE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     ctas = std::min(ctas, std::max(sms, 1));
   }
-  kernel<<<static_cast<unsigned>(ctas), Kernel::kThreads, Kernel::kSmemBytes, stream>>>(launch, q_map, k_map, v_map);
+  launch_kernel(flash3_forward_kernel<Kernel>, dim3(static_cast<unsigned>(ctas)), Kernel::kThreads, Kernel::kSmemBytes,
+                stream, launch, maps.q, maps.k, maps.v);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash3_forward_kernel");
 }
 

@@ -3,9 +3,11 @@
 // sum, leaving P in place of the scores and the rows' correction of O.
 #pragma once
 
-#include "cuda/flash3/primitives.cuh"
+#include "cuda/hopper/primitives.cuh"
 
 namespace attnsuite::cuda::flash3 {
+
+using namespace hopper;  // the Hopper PTX wrappers (hopper/primitives.cuh)
 
 // acc_s: entries 4i + 2·half + e (row half, columns 8i + 2·quad_col + e), in raw score units;
 // scale_log2: softmax scale · log2 e (flash3-fp8: times the Q and K descales). Maximum and sum

@@ -121,4 +121,38 @@ CUtensorMap make_tensor_map(const TensorMapShape& shape) {
   return map;
 }
 
+CUtensorMap make_tensor_map(const void* data, DType dtype, bool e4m3, int columns, int rows, int heads, int batch,
+                            std::int64_t row_stride, std::int64_t head_stride, std::int64_t batch_stride,
+                            int box_columns, int box_rows) {
+  TensorMapShape shape;
+  shape.data = data;
+  shape.dtype = dtype;
+  shape.e4m3 = e4m3;
+  shape.box_columns = box_columns;
+  shape.head_dim = columns;
+  shape.rows = rows;
+  shape.heads = heads;
+  shape.batch = batch;
+  shape.row_stride = row_stride;
+  shape.head_stride = head_stride;
+  shape.batch_stride = batch_stride;
+  shape.box_rows = box_rows;
+  return make_tensor_map(shape);
+}
+
+OperandMaps operand_maps(const Params& params, DType dtype, bool e4m3, int box_columns, int q_box_rows,
+                         int kv_box_rows) {
+  auto operand = [&](const void* data, int rows, int heads, std::int64_t batch_stride, std::int64_t row_stride,
+                     std::int64_t head_stride, int box_rows) {
+    return make_tensor_map(data, dtype, e4m3, params.head_dim, rows, heads, params.batch, row_stride, head_stride,
+                           batch_stride, box_columns, box_rows);
+  };
+  return {operand(params.q, params.seq_q, params.heads_q, params.q_batch_stride, params.q_row_stride,
+                  params.q_head_stride, q_box_rows),
+          operand(params.k, params.seq_kv, params.heads_kv, params.k_batch_stride, params.k_row_stride,
+                  params.k_head_stride, kv_box_rows),
+          operand(params.v, params.seq_kv, params.heads_kv, params.v_batch_stride, params.v_row_stride,
+                  params.v_head_stride, kv_box_rows)};
+}
+
 }  // namespace attnsuite::cuda::flash3

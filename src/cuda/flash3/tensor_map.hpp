@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attnsuite/dtype.hpp"
+#include "cuda/flash3/params.hpp"
 
 namespace attnsuite::cuda::flash3 {
 
@@ -39,5 +40,19 @@ std::string tma_layout_problem(const void* data, std::int64_t batch_stride, std:
 // repeats the same pointers and shapes). Throws Error(Device) when the driver's encoder is
 // missing or refuses the shape.
 CUtensorMap make_tensor_map(const TensorMapShape& shape);
+
+// make_tensor_map of the shape with these fields: `columns` (head_dim) and `rows` are the
+// extents TMA zero-fills beyond.
+CUtensorMap make_tensor_map(const void* data, DType dtype, bool e4m3, int columns, int rows, int heads, int batch,
+                            std::int64_t row_stride, std::int64_t head_stride, std::int64_t batch_stride,
+                            int box_columns, int box_rows);
+
+// The maps of params' Q, K and V (rows of head_dim elements of `dtype`, or e4m3 bytes, with the
+// params' strides): boxes of box_columns × q_box_rows for Q, × kv_box_rows for K and V.
+struct OperandMaps {
+  CUtensorMap q, k, v;
+};
+OperandMaps operand_maps(const Params& params, DType dtype, bool e4m3, int box_columns, int q_box_rows,
+                         int kv_box_rows);
 
 }  // namespace attnsuite::cuda::flash3

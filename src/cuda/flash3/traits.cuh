@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "cuda/flash3/register_split.hpp"
+#include "cuda/hopper/register_split.hpp"
 
 namespace attnsuite::cuda::flash3 {
 
@@ -69,7 +69,7 @@ struct Traits {
   static_assert(kStages >= 2, "at least double-buffered K/V");
   static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups (named barriers 1 .. kConsumers)");
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <=
-                    flash3::launch_register_pool(kThreads),
+                    hopper::launch_register_pool(kThreads),
                 "the register split fits the registers the CTA is launched with (register_split.hpp)");
   static_assert(kConsumerRegisters % 8 == 0 && kConsumerRegisters >= 65536 / kThreads / 8 * 8,
                 "setmaxnreg.inc: a multiple of 8, not below the launch bound's share");

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/empty_tile.cuh"
 #include "cuda/common/key_range.cuh"
 #include "cuda/sage/params.hpp"
 #include "cuda/sage/primitives.cuh"
@@ -72,15 +73,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   constexpr int kOutChunks = kHeadDim / 8;  // 16-byte chunks of an output row
 
   if (n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
-    for (int index = static_cast<int>(threadIdx.x); index < kTileM * kOutChunks; index += Traits::kThreads) {
-      const int row = index / kOutChunks, chunk = index % kOutChunks;
-      if (row_begin + row < params.seq_q)
-        *reinterpret_cast<uint4*>(o_head + (row_begin + row) * params.o_row_stride + chunk * 8) = make_uint4(0, 0, 0, 0);
-    }
-    if (lse_head != nullptr) {
-      for (int row = static_cast<int>(threadIdx.x); row < kTileM; row += Traits::kThreads)
-        if (row_begin + row < params.seq_q) lse_head[row_begin + row] = -INFINITY;
-    }
+    // No row of the tile sees a key: O = 0, LSE = -inf.
+    write_empty_tile<kTileM, kHeadDim, Traits::kThreads>(static_cast<int>(threadIdx.x), params, o_head, lse_head,
+                                                         row_begin);
     return;
   }
   const int unmasked_key_begin = last_row_keys.begin;

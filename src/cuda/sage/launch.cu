@@ -1,35 +1,18 @@
 // Dispatch from the run-time (mode, dtype, head dim) to the compiled instantiations.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <fmt/format.h>
-
-#include "attnsuite/error.hpp"
+#include "cuda/common/dispatch.hpp"
 #include "cuda/sage/launch.hpp"
 #include "cuda/sage/run_forward.cuh"
 
 namespace attnsuite::cuda::sage {
 namespace {
 
-template <Mode kMode, class Element>
-void launch_for_dtype(const Params& params, cudaStream_t stream) {
-  switch (params.head_dim) {
-    case 64: return run_forward<kMode, Element, 64>(params, stream);
-    case 128: return run_forward<kMode, Element, 128>(params, stream);
-    default:
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("head dim {} not supported by sage; allowed: 64, 128", params.head_dim));
-  }
-}
-
 template <Mode kMode>
 void launch_for_mode(const Params& params, DType dtype, cudaStream_t stream) {
-  switch (dtype) {
-    case DType::F16: return launch_for_dtype<kMode, __half>(params, stream);
-    case DType::BF16: return launch_for_dtype<kMode, __nv_bfloat16>(params, stream);
-    default:
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("dtype {} not supported by sage; allowed: fp16, bf16", to_string(dtype)));
-  }
+  dispatch_16bit(dtype, "sage", [&](auto element) {
+    dispatch_head_dim<64, 128>(params.head_dim, "sage", [&](auto head_dim) {
+      run_forward<kMode, typename decltype(element)::type, decltype(head_dim)::value>(params, stream);
+    });
+  });
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.hpp"
+#include "cuda/common/launch.cuh"
 #include "cuda/sage/kernel.cuh"
 #include "cuda/sage/run_forward.cuh"
 #include "cuda/sage/traits.cuh"
@@ -12,12 +13,8 @@ namespace attnsuite::cuda::sage {
 
 template <class Kernel>
 void run_kernel(const Params& params, cudaStream_t stream) {
-  const auto kernel = sage_forward_kernel<Kernel>;
-  ATTNSUITE_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>((params.seq_q + Kernel::kTileM - 1) / Kernel::kTileM),
-                  static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
-  kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(params);
+  launch_kernel(sage_forward_kernel<Kernel>, query_tile_grid<Kernel::kTileM>(params), Kernel::kThreads,
+                Kernel::kSmemBytes, stream, params);
   ATTNSUITE_CUDA_CHECK_LAUNCH("sage_forward_kernel");
 }
 

@@ -32,8 +32,10 @@
 
 #include <cstdint>
 
+#include "cuda/common/empty_tile.cuh"
 #include "cuda/common/key_range.cuh"
-#include "cuda/flash3/fp8_layout.hpp"
+#include "cuda/hopper/fp8_layout.hpp"
+#include "cuda/hopper/pipeline.cuh"
 #include "cuda/sage/params.hpp"
 #include "cuda/sage/quant_rule.hpp"
 #include "cuda/sage/wgmma_primitives.cuh"
@@ -80,18 +82,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (tiles <= 0 || n_block_max <= n_block_min || last_row_keys.end <= first_row_keys.begin) {
     // No row of the tile sees a key: O = 0, LSE = -inf, before any barrier exists.
-    constexpr int kChunks = kHeadDim / 8;
-    for (int index = static_cast<int>(threadIdx.x); index < kTileM * kChunks; index += Traits::kThreads) {
-      const int row = index / kChunks, chunk = index % kChunks;
-      if (row_begin + row < params.seq_q) {
-        *reinterpret_cast<uint4*>(o_head + (row_begin + row) * params.o_row_stride + chunk * 8) =
-            make_uint4(0, 0, 0, 0);
-      }
-    }
-    if (lse_head != nullptr) {
-      for (int row = static_cast<int>(threadIdx.x); row < kTileM; row += Traits::kThreads)
-        if (row_begin + row < params.seq_q) lse_head[row_begin + row] = -INFINITY;
-    }
+    write_empty_tile<kTileM, kHeadDim, Traits::kThreads>(static_cast<int>(threadIdx.x), params, o_head, lse_head,
+                                                         row_begin);
     return;
   }
 
@@ -101,16 +93,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t smem_k = smem + Traits::kKOffset;
   const std::uint32_t smem_v = smem + Traits::kVOffset;
   const std::uint32_t q_full = smem + Traits::kBarrierOffset;
-  auto k_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + stage); };
-  auto v_full = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + kStages + stage); };
-  auto kv_empty = [&](int stage) { return q_full + 8u * static_cast<std::uint32_t>(1 + 2 * kStages + stage); };
+  const BarrierRing<kStages> k_full{q_full, 1}, v_full{q_full, 1 + kStages}, kv_empty{q_full, 1 + 2 * kStages};
 
   if (threadIdx.x == 0) {
     barrier_init(q_full, 1);
     for (int stage = 0; stage < kStages; ++stage) {
-      barrier_init(k_full(stage), 1);
-      barrier_init(v_full(stage), 1);
-      barrier_init(kv_empty(stage), Traits::kConsumerWarps);
+      barrier_init(k_full[stage], 1);
+      barrier_init(v_full[stage], 1);
+      barrier_init(kv_empty[stage], Traits::kConsumerWarps);
     }
     barrier_init_fence();
   }
@@ -127,20 +117,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       std::uint32_t phase = 0;
       for (int visit = 0; visit < tiles; ++visit) {
         const int n_block = tile_block(visit);
-        barrier_wait(kv_empty(stage), phase ^ 1u);
+        barrier_wait(kv_empty[stage], phase ^ 1u);
         const int key_begin = n_block * kTileN;
-        barrier_arrive_expect_bytes(k_full(stage), Traits::kKBytes);
-        tma_load_4d(smem_k + stage * Traits::kKBytes, &k_map, 0, key_begin, kv_head, batch, k_full(stage));
+        barrier_arrive_expect_bytes(k_full[stage], Traits::kKBytes);
+        tma_load_4d(smem_k + stage * Traits::kKBytes, &k_map, 0, key_begin, kv_head, batch, k_full[stage]);
         const std::uint32_t v_tile = smem_v + stage * Traits::kVBytes;
-        barrier_arrive_expect_bytes(v_full(stage), Traits::kVBytes);
+        barrier_arrive_expect_bytes(v_full[stage], Traits::kVBytes);
         if constexpr (kFp8PV) {
           // Vᵀ8: coordinates (key, channel, kv head, batch); one box of 128 keys × head_dim rows.
-          tma_load_4d(v_tile, &v_map, key_begin, 0, kv_head, batch, v_full(stage));
+          tma_load_4d(v_tile, &v_map, key_begin, 0, kv_head, batch, v_full[stage]);
         } else {
 #pragma unroll
           for (int slab = 0; slab < Traits::kVSlabs; ++slab)
             tma_load_4d(v_tile + slab * Traits::kVSlabBytes, &v_map, 64 * slab, key_begin, kv_head, batch,
-                        v_full(stage));
+                        v_full[stage]);
         }
         if (++stage == kStages) {
           stage = 0;
@@ -356,7 +346,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int j = 0; j < kTileN / 32; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          using flash3::fp8_layout::p_entry;
+          using hopper::fp8_layout::p_entry;
           const std::uint32_t* tile = acc_s + 16 * j;
           p[j][r] = pack_e4m3x4(__uint_as_float(tile[p_entry(r, 0)]), __uint_as_float(tile[p_entry(r, 1)]),
                                 __uint_as_float(tile[p_entry(r, 2)]), __uint_as_float(tile[p_entry(r, 3)]));
@@ -440,7 +430,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const int n_block = tile_block(visit);
       float k_scale[Traits::kKScales];
       load_k_scales(n_block, k_scale);
-      barrier_wait(k_full(stage), phase);
+      barrier_wait(k_full[stage], phase);
       // Q·Kᵀ of this tile ends the section that P·V of the previous tile began (the first
       // tile's is a section of its own).
       if (visit == 0) take_turn();
@@ -454,7 +444,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if constexpr (!kFp8PV) rescale_o(correction);
       convert_p();
       take_turn();
-      barrier_wait(v_full(stage), phase);
+      barrier_wait(v_full[stage], phase);
       fence_pv();
       fence_p();
       wgmma_fence();
@@ -463,7 +453,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       fence_pv();
       if constexpr (kFp8PV) accumulate_tile(correction);
       // This warp is done with the stage (its wgmma reads of K and V have completed).
-      if (lane == 0) barrier_arrive(kv_empty(stage));
+      if (lane == 0) barrier_arrive(kv_empty[stage]);
       next_stage(stage, phase);
       // The section goes on with the next tile's Q·Kᵀ (top of the loop); after the last tile's
       // P·V it ends here.
@@ -481,7 +471,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     float pending[2] = {0.0f, 0.0f};  // sage2: the correction of the tile whose P·V is in flight
     float k_scale[Traits::kKScales];
     load_k_scales(tile_block(0), k_scale);
-    barrier_wait(k_full(stage), phase);
+    barrier_wait(k_full[stage], phase);
     take_turn();
     wgmma_fence();
     issue_scores(stage);
@@ -496,8 +486,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const std::uint32_t previous_phase = phase;
       next_stage(stage, phase);
       load_k_scales(n_block, k_scale);
-      barrier_wait(k_full(stage), phase);
-      barrier_wait(v_full(previous_stage), previous_phase);
+      barrier_wait(k_full[stage], phase);
+      barrier_wait(v_full[previous_stage], previous_phase);
       take_turn();
       fence_pv();
       fence_p();
@@ -513,7 +503,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       fence_pv();
       fence_p();
       // This warp is done with the previous stage (its reads of K_{j-1} and V_{j-1}).
-      if (lane == 0) barrier_arrive(kv_empty(previous_stage));
+      if (lane == 0) barrier_arrive(kv_empty[previous_stage]);
       if constexpr (!kFp8PV) {
         rescale_o(correction);
       } else {
@@ -524,7 +514,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       convert_p();
     }
     // The last tile's P·V.
-    barrier_wait(v_full(stage), phase);
+    barrier_wait(v_full[stage], phase);
     take_turn();
     fence_pv();
     fence_p();
@@ -533,7 +523,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     pass_turn(true);
     wgmma_wait<0>();
     fence_pv();
-    if (lane == 0) barrier_arrive(kv_empty(stage));
+    if (lane == 0) barrier_arrive(kv_empty[stage]);
     if constexpr (kFp8PV) accumulate_tile(pending);
   }
 

@@ -2,11 +2,10 @@
 // and the check that TMA can read the operands. Host code.
 #include "cuda/sage/wgmma_launch.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <fmt/format.h>
 
 #include "attnsuite/error.hpp"
+#include "cuda/common/dispatch.hpp"
 #include "cuda/flash3/tensor_map.hpp"
 #include "cuda/sage/wgmma_run_forward.cuh"
 
@@ -23,26 +22,13 @@ void launch_for_schedule(const Params& params, Schedule schedule, cudaStream_t s
   throw Error(ErrorKind::Internal, fmt::format("sage: schedule {} unknown", static_cast<int>(schedule)));
 }
 
-template <Mode kMode, class Element>
-void launch_for_dtype(const Params& params, Schedule schedule, cudaStream_t stream) {
-  switch (params.head_dim) {
-    case 64: return launch_for_schedule<kMode, Element, 64>(params, schedule, stream);
-    case 128: return launch_for_schedule<kMode, Element, 128>(params, schedule, stream);
-    default:
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("head dim {} not supported by sage's wgmma kernel; allowed: 64, 128", params.head_dim));
-  }
-}
-
 template <Mode kMode>
 void launch_for_mode(const Params& params, DType dtype, Schedule schedule, cudaStream_t stream) {
-  switch (dtype) {
-    case DType::F16: return launch_for_dtype<kMode, __half>(params, schedule, stream);
-    case DType::BF16: return launch_for_dtype<kMode, __nv_bfloat16>(params, schedule, stream);
-    default:
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("dtype {} not supported by sage's wgmma kernel; allowed: fp16, bf16", to_string(dtype)));
-  }
+  dispatch_16bit(dtype, "sage's wgmma kernel", [&](auto element) {
+    dispatch_head_dim<64, 128>(params.head_dim, "sage's wgmma kernel", [&](auto head_dim) {
+      launch_for_schedule<kMode, typename decltype(element)::type, decltype(head_dim)::value>(params, schedule, stream);
+    });
+  });
 }
 
 }  // namespace

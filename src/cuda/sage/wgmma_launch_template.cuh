@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "cuda/common/check.hpp"
+#include "cuda/common/launch.cuh"
 #include "cuda/flash3/tensor_map.hpp"
 #include "cuda/sage/wgmma_kernel.cuh"
 #include "cuda/sage/wgmma_run_forward.cuh"
@@ -24,24 +25,13 @@ void run_kernel(const Params& params, cudaStream_t stream) {
   static_assert(Kernel::kTileM == sparge::kHopperTiles.m && Kernel::kTileN == sparge::kHopperTiles.n &&
                     Kernel::kRowsPerConsumer == sparge::kHopperTiles.rows_per_warp,
                 "sparge-sage's block lists (sparge::kHopperTiles) count in this kernel's tiles");
-  // A 4-D map (innermost first: columns, rows, heads, batch); `columns` and `rows` are the
-  // extents TMA zero-fills beyond.
+  // A 4-D map (innermost first: columns, rows, heads, batch); `bytes`: 1-byte elements copied as
+  // bits (INT8 Q/K, e4m3 Vᵀ).
   auto map_of = [&](const void* data, bool bytes, int columns, int rows, int heads, std::int64_t row_stride,
                     std::int64_t head_stride, std::int64_t batch_stride, int box_columns, int box_rows) {
-    flash3::TensorMapShape shape;
-    shape.data = data;
-    shape.e4m3 = bytes;  // 1-byte elements copied as bits (INT8 Q/K, e4m3 Vᵀ)
-    shape.dtype = std::is_same_v<typename Kernel::Element, __half> ? DType::F16 : DType::BF16;
-    shape.box_columns = box_columns;
-    shape.head_dim = columns;
-    shape.rows = rows;
-    shape.heads = heads;
-    shape.batch = params.batch;
-    shape.row_stride = row_stride;
-    shape.head_stride = head_stride;
-    shape.batch_stride = batch_stride;
-    shape.box_rows = box_rows;
-    return flash3::make_tensor_map(shape);
+    constexpr DType kDType = std::is_same_v<typename Kernel::Element, __half> ? DType::F16 : DType::BF16;
+    return flash3::make_tensor_map(data, kDType, bytes, columns, rows, heads, params.batch, row_stride, head_stride,
+                                   batch_stride, box_columns, box_rows);
   };
   // INT8 Q and K: dense [batch][heads][seq][head_dim] (quant.cu); one box = a whole tile of
   // rows of head_dim bytes (64B / 128B swizzle).
@@ -65,11 +55,8 @@ void run_kernel(const Params& params, cudaStream_t stream) {
                    params.v_batch_stride, 64, Kernel::kTileN);
   }
 
-  const auto kernel = sage_wgmma_forward_kernel<Kernel>;
-  ATTNSUITE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>((params.seq_q + Kernel::kTileM - 1) / Kernel::kTileM),
-                  static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
-  kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(params, q_map, k_map, v_map);
+  launch_kernel(sage_wgmma_forward_kernel<Kernel>, query_tile_grid<Kernel::kTileM>(params), Kernel::kThreads,
+                Kernel::kSmemBytes, stream, params, q_map, k_map, v_map);
   ATTNSUITE_CUDA_CHECK_LAUNCH("sage_wgmma_forward_kernel");
 }
 

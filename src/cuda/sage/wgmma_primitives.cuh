@@ -1,6 +1,6 @@
-// The PTX that sage's Hopper path (wgmma_kernel.cuh) adds to flash3's (cuda/flash3/primitives.cuh,
-// fp8_primitives.cuh): the INT8 wgmma with an s32 accumulator. Checked against the PTX ISA,
-// "wgmma.mma_async" (integer variant):
+// The PTX that sage's Hopper path (wgmma_kernel.cuh) adds to the Hopper layer's (cuda/hopper/
+// primitives.cuh, fp8_primitives.cuh): the INT8 wgmma with an s32 accumulator. Checked against
+// the PTX ISA, "wgmma.mma_async" (integer variant):
 //   wgmma.mma_async.sync.aligned.shape{.satfinite}.s32.atype.btype  d, a-desc, b-desc, scale-d;
 //   .shape includes .m64n128k32 (the integer shapes are a subset of N: 8..224, n128 among them),
 //   .atype/.btype in {.s8, .u8};
@@ -14,35 +14,11 @@
 
 #include <cstdint>
 
-#include "cuda/flash3/fp8_primitives.cuh"
+#include "cuda/hopper/fp8_primitives.cuh"
 
 namespace attnsuite::cuda::sage::wgmma {
 
-using flash3::barrier_arrive;
-using flash3::barrier_arrive_expect_bytes;
-using flash3::barrier_init;
-using flash3::barrier_init_fence;
-using flash3::barrier_wait;
-using flash3::claim_registers;
-using flash3::exp2_approx;
-using flash3::fence_registers;
-using flash3::matrix_descriptor;
-using flash3::matrix_descriptor_swizzled;
-using flash3::named_barrier_arrive;
-using flash3::named_barrier_sync;
-using flash3::pack_e4m3x4;
-using flash3::pack_pair;
-using flash3::quad_max;
-using flash3::quad_sum;
-using flash3::release_registers;
-using flash3::shared_address;
-using flash3::tma_load_4d;
-using flash3::tree_reduce;
-using flash3::wgmma_commit;
-using flash3::wgmma_fence;
-using flash3::wgmma_rs;
-using flash3::wgmma_rs_e4m3;
-using flash3::wgmma_wait;
+using namespace hopper;  // the wrappers of hopper/primitives.cuh, fp8_primitives.cuh
 
 // acc (64×N s32, raw bits) (+)= A (64×32 s8) · B (N×32 s8), both K-major in shared memory by
 // descriptor (the same 8-bit layouts and descriptors as flash3-fp8's e4m3 Q·Kᵀ).

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "cuda/flash3/register_split.hpp"
+#include "cuda/hopper/register_split.hpp"
 #include "cuda/sage/params.hpp"
 #include "cuda/sage/quant_rule.hpp"
 
@@ -82,7 +82,7 @@ struct Traits {
                 "every tile starts on a 1024-byte swizzle period");
   static_assert(kStages >= 2, "at least double-buffered K/V");
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <=
-                    flash3::launch_register_pool(kThreads),
+                    hopper::launch_register_pool(kThreads),
                 "the register split fits the registers the CTA is launched with (register_split.hpp)");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
   static_assert(127 * 127 * kHeadDim < (1 << 22), "INT8 dot products must stay below 2^22 (int_to_float trick)");

@@ -11,6 +11,7 @@
 
 #include "attnsuite/error.hpp"
 #include "cuda/common/check.hpp"
+#include "cuda/common/dispatch.hpp"
 #include "cuda/common/key_range.cuh"
 #include "cuda/sparge/launch.hpp"
 
@@ -346,45 +347,18 @@ void run_predictor(const PredictorParams& params, cudaStream_t stream) {
   ATTNSUITE_CUDA_CHECK_LAUNCH("sparge select_kernel");
 }
 
-template <class Element>
-void predictor_for_dtype(const PredictorParams& params, cudaStream_t stream) {
-  switch (params.head_dim) {
-    case 64: return run_predictor<Element, 64>(params, stream);
-    case 128: return run_predictor<Element, 128>(params, stream);
-    default:
-      throw Error(ErrorKind::Unsupported, fmt::format("head dim {} not supported by sparge; allowed: 64, 128", params.head_dim));
-  }
-}
-
-template <class Element>
-void sparse_for_dtype(const flash2::SparseParams& params, cudaStream_t stream);
-
 }  // namespace
 
 template <class Element, int kHeadDim>
 void run_block_sparse(const flash2::SparseParams& params, cudaStream_t stream);
 
-namespace {
-template <class Element>
-void sparse_for_dtype(const flash2::SparseParams& params, cudaStream_t stream) {
-  switch (params.head_dim) {
-    case 64: return run_block_sparse<Element, 64>(params, stream);
-    case 128: return run_block_sparse<Element, 128>(params, stream);
-    default:
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("head dim {} not supported by the block-sparse kernel; allowed: 64, 128", params.head_dim));
-  }
-}
-}  // namespace
-
 void launch_predictor(const PredictorParams& params, DType dtype, void* stream) {
-  auto cuda_stream = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DType::F16: return predictor_for_dtype<__half>(params, cuda_stream);
-    case DType::BF16: return predictor_for_dtype<__nv_bfloat16>(params, cuda_stream);
-    default:
-      throw Error(ErrorKind::Unsupported, fmt::format("dtype {} not supported by sparge; allowed: fp16, bf16", to_string(dtype)));
-  }
+  dispatch_16bit(dtype, "sparge", [&](auto element) {
+    dispatch_head_dim<64, 128>(params.head_dim, "sparge", [&](auto head_dim) {
+      run_predictor<typename decltype(element)::type, decltype(head_dim)::value>(params,
+                                                                                   static_cast<cudaStream_t>(stream));
+    });
+  });
 }
 
 void launch_coarsen(const CoarsenParams& params, void* stream) {
@@ -395,14 +369,12 @@ void launch_coarsen(const CoarsenParams& params, void* stream) {
 }
 
 void launch_block_sparse(const flash2::SparseParams& params, DType dtype, void* stream) {
-  auto cuda_stream = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DType::F16: return sparse_for_dtype<__half>(params, cuda_stream);
-    case DType::BF16: return sparse_for_dtype<__nv_bfloat16>(params, cuda_stream);
-    default:
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("dtype {} not supported by the block-sparse kernel; allowed: fp16, bf16", to_string(dtype)));
-  }
+  dispatch_16bit(dtype, "the block-sparse kernel", [&](auto element) {
+    dispatch_head_dim<64, 128>(params.head_dim, "the block-sparse kernel", [&](auto head_dim) {
+      run_block_sparse<typename decltype(element)::type, decltype(head_dim)::value>(params,
+                                                                                      static_cast<cudaStream_t>(stream));
+    });
+  });
 }
 
 }  // namespace attnsuite::cuda::sparge

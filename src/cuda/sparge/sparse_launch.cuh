@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.hpp"
+#include "cuda/common/launch.cuh"
 #include "cuda/flash2/kernel.cuh"
 #include "cuda/flash2/traits.cuh"
 #include "cuda/sparge/launch.hpp"
@@ -17,12 +18,8 @@ void run_block_sparse(const flash2::SparseParams& params, cudaStream_t stream) {
   static_assert(Kernel::kTileM == tiles_for(kHeadDim).m && Kernel::kTileN == tiles_for(kHeadDim).n &&
                     Kernel::kRowsPerWarp == tiles_for(kHeadDim).rows_per_warp,
                 "the block mask's tiles (tiles_for) must be flash2's");
-  const auto kernel = flash2::flash2_block_sparse_kernel<Kernel>;
-  ATTNSUITE_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>((params.seq_q + Kernel::kTileM - 1) / Kernel::kTileM),
-                  static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
-  kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(params);
+  launch_kernel(flash2::flash2_block_sparse_kernel<Kernel>, query_tile_grid<Kernel::kTileM>(params), Kernel::kThreads,
+                Kernel::kSmemBytes, stream, params);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_block_sparse_kernel");
 }
 

@@ -1,5 +1,5 @@
-// The PTX that flash3-fp8 adds to flash3's (primitives.cuh): e4m3 wgmma (k = 32), descriptors
-// with a 64-byte swizzle, fp32 → e4m3 conversion in the register order of the 8-bit A fragment,
+// The 8-bit PTX of the Hopper kernels (flash3-fp8, sage2's wgmma kernel) beside primitives.cuh:
+// e4m3 wgmma (k = 32), descriptors with a 64-byte swizzle, fp32 → e4m3 conversion in the register order of the 8-bit A fragment,
 // the generic → async proxy fence and the byte transpose of V in shared memory. Checked against
 // the PTX ISA sections "Matrix Fragments for wgmma.mma_async.m64nNk32", "Matrix Descriptor
 // Format", cvt (.e4m3x2) and membar/fence (fence.proxy.async). Only compiled for sm_90a.
@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "cuda/flash3/primitives.cuh"
+#include "cuda/hopper/primitives.cuh"
 
-namespace attnsuite::cuda::flash3 {
+namespace attnsuite::cuda::hopper {
 
 // ---- Shared-memory layout helpers -----------------------------------------------------------
 
@@ -119,4 +119,4 @@ FLASH3_DEFINE_WGMMA_RS_E4M3(128, FLASH3_ACC64, FLASH3_OUT64, "{%64, %65, %66, %6
 #undef FLASH3_DEFINE_WGMMA_SS_E4M3
 // clang-format on
 
-}  // namespace attnsuite::cuda::flash3
+}  // namespace attnsuite::cuda::hopper

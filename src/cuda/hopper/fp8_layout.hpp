@@ -1,9 +1,18 @@
-// The index maps that connect flash3-fp8's P registers to its transposed V (fp8_kernel.cuh):
-// plain constexpr functions, used by the kernel and checked on the CPU against the PTX ISA's
+// The index maps that connect the 8-bit P registers of the Hopper kernels to their transposed V
+// (flash3-fp8, whose producer transposes V; sage2, whose quantizer writes Vᵀ so):
+// plain constexpr functions, used by the kernels and checked on the CPU against the PTX ISA's
 // fragment layouts (tests/cpp/test_flash3_fp8_layout.cpp). No CUDA headers.
+//
+// For S columns 32j..32j+31 (k-step j of P·V), the accumulator gives thread t (c = t % 4) the keys
+// 32j + 8i + 2c + e (i < 4, e < 2) of its two rows, while the 8-bit A fragment wants columns
+// 32j + 4c + v and 32j + 16 + 4c + v (v < 4) in a[0..3]. Instead of shuffling P between lanes,
+// A column 16g + 4c + v holds key 16g + π(4c + v) with
+//   π(s) = 2·(s / 4) + (s % 2) + 8·((s / 2) % 2)      (s < 16; a bijection),
+// i.e. thread c packs keys 2c, 2c+1, 2c+8, 2c+9 of each 16-key half into one register, and Vᵀ
+// column 16g + s holds key 16g + π(s): Σ_s P[π(s)]·V[π(s)] is the same sum.
 #pragma once
 
-namespace attnsuite::cuda::flash3::fp8_layout {
+namespace attnsuite::cuda::hopper::fp8_layout {
 
 // The wgmma fp32 accumulator (m64nN): thread t's entry 4i + 2h + e is row
 // 16·(t / 32) + (t % 32) / 4 + 8h, column 8i + 2·(t % 4) + e.
@@ -30,4 +39,4 @@ constexpr int p_entry(int reg, int byte) { return 8 * (reg / 2) + 2 * (reg % 2) 
 // comes from tile key transpose_key(l, q).
 constexpr int transpose_key(int lane, int q) { return 16 * (lane / 4) + 2 * (lane % 4) + (q & 1) + 8 * (q >> 1); }
 
-}  // namespace attnsuite::cuda::flash3::fp8_layout
+}  // namespace attnsuite::cuda::hopper::fp8_layout

@@ -1,5 +1,5 @@
-// The Hopper (sm_90a) PTX that flash3 is built from, named after what it does: mbarriers, TMA
-// tile loads, register reallocation, wgmma and its shared-memory matrix descriptors. Every
+// The Hopper (sm_90a) PTX that the warp-specialized kernels (flash3, flash3-fp8, sage's wgmma
+// kernel) are built from, named after what it does: mbarriers, TMA tile loads, register reallocation, wgmma and its shared-memory matrix descriptors. Every
 // field and operand order below was checked against the PTX ISA sections on wgmma (register
 // fragments, shared-memory layouts, matrix descriptor), mbarrier, cp.async.bulk.tensor and
 // setmaxnreg; the comments say what each relies on. Only compiled for sm_90a (the kernel's
@@ -12,7 +12,7 @@
 
 #include "cuda/flash2/primitives.cuh"
 
-namespace attnsuite::cuda::flash3 {
+namespace attnsuite::cuda::hopper {
 
 // Architecture-neutral helpers shared with flash2: shared-window addresses, 16-bit packing in
 // mma fragment order, exp2 on the SFU and reductions over the 4 lanes of a fragment row.
@@ -266,4 +266,4 @@ FLASH3_DEFINE_WGMMA_RS(__nv_bfloat16, "bf16", 256, FLASH3_ACC128, FLASH3_OUT128,
 // FLASH3_ACC* and FLASH3_OUT* stay defined: fp8_primitives.cuh builds its e4m3 wgmma from them.
 // clang-format on
 
-}  // namespace attnsuite::cuda::flash3
+}  // namespace attnsuite::cuda::hopper

@@ -2,7 +2,7 @@
 // (flash3, flash3-fp8, sage's wgmma kernel). Host-visible constexpr, for the traits' checks.
 #pragma once
 
-namespace attnsuite::cuda::flash3 {
+namespace attnsuite::cuda::hopper {
 
 // The registers a CTA of `threads` threads launched with __launch_bounds__(threads, 1) holds:
 // 65536 / threads per thread rounded down to the allocation granule of 8, times threads (384
@@ -11,4 +11,4 @@ namespace attnsuite::cuda::flash3 {
 // (producer 32 + consumers 2 × 240 = 65536) hung on the H200 at its first kernel, 2026-12-04.
 constexpr int launch_register_pool(int threads) { return 65536 / threads / 8 * 8 * threads; }
 
-}  // namespace attnsuite::cuda::flash3
+}  // namespace attnsuite::cuda::hopper
