@@ -10,6 +10,7 @@
 
 #include "attnsuite/error.hpp"
 #include "core/host_info.hpp"
+#include "cpu/isa.hpp"
 
 namespace attnsuite::cpu {
 
@@ -71,8 +72,8 @@ int cpu_threads() {
 }
 
 KernelConfigKey cpu_kernel_config_key(std::string backend, const AttentionProblem& problem) {
-  return {host_info().cpu_model, fmt::format("{} threads", cpu_threads()), std::move(backend),
-          kernel_shape_class(problem)};
+  return {host_info().cpu_model, fmt::format("{} threads, {}", cpu_threads(), to_string(selected_cpu_isa())),
+          std::move(backend), kernel_shape_class(problem)};
 }
 
 void parallel_for(std::int64_t count, int threads,

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <ostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -16,6 +18,8 @@
 
 #include "attnsuite/attnsuite.hpp"
 #include "cpu/cpu_backends.hpp"
+#include "cpu/isa.hpp"
+#include "cpu/peak.hpp"
 
 namespace attnsuite {
 namespace {
@@ -580,12 +584,143 @@ TEST(CpuBackends, EveryCpuFlashKernelConfigMatchesTheFp64Loop) {
         if (c.label != label) continue;
         SCOPED_TRACE("config " + config);
         check_backend("cpu-flash", c.problem, 11);
-        EXPECT_EQ(backend.last_kernel_config(), config);
+        // The report adds the vector ISA that ran.
+        EXPECT_EQ(backend.last_kernel_config(), config + "/" + std::string(cpu::to_string(cpu::selected_cpu_isa())));
       }
     }
   }
   backend.force_kernel_config("");
   EXPECT_THROW(backend.force_kernel_config("q7-k7"), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// cpu-flash's kernels are built for AVX2 and for AVX-512 and chosen at run time (the widest the
+// CPU has, unless ATTNSUITE_CPU_ISA says otherwise), so the runs above test only the widest
+// here. These force each ISA through the kernel config ("q192-k96/avx2"), which the backend
+// then reports.
+
+std::string skip_reason_for(cpu::CpuIsa isa) {
+  if (cpu::cpu_supports(isa)) return {};
+  return "this CPU has no " + std::string(cpu::to_string(isa)) +
+         " (AVX-512 needs avx512f, avx512bw, avx512dq and avx512vl, and an OS that saves the zmm registers)";
+}
+
+class CpuFlashIsa : public ::testing::TestWithParam<cpu::CpuIsa> {
+ protected:
+  void SetUp() override {
+    if (const std::string reason = skip_reason_for(GetParam()); !reason.empty()) GTEST_SKIP() << reason;
+  }
+  void TearDown() override { Registry::global().find("cpu-flash").force_kernel_config(""); }
+  std::string with_isa(const std::string& tiles) const { return tiles + "/" + std::string(cpu::to_string(GetParam())); }
+};
+
+TEST_P(CpuFlashIsa, EveryCaseMatchesTheFp64Loop) {
+  Backend& flash = Registry::global().find("cpu-flash");
+  const std::string config = with_isa("q192-k96");
+  flash.force_kernel_config(config);
+  for (const Param& param : params()) {
+    if (param.backend != "cpu-flash") continue;
+    AttentionProblem p = param.entry.problem;
+    p.dtype = param.dtype;
+    p.layout = param.layout;
+    check_backend("cpu-flash", p, 0x5eed + std::hash<std::string>{}(param.entry.label));
+    EXPECT_EQ(flash.last_kernel_config(), config);
+  }
+  check_backend("cpu-flash", with(shape(2, 4, 2, 45, 70, 64), true), 7, /*dim_padding=*/8);
+}
+
+// Every tile config: each has its own tails (a 16-query tail of the 32-query AVX-512 block, the
+// 2- and 4-query tails of AVX2's 6-query P·V block).
+TEST_P(CpuFlashIsa, EveryTileConfigMatchesTheFp64Loop) {
+  Backend& flash = Registry::global().find("cpu-flash");
+  for (const std::string& tiles : flash.kernel_configs(shape(1, 2, 2, 7, 7, 64))) {
+    const std::string config = with_isa(tiles);
+    flash.force_kernel_config(config);
+    for (const char* label : {"seq1", "seq33", "seq1000", "causal_q_gt_kv", "gqa_8_2", "window_both", "dim40_dv72"}) {
+      for (const Case& c : cases()) {
+        if (c.label != label) continue;
+        SCOPED_TRACE("config " + config);
+        check_backend("cpu-flash", c.problem, 11);
+        EXPECT_EQ(flash.last_kernel_config(), config);
+      }
+    }
+  }
+}
+
+TEST_P(CpuFlashIsa, PeakProbeRuns) {
+  const double gflops = cpu::measure_fp32_fma_peak_gflops(GetParam(), 0.05);
+  EXPECT_TRUE(std::isfinite(gflops));
+  EXPECT_GT(gflops, 1.0) << "a core issues at least one FMA per ns";
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CpuFlashIsa, ::testing::Values(cpu::CpuIsa::Avx2, cpu::CpuIsa::Avx512),
+                         [](const ::testing::TestParamInfo<cpu::CpuIsa>& param_info) {
+                           return std::string(cpu::to_string(param_info.param));
+                         });
+
+// $ATTNSUITE_CPU_ISA chooses the ISA for every call without a forced one; bad values are refused
+// with what is allowed.
+TEST(CpuFlashIsaSelection, EnvironmentVariableChoosesAndIsChecked) {
+  const char* saved = std::getenv("ATTNSUITE_CPU_ISA");
+  const std::optional<std::string> previous = saved ? std::optional<std::string>(saved) : std::nullopt;
+  Backend& flash = Registry::global().find("cpu-flash");
+  flash.force_kernel_config("");
+  const AttentionProblem p = shape(1, 2, 2, 40, 40, 64);
+  const Inputs in = make_inputs(p, 3);
+
+  unsetenv("ATTNSUITE_CPU_ISA");
+  EXPECT_EQ(cpu::selected_cpu_isa(), cpu::widest_cpu_isa());
+  run_backend(flash, p, in);
+  EXPECT_EQ(flash.last_kernel_config(), "q192-k96/" + std::string(cpu::to_string(cpu::widest_cpu_isa())));
+
+  setenv("ATTNSUITE_CPU_ISA", "avx2", 1);
+  run_backend(flash, p, in);
+  EXPECT_EQ(flash.last_kernel_config(), "q192-k96/avx2");
+
+  setenv("ATTNSUITE_CPU_ISA", "avx512", 1);
+  if (cpu::cpu_supports(cpu::CpuIsa::Avx512)) {
+    run_backend(flash, p, in);
+    EXPECT_EQ(flash.last_kernel_config(), "q192-k96/avx512");
+  } else {
+    try {
+      run_backend(flash, p, in);
+      ADD_FAILURE() << "ran AVX-512 kernels on a CPU without them";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
+      EXPECT_NE(std::string(error.what()).find("this CPU lacks it"), std::string::npos) << error.what();
+    }
+  }
+
+  setenv("ATTNSUITE_CPU_ISA", "sse2", 1);
+  try {
+    run_backend(flash, p, in);
+    ADD_FAILURE() << "an unknown ISA was accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_STREQ(error.what(), "ATTNSUITE_CPU_ISA 'sse2' unknown; allowed: avx2, avx512");
+  }
+
+  if (previous) {
+    setenv("ATTNSUITE_CPU_ISA", previous->c_str(), 1);
+  } else {
+    unsetenv("ATTNSUITE_CPU_ISA");
+  }
+}
+
+TEST(CpuFlashIsaSelection, ForcedConfigNamesAKnownIsa) {
+  Backend& flash = Registry::global().find("cpu-flash");
+  try {
+    flash.force_kernel_config("q96-k96/neon");
+    ADD_FAILURE() << "an unknown ISA was accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_STREQ(error.what(), "cpu-flash: kernel config 'q96-k96/neon': ISA 'neon' unknown; allowed: avx2, avx512");
+  }
+  EXPECT_THROW(flash.force_kernel_config("q7-k7/avx2"), Error);
+  if (!cpu::cpu_supports(cpu::CpuIsa::Avx512)) {
+    EXPECT_THROW(flash.force_kernel_config("q96-k96/avx512"), Error);
+  }
+  flash.force_kernel_config("");
 }
 
 }  // namespace
