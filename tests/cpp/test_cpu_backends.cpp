@@ -560,8 +560,8 @@ TEST(CpuBackends, FlashMemoryIsLinearVanillaIsQuadratic) {
     const std::size_t vanilla = peak_extra_bytes("cpu-vanilla", p, in);
     const std::size_t flash = peak_extra_bytes("cpu-flash", p, in);
     EXPECT_GE(vanilla, scores_bytes) << "seq " << seq;
-    // Per-thread tiles of about 225 KiB whatever N (measured: 3.4 MiB on 16 threads, 0.43 MiB
-    // on 2), against 16–64 MiB of scores for vanilla.
+    // Per-thread tiles of 220 KiB (query tiles of 192) to 390 KiB (384) whatever N (measured:
+    // 3.4 MiB on 16 threads, 0.43 MiB on 2 with 192), against 16–64 MiB of scores for vanilla.
     const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
     EXPECT_LE(flash, threads * (std::size_t{512} << 10)) << "flash " << flash << " B on " << threads << " threads";
     EXPECT_GT(flash, 0u) << "cpu-flash allocates its tiles through HostBuffer";
@@ -574,9 +574,9 @@ TEST(CpuBackends, FlashMemoryIsLinearVanillaIsQuadratic) {
 // Every tile configuration of cpu-flash (what `tune --kernels` chooses among) on the odd shapes.
 TEST(CpuBackends, EveryCpuFlashKernelConfigMatchesTheFp64Loop) {
   Backend& backend = Registry::global().find("cpu-flash");
-  const std::vector<std::string> configs = backend.kernel_configs(shape(1, 2, 2, 7, 7, 64));
+  const std::vector<std::string> configs = backend.kernel_configs(shape(1, 1, 1, 7, 7, 64));
   ASSERT_GE(configs.size(), 2u);
-  EXPECT_EQ(configs.front(), "q192-k96");  // the default first
+  EXPECT_EQ(configs.front(), "q192-k96");  // the built-in choice first: few work items here
   for (const std::string& config : configs) {
     backend.force_kernel_config(config);
     for (const char* label : {"seq1", "seq33", "seq1000", "causal_q_gt_kv", "gqa_8_2", "window_both", "dim40_dv72"}) {
@@ -591,6 +591,19 @@ TEST(CpuBackends, EveryCpuFlashKernelConfigMatchesTheFp64Loop) {
   }
   backend.force_kernel_config("");
   EXPECT_THROW(backend.force_kernel_config("q7-k7"), Error);
+}
+
+// Without a forced config or a cache entry: query tiles of 384 for unmasked problems with at
+// least two work items per thread, 192 otherwise; the run reports what it chose.
+TEST(CpuBackends, CpuFlashBuiltInTilesFollowTheProblem) {
+  Backend& backend = Registry::global().find("cpu-flash");
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const AttentionProblem wide = shape(1, 2 * threads, 2 * threads, 384, 384, 64);
+  EXPECT_EQ(backend.kernel_configs(wide).front(), "q384-k96");
+  EXPECT_EQ(backend.kernel_configs(with(wide, true)).front(), "q192-k96");
+  EXPECT_EQ(backend.kernel_configs(with(wide, false, 100, 0)).front(), "q192-k96");
+  EXPECT_EQ(backend.kernel_configs(shape(1, 2 * threads - 1, 2 * threads - 1, 384, 384, 64)).front(), "q192-k96");
+  EXPECT_EQ(backend.kernel_configs(wide).size(), backend.kernel_configs(with(wide, true)).size());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -668,19 +681,20 @@ TEST(CpuFlashIsaSelection, EnvironmentVariableChoosesAndIsChecked) {
   const AttentionProblem p = shape(1, 2, 2, 40, 40, 64);
   const Inputs in = make_inputs(p, 3);
 
+  const std::string tiles = flash.kernel_configs(p).front();
   unsetenv("ATTNSUITE_CPU_ISA");
   EXPECT_EQ(cpu::selected_cpu_isa(), cpu::widest_cpu_isa());
   run_backend(flash, p, in);
-  EXPECT_EQ(flash.last_kernel_config(), "q192-k96/" + std::string(cpu::to_string(cpu::widest_cpu_isa())));
+  EXPECT_EQ(flash.last_kernel_config(), tiles + "/" + std::string(cpu::to_string(cpu::widest_cpu_isa())));
 
   setenv("ATTNSUITE_CPU_ISA", "avx2", 1);
   run_backend(flash, p, in);
-  EXPECT_EQ(flash.last_kernel_config(), "q192-k96/avx2");
+  EXPECT_EQ(flash.last_kernel_config(), tiles + "/avx2");
 
   setenv("ATTNSUITE_CPU_ISA", "avx512", 1);
   if (cpu::cpu_supports(cpu::CpuIsa::Avx512)) {
     run_backend(flash, p, in);
-    EXPECT_EQ(flash.last_kernel_config(), "q192-k96/avx512");
+    EXPECT_EQ(flash.last_kernel_config(), tiles + "/avx512");
   } else {
     try {
       run_backend(flash, p, in);

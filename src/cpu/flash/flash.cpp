@@ -36,9 +36,12 @@ class FlashBackend final : public Backend {
     return supports_common(problem);
   }
 
-  std::vector<std::string> kernel_configs(const AttentionProblem&) const override {
-    std::vector<std::string> names;
-    for (const TileConfig& config : kTileConfigs) names.emplace_back(config.name);
+  // The built-in choice first.
+  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
+    const TileConfig& builtin = builtin_config(problem);
+    std::vector<std::string> names = {builtin.name};
+    for (const TileConfig& config : kTileConfigs)
+      if (&config != &builtin) names.emplace_back(config.name);
     return names;
   }
   // A tile config from kernel_configs(), optionally with the ISA as the kernel config reports
@@ -89,15 +92,25 @@ class FlashBackend final : public Backend {
     }
     throw Error(ErrorKind::Usage, fmt::format("cpu-flash: kernel config '{}' unknown; allowed: {}", name, allowed));
   }
-  // Forced, else the cache's entry for this CPU, thread count and shape class, else the default.
+  // Query tiles of 384 halve the K/V passes of 192 (forward.hpp has the measurements), unless a
+  // mask makes their diagonal tiles wasteful or the problem would leave fewer than two work
+  // items per thread.
+  static const TileConfig& builtin_config(const AttentionProblem& problem) {
+    const TileConfig& wide = kTileConfigs[1];
+    const bool masked = problem.causal || problem.window_left >= 0 || problem.window_right >= 0;
+    const std::int64_t items = static_cast<std::int64_t>(problem.batch) * problem.heads_q *
+                               ((problem.seq_q + wide.query_tile - 1) / wide.query_tile);
+    return !masked && items >= 2 * cpu_threads() ? wide : kTileConfigs[0];
+  }
+  // Forced, else the cache's entry for this CPU, thread count, ISA and shape class, else built in.
   const TileConfig& choose(const AttentionProblem& problem) const {
     if (forced_ != nullptr) return *forced_;
-    if (KernelConfigCache::global().size() == 0) return kTileConfigs[0];  // no cache: no key to build
+    if (KernelConfigCache::global().size() == 0) return builtin_config(problem);  // no cache: no key to build
     if (const auto cached = KernelConfigCache::global().lookup(cpu_kernel_config_key("cpu-flash", problem))) {
       for (const TileConfig& config : kTileConfigs)
         if (*cached == config.name) return config;
     }
-    return kTileConfigs[0];
+    return builtin_config(problem);
   }
   const TileConfig* forced_ = nullptr;
   std::optional<CpuIsa> forced_isa_;  // else selected_cpu_isa() at each call

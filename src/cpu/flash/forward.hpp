@@ -19,18 +19,22 @@
 namespace attnsuite::cpu::flash {
 
 // Tile sizes, chosen at run time (`attnsuite tune --kernels` times them; the kernel-config
-// cache picks one per CPU and shape class). Each pass over a head's K/V serves `query_tile`
-// queries: 192 against 96 halves that traffic (113 vs 127 ms on B=1 H=16 N=2048 D=64, AVX2);
-// 288, and key tiles of 48 or 192, were slower there. Smaller query tiles make more work items,
-// which can pay where a problem has fewer items than threads. The thread's tiles stay in
-// Zen 4's 1 MiB L2 up to head dim 256.
+// cache picks one per CPU and shape class; without an entry, flash.cpp's built-in rule). Each
+// pass over a head's K/V serves `query_tile` queries, and that pass is what the kernels do not
+// hide: copying a BSHD row costs a page walk (rows are H·D apart). 192 against 96 halved it
+// (113 vs 127 ms on B=1 H=16 N=2048 D=64, AVX2), 384 against 192 saves 3–8% more there (CPU
+// time per forward, both ISAs, and 4–5% at D=128 and 256) but loses 5% under a causal mask,
+// whose diagonal tiles grow with the query tile; 288, and key tiles of 48 or 192, were slower.
+// Smaller query tiles make more work items, which pays where a problem has few per thread.
+// A thread's tiles: 220 KiB at D=64 with q192-k96, 390 KiB with q384-k96, 1.1 MiB at D=256.
 struct TileConfig {
   const char* name;
   int query_tile;  // queries per work item (Br): a multiple of kQueryGranule
   int key_tile;    // keys per tile (Bc): a multiple of every ISA's score block (6 and 12 keys)
 };
 inline constexpr TileConfig kTileConfigs[] = {
-    {"q192-k96", 192, 96},  // the default (first)
+    {"q192-k96", 192, 96},  // built in for masked problems and those with few work items
+    {"q384-k96", 384, 96},  // built in for the others
     {"q96-k96", 96, 96},
     {"q48-k96", 48, 96},
     {"q192-k192", 192, 192},
