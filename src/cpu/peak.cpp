@@ -59,6 +59,9 @@ ATTNSUITE_TARGET_AVX512 long fma_loop_avx512(double seconds, volatile float* sin
   const auto start = std::chrono::steady_clock::now();
   do {
     for (long step = 0; step < kFmasPerRound; ++step) {
+      // GCC 12 unrolls loops of up to 16 iterations by itself; left rolled, the 24 chains lived
+      // in memory and the probe read 60% of AVX2's peak.
+#pragma GCC unroll 32
       for (int c = 0; c < kChainsAvx512; ++c) acc[c] = _mm512_fmadd_ps(acc[c], multiplier, addend);
     }
     ++rounds;
