@@ -67,10 +67,12 @@ Action add_info(CLI::App& app) {
   app.add_flag("--json", *json, "Print as JSON");
   return [json] {
     const HostInfo& host = host_info();
-    // The peak of the ISA the CPU kernels run (AVX-512 where the CPU has it), and AVX2's beside
-    // it when that differs: equal where 512-bit FMAs are double-pumped (Zen 4), half on a Xeon
-    // with two 512-bit FMA units.
-    const cpu::CpuIsa isa = cpu::selected_cpu_isa();
+    // The peak of the widest ISA the CPU has (AVX-512 where it exists), and AVX2's beside it
+    // when that differs: equal where 512-bit FMAs are double-pumped (Zen 4), half on a Xeon
+    // with two 512-bit FMA units. The CPU kernels run `kernels_isa` (ATTNSUITE_CPU_ISA may
+    // narrow it).
+    const cpu::CpuIsa isa = cpu::widest_cpu_isa();
+    const cpu::CpuIsa kernels_isa = cpu::selected_cpu_isa();
     const double peak = cpu::measure_fp32_fma_peak_gflops(isa);
     const bool wider_than_avx2 = isa != cpu::CpuIsa::Avx2;
     const double peak_avx2 = wider_than_avx2 ? cpu::measure_fp32_fma_peak_gflops(cpu::CpuIsa::Avx2) : peak;
@@ -83,7 +85,7 @@ Action add_info(CLI::App& app) {
         {"simd", host.simd},
         {"llc_mib", host.llc_bytes / 1048576.0},
         {"memory_gib", host.total_memory_bytes / 1073741824.0},
-        {"cpu_kernels_isa", cpu::to_string(isa)},
+        {"cpu_kernels_isa", cpu::to_string(kernels_isa)},
         {"fp32_fma_peak_gflops_measured", peak},
         {"fp32_fma_peak_isa", cpu::to_string(isa)},
         {"host_copy_gbps_measured", copy},
@@ -118,7 +120,7 @@ Action add_info(CLI::App& app) {
                host.threads, host.simd, host.llc_bytes / 1048576.0, host.total_memory_bytes / 1073741824.0);
     fmt::print("fp32 peak  {:.1f} GFLOP/s measured (independent {} FMA chains on every thread{}); CPU kernels run {}\n",
                peak, isa == cpu::CpuIsa::Avx512 ? "AVX-512" : "AVX2",
-               wider_than_avx2 ? fmt::format("; AVX2: {:.1f}", peak_avx2) : std::string(), cpu::to_string(isa));
+               wider_than_avx2 ? fmt::format("; AVX2: {:.1f}", peak_avx2) : std::string(), cpu::to_string(kernels_isa));
     fmt::print("host copy  {:.1f} GB/s measured (memcpy on every thread, bytes read + written); "
                "dispatch {:.1f} µs (empty parallel_for)\n", copy, dispatch);
     fmt::print("OpenBLAS   {}\n", openblas_get_config());

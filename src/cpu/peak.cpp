@@ -15,6 +15,7 @@
 #include "core/host_info.hpp"
 
 #include "cpu/common.hpp"
+#include "cpu/simd_math.hpp"
 #include "cpu/simd_target.hpp"
 
 namespace attnsuite::cpu {
@@ -59,9 +60,7 @@ ATTNSUITE_TARGET_AVX512 long fma_loop_avx512(double seconds, volatile float* sin
   const auto start = std::chrono::steady_clock::now();
   do {
     for (long step = 0; step < kFmasPerRound; ++step) {
-      // GCC 12 unrolls loops of up to 16 iterations by itself; left rolled, the 24 chains lived
-      // in memory and the probe read 60% of AVX2's peak.
-#pragma GCC unroll 32
+      ATTNSUITE_UNROLL  // rolled, the 24 chains lived in memory: 60% of AVX2's peak
       for (int c = 0; c < kChainsAvx512; ++c) acc[c] = _mm512_fmadd_ps(acc[c], multiplier, addend);
     }
     ++rounds;
@@ -114,7 +113,7 @@ double measure_fp32_fma_peak_gflops(CpuIsa isa, double seconds) {
 }
 
 double measure_fp32_fma_peak_gflops(double seconds) {
-  return measure_fp32_fma_peak_gflops(selected_cpu_isa(), seconds);
+  return measure_fp32_fma_peak_gflops(widest_cpu_isa(), seconds);
 }
 
 double measure_host_copy_gbps(int trials) {

@@ -14,7 +14,8 @@ namespace attnsuite::cpu {
 // 32 FLOP/cycle/core with either ISA (a 512-bit FMA takes both halves); a Xeon with two 512-bit
 // FMA units doubles that with AVX-512. `isa` must be one cpu_supports().
 double measure_fp32_fma_peak_gflops(CpuIsa isa, double seconds = 0.2);
-// The same for selected_cpu_isa(): the peak of the ISA the CPU kernels run.
+// The same for widest_cpu_isa(): the machine's peak, which every backend is read against (peers
+// such as ONNX Runtime use AVX-512 where it exists, whatever ATTNSUITE_CPU_ISA says of ours).
 double measure_fp32_fma_peak_gflops(double seconds = 0.2);
 
 // Host memory copy bandwidth in GB/s, counting bytes read plus bytes written (STREAM's Copy

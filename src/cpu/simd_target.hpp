@@ -23,10 +23,11 @@
 
 #define ATTNSUITE_TARGET_AVX512 __attribute__((target(ATTNSUITE_AVX512_FEATURES)))
 
+// _Pragma takes one string literal: clang-format must not split it.
+// clang-format off
 #if defined(__clang__)
-#define ATTNSUITE_AVX512_BEGIN                                                                                \
-  _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl\"))), apply_to = " \
-          "function)")
+#define ATTNSUITE_AVX512_BEGIN \
+  _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl\"))), apply_to = function)")
 #define ATTNSUITE_AVX512_END _Pragma("clang attribute pop")
 #elif defined(__GNUC__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which -Wmaybe-uninitialized
@@ -38,3 +39,4 @@
 #else
 #error "AVX-512 regions need GCC or clang"
 #endif
+// clang-format on

@@ -55,12 +55,6 @@ static_assert(tiles_fit(FlashBlocks<simd::Avx2>::kScoreKeys, kQueryGranule) &&
                   tiles_fit(FlashBlocks<simd::Avx512>::kScoreKeys, kQueryGranule),
               "query tiles are multiples of 16, key tiles of every ISA's score block");
 
-// The register blocks' loops have constant trip counts and must vanish entirely, leaving every
-// accumulator in its own register: without the pragma GCC 12 unrolled the 6×2 AVX2 block late,
-// kept the accumulators in a stack array as well and stored all 12 on every depth step (the
-// AVX2 forward took twice the CPU time).
-#define ATTNSUITE_UNROLL _Pragma("GCC unroll 16")
-
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
