@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <string>
+
 #include "attnsuite/registry.hpp"
 #include "bench/plan.hpp"
 #include "bench/result.hpp"
@@ -65,7 +67,15 @@ Action add_info(CLI::App& app) {
   app.add_flag("--json", *json, "Print as JSON");
   return [json] {
     const HostInfo& host = host_info();
-    const double peak = cpu::measure_fp32_fma_peak_gflops();
+    // The peak of the widest ISA the CPU has (AVX-512 where it exists), and AVX2's beside it
+    // when that differs: equal where 512-bit FMAs are double-pumped (Zen 4), half on a Xeon
+    // with two 512-bit FMA units. The CPU kernels run `kernels_isa` (ATTNSUITE_CPU_ISA may
+    // narrow it).
+    const cpu::CpuIsa isa = cpu::widest_cpu_isa();
+    const cpu::CpuIsa kernels_isa = cpu::selected_cpu_isa();
+    const double peak = cpu::measure_fp32_fma_peak_gflops(isa);
+    const bool wider_than_avx2 = isa != cpu::CpuIsa::Avx2;
+    const double peak_avx2 = wider_than_avx2 ? cpu::measure_fp32_fma_peak_gflops(cpu::CpuIsa::Avx2) : peak;
     const double copy = cpu::measure_host_copy_gbps();
     const double dispatch = cpu::measure_dispatch_us();
     nlohmann::json info = {
@@ -75,7 +85,9 @@ Action add_info(CLI::App& app) {
         {"simd", host.simd},
         {"llc_mib", host.llc_bytes / 1048576.0},
         {"memory_gib", host.total_memory_bytes / 1073741824.0},
+        {"cpu_kernels_isa", cpu::to_string(kernels_isa)},
         {"fp32_fma_peak_gflops_measured", peak},
+        {"fp32_fma_peak_isa", cpu::to_string(isa)},
         {"host_copy_gbps_measured", copy},
         {"cpu_dispatch_us_measured", dispatch},
         {"openblas", openblas_get_config()},
@@ -86,6 +98,7 @@ Action add_info(CLI::App& app) {
                                         NLOHMANN_JSON_VERSION_PATCH)},
           {"CLI11", CLI11_VERSION}}},
     };
+    if (wider_than_avx2) info["fp32_fma_peak_gflops_avx2_measured"] = peak_avx2;
 #if ATTNSUITE_HAVE_CUDA
     nlohmann::json gpus = nlohmann::json::array();
     for (int i = 0; i < cuda::cuda_device_count(); ++i) {
@@ -105,7 +118,9 @@ Action add_info(CLI::App& app) {
     fmt::print("attnsuite {}\n", ATTNSUITE_VERSION);
     fmt::print("CPU        {} ({} threads; SIMD: {}; last-level cache {:.0f} MiB; memory {:.1f} GiB)\n", host.cpu_model,
                host.threads, host.simd, host.llc_bytes / 1048576.0, host.total_memory_bytes / 1073741824.0);
-    fmt::print("fp32 peak  {:.1f} GFLOP/s measured (independent AVX2 FMA chains on every thread)\n", peak);
+    fmt::print("fp32 peak  {:.1f} GFLOP/s measured (independent {} FMA chains on every thread{}); CPU kernels run {}\n",
+               peak, isa == cpu::CpuIsa::Avx512 ? "AVX-512" : "AVX2",
+               wider_than_avx2 ? fmt::format("; AVX2: {:.1f}", peak_avx2) : std::string(), cpu::to_string(kernels_isa));
     fmt::print("host copy  {:.1f} GB/s measured (memcpy on every thread, bytes read + written); "
                "dispatch {:.1f} µs (empty parallel_for)\n", copy, dispatch);
     fmt::print("OpenBLAS   {}\n", openblas_get_config());

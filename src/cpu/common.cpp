@@ -10,6 +10,7 @@
 
 #include "attnsuite/error.hpp"
 #include "core/host_info.hpp"
+#include "cpu/isa.hpp"
 
 namespace attnsuite::cpu {
 
@@ -68,6 +69,11 @@ void check_args(std::string_view backend, const AttentionProblem& problem,
 int cpu_threads() {
   const unsigned count = std::thread::hardware_concurrency();
   return count == 0 ? 1 : static_cast<int>(count);
+}
+
+KernelConfigKey cpu_kernel_config_key(std::string backend, const AttentionProblem& problem) {
+  return {host_info().cpu_model, fmt::format("{} threads, {}", cpu_threads(), to_string(selected_cpu_isa())),
+          std::move(backend), kernel_shape_class(problem)};
 }
 
 void parallel_for(std::int64_t count, int threads,

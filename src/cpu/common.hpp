@@ -29,6 +29,10 @@ void check_args(std::string_view backend, const AttentionProblem& problem,
 
 // Threads used by the CPU backends: std::thread::hardware_concurrency(), at least 1.
 int cpu_threads();
+// The kernel-config cache key of a CPU backend: the CPU model, the thread count and the vector
+// ISA the kernels run (as "N threads, avx512" in the driver field: a tile size tuned for one
+// ISA says little about the other), the backend and the problem's shape class.
+KernelConfigKey cpu_kernel_config_key(std::string backend, const AttentionProblem& problem);
 
 // Runs body(item, thread_index) for item in [0, count) on min(threads, count) std::threads that
 // take items from a shared counter (so uneven items, e.g. causal blocks, balance). Which thread

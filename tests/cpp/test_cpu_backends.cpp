@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <ostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -16,6 +18,8 @@
 
 #include "attnsuite/attnsuite.hpp"
 #include "cpu/cpu_backends.hpp"
+#include "cpu/isa.hpp"
+#include "cpu/peak.hpp"
 
 namespace attnsuite {
 namespace {
@@ -562,8 +566,8 @@ TEST(CpuBackends, FlashMemoryIsLinearVanillaIsQuadratic) {
     const std::size_t vanilla = peak_extra_bytes("cpu-vanilla", p, in);
     const std::size_t flash = peak_extra_bytes("cpu-flash", p, in);
     EXPECT_GE(vanilla, scores_bytes) << "seq " << seq;
-    // Per-thread tiles of about 225 KiB whatever N (measured: 3.4 MiB on 16 threads, 0.43 MiB
-    // on 2), against 16–64 MiB of scores for vanilla.
+    // Per-thread tiles of 220 KiB (query tiles of 192) to 390 KiB (384) whatever N (measured:
+    // 3.4 MiB on 16 threads, 0.43 MiB on 2 with 192), against 16–64 MiB of scores for vanilla.
     const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
     EXPECT_LE(flash, threads * (std::size_t{512} << 10)) << "flash " << flash << " B on " << threads << " threads";
     EXPECT_GT(flash, 0u) << "cpu-flash allocates its tiles through HostBuffer";
@@ -576,9 +580,9 @@ TEST(CpuBackends, FlashMemoryIsLinearVanillaIsQuadratic) {
 // Every tile configuration of cpu-flash (what `tune --kernels` chooses among) on the odd shapes.
 TEST(CpuBackends, EveryCpuFlashKernelConfigMatchesTheFp64Loop) {
   const Backend& backend = Registry::global().find("cpu-flash");
-  const std::vector<std::string> configs = backend.kernel_configs(shape(1, 2, 2, 7, 7, 64));
+  const std::vector<std::string> configs = backend.kernel_configs(shape(1, 1, 1, 7, 7, 64));
   ASSERT_GE(configs.size(), 2u);
-  EXPECT_EQ(configs.front(), "q192-k96");  // the default first
+  EXPECT_EQ(configs.front(), "q192-k96");  // the built-in choice first: few work items here
   for (const std::string& config : configs) {
     PlanOptions options;
     options.kernel_config = config;
@@ -586,13 +590,156 @@ TEST(CpuBackends, EveryCpuFlashKernelConfigMatchesTheFp64Loop) {
       for (const Case& c : cases()) {
         if (c.label != label) continue;
         SCOPED_TRACE("config " + config);
-        EXPECT_EQ(check_backend("cpu-flash", c.problem, 11, 0, options).kernel_config, config);
+        // The report adds the vector ISA that ran.
+        EXPECT_EQ(check_backend("cpu-flash", c.problem, 11, 0, options).kernel_config,
+                  config + "/" + std::string(cpu::to_string(cpu::selected_cpu_isa())));
       }
     }
   }
   PlanOptions unknown;
   unknown.kernel_config = "q7-k7";
   EXPECT_THROW(backend.plan(shape(1, 2, 2, 7, 7, 64), unknown), Error);
+}
+
+// Without a forced config or a cache entry: query tiles of 384 for unmasked problems with at
+// least two work items per thread, 192 otherwise; the run reports what it chose.
+TEST(CpuBackends, CpuFlashBuiltInTilesFollowTheProblem) {
+  const Backend& backend = Registry::global().find("cpu-flash");
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const AttentionProblem wide = shape(1, 2 * threads, 2 * threads, 384, 384, 64);
+  EXPECT_EQ(backend.kernel_configs(wide).front(), "q384-k96");
+  EXPECT_EQ(backend.kernel_configs(with(wide, true)).front(), "q192-k96");
+  EXPECT_EQ(backend.kernel_configs(with(wide, false, 100, 0)).front(), "q192-k96");
+  EXPECT_EQ(backend.kernel_configs(shape(1, 2 * threads - 1, 2 * threads - 1, 384, 384, 64)).front(), "q192-k96");
+  EXPECT_EQ(backend.kernel_configs(wide).size(), backend.kernel_configs(with(wide, true)).size());
+}
+
+// ---------------------------------------------------------------------------------------------
+// cpu-flash's kernels are built for AVX2 and for AVX-512 and chosen at run time (the widest the
+// CPU has, unless ATTNSUITE_CPU_ISA says otherwise), so the runs above test only the widest
+// here. These force each ISA through the kernel config ("q192-k96/avx2"), which the backend
+// then reports.
+
+std::string skip_reason_for(cpu::CpuIsa isa) {
+  if (cpu::cpu_supports(isa)) return {};
+  return "this CPU has no " + std::string(cpu::to_string(isa)) +
+         " (AVX-512 needs avx512f, avx512bw, avx512dq and avx512vl, and an OS that saves the zmm registers)";
+}
+
+class CpuFlashIsa : public ::testing::TestWithParam<cpu::CpuIsa> {
+ protected:
+  void SetUp() override {
+    if (const std::string reason = skip_reason_for(GetParam()); !reason.empty()) GTEST_SKIP() << reason;
+  }
+  std::string with_isa(const std::string& tiles) const { return tiles + "/" + std::string(cpu::to_string(GetParam())); }
+};
+
+TEST_P(CpuFlashIsa, EveryCaseMatchesTheFp64Loop) {
+  PlanOptions options;
+  options.kernel_config = with_isa("q192-k96");
+  for (const Param& param : params()) {
+    if (param.backend != "cpu-flash") continue;
+    AttentionProblem p = param.entry.problem;
+    p.dtype = param.dtype;
+    p.layout = param.layout;
+    EXPECT_EQ(check_backend("cpu-flash", p, 0x5eed + std::hash<std::string>{}(param.entry.label), 0, options).kernel_config,
+              options.kernel_config);
+  }
+  check_backend("cpu-flash", with(shape(2, 4, 2, 45, 70, 64), true), 7, /*dim_padding=*/8, options);
+}
+
+// Every tile config: each has its own tails (a 16-query tail of the 32-query AVX-512 block, the
+// 2- and 4-query tails of AVX2's 6-query P·V block).
+TEST_P(CpuFlashIsa, EveryTileConfigMatchesTheFp64Loop) {
+  const Backend& flash = Registry::global().find("cpu-flash");
+  for (const std::string& tiles : flash.kernel_configs(shape(1, 2, 2, 7, 7, 64))) {
+    PlanOptions options;
+    options.kernel_config = with_isa(tiles);
+    for (const char* label : {"seq1", "seq33", "seq1000", "causal_q_gt_kv", "gqa_8_2", "window_both", "dim40_dv72"}) {
+      for (const Case& c : cases()) {
+        if (c.label != label) continue;
+        SCOPED_TRACE("config " + options.kernel_config);
+        EXPECT_EQ(check_backend("cpu-flash", c.problem, 11, 0, options).kernel_config, options.kernel_config);
+      }
+    }
+  }
+}
+
+TEST_P(CpuFlashIsa, PeakProbeRuns) {
+  const double gflops = cpu::measure_fp32_fma_peak_gflops(GetParam(), 0.05);
+  EXPECT_TRUE(std::isfinite(gflops));
+  EXPECT_GT(gflops, 1.0) << "a core issues at least one FMA per ns";
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CpuFlashIsa, ::testing::Values(cpu::CpuIsa::Avx2, cpu::CpuIsa::Avx512),
+                         [](const ::testing::TestParamInfo<cpu::CpuIsa>& param_info) {
+                           return std::string(cpu::to_string(param_info.param));
+                         });
+
+// $ATTNSUITE_CPU_ISA chooses the ISA for every call without a forced one; bad values are refused
+// with what is allowed.
+TEST(CpuFlashIsaSelection, EnvironmentVariableChoosesAndIsChecked) {
+  const char* saved = std::getenv("ATTNSUITE_CPU_ISA");
+  const std::optional<std::string> previous = saved ? std::optional<std::string>(saved) : std::nullopt;
+  const Backend& flash = Registry::global().find("cpu-flash");
+  const AttentionProblem p = shape(1, 2, 2, 40, 40, 64);
+  const Inputs in = make_inputs(p, 3);
+
+  const std::string tiles = flash.kernel_configs(p).front();
+  unsetenv("ATTNSUITE_CPU_ISA");
+  EXPECT_EQ(cpu::selected_cpu_isa(), cpu::widest_cpu_isa());
+  EXPECT_EQ(run_backend(flash, p, in).report.kernel_config, tiles + "/" + std::string(cpu::to_string(cpu::widest_cpu_isa())));
+
+  setenv("ATTNSUITE_CPU_ISA", "avx2", 1);
+  EXPECT_EQ(run_backend(flash, p, in).report.kernel_config, tiles + "/avx2");
+
+  setenv("ATTNSUITE_CPU_ISA", "avx512", 1);
+  if (cpu::cpu_supports(cpu::CpuIsa::Avx512)) {
+    EXPECT_EQ(run_backend(flash, p, in).report.kernel_config, tiles + "/avx512");
+  } else {
+    try {
+      run_backend(flash, p, in);
+      ADD_FAILURE() << "ran AVX-512 kernels on a CPU without them";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
+      EXPECT_NE(std::string(error.what()).find("this CPU lacks it"), std::string::npos) << error.what();
+    }
+  }
+
+  setenv("ATTNSUITE_CPU_ISA", "sse2", 1);
+  try {
+    run_backend(flash, p, in);
+    ADD_FAILURE() << "an unknown ISA was accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_STREQ(error.what(), "ATTNSUITE_CPU_ISA 'sse2' unknown; allowed: avx2, avx512");
+  }
+
+  if (previous) {
+    setenv("ATTNSUITE_CPU_ISA", previous->c_str(), 1);
+  } else {
+    unsetenv("ATTNSUITE_CPU_ISA");
+  }
+}
+
+TEST(CpuFlashIsaSelection, ForcedConfigNamesAKnownIsa) {
+  const Backend& flash = Registry::global().find("cpu-flash");
+  const AttentionProblem p = shape(1, 2, 2, 40, 40, 64);
+  const auto plan_with = [&](const std::string& config) {
+    PlanOptions options;
+    options.kernel_config = config;
+    return flash.plan(p, options);
+  };
+  try {
+    plan_with("q96-k96/neon");
+    ADD_FAILURE() << "an unknown ISA was accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_STREQ(error.what(), "cpu-flash: kernel config 'q96-k96/neon': ISA 'neon' unknown; allowed: avx2, avx512");
+  }
+  EXPECT_THROW(plan_with("q7-k7/avx2"), Error);
+  if (!cpu::cpu_supports(cpu::CpuIsa::Avx512)) EXPECT_THROW(plan_with("q96-k96/avx512"), Error);
+  EXPECT_EQ(plan_with("q96-k96/avx2")->kernel_config(), "q96-k96/avx2");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "bench/plan.hpp"
 #include "bench/runner.hpp"
 #include "cli_test_support.hpp"
+#include "cpu/isa.hpp"
 #include "tune/kernel_tuner.hpp"
 
 namespace attnsuite {
@@ -112,7 +113,8 @@ TEST(KernelTuner, TriesEveryConfigurationOfCpuFlashAndPicksOneThatRan) {
   EXPECT_EQ(rows, static_cast<int>(configs.size()));
   for (std::size_t i = 0; i < configs.size(); ++i) {
     EXPECT_EQ(result.candidates[i].config, configs[i]);
-    EXPECT_EQ(result.candidates[i].row.kernel_config, configs[i]);  // the backend ran what was forced
+    // The backend ran what was forced, and says with which vector ISA.
+    EXPECT_EQ(result.candidates[i].row.kernel_config, configs[i] + "/" + std::string(cpu::to_string(cpu::selected_cpu_isa())));
     EXPECT_EQ(result.candidates[i].row.status, bench::CaseStatus::Ok) << result.candidates[i].row.reason;
   }
   ASSERT_FALSE(result.best.empty()) << result.not_tuned;
@@ -179,7 +181,7 @@ TEST(KernelTunerCli, WritesTheCacheThatBenchThenUses) {
   for (const auto& row : results["rows"]) {
     if (row["backend"] != "cpu-flash") continue;
     found = true;
-    EXPECT_EQ(row["kernel_config"], chosen) << row.dump();
+    EXPECT_EQ(row["kernel_config"], chosen + "/" + std::string(cpu::to_string(cpu::selected_cpu_isa()))) << row.dump();
   }
   EXPECT_TRUE(found);
 
