@@ -180,11 +180,13 @@ int tune_kernels(TuneFlags& f) {
   fmt::print("{}", table.terminal());
   fmt::print("\n{} of {} {} tuned; kernel-config cache: {} ({} entries). Results in {}/\n", tuned, tuning.size(),
              tuning.size() == 1 ? "case" : "cases", cache_path.string(), merged.size(), out_dir.string());
-  if (interrupted) {
-    fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
-    return kExitInterrupted;
-  }
-  return kExitOk;
+  if (interrupted) fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
+  const bool failed = std::any_of(rows.begin(), rows.end(), [](const bench::ResultRow& r) {
+    return r.status == bench::CaseStatus::Failed;
+  });
+  if (tuned == 0 && !interrupted && !failed)
+    fmt::print(stderr, "attnsuite: nothing tuned: no case has a kernel configuration to choose that runs here\n");
+  return run_exit_code(interrupted, failed, tuned == 0);
 }
 
 // `tune --sparse`: one layer per generator, every q head tuned at once (tune/sparse_tuner.hpp),
@@ -403,12 +405,10 @@ Action add_tune(CLI::App& app) {
     if (outcome.cache_path)
       fmt::print("Backend cache {}: {} shape {} updated (backend=\"auto\" reads it)\n", outcome.cache_path->string(),
                  outcome.cache_classes, outcome.cache_classes == 1 ? "class" : "classes");
-    const bool interrupted = outcome.interrupted, failed = outcome.failed;
-    if (interrupted) {
-      fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
-      return kExitInterrupted;
-    }
-    return failed ? kExitFailed : kExitOk;
+    if (outcome.interrupted) fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
+    if (outcome.nothing_ran && !outcome.failed)
+      fmt::print(stderr, "attnsuite: nothing ran: every case was skipped (the reasons are in the table)\n");
+    return run_exit_code(outcome.interrupted, outcome.failed, outcome.nothing_ran);
   };
 }
 
