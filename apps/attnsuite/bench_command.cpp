@@ -12,6 +12,7 @@
 #include "bench/shard.hpp"
 #include "bench/sweep.hpp"
 #include "commands.hpp"
+#include "core/cancel.hpp"
 #include "report/sinks.hpp"
 
 #if ATTNSUITE_HAVE_CUDA
@@ -46,6 +47,7 @@ extern "C" void on_interrupt(int signal_number) {
   int none = 0;
   g_signal.compare_exchange_strong(none, signal_number);
   g_interrupted.store(true);
+  request_cancel();  // the loops inside the case in progress stop too (core/cancel.hpp)
   // A second signal ends the process at once, with the default action.
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);

@@ -11,6 +11,7 @@
 
 #include "attnsuite/error.hpp"
 #include "bench/generators.hpp"
+#include "core/cancel.hpp"
 #include "core/host_info.hpp"
 #include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
@@ -272,6 +273,9 @@ const Runner::Prepared& Runner::prepare(const Case& c) {
 }
 
 std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>& cancelled) {
+  // The reference's rows, the CPU kernels' work items and the timing loop stop on a cancel
+  // request (SIGINT, SIGTERM) within the case, not after it (core/cancel.hpp).
+  const CancellableScope cancellable;
   Backend* backend = nullptr;
   ResultRow row = row_for_case(c, nullptr);
   try {
@@ -471,7 +475,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
         },
         sample, spec_.timing.measure, cancelled);
     const SampleSummary samples = sampler ? sampler->stop() : SampleSummary{};
-    if (cancelled && cancelled()) return std::nullopt;
+    if (cancel_requested() || (cancelled && cancelled())) return std::nullopt;
     const double clock_end = ctx.clock_mhz();
 
     const Statistics& st = m.stats;
@@ -501,6 +505,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
       note(fmt::format("noise target {:.1f}% not reached in the time budget (median ±{:.1f}%)",
                        spec_.timing.measure.noise_target * 100, st.relative_median_error() * 100));
   } catch (const Error& error) {
+    if (error.kind() == ErrorKind::Cancelled) return std::nullopt;  // unfinished: not recorded
     row.status = CaseStatus::Failed;
     row.reason = error.what();
     row.error_kind = error.kind();

@@ -207,6 +207,56 @@ TEST(Cli, SigintMidSweepThenResume) {
   fs::remove_all(out);
 }
 
+// Ctrl-C in the middle of a large CPU case ends the process within a second: the fp64
+// reference's rows, the CPU kernels' work items and the timing loop are cancellation points
+// (core/cancel.hpp); it took 12.9 s when the sweep looked only between timing samples. The exit
+// code is 130 and the files hold the case finished before, valid.
+TEST(Cli, SigintInsideALargeCaseStopsWithinASecond) {
+  struct Stop {
+    const char* where;
+    int delay_ms;                       // after the small case finished
+    std::vector<std::string> flags;
+  };
+  // cpu-flash at N = 16k, 2 heads × d64: a forward is 69 GFLOP (about a second on 2 cores),
+  // the fp64 reference of 8 GFLOP several seconds.
+  const std::vector<Stop> stops = {
+      {"in the fp64 reference", 700, {"--reference-gflop", "8"}},
+      {"in the forwards", 2500, {"--reference-gflop", "0.001", "--warmup", "20"}},
+  };
+  for (const Stop& stop : stops) {
+    SCOPED_TRACE(stop.where);
+    const fs::path out = scratch("large_case");
+    std::vector<std::string> args = {"bench", "--backends", "cpu-flash", "--dtype", "fp32", "--batch", "1", "--seq",
+                                     "64,16384", "--heads", "2", "--head-dim", "64", "--min-reps", "20",
+                                     "--noise", "0.000001", "--max-time-ms", "600000", "--hot", "--quiet",
+                                     "--out", out.string()};
+    args.insert(args.end(), stop.flags.begin(), stop.flags.end());
+    const pid_t pid = spawn_cli(args);
+    ASSERT_NE(pid, 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline &&
+           !(fs::exists(out / "results.jsonl") && count_lines(slurp(out / "results.jsonl")) >= 2))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(stop.delay_ms));
+    const auto signalled = std::chrono::steady_clock::now();
+    ASSERT_EQ(kill(pid, SIGINT), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+    std::printf("[ stopped  ] %s: exit %.3f s after SIGINT\n", stop.where, seconds);
+    RecordProperty(stop.delay_ms < 1000 ? "seconds_to_exit_reference" : "seconds_to_exit_forwards", fmt::format("{:.3f}", seconds));
+    EXPECT_LT(seconds, 1.0);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 130);
+    const auto results = nlohmann::json::parse(slurp(out / "results.json"));
+    EXPECT_TRUE(results["header"]["interrupted"].get<bool>());
+    ASSERT_EQ(results["rows"].size(), 1u);  // the small case; the large one was not finished
+    EXPECT_EQ(results["rows"][0]["seq_q"].get<int>(), 64);
+    EXPECT_EQ(attnsuite::report::load_results(out / "results.csv").rows.size(), 1u);
+    fs::remove_all(out);
+  }
+}
+
 namespace {
 
 // Every file a sweep directory holds after an interruption of any kind is valid: JSON, JSONL
