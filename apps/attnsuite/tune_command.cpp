@@ -46,6 +46,8 @@ struct TuneFlags {
   std::optional<double> max_memory_gib, p95_ms;
   int min_batch = 1, max_batch = 1024;
   double tolerance = 0;
+  double flat_gain = tune::BatchLimits::kDefaultFlatGain;
+  double time_budget_s = tune::BatchLimits::kDefaultTimeBudgetS;
   bool exhaustive = false;
   std::optional<int> min_reps, max_reps, warmup;
   std::optional<double> noise, max_time_ms, reference_gflop;
@@ -342,6 +344,14 @@ Action add_tune(CLI::App& app) {
                  "> 0: the batch search does not split a side of the peak whose throughput is within this "
                  "(relative) or twice its noise of the best (fewer probes, may miss a wave-quantization peak)")
       ->capture_default_str();
+  app.add_option("--flat-gain", f->flat_gain,
+                 "The search stops growing the batch at a step (x4) that gains less throughput than this "
+                 "(relative) or twice the noise: a flat curve, as on a CPU (0: grow to the limits)")
+      ->capture_default_str();
+  app.add_option("--time-budget", f->time_budget_s,
+                 "Seconds of probes per case: no probe starts after them, the answer is the best batch so far "
+                 "(0: none; --exhaustive's sweep is not bound by it)")
+      ->capture_default_str();
   app.add_flag("--exhaustive", f->exhaustive, "Also sweep every batch, to check the search's answer");
   app.add_option("--noise", f->noise, "Stop repeating when the median's relative error is under this");
   app.add_option("--min-reps", f->min_reps, "Fewest measured repetitions per probe");
@@ -374,6 +384,8 @@ Action add_tune(CLI::App& app) {
     if (f->max_memory_gib) options.limits.max_memory_bytes = *f->max_memory_gib * 1073741824.0;
     options.limits.max_p95_ms = f->p95_ms;
     options.limits.tolerance = f->tolerance;
+    options.limits.flat_gain = f->flat_gain;
+    options.limits.time_budget_s = f->time_budget_s;
     options.limits.validate();
     options.exhaustive = f->exhaustive;
     options.reference_gflop = f->reference_gflop;

@@ -55,6 +55,8 @@ TuneOutcome run_batch_tune(const bench::SweepSpec& spec, const TuneOptions& opti
                              {"max_memory_gib", gib},
                              {"p95_ms", limits.max_p95_ms ? nlohmann::json(*limits.max_p95_ms) : nlohmann::json()},
                              {"tolerance", limits.tolerance},
+                             {"flat_gain", limits.flat_gain},
+                             {"time_budget_s", limits.time_budget_s},
                              {"exhaustive", options.exhaustive}};
 
   bench::Runner runner(spec, registry);
