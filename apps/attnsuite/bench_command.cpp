@@ -12,6 +12,7 @@
 #include "bench/shard.hpp"
 #include "bench/sweep.hpp"
 #include "commands.hpp"
+#include "core/cancel.hpp"
 #include "report/sinks.hpp"
 
 #if ATTNSUITE_HAVE_CUDA
@@ -40,9 +41,13 @@ nlohmann::json causal_values(const std::vector<std::string>& flags) {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_signal{0};  // the first signal that interrupted the command
 
-extern "C" void on_interrupt(int) {
+extern "C" void on_interrupt(int signal_number) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, signal_number);
   g_interrupted.store(true);
+  request_cancel();  // the loops inside the case in progress stop too (core/cancel.hpp)
   // A second signal ends the process at once, with the default action.
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
@@ -203,6 +208,17 @@ BenchPlan make_bench_plan(const BenchFlags& f) {
     plan.source = saved.string();
   } else {
     if (f.resume && f.out.empty()) throw Error(ErrorKind::Usage, "--resume needs --out DIR: the directory of the sweep to finish");
+    if (f.resume) {
+      // Nothing to finish there (a typo, or a run stopped before it saved its suite): a command
+      // that names what to run starts it (so the same command can be repeated until the sweep is
+      // done); one that does not is refused rather than starting the whole default suite.
+      if (f.suite.empty() && f.backends.empty())
+        throw Error(ErrorKind::Usage,
+                    fmt::format("--resume: '{}' holds no sweep to finish (no {}); check the path, or give --suite or "
+                                "--backends to start a sweep there",
+                                out_folder.string(), bench::kSuiteFile));
+      plan.notice = fmt::format("'{}' holds no sweep to finish (no {}): starting it", out_folder.string(), bench::kSuiteFile);
+    }
     plan.suite_json = bench::load_suite_json(suite);
   }
   if (!overrides.empty()) {
@@ -239,6 +255,17 @@ std::string default_suite_name() {
 }
 
 bool interrupt_requested() { return g_interrupted.load(); }
+
+int interrupt_exit_code() {
+  const int signal_number = g_signal.load();
+  return signal_number > 0 ? 128 + signal_number : kExitInterrupted;
+}
+
+int run_exit_code(bool interrupted, bool failed, bool nothing_ran) {
+  if (interrupted) return interrupt_exit_code();
+  if (failed) return kExitFailed;
+  return nothing_ran ? kExitNothingRan : kExitOk;
+}
 
 void install_interrupt_handlers() {
   struct sigaction action {};
@@ -281,6 +308,7 @@ Action add_bench(CLI::App& app) {
     if (plan.shard && plan.shard->local_rank >= 0 && options.gpus.empty() && cuda::cuda_device_count() > 0)
       options.cuda_device = plan.shard->local_rank % cuda::cuda_device_count();
 #endif
+    if (!plan.notice.empty()) fmt::print(stderr, "attnsuite: note: {}\n", plan.notice);
     if (plan.shard && !plan.quiet)
       fmt::print(stderr, "attnsuite: shard {} of {} ({}), writing {}/{}\n", plan.shard->rank, plan.shard->world,
                  plan.shard->source, plan.out_dir.string(), bench::shard_dir_name(*plan.shard));
@@ -304,9 +332,13 @@ Action add_bench(CLI::App& app) {
     if (outcome.interrupted) {
       fmt::print(stderr, "attnsuite: interrupted; finish with: attnsuite bench --resume --out {}{}\n",
                  plan.out_dir.string(), plan.shard ? " (under the same rank)" : "");
-      return kExitInterrupted;
     }
-    return failed > 0 ? kExitFailed : kExitOk;
+    // Every case skipped: nothing was measured, which a script must not take for success.
+    const bool nothing_ran = !outcome.rows.empty() && skipped == outcome.rows.size();
+    if (nothing_ran && !outcome.interrupted)
+      fmt::print(stderr, "attnsuite: nothing ran: every case was skipped ({}){}\n", outcome.rows.front().reason,
+                 outcome.rows.size() > 1 ? "; the reasons are in the table and results" : "");
+    return run_exit_code(outcome.interrupted, failed > 0, nothing_ran);
   };
 }
 

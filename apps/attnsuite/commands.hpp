@@ -16,11 +16,19 @@
 
 namespace attnsuite::cli {
 
-// Exit codes: 0 ok; 1 some cases failed or an error at run time; 2 bad usage; 130 interrupted.
+// Exit codes, the same for every command (README.md, "Exit codes"):
+//   0  ok: the command did what was asked (a sweep ran at least one case, none failed)
+//   1  a case failed (recorded; the sweep goes on), or an error at run time (a device, a write)
+//   2  bad usage: a flag, value, suite or input file that is not allowed (one line: the value and
+//      what is allowed)
+//   3  nothing ran: every case was skipped (its reason is in the results), or nothing was tuned
+//      or compared
+//   130, 143  interrupted by SIGINT, SIGTERM (128 + the signal): the finished cases are saved
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
-inline constexpr int kExitInterrupted = 130;
+inline constexpr int kExitNothingRan = 3;
+inline constexpr int kExitInterrupted = 130;  // 128 + SIGINT; interrupt_exit_code() says which signal
 
 using Action = std::function<int()>;
 
@@ -52,6 +60,7 @@ struct BenchPlan {
   // launcher's environment (mpirun, torchrun, Slurm); unset for an ordinary run.
   std::optional<bench::ShardInfo> shard;
   std::string gpus;  // --gpus as given (all | 0,1,...); parsed when the sweep starts
+  std::string notice;  // a line for stderr before the sweep starts (--resume that starts a sweep)
 };
 
 // Parses bench's arguments (without the program name and "bench") as the CLI does and returns
@@ -62,5 +71,10 @@ BenchPlan plan_bench(const std::vector<std::string>& args);
 // Set by SIGINT/SIGTERM; polled by the sweep between and inside cases.
 bool interrupt_requested();
 void install_interrupt_handlers();
+// 128 + the signal that interrupted the command: 130 (SIGINT), 143 (SIGTERM).
+int interrupt_exit_code();
+
+// The exit code of a finished run: interrupted, else a failure, else nothing ran, else ok.
+int run_exit_code(bool interrupted, bool failed, bool nothing_ran);
 
 }  // namespace attnsuite::cli

@@ -84,7 +84,8 @@ Action add_export_onnx(CLI::App& app) {
       if (errno != EINTR) throw Error(ErrorKind::Internal, fmt::format("waitpid: {}", std::strerror(errno)));
     }
     if (WIFEXITED(status)) return WEXITSTATUS(status);
-    return WIFSIGNALED(status) && WTERMSIG(status) == SIGINT ? kExitInterrupted : kExitFailed;
+    // Stopped by a signal (Ctrl-C reaches the exporter too): 128 + the signal, as the shell says.
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : kExitFailed;
   };
 }
 

@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}", app.help());
     return cli::kExitUsage;
   } catch (const Error& error) {
+    if (error.kind() == ErrorKind::Cancelled) {
+      fmt::print(stderr, "attnsuite: interrupted\n");
+      return cli::interrupt_exit_code();
+    }
     fmt::print(stderr, "attnsuite: error: {}\n", error.what());
     return error.kind() == ErrorKind::Usage ? cli::kExitUsage : cli::kExitFailed;
   } catch (const std::exception& error) {

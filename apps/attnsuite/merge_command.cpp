@@ -29,13 +29,16 @@ Action add_merge(CLI::App& app) {
     options.force = f->force;
     const bench::MergeOutcome outcome = bench::merge_shards(options);
     for (const auto& warning : outcome.warnings) fmt::print(stderr, "attnsuite: warning: {}\n", warning);
-    std::size_t failed = 0;
-    for (const auto& row : outcome.rows) failed += row.status == bench::CaseStatus::Failed;
+    std::size_t failed = 0, skipped = 0;
+    for (const auto& row : outcome.rows) {
+      failed += row.status == bench::CaseStatus::Failed;
+      skipped += row.status == bench::CaseStatus::Skipped;
+    }
     if (!f->quiet) fmt::print("{}", report::summary_terminal(outcome.rows));
     fmt::print("merged {} shards: {} cases ({} failed). Results in {}/ ({}, {}, {}, {})\n", outcome.shards,
                outcome.rows.size(), failed, f->out, bench::kCsvFile, bench::kJsonFile, bench::kMarkdownFile,
                bench::kRowsFile);
-    return failed > 0 ? kExitFailed : kExitOk;
+    return run_exit_code(false, failed > 0, !outcome.rows.empty() && skipped == outcome.rows.size());
   };
 }
 

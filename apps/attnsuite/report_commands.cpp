@@ -18,10 +18,17 @@
 namespace attnsuite::cli {
 
 namespace {
+// A results file named on the command line that is missing, unreadable or not a results file
+// is bad input, as a bad suite file is: exit code 2, whatever the loader's error kind.
 report::LoadedResults load_existing(const std::string& path) {
   if (!std::filesystem::exists(path))
     throw Error(ErrorKind::Usage, fmt::format("results file '{}' does not exist", path));
-  return report::load_results(path);
+  try {
+    return report::load_results(path);
+  } catch (const Error& error) {
+    if (error.kind() != ErrorKind::Io) throw;
+    throw Error(ErrorKind::Usage, error.what());
+  }
 }
 
 // A scratch directory for plots that only the HTML page needs; removed afterwards.
@@ -79,7 +86,8 @@ Action add_report(CLI::App& app) {
     if (!f->plots.empty() || !f->html.empty()) {
       std::string why_not;
       const std::optional<std::string> python = report::find_plot_python(&why_not);
-      if (!python && !f->plots.empty()) throw Error(ErrorKind::Io, "--plots: " + why_not);
+      if (!python && !f->plots.empty())
+        throw Error(ErrorKind::Usage, "--plots: " + why_not);  // a flag this machine cannot serve, as --gpus without a GPU
       if (python) {
         std::filesystem::path dir = f->plots;
         if (dir.empty()) {
@@ -119,6 +127,10 @@ Action add_compare(CLI::App& app) {
     fmt::print("A = {}\nB = {}\nflagged faster/slower beyond 2x the measured noise\n{}",
                f->a, f->b, comparison.terminal);
     if (!f->markdown.empty()) report::write_file_atomic(f->markdown, comparison.markdown);
+    if (comparison.faster + comparison.slower + comparison.same == 0) {
+      fmt::print(stderr, "attnsuite: nothing compared: no case has a median in both files\n");
+      return kExitNothingRan;
+    }
     return kExitOk;
   };
 }

@@ -46,6 +46,8 @@ struct TuneFlags {
   std::optional<double> max_memory_gib, p95_ms;
   int min_batch = 1, max_batch = 1024;
   double tolerance = 0;
+  double flat_gain = tune::BatchLimits::kDefaultFlatGain;
+  double time_budget_s = tune::BatchLimits::kDefaultTimeBudgetS;
   bool exhaustive = false;
   std::optional<int> min_reps, max_reps, warmup;
   std::optional<double> noise, max_time_ms, reference_gflop;
@@ -180,11 +182,13 @@ int tune_kernels(TuneFlags& f) {
   fmt::print("{}", table.terminal());
   fmt::print("\n{} of {} {} tuned; kernel-config cache: {} ({} entries). Results in {}/\n", tuned, tuning.size(),
              tuning.size() == 1 ? "case" : "cases", cache_path.string(), merged.size(), out_dir.string());
-  if (interrupted) {
-    fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
-    return kExitInterrupted;
-  }
-  return kExitOk;
+  if (interrupted) fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
+  const bool failed = std::any_of(rows.begin(), rows.end(), [](const bench::ResultRow& r) {
+    return r.status == bench::CaseStatus::Failed;
+  });
+  if (tuned == 0 && !interrupted && !failed)
+    fmt::print(stderr, "attnsuite: nothing tuned: no case has a kernel configuration to choose that runs here\n");
+  return run_exit_code(interrupted, failed, tuned == 0);
 }
 
 // `tune --sparse`: one layer per generator, every q head tuned at once (tune/sparse_tuner.hpp),
@@ -340,6 +344,14 @@ Action add_tune(CLI::App& app) {
                  "> 0: the batch search does not split a side of the peak whose throughput is within this "
                  "(relative) or twice its noise of the best (fewer probes, may miss a wave-quantization peak)")
       ->capture_default_str();
+  app.add_option("--flat-gain", f->flat_gain,
+                 "The search stops growing the batch at a step (x4) that gains less throughput than this "
+                 "(relative) or twice the noise: a flat curve, as on a CPU (0: grow to the limits)")
+      ->capture_default_str();
+  app.add_option("--time-budget", f->time_budget_s,
+                 "Seconds of probes per case: no probe starts after them, the answer is the best batch so far "
+                 "(0: none; --exhaustive's sweep is not bound by it)")
+      ->capture_default_str();
   app.add_flag("--exhaustive", f->exhaustive, "Also sweep every batch, to check the search's answer");
   app.add_option("--noise", f->noise, "Stop repeating when the median's relative error is under this");
   app.add_option("--min-reps", f->min_reps, "Fewest measured repetitions per probe");
@@ -372,6 +384,8 @@ Action add_tune(CLI::App& app) {
     if (f->max_memory_gib) options.limits.max_memory_bytes = *f->max_memory_gib * 1073741824.0;
     options.limits.max_p95_ms = f->p95_ms;
     options.limits.tolerance = f->tolerance;
+    options.limits.flat_gain = f->flat_gain;
+    options.limits.time_budget_s = f->time_budget_s;
     options.limits.validate();
     options.exhaustive = f->exhaustive;
     options.reference_gflop = f->reference_gflop;
@@ -403,12 +417,10 @@ Action add_tune(CLI::App& app) {
     if (outcome.cache_path)
       fmt::print("Backend cache {}: {} shape {} updated (backend=\"auto\" reads it)\n", outcome.cache_path->string(),
                  outcome.cache_classes, outcome.cache_classes == 1 ? "class" : "classes");
-    const bool interrupted = outcome.interrupted, failed = outcome.failed;
-    if (interrupted) {
-      fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
-      return kExitInterrupted;
-    }
-    return failed ? kExitFailed : kExitOk;
+    if (outcome.interrupted) fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
+    if (outcome.nothing_ran && !outcome.failed)
+      fmt::print(stderr, "attnsuite: nothing ran: every case was skipped (the reasons are in the table)\n");
+    return run_exit_code(outcome.interrupted, outcome.failed, outcome.nothing_ran);
   };
 }
 

@@ -14,6 +14,7 @@ enum class ErrorKind {
   Device,       // a CUDA / cuDNN / cuBLAS call failed
   Io,           // a file could not be read or written
   Internal,     // a broken invariant: a bug in attnsuite
+  Cancelled,    // the run was asked to stop (SIGINT/SIGTERM; core/cancel.hpp): not a failure
 };
 
 std::string_view to_string(ErrorKind kind);

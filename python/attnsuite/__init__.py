@@ -20,6 +20,7 @@ import math as _math
 import os as _os
 import sys as _sys
 import tempfile as _tempfile
+import threading as _threading
 
 import numpy as _np
 
@@ -203,6 +204,12 @@ class Rows(list):
     summary: str
 
 
+def _on_main_thread():
+    """Whether signals can be handled here: bench and tune_batch_size stop on SIGINT and SIGTERM
+    (saving what they finished) only on the main thread, where Python delivers signals."""
+    return _threading.current_thread() is _threading.main_thread()
+
+
 def _as_list(value):
     if value is None:
         return None
@@ -256,6 +263,9 @@ def bench(backends=None, batch_sizes=None, seq_lengths=None, model=None, *, suit
 
     Returns a pandas DataFrame when pandas is installed (and dataframe=True), else a ``Rows``
     list of dicts; both carry the header, out_dir and summary (DataFrame: in ``.attrs``).
+    Ctrl-C stops the case in progress within a fraction of a second (KeyboardInterrupt once the
+    finished cases are saved; resume=True finishes the sweep); SIGTERM saves them the same way,
+    then ends the process by SIGTERM.
     """
     overrides = _suite_overrides(backends, batch_sizes, seq_lengths, model, dtype, causal, heads, kv_heads, head_dim,
                                  seq_kv, tokens, generator, layout, window, seed, timing, reference_gflop)
@@ -263,7 +273,7 @@ def bench(backends=None, batch_sizes=None, seq_lengths=None, model=None, *, suit
         def progress(done, total, text):
             print(f"[{done}/{total}] {text}", flush=True)
     result = _json.loads(_core.run_sweep(suite or "", _json.dumps(overrides), str(out or ""), bool(resume),
-                                         bool(force), progress or None))
+                                         bool(force), progress or None, _on_main_thread()))
     for warning in result["warnings"]:
         print(f"attnsuite: warning: {warning}")
     rows = Rows(result["rows"])
@@ -313,9 +323,9 @@ def _tuning_summary(entry):
 
 def tune_batch_size(backends=None, seq_lengths=None, model=None, *, suite=None, dtype=None, causal=None, heads=None,
                     kv_heads=None, head_dim=None, seq_kv=None, generator=None, layout=None, window=None, seed=None,
-                    max_memory_gib=None, p95_ms=None, min_batch=1, max_batch=1024, tolerance=0.0, exhaustive=False,
-                    timing=None,
-                    reference_gflop=None, out=None, force=False, cache=True, progress=True, dataframe=True):
+                    max_memory_gib=None, p95_ms=None, min_batch=1, max_batch=1024, tolerance=0.0, flat_gain=0.05,
+                    time_budget_s=60.0, exhaustive=False, timing=None, reference_gflop=None, out=None, force=False,
+                    cache=True, progress=True, dataframe=True):
     """The batch size of highest throughput (tokens/s) per backend and shape whose memory stays
     under `max_memory_gib` (inputs plus the backend's peak extra memory; default: what the device
     has) and whose p95 latency stays under `p95_ms` — ``attnsuite tune --batch``, the same
@@ -325,8 +335,12 @@ def tune_batch_size(backends=None, seq_lengths=None, model=None, *, suite=None, 
     given here overridden, as in ``bench``; the suite's batch axis is the tuner's to choose
     (min_batch..max_batch). tolerance > 0: a side of the peak whose throughput is within this
     (relative), or twice its noise, of the best is not split finer (``--tolerance``; fewer
-    probes, may miss a wave-quantization peak). exhaustive:
-    also measure every batch, to check the search. timing,
+    probes, may miss a wave-quantization peak). flat_gain: the search stops growing the batch at a
+    step (×4) that gains less throughput than this (relative, default 5%) or than twice the noise
+    (a flat curve, as on a CPU); 0 grows to the limits. time_budget_s: per case, no probe starts
+    once the probes took this long (default 60 s; 0: none); the answer is the best batch measured
+    by then (``--flat-gain``, ``--time-budget``). exhaustive:
+    also measure every batch, to check the search (not bound by the time budget). timing,
     reference_gflop: per probe, as in ``bench``. Writes tune.json and tune.md into `out`
     (default results/tune-<suite>-<time>; an existing tune.json needs force=True) and, unless
     cache is False, updates the backend cache that backend="auto" reads (cache=True: the one
@@ -334,8 +348,9 @@ def tune_batch_size(backends=None, seq_lengths=None, model=None, *, suite=None, 
     callable(kind, text), kind "case", "probe" or "sweep").
 
     Returns a pandas DataFrame (one row per case; ``.attrs`` holds the rest) when pandas is
-    installed and dataframe=True, else a ``Tuning`` list. Ctrl-C stops after the probe in
-    progress (KeyboardInterrupt; the cases tuned so far are saved).
+    installed and dataframe=True, else a ``Tuning`` list. Ctrl-C stops the probe in progress
+    within a fraction of a second (KeyboardInterrupt once the cases tuned so far are saved);
+    SIGTERM saves them the same way, then ends the process by SIGTERM.
     """
     overrides = _suite_overrides(backends, None, seq_lengths, model, dtype, causal, heads, kv_heads, head_dim, seq_kv,
                                  None, generator, layout, window, seed, timing, None)
@@ -351,8 +366,9 @@ def tune_batch_size(backends=None, seq_lengths=None, model=None, *, suite=None, 
     result = _json.loads(_core.tune_batch(
         suite or "", _json.dumps(overrides), int(min_batch), int(max_batch),
         None if max_memory_gib is None else float(max_memory_gib), None if p95_ms is None else float(p95_ms),
-        float(tolerance), bool(exhaustive), None if reference_gflop is None else float(reference_gflop), str(out or ""), bool(force),
-        cache_path, progress or None))
+        float(tolerance), float(flat_gain), float(time_budget_s), bool(exhaustive),
+        None if reference_gflop is None else float(reference_gflop), str(out or ""), bool(force), cache_path,
+        progress or None, _on_main_thread()))
     for warning in result["warnings"]:
         print(f"attnsuite: warning: {warning}")
     document = result["document"]

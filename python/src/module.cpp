@@ -11,8 +11,12 @@
 
 #include <fmt/format.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -24,6 +28,7 @@
 #include "bench/plan.hpp"
 #include "bench/profile.hpp"
 #include "bench/sweep.hpp"
+#include "core/cancel.hpp"
 #include "core/host_info.hpp"
 #include "core/presets.hpp"
 #include "report/atomic_file.hpp"
@@ -601,12 +606,13 @@ nb::dict machine_of(int device_type, int device_id) {
 
 std::string default_suite();
 
-// Polls Python's signal handlers from a long C++ run (a sweep, a tune): Ctrl-C stops it after
-// the sample in progress.
+// Polls Python's signal handlers from a long C++ run (a sweep, a tune) between samples, and the
+// library's cancel flag that RunSignals sets: Ctrl-C stops it within the case in progress.
 struct Interrupt {
   bool requested = false;
   bool operator()() {
     if (requested) return true;
+    if (cancel_requested()) return requested = true;
     nb::gil_scoped_acquire acquire;
     if (PyErr_CheckSignals() != 0) {
       PyErr_Clear();
@@ -616,20 +622,100 @@ struct Interrupt {
   }
 };
 
+// SIGINT and SIGTERM while a sweep or tune runs on the main thread. Both set the library's
+// cancel flag, so the loops inside a case (the fp64 reference, the CPU kernels, the timing) stop
+// within a fraction of a second, and the run saves what it finished. SIGINT still reaches
+// Python's own handler (KeyboardInterrupt, raised once the results are saved). SIGTERM's default
+// would kill the process at once and lose the partial results (an empty tune folder, issue
+// 27): here it stops the run like SIGINT, and once the results are written the process ends by
+// SIGTERM as the sender asked. A SIGTERM that Python handles (signal.signal) or ignores is left
+// to it. Not installed off the main thread (signals are the main thread's in Python).
+class RunSignals {
+ public:
+  explicit RunSignals(bool install) {
+    if (!install) return;
+    clear_cancel();
+    g_reraise.store(0);
+    for (const int signal_number : {SIGINT, SIGTERM}) {
+      struct sigaction current {};
+      sigaction(signal_number, nullptr, &current);
+      if (current.sa_handler == SIG_IGN && !(current.sa_flags & SA_SIGINFO)) continue;
+      // SIGTERM with a handler of Python's: the user's code decides; it runs between samples.
+      if (signal_number == SIGTERM && !(current.sa_handler == SIG_DFL && !(current.sa_flags & SA_SIGINFO))) continue;
+      previous(signal_number) = current;
+      struct sigaction ours {};
+      ours.sa_sigaction = on_signal;
+      ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
+      sigemptyset(&ours.sa_mask);
+      sigaction(signal_number, &ours, nullptr);
+      installed_.push_back(signal_number);
+    }
+  }
+  ~RunSignals() { finish(); }
+  RunSignals(const RunSignals&) = delete;
+  RunSignals& operator=(const RunSignals&) = delete;
+
+  // Puts Python's handlers back; after a signal whose action was the default (SIGTERM), ends the
+  // process by it now that the results are saved.
+  void finish() {
+    restore();
+    if (const int signal_number = g_reraise.exchange(0); signal_number != 0) raise(signal_number);
+  }
+
+ private:
+  static struct sigaction& previous(int signal_number) {
+    static struct sigaction previous_int {}, previous_term {};
+    return signal_number == SIGINT ? previous_int : previous_term;
+  }
+  static void on_signal(int signal_number, siginfo_t* info, void* context) {
+    request_cancel();
+    const struct sigaction& chained = previous(signal_number);
+    if (chained.sa_flags & SA_SIGINFO) {
+      if (chained.sa_sigaction != nullptr) chained.sa_sigaction(signal_number, info, context);
+    } else if (chained.sa_handler == SIG_DFL) {
+      int none = 0;
+      g_reraise.compare_exchange_strong(none, signal_number);  // its action, once the results are saved
+    } else if (chained.sa_handler != SIG_IGN) {
+      chained.sa_handler(signal_number);  // Python's: it raises KeyboardInterrupt at the next check
+    }
+  }
+  void restore() {
+    for (const int signal_number : installed_) sigaction(signal_number, &previous(signal_number), nullptr);
+    if (!installed_.empty()) clear_cancel();
+    installed_.clear();
+  }
+
+  static inline std::atomic<int> g_reraise{0};  // a signal whose action was the default
+  std::vector<int> installed_;
+};
+
+// After a run stopped by a signal: Python's own handler for it may still be pending (the run saw
+// the cancel flag first). It runs now: an exception of its own (a user's handler) is raised as it
+// is; Python's default, KeyboardInterrupt, is raised with `message` (where the results are).
+[[noreturn]] void raise_interrupted(const std::string& message) {
+  if (PyErr_CheckSignals() != 0 && !PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) throw nb::python_error();
+  PyErr_Clear();
+  PyErr_SetString(PyExc_KeyboardInterrupt, message.c_str());
+  throw nb::python_error();
+}
+
 // `attnsuite tune --batch` from Python: suite (name or path) + overrides (suite keys as JSON
 // text), the limits, out_dir, the cache to update (None: none). progress(kind, text): "case",
 // "probe", "sweep". Returns {out_dir, document (tune.json), table, warnings, cache_path,
 // cache_classes, failed, interrupted} as JSON text.
 std::string tune_batch(const std::string& suite, const std::string& overrides_text, int min_batch, int max_batch,
                        std::optional<double> max_memory_gib, std::optional<double> p95_ms, double tolerance,
-                       bool exhaustive, std::optional<double> reference_gflop, const std::string& out_dir, bool force,
-                       std::optional<std::string> cache_path, nb::object progress) {
+                       double flat_gain, double time_budget_s, bool exhaustive, std::optional<double> reference_gflop,
+                       const std::string& out_dir, bool force, std::optional<std::string> cache_path,
+                       nb::object progress, bool handle_signals) {
   tune::TuneOptions options;
   options.limits.min_batch = min_batch;
   options.limits.max_batch = max_batch;
   if (max_memory_gib) options.limits.max_memory_bytes = *max_memory_gib * 1073741824.0;
   options.limits.max_p95_ms = p95_ms;
   options.limits.tolerance = tolerance;
+  options.limits.flat_gain = flat_gain;
+  options.limits.time_budget_s = time_budget_s;
   options.exhaustive = exhaustive;
   options.reference_gflop = reference_gflop;
   options.out_dir = out_dir;
@@ -659,17 +745,16 @@ std::string tune_batch(const std::string& suite, const std::string& overrides_te
   if (!overrides.empty()) suite_json = bench::merge_suite(std::move(suite_json), overrides);
   const bench::SweepSpec spec = tune::tune_spec(suite_json, overrides.empty() ? source : source + " + arguments", options);
   tune::TuneOutcome outcome;
+  RunSignals signals(handle_signals);
   {
     nb::gil_scoped_release release;
     std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
     outcome = tune::run_batch_tune(spec, options, Registry::global());
     g_cache.checked = false;  // "auto" sees this tune's cache at once
   }
-  if (interrupt->requested) {
-    PyErr_SetString(PyExc_KeyboardInterrupt,
-                    fmt::format("tune interrupted; the cases tuned so far are in '{}'", outcome.out_dir.string()).c_str());
-    throw nb::python_error();
-  }
+  signals.finish();
+  if (interrupt->requested || outcome.interrupted)
+    raise_interrupted(fmt::format("tune interrupted; the cases tuned so far are in '{}'", outcome.out_dir.string()));
   nlohmann::ordered_json result;
   result["out_dir"] = outcome.out_dir.string();
   result["document"] = outcome.document;
@@ -784,7 +869,7 @@ std::string default_suite() {
 // The harness, as `attnsuite bench` runs it: suite (name or path) + overrides (suite keys, as
 // JSON text) -> the results files in out_dir and {"header": ..., "rows": [...]} as JSON text.
 std::string run_sweep(const std::string& suite, const std::string& overrides_text, const std::string& out_dir,
-                      bool resume, bool force, nb::object progress) {
+                      bool resume, bool force, nb::object progress, bool handle_signals) {
   nlohmann::json suite_json = bench::load_suite_json(suite.empty() ? default_suite() : suite);
   const nlohmann::json overrides = nlohmann::json::parse(overrides_text);
   std::string source = suite.empty() ? default_suite() : suite;
@@ -811,6 +896,7 @@ std::string run_sweep(const std::string& suite, const std::string& overrides_tex
   // Ctrl-C: Python's handler runs here, between samples, and the sweep stops after the case.
   options.cancelled = [&interrupted] {
     if (interrupted) return true;
+    if (cancel_requested()) return interrupted = true;
     nb::gil_scoped_acquire acquire;
     if (PyErr_CheckSignals() != 0) {
       PyErr_Clear();
@@ -828,18 +914,16 @@ std::string run_sweep(const std::string& suite, const std::string& overrides_tex
     progress(p.done, p.total, fmt::format("{} {}: {}", r.backend, report::shape_summary(r), result));
   };
   bench::SweepOutcome outcome;
+  RunSignals signals(handle_signals);
   {
     nb::gil_scoped_release release;
     std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
     outcome = bench::run_sweep(spec, options, registry);
   }
-  if (interrupted) {
-    PyErr_SetString(PyExc_KeyboardInterrupt,
-                    fmt::format("sweep interrupted; finish it with attnsuite.bench(..., out='{}', resume=True)",
-                                outcome.out_dir.string())
-                        .c_str());
-    throw nb::python_error();
-  }
+  signals.finish();
+  if (interrupted || outcome.interrupted)
+    raise_interrupted(fmt::format("sweep interrupted; finish it with attnsuite.bench(..., out='{}', resume=True)",
+                                  outcome.out_dir.string()));
   nlohmann::ordered_json result;
   result["out_dir"] = outcome.out_dir.string();
   result["header"] = bench::to_json(outcome.header);
@@ -921,8 +1005,8 @@ NB_MODULE(_core, m) {
   m.def("machine", &machine_of, "device_type"_a, "device_id"_a,
         "The machine key of a DLPack device in the backend cache: {device, driver}.");
   m.def("tune_batch", &tune_batch, "suite"_a, "overrides"_a, "min_batch"_a, "max_batch"_a, "max_memory_gib"_a.none(),
-        "p95_ms"_a.none(), "tolerance"_a, "exhaustive"_a, "reference_gflop"_a.none(), "out_dir"_a, "force"_a, "cache_path"_a.none(),
-        "progress"_a.none());
+        "p95_ms"_a.none(), "tolerance"_a, "flat_gain"_a, "time_budget_s"_a, "exhaustive"_a, "reference_gflop"_a.none(),
+        "out_dir"_a, "force"_a, "cache_path"_a.none(), "progress"_a.none(), "handle_signals"_a);
   m.def("plot", &plot, "results_path"_a, "out_dir"_a, "python"_a);
   m.def("empty", &empty, "shape"_a, "dtype"_a, "device_type"_a, "device_id"_a);
   m.def("backends", &backends);
@@ -930,5 +1014,6 @@ NB_MODULE(_core, m) {
   m.def("suite_names", &bench::embedded_suite_names);
   m.def("load_suite", [](const std::string& name) { return bench::load_suite_json(name).dump(); });
   m.def("default_suite", &default_suite);
-  m.def("run_sweep", &run_sweep, "suite"_a, "overrides"_a, "out_dir"_a, "resume"_a, "force"_a, "progress"_a.none());
+  m.def("run_sweep", &run_sweep, "suite"_a, "overrides"_a, "out_dir"_a, "resume"_a, "force"_a, "progress"_a.none(),
+        "handle_signals"_a);
 }

@@ -23,7 +23,8 @@ std::vector<int> parse_gpu_list(const std::string& text) {
 #if ATTNSUITE_HAVE_CUDA
   const int count = cuda::cuda_device_count();
   if (count == 0)
-    throw Error(ErrorKind::Device, fmt::format("--gpus {}: no CUDA GPU is visible ({})", text, cuda::cuda_unavailable_reason()));
+    throw Error(ErrorKind::Usage, fmt::format("--gpus {}: no CUDA GPU is visible ({}); allowed: a GPU machine, or no --gpus",
+                                              text, cuda::cuda_unavailable_reason()));
   std::vector<int> gpus;
   if (text == "all") {
     for (int i = 0; i < count; ++i) gpus.push_back(i);
@@ -47,7 +48,7 @@ std::vector<int> parse_gpu_list(const std::string& text) {
   }
   return gpus;
 #else
-  throw Error(ErrorKind::Device, fmt::format("--gpus {}: this attnsuite was built without CUDA (no GPU can be used)", text));
+  throw Error(ErrorKind::Usage, fmt::format("--gpus {}: this attnsuite was built without CUDA; allowed: no --gpus", text));
 #endif
 }
 

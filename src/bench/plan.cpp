@@ -373,6 +373,16 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
       spec.backend_options[key] = value.get<std::string>();
     }
   }
+  // batch = tokens_per_batch / seq, rounded down: fewer tokens than a sequence is no batch at all
+  // (it used to run batch 1 without a word).
+  if (spec.tokens_per_batch > 0) {
+    const int longest = *std::max_element(spec.seq_q.begin(), spec.seq_q.end());
+    if (spec.tokens_per_batch < longest)
+      bad(source, "tokens_per_batch",
+          fmt::format("= {} (--tokens) is fewer than seq {}: batch = tokens / seq would be 0; allowed: at least the "
+                      "longest seq, {}",
+                      spec.tokens_per_batch, longest, longest));
+  }
   // Names are checked here so that a typo fails before the sweep starts.
   for (const auto& name : spec.generators) (void)find_generator(name);
   if (const std::uint64_t cases = case_count(spec); cases > kMaxCases)
@@ -409,7 +419,7 @@ std::vector<Case> expand(const SweepSpec& spec) {
         for (bool causal : spec.causal)
           for (int seq_q : spec.seq_q)
             for (int seq_kv : spec.seq_kv.empty() ? std::vector<int>{seq_q} : spec.seq_kv)
-              for (int batch : spec.tokens_per_batch > 0 ? std::vector<int>{std::max(1, spec.tokens_per_batch / seq_q)}
+              for (int batch : spec.tokens_per_batch > 0 ? std::vector<int>{spec.tokens_per_batch / seq_q}
                                                          : spec.batches)
                 for (Pass pass : spec.passes)
                 for (const auto& backend : spec.backends) {

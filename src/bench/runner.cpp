@@ -12,6 +12,7 @@
 
 #include "attnsuite/error.hpp"
 #include "bench/generators.hpp"
+#include "core/cancel.hpp"
 #include "core/host_info.hpp"
 #include "cpu/backward.hpp"
 #include "cpu/common.hpp"
@@ -499,7 +500,7 @@ bool Runner::time_case(DeviceContext& ctx, KernelPlan& plan, const AttentionProb
       },
       sample, spec_.timing.measure, cancelled);
   const SampleSummary samples = sampler ? sampler->stop() : SampleSummary{};
-  if (cancelled && cancelled()) return false;
+  if (cancel_requested() || (cancelled && cancelled())) return false;
   const double clock_end = ctx.clock_mhz();
 
   const Statistics& st = m.stats;
@@ -683,6 +684,9 @@ PlanOptions Runner::plan_options(const Case& c, const Backend& backend) const {
 }
 
 std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>& cancelled) {
+  // The reference's rows, the CPU kernels' work items and the timing loop stop on a cancel
+  // request (SIGINT, SIGTERM) within the case, not after it (core/cancel.hpp).
+  const CancellableScope cancellable;
   ResultRow row = row_for_case(c, nullptr);
   const auto skip = [&](std::string reason) {
     row.status = CaseStatus::Skipped;
@@ -724,6 +728,7 @@ std::optional<ResultRow> Runner::run(const Case& c, const std::function<bool()>&
     }
     if (!time_case(ctx, *plan, c.problem, inputs, c.pass, cancelled, row)) return std::nullopt;
   } catch (const Error& error) {
+    if (error.kind() == ErrorKind::Cancelled) return std::nullopt;  // unfinished: not recorded
     return fail(error.what(), error.kind());
   } catch (const std::bad_alloc&) {
     return fail("out of host memory (std::bad_alloc)", ErrorKind::OutOfMemory);

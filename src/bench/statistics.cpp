@@ -6,6 +6,8 @@
 #include <limits>
 #include <numeric>
 
+#include "core/cancel.hpp"
+
 namespace attnsuite::bench {
 
 double Statistics::relative_median_error() const {
@@ -50,15 +52,18 @@ Measurement measure(const std::function<void()>& run_warmup, const std::function
   const auto started = Clock::now();
   auto wall_ms = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - started).count(); };
 
+  // The caller's check, and the cancel flag where the caller is cancellable (core/cancel.hpp):
+  // one sample of a large CPU case takes seconds, and the flag also stops it from inside.
+  const auto stop = [&] { return (cancellable_here() && cancel_requested()) || (cancelled && cancelled()); };
   for (int rep = 0; rep < options.warmup_reps || wall_ms() < options.warmup_ms; ++rep) {
-    if ((cancelled && cancelled()) || wall_ms() > options.timeout_ms) break;
+    if (stop() || wall_ms() > options.timeout_ms) break;
     run_warmup();
   }
 
   Measurement m;
   double total_ms = 0.0;
   while (static_cast<int>(m.samples_ms.size()) < options.max_reps) {
-    if (cancelled && cancelled()) break;
+    if (stop()) break;
     const double t = sample_ms();
     m.samples_ms.push_back(t);
     total_ms += t;

@@ -228,7 +228,12 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options_in, Re
   std::set<std::string> finished;
   if (options.resume && fs::exists(rows_path)) {
     // A torn last line (the interrupted write) is skipped here and cut off by JsonlWriter.
-    outcome.rows = report::read_jsonl(rows_path, &outcome.warnings);
+    try {
+      outcome.rows = report::read_jsonl(rows_path, &outcome.warnings);
+    } catch (const Error& error) {  // the results of the sweep to finish are damaged: bad input (exit 2)
+      if (error.kind() != ErrorKind::Io) throw;
+      throw Error(ErrorKind::Usage, fmt::format("--resume: {}", error.what()));
+    }
     for (const auto& row : outcome.rows) finished.insert(row.case_key());
     outcome.resumed = outcome.rows.size();
   }

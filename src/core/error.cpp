@@ -12,6 +12,7 @@ std::string_view to_string(ErrorKind kind) {
     case ErrorKind::Device: return "device";
     case ErrorKind::Io: return "io";
     case ErrorKind::Internal: return "internal";
+    case ErrorKind::Cancelled: return "cancelled";
   }
   return "unknown";
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnsuite/error.hpp"
+#include "core/cancel.hpp"
 #include "core/host_info.hpp"
 #include "cpu/isa.hpp"
 
@@ -84,10 +85,14 @@ void parallel_for(std::int64_t count, int threads,
   std::atomic<bool> failed{false};
   std::exception_ptr first_error;
   std::mutex error_mutex;
+  // A cancellable caller (the runner, core/cancel.hpp) makes every item a cancellation point.
+  const bool cancellable = cancellable_here();
   auto run = [&](int thread_index) {
+    CancellableScope scope(cancellable);
     try {
       for (std::int64_t item = next.fetch_add(1); item < count && !failed.load();
            item = next.fetch_add(1)) {
+        throw_if_cancelled();
         body(item, thread_index);
       }
     } catch (...) {

@@ -37,7 +37,8 @@ KernelConfigKey cpu_kernel_config_key(std::string backend, const AttentionProble
 // Runs body(item, thread_index) for item in [0, count) on min(threads, count) std::threads that
 // take items from a shared counter (so uneven items, e.g. causal blocks, balance). Which thread
 // runs an item never changes what the item computes. The first exception thrown by a body is
-// rethrown here once all threads have stopped.
+// rethrown here once all threads have stopped. Called inside a CancellableScope, each item is a
+// cancellation point (core/cancel.hpp): a cancel request ends the loop with Error(Cancelled).
 void parallel_for(std::int64_t count, int threads,
                   const std::function<void(std::int64_t item, int thread_index)>& body);
 

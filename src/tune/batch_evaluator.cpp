@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "attnsuite/error.hpp"
 #include "attnsuite/memory.hpp"
 #include "report/compare.hpp"
@@ -36,8 +38,10 @@ std::optional<BatchMeasurement> RunnerBatchEvaluator::operator()(int batch) {
     context = nullptr;
   }
 
+  const auto started = std::chrono::steady_clock::now();
   std::optional<bench::ResultRow> row = runner_.run(c, cancelled_);
   if (!row) return std::nullopt;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (context != nullptr) used_after = context->used_bytes();
 
   // Every buffer of the probe is freed by now, whether it finished, ran out of memory or failed.
@@ -49,6 +53,7 @@ std::optional<BatchMeasurement> RunnerBatchEvaluator::operator()(int batch) {
   rows_.push_back(*row);
   if (on_row_) on_row_(rows_.back());
   BatchMeasurement m;
+  m.seconds = seconds;
   if (used_before && used_after)
     m.device_retained_bytes = static_cast<double>(*used_after) - static_cast<double>(*used_before);
   const bench::ResultRow& r = rows_.back();

@@ -33,18 +33,25 @@ bool memory_infeasible(const BatchProbe& probe) {
 // Evaluates each batch once and keeps the probes in order.
 class Search {
  public:
-  Search(const EvaluateBatch& evaluate, const BatchLimits& limits, BatchTuneResult& result)
-      : evaluate_(evaluate), limits_(limits), result_(result) {}
+  // with_budget: the search's probes stop at limits.time_budget_s; the exhaustive sweep's do not.
+  Search(const EvaluateBatch& evaluate, const BatchLimits& limits, BatchTuneResult& result, bool with_budget)
+      : evaluate_(evaluate), limits_(limits), result_(result), with_budget_(with_budget) {}
 
   // The probe of a batch (measured now or before); nullptr when the search must stop.
   const BatchProbe* probe(int batch, const char* phase) {
     if (const auto found = index_.find(batch); found != index_.end()) return &result_.probes[found->second];
     if (stopped()) return nullptr;
+    if (with_budget_ && limits_.time_budget_s > 0 && !result_.probes.empty() &&
+        result_.seconds >= limits_.time_budget_s) {
+      result_.time_budget_reached = true;
+      return nullptr;
+    }
     const std::optional<BatchMeasurement> measured = evaluate_(batch);
     if (!measured) {
       result_.interrupted = true;
       return nullptr;
     }
+    result_.seconds += measured->seconds;
     BatchProbe p = judge(batch, *measured, limits_);
     p.phase = phase;
     if (measured->outcome == BatchMeasurement::Outcome::Failed)
@@ -58,7 +65,7 @@ class Search {
     index_[known.batch] = result_.probes.size();
     result_.probes.push_back(known);
   }
-  bool stopped() const { return result_.interrupted || !result_.failure.empty(); }
+  bool stopped() const { return result_.interrupted || !result_.failure.empty() || result_.time_budget_reached; }
   bool evaluated(int batch) const { return index_.contains(batch); }
   // The probe of a batch evaluated before, or nullptr.
   const BatchProbe* known(int batch) const {
@@ -81,8 +88,16 @@ class Search {
   const EvaluateBatch& evaluate_;
   const BatchLimits& limits_;
   BatchTuneResult& result_;
+  bool with_budget_;
   std::map<int, std::size_t> index_;  // batch → position in result_.probes
 };
+
+// Whether a grow step to `probe` gained enough over `best` (the best batch before it) to go on:
+// more than flat_gain, and more than twice the noise of both.
+bool grew(const BatchProbe& probe, const BatchProbe& best, double flat_gain) {
+  const double threshold = bench::same_within(probe.measurement.noise, best.measurement.noise, flat_gain);
+  return probe.measurement.tokens_per_s > best.measurement.tokens_per_s * (1 + threshold);
+}
 
 void pick_best(BatchTuneResult& result) {
   result.best.reset();
@@ -104,6 +119,10 @@ void BatchLimits::validate() const {
                     fmt::format("--p95-ms {} is not allowed: more than 0", max_p95_ms.value_or(0)));
   ATTNSUITE_REQUIRE(tolerance >= 0 && tolerance < 1,
                     fmt::format("--tolerance {} is not allowed: from 0 up to (not including) 1", tolerance));
+  ATTNSUITE_REQUIRE(flat_gain >= 0 && flat_gain < 1,
+                    fmt::format("--flat-gain {} is not allowed: from 0 (off) up to (not including) 1", flat_gain));
+  ATTNSUITE_REQUIRE(time_budget_s >= 0 && time_budget_s <= 1e7,
+                    fmt::format("--time-budget {} is not allowed: seconds from 0 (none) to 1e7", time_budget_s));
 }
 
 bool within_noise_of(const BatchProbe& probe, const BatchProbe& best, double floor) {
@@ -116,6 +135,7 @@ std::string BatchTuneResult::no_result_reason() const {
   if (best) return {};
   if (!failure.empty()) return failure;
   if (interrupted) return "interrupted";
+  if (time_budget_reached && probes.empty()) return "the time budget was spent";
   for (const BatchProbe& p : probes)
     if (!p.feasible) return fmt::format("batch {} is infeasible: {}", p.batch, p.infeasible_reason);
   return "no batch was evaluated";
@@ -144,18 +164,27 @@ BatchProbe judge(int batch, const BatchMeasurement& m, const BatchLimits& limits
 BatchTuneResult search_batch(const EvaluateBatch& evaluate, const BatchLimits& limits) {
   limits.validate();
   BatchTuneResult result;
-  Search search(evaluate, limits, result);
+  Search search(evaluate, limits, result, /*with_budget=*/true);
 
-  // 1. Grow.
+  // 1. Grow, until a batch is infeasible, max_batch, a flat step or the time budget.
   int feasible = 0, infeasible = 0;
+  std::optional<BatchProbe> best_grown;
   for (long batch = limits.min_batch;; batch = std::min<long>(kGrowth * batch, limits.max_batch)) {
     const BatchProbe* p = search.probe(static_cast<int>(batch), "grow");
-    if (p == nullptr) return result;
+    if (p == nullptr) {
+      if (!result.time_budget_reached) return result;
+      break;  // the budget: answer with what was measured
+    }
     if (!p->feasible) {
       infeasible = p->batch;
       break;
     }
     feasible = p->batch;
+    if (best_grown && limits.flat_gain > 0 && !grew(*p, *best_grown, limits.flat_gain)) {
+      result.flat_from = p->batch;
+      break;
+    }
+    if (!best_grown || p->measurement.tokens_per_s > best_grown->measurement.tokens_per_s) best_grown = *p;
     if (batch == limits.max_batch) break;
   }
   if (feasible == 0) return result;  // min_batch itself is infeasible
@@ -218,7 +247,7 @@ BatchTuneResult sweep_batches(const EvaluateBatch& evaluate, const BatchLimits& 
                               const std::vector<BatchProbe>& known) {
   limits.validate();
   BatchTuneResult result;
-  Search search(evaluate, limits, result);
+  Search search(evaluate, limits, result, /*with_budget=*/false);
   std::map<int, const BatchProbe*> reuse;
   for (const BatchProbe& p : known) reuse[p.batch] = &p;
   int latency_misses = 0;

@@ -49,6 +49,11 @@ nlohmann::ordered_json result_json(const BatchTuneResult& r) {
   out["reason"] = r.no_result_reason();
   out["largest_feasible"] = r.largest_feasible;
   out["evaluations"] = r.evaluations();
+  out["seconds"] = r.seconds;
+  // Why the search ended before the limits: a flat curve (the grow step to this batch gained
+  // too little), or the time budget.
+  out["flat_from"] = r.flat_from > 0 ? nlohmann::ordered_json(r.flat_from) : nlohmann::ordered_json(nullptr);
+  out["time_budget_reached"] = r.time_budget_reached;
   out["interrupted"] = r.interrupted;
   out["probes"] = nlohmann::ordered_json::array();
   for (const BatchProbe& p : r.probes) out["probes"].push_back(probe_json(p));
@@ -97,6 +102,8 @@ nlohmann::ordered_json to_json(const TuneEntry& e) {
                                                        : nlohmann::ordered_json(nullptr);
   limits["p95_ms"] = e.limits.max_p95_ms ? nlohmann::ordered_json(*e.limits.max_p95_ms) : nlohmann::ordered_json(nullptr);
   limits["tolerance"] = e.limits.tolerance;
+  limits["flat_gain"] = e.limits.flat_gain;
+  limits["time_budget_s"] = e.limits.time_budget_s;
   out["limits"] = limits;
   out["search"] = result_json(e.search);
   if (e.sweep) {
@@ -111,8 +118,19 @@ nlohmann::ordered_json to_json(const TuneEntry& e) {
 }
 
 report::TextTable tuning_table(const nlohmann::json& tuning) {
-  bool any_sweep = false;
-  for (const auto& entry : tuning) any_sweep = any_sweep || entry.contains("exhaustive");
+  bool any_sweep = false, any_stop = false;
+  // Why a search ended early: "flat from 16" (the step to batch 16 gained too little), "time budget".
+  const auto stopped = [](const nlohmann::json& search) {
+    std::string why;
+    if (const auto flat = search.find("flat_from"); flat != search.end() && flat->is_number())
+      why = fmt::format("flat from {}", flat->get<int>());
+    if (search.value("time_budget_reached", false)) why += (why.empty() ? "" : ", ") + std::string("time budget");
+    return why;
+  };
+  for (const auto& entry : tuning) {
+    any_sweep = any_sweep || entry.contains("exhaustive");
+    if (const auto search = entry.find("search"); search != entry.end()) any_stop = any_stop || !stopped(*search).empty();
+  }
   std::vector<report::TableColumn> columns = {{"backend", report::Align::Left},
                                               {"shape", report::Align::Left},
                                               {"seq len", report::Align::Right},
@@ -121,6 +139,7 @@ report::TextTable tuning_table(const nlohmann::json& tuning) {
                                               {"p95 ms", report::Align::Right},
                                               {"peak memory", report::Align::Right},
                                               {"evaluations", report::Align::Right}};
+  if (any_stop) columns.push_back({"search stopped", report::Align::Left});
   if (any_sweep) {
     columns.push_back({"sweep best", report::Align::Right});
     columns.push_back({"sweep tokens/s", report::Align::Right});
@@ -152,6 +171,7 @@ report::TextTable tuning_table(const nlohmann::json& tuning) {
                                       report::format_ms(number_at(best, "p95_ms").value_or(0)),
                                       gib_cell(number_at(best, "memory_gib").value_or(0)),
                                       evaluations};
+    if (any_stop) cells.push_back(stopped(search));
     if (const auto sweep = entry.find("exhaustive"); sweep != entry.end()) {
       const auto& sweep_best = sweep->at("best");
       if (sweep_best.is_null()) {

@@ -18,7 +18,10 @@ namespace attnsuite::tune {
 
 bench::SweepSpec tune_spec(const nlohmann::json& suite_json, const std::string& source, const TuneOptions& options) {
   options.limits.validate();
-  bench::SweepSpec spec = bench::parse_suite(suite_json, source);
+  // The tuner chooses the batch: a suite's tokens per batch (fa3-grid's) does not apply.
+  nlohmann::json without_batch = suite_json;
+  if (without_batch.is_object()) without_batch.erase("tokens_per_batch");
+  bench::SweepSpec spec = bench::parse_suite(without_batch, source);
   spec.batches = {options.limits.min_batch};
   spec.tokens_per_batch = 0;
   spec.reference_gflop = options.reference_gflop.value_or(std::min(spec.reference_gflop, kTuneReferenceGflop));
@@ -52,12 +55,15 @@ TuneOutcome run_batch_tune(const bench::SweepSpec& spec, const TuneOptions& opti
                              {"max_memory_gib", gib},
                              {"p95_ms", limits.max_p95_ms ? nlohmann::json(*limits.max_p95_ms) : nlohmann::json()},
                              {"tolerance", limits.tolerance},
+                             {"flat_gain", limits.flat_gain},
+                             {"time_budget_s", limits.time_budget_s},
                              {"exhaustive", options.exhaustive}};
 
   bench::Runner runner(spec, registry);
   std::vector<bench::ResultRow> rows;
   nlohmann::ordered_json tuning = nlohmann::ordered_json::array();
   const auto cancelled = options.cancelled ? options.cancelled : [] { return false; };
+  bool any_ran = false;
   for (const bench::Case& c : bench::expand(spec)) {
     if (outcome.interrupted) break;
     TuneEntry entry;
@@ -72,13 +78,21 @@ TuneOutcome run_batch_tune(const bench::SweepSpec& spec, const TuneOptions& opti
       entry.sweep = sweep_batches(std::ref(evaluate), limits, entry.search.probes);
     }
     outcome.interrupted = entry.search.interrupted || (entry.sweep && entry.sweep->interrupted);
-    outcome.failed = outcome.failed || !entry.search.failure.empty() || (entry.sweep && !entry.sweep->failure.empty());
+    // A case the backend cannot run here (its probe skipped) is not tuned, which is no failure;
+    // a tune where that is every case ran nothing (TuneOutcome::nothing_ran).
+    const bool ran = std::any_of(evaluate.rows().begin(), evaluate.rows().end(), [](const bench::ResultRow& r) {
+      return r.status != bench::CaseStatus::Skipped;
+    });
+    any_ran = any_ran || ran;
+    if (ran)
+      outcome.failed = outcome.failed || !entry.search.failure.empty() || (entry.sweep && !entry.sweep->failure.empty());
     for (bench::ResultRow row : evaluate.rows()) {
       bench::apply_profile(row, header.ceilings);
       rows.push_back(std::move(row));
     }
     tuning.push_back(to_json(entry));
   }
+  outcome.nothing_ran = !any_ran && !outcome.interrupted;
   header.finished_at = bench::utc_now_iso8601();
   header.interrupted = outcome.interrupted;
   report::fill_relative_to_vanilla(rows);

@@ -48,6 +48,7 @@ struct TuneOutcome {
   int cache_classes = 0;                            // shape classes it updated
   bool failed = false;       // a probe failed for another reason than memory (the search stopped)
   bool interrupted = false;  // cancelled; the cases tuned so far are saved
+  bool nothing_ran = false;  // every probe was skipped: no backend could run its case here
 };
 
 // The spec the tuner runs: `suite_json` (a suite with overrides merged), its batch axis and

@@ -142,7 +142,7 @@ TEST(BadInputs, HugeSizes) {
   expect_cli_usage_error(tiny(out, {{"--seq", "99999999999999999999"}}), "--seq");
   // Within each limit, but too large together: recorded as a skipped case with the reason.
   const CliResult r = run_cli(tiny(out, {{"--batch", "1048576"}, {"--seq", "1048576"}, {"--heads", "1024"}, {"--head-dim", "1024"}}));
-  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.code, 3) << r.err;  // nothing ran: the one case was skipped
   const auto rows = report::read_jsonl(out / bench::kRowsFile, nullptr);
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].status, bench::CaseStatus::Skipped);
@@ -492,7 +492,7 @@ TEST(BadInputs, CorruptResultsOnResume) {
   std::ofstream(out / bench::kRowsFile) << rows;
   const std::string json_before = slurp(out / bench::kJsonFile);
   const CliResult r = run_cli(tiny(out, {{"--seq", "16,24"}, {"--resume", ""}}));
-  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.code, 2) << r.err;  // a bad input file, as for report
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("results.jsonl line 2"), std::string::npos) << r.err;
   EXPECT_EQ(slurp(out / bench::kRowsFile), rows);
@@ -512,7 +512,7 @@ TEST(BadInputs, HostileResultsFiles) {
                                      {"overflow.json", "not valid JSON"},
                                      {"deep.jsonl", "line 1: nested deeper than 32 levels"}}) {
     const CliResult r = run_cli({"report", (dir / file).string()});
-    EXPECT_EQ(r.code, 1) << file << ": " << r.err;
+    EXPECT_EQ(r.code, 2) << file << ": " << r.err;  // bad input, as a missing file is
     EXPECT_EQ(count_lines(r.err), 1) << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
   }

@@ -17,6 +17,7 @@
 #include "bench/runner.hpp"
 #include "bench/statistics.hpp"
 #include "bench/sweep.hpp"
+#include "core/cancel.hpp"
 #include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
 #include "report/jsonl.hpp"
@@ -265,6 +266,37 @@ TEST(Runner, OkSkippedAndFailedRows) {
   EXPECT_NE(rows[3].reason.find("out of memory"), std::string::npos);
   EXPECT_EQ(rows[4].status, CaseStatus::Failed);
   EXPECT_NE(rows[4].reason.find("unknown backend 'missing'"), std::string::npos);
+}
+
+// A cancel request (the CLI's SIGINT/SIGTERM handler makes it) stops the loops of a case —
+// parallel_for's items, the fp64 reference's rows, the timing — and the runner drops the
+// unfinished case; outside a CancellableScope (a library user's forward) nothing stops.
+TEST(Runner, ACancelRequestStopsOnlyCancellableWork) {
+  struct Clear {
+    ~Clear() { clear_cancel(); }
+  } clear;
+  request_cancel();
+  std::atomic<int> items{0};
+  cpu::parallel_for(64, 2, [&](std::int64_t, int) { ++items; });
+  EXPECT_EQ(items.load(), 64);
+  {
+    const CancellableScope scope;
+    items = 0;
+    try {
+      cpu::parallel_for(64, 2, [&](std::int64_t, int) { ++items; });
+      ADD_FAILURE() << "parallel_for ran to its end under a cancel request";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Cancelled) << error.what();
+    }
+    EXPECT_EQ(items.load(), 0);
+  }
+  const SweepSpec spec = small_spec({"cpu-flash", "reference"});
+  Runner runner(spec, Registry::global());
+  for (const Case& c : expand(spec)) EXPECT_FALSE(runner.run(c).has_value()) << c.backend;  // not recorded
+  clear_cancel();
+  const std::optional<ResultRow> row = runner.run(expand(spec).front());
+  ASSERT_TRUE(row.has_value());
+  EXPECT_EQ(row->status, CaseStatus::Ok) << row->reason;
 }
 
 TEST(Runner, SamplesHeadsForLargeReferences) {

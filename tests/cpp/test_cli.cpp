@@ -29,10 +29,12 @@ using namespace attnsuite::testing_support;
 
 namespace {
 
-// A tiny, fast sweep on the CPU backends.
-std::vector<std::string> tiny(const fs::path& out, std::vector<std::string> extra = {}) {
+// A tiny, fast sweep on the CPU backends. (A list flag given again adds to the list: --seq 9
+// makes the sequence lengths 7, 33, 9.)
+std::vector<std::string> tiny(const fs::path& out, std::vector<std::string> extra = {}, const std::string& head_dim = "32",
+                              const std::string& seq = "7,33") {
   std::vector<std::string> args = {"bench", "--backends", "cpu-vanilla,cpu-flash", "--dtype", "fp32", "--batch", "1",
-                                   "--seq", "7,33", "--heads", "2", "--head-dim", "32", "--min-reps", "2",
+                                   "--seq", seq, "--heads", "2", "--head-dim", head_dim, "--min-reps", "2",
                                    "--max-time-ms", "5", "--hot", "--quiet", "--out", out.string()};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
@@ -95,7 +97,8 @@ TEST(Cli, BadInputGivesOneLineAndExitCode2) {
 TEST(Cli, HeadsNotDivisibleIsSkippedWithTheReason) {
   const fs::path out = scratch("skip");
   const CliResult r = run_cli(tiny(out, {"--heads", "6", "--kv-heads", "4"}));
-  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.code, 3) << r.err;  // nothing ran: every case skipped
+  EXPECT_NE(r.err.find("nothing ran: every case was skipped"), std::string::npos) << r.err;
   const auto rows = attnsuite::report::read_jsonl(out / "results.jsonl", nullptr);
   ASSERT_FALSE(rows.empty());
   for (const auto& row : rows) {
@@ -103,6 +106,58 @@ TEST(Cli, HeadsNotDivisibleIsSkippedWithTheReason) {
     EXPECT_NE(row.reason.find("not divisible"), std::string::npos);
   }
   fs::remove_all(out);
+}
+
+// Runs where nothing useful happens exit non-zero, each with one line that says why (README,
+// "Exit codes"): every case skipped is 3; --resume of a folder without a sweep, and --tokens
+// below the sequence length, are usage errors (2) that write nothing.
+TEST(Cli, NothingUsefulIsNotSuccess) {
+  const fs::path out = scratch("nothing");
+  // A head dim no backend supports: every case skipped, the files written all the same.
+  const CliResult odd_dim = run_cli(tiny(out, {}, "7"));
+  EXPECT_EQ(odd_dim.code, 3) << odd_dim.err;
+  EXPECT_EQ(count_lines(odd_dim.err), 1) << odd_dim.err;
+  EXPECT_NE(odd_dim.err.find("head dim 7"), std::string::npos) << odd_dim.err;
+  EXPECT_TRUE(fs::exists(out / "results.json"));
+  fs::remove_all(out);
+  // Some cases ran, others were skipped: ok.
+  const CliResult partly = run_cli(tiny(out, {"--heads", "4,5", "--kv-heads", "2"}));
+  EXPECT_EQ(partly.code, 0) << partly.err;  // H4/2 ran, H5/2 skipped
+  fs::remove_all(out);
+
+  // --resume of a folder that holds no sweep, with nothing that says what to run.
+  for (const bool exists : {false, true}) {
+    if (exists) fs::create_directories(out);
+    const CliResult resume = run_cli({"bench", "--resume", "--out", out.string(), "--quiet"});
+    EXPECT_EQ(resume.code, 2) << resume.err;
+    EXPECT_EQ(count_lines(resume.err), 1) << resume.err;
+    EXPECT_NE(resume.err.find("holds no sweep to finish"), std::string::npos) << resume.err;
+    EXPECT_FALSE(fs::exists(out / "results.jsonl"));
+  }
+  // ... but a command that names the sweep starts it there, and says so.
+  const CliResult start = run_cli(tiny(out, {"--resume"}));
+  EXPECT_EQ(start.code, 0) << start.err;
+  EXPECT_NE(start.err.find("holds no sweep to finish"), std::string::npos) << start.err;
+  EXPECT_EQ(attnsuite::report::read_jsonl(out / "results.jsonl", nullptr).size(), 4u);
+  fs::remove_all(out);
+
+  // --tokens fewer than a sequence: batch 0, refused.
+  expect_usage_error({"bench", "--backends", "cpu-flash", "--tokens", "100", "--seq", "64,512", "--out", out.string()},
+                     "'tokens_per_batch' = 100 (--tokens) is fewer than seq 512");
+  EXPECT_FALSE(fs::exists(out));
+  // Exactly one sequence's worth is batch 1.
+  const CliResult one = run_cli(tiny(out, {"--tokens", "33"}));
+  EXPECT_EQ(one.code, 0) << one.err;
+  for (const auto& row : attnsuite::report::read_jsonl(out / "results.jsonl", nullptr))
+    EXPECT_EQ(row.batch, row.seq_q == 7 ? 4 : 1) << row.seq_q;
+  // compare: no case in common is nothing compared.
+  const fs::path other = scratch("nothing_other");
+  ASSERT_EQ(run_cli(tiny(other, {}, "32", "9")).code, 0);
+  const CliResult compare = run_cli({"compare", (out / "results.json").string(), (other / "results.json").string()});
+  EXPECT_EQ(compare.code, 3) << compare.err;
+  EXPECT_NE(compare.err.find("nothing compared"), std::string::npos) << compare.err;
+  fs::remove_all(out);
+  fs::remove_all(other);
 }
 
 // A real process interrupted at a random point, then resumed: every finished case is on disk,
@@ -150,6 +205,56 @@ TEST(Cli, SigintMidSweepThenResume) {
   for (std::size_t i = 0; i < rows_before.size(); ++i)  // finished cases kept as they were
     EXPECT_EQ(rows[i].ms_median, rows_before[i].ms_median);
   fs::remove_all(out);
+}
+
+// Ctrl-C in the middle of a large CPU case ends the process within a second: the fp64
+// reference's rows, the CPU kernels' work items and the timing loop are cancellation points
+// (core/cancel.hpp); it took 12.9 s when the sweep looked only between timing samples. The exit
+// code is 130 and the files hold the case finished before, valid.
+TEST(Cli, SigintInsideALargeCaseStopsWithinASecond) {
+  struct Stop {
+    const char* where;
+    int delay_ms;                       // after the small case finished
+    std::vector<std::string> flags;
+  };
+  // cpu-flash at N = 16k, 2 heads × d64: a forward is 69 GFLOP (about a second on 2 cores),
+  // the fp64 reference of 8 GFLOP several seconds.
+  const std::vector<Stop> stops = {
+      {"in the fp64 reference", 700, {"--reference-gflop", "8"}},
+      {"in the forwards", 2500, {"--reference-gflop", "0.001", "--warmup", "20"}},
+  };
+  for (const Stop& stop : stops) {
+    SCOPED_TRACE(stop.where);
+    const fs::path out = scratch("large_case");
+    std::vector<std::string> args = {"bench", "--backends", "cpu-flash", "--dtype", "fp32", "--batch", "1", "--seq",
+                                     "64,16384", "--heads", "2", "--head-dim", "64", "--min-reps", "20",
+                                     "--noise", "0.000001", "--max-time-ms", "600000", "--hot", "--quiet",
+                                     "--out", out.string()};
+    args.insert(args.end(), stop.flags.begin(), stop.flags.end());
+    const pid_t pid = spawn_cli(args);
+    ASSERT_NE(pid, 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline &&
+           !(fs::exists(out / "results.jsonl") && count_lines(slurp(out / "results.jsonl")) >= 2))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(stop.delay_ms));
+    const auto signalled = std::chrono::steady_clock::now();
+    ASSERT_EQ(kill(pid, SIGINT), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+    std::printf("[ stopped  ] %s: exit %.3f s after SIGINT\n", stop.where, seconds);
+    RecordProperty(stop.delay_ms < 1000 ? "seconds_to_exit_reference" : "seconds_to_exit_forwards", fmt::format("{:.3f}", seconds));
+    EXPECT_LT(seconds, 1.0);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 130);
+    const auto results = nlohmann::json::parse(slurp(out / "results.json"));
+    EXPECT_TRUE(results["header"]["interrupted"].get<bool>());
+    ASSERT_EQ(results["rows"].size(), 1u);  // the small case; the large one was not finished
+    EXPECT_EQ(results["rows"][0]["seq_q"].get<int>(), 64);
+    EXPECT_EQ(attnsuite::report::load_results(out / "results.csv").rows.size(), 1u);
+    fs::remove_all(out);
+  }
 }
 
 namespace {
@@ -226,13 +331,14 @@ TEST(Cli, SignalsAndKillsAtRandomPointsThenResume) {
     } else {
       ASSERT_TRUE(WIFEXITED(status));
       const int code = WEXITSTATUS(status);
-      EXPECT_TRUE(code == 0 || code == 130) << "exit code " << code;
+      // 128 + the signal: 130 after SIGINT, 143 after SIGTERM (0: it finished first).
+      EXPECT_TRUE(code == 0 || code == 128 + signal_number) << "exit code " << code;
     }
     int json_rows = -1;
     const auto rows = expect_valid_sweep_files(out, any_killed, &json_rows);
     if (!killed) {
       EXPECT_EQ(json_rows, static_cast<int>(rows.size()));  // final files of this run, all rows
-      if (WEXITSTATUS(status) == 130) {
+      if (WEXITSTATUS(status) == 128 + signal_number) {
         const auto header = nlohmann::json::parse(slurp(out / bench::kJsonFile))["header"];
         EXPECT_TRUE(header["interrupted"].get<bool>());
       }

@@ -628,7 +628,8 @@ TEST(ShardedSweep, ShardedRunNeedsOutAndGpusNeedsAGpu) {
 #endif
     const fs::path dir = scratch("nogpu");
     const auto r = run_cli({"bench", "-b", "cpu-flash", "--seq", "32", "--gpus", "all", "--out", dir.string(), "-q"});
-    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.code, 2);  // a usage error: the value and what is allowed
+    EXPECT_FALSE(fs::exists(dir / "results.json"));
     EXPECT_EQ(testing_support::count_lines(r.err), 1) << r.err;
     EXPECT_NE(r.err.find("--gpus all: "), std::string::npos) << r.err;
     fs::remove_all(dir);

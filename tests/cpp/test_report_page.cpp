@@ -299,7 +299,7 @@ TEST(ReportPage, HtmlWithoutMatplotlibSaysWhy) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("no Python 3 with matplotlib"), std::string::npos) << r.err;
   EXPECT_NE(report::read_text_file(dir / "page.html").find("Plots unavailable"), std::string::npos);
-  EXPECT_EQ(plots.code, 1);
+  EXPECT_EQ(plots.code, 2);  // a flag this machine cannot serve: usage, as --gpus without a GPU
   EXPECT_NE(plots.err.find("--plots: no Python 3 with matplotlib"), std::string::npos) << plots.err;
   fs::remove_all(dir);
 }
@@ -338,6 +338,26 @@ TEST(TuneCli, TunesTheCpuBackendsAndWritesTheTable) {
   const CliResult again = run_cli({"tune", "--batch", "--backends", "cpu-flash", "--out", (dir / "out").string()}, dir);
   EXPECT_EQ(again.code, 2);
   EXPECT_NE(again.err.find("--force"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// A tune where no case could run or be tuned is not a success (README, "Exit codes": 3).
+TEST(TuneCli, NothingToTuneIsExitCode3) {
+  const fs::path dir = fresh_dir("tune_nothing");
+  const CliResult batch = run_cli({"tune", "--batch", "--backends", "cpu-flash", "--seq", "64", "--heads", "2",
+                                   "--head-dim", "7", "--dtype", "fp32", "--max-batch", "4", "--max-time-ms", "5", "-q",
+                                   "--out", (dir / "batch").string(), "--no-cache"},
+                                  dir);
+  EXPECT_EQ(batch.code, 3) << batch.err;
+  EXPECT_NE(batch.err.find("nothing ran: every case was skipped"), std::string::npos) << batch.err;
+  EXPECT_TRUE(fs::exists(dir / "batch" / "tune.json"));
+  // cpu-vanilla has no kernel configurations to choose from.
+  const CliResult kernels = run_cli({"tune", "--kernels", "--backends", "cpu-vanilla", "--seq", "64", "--heads", "2",
+                                     "--head-dim", "32", "--dtype", "fp32", "--max-time-ms", "5", "-q",
+                                     "--out", (dir / "kernels").string(), "--kernel-cache", (dir / "kc.json").string()},
+                                    dir);
+  EXPECT_EQ(kernels.code, 3) << kernels.err;
+  EXPECT_NE(kernels.err.find("nothing tuned"), std::string::npos) << kernels.err;
   fs::remove_all(dir);
 }
 

@@ -45,6 +45,7 @@ struct CostModel {
   std::function<double(int)> memory_bytes = [](int batch) { return batch * 0.1 * kGiB; };
   double device_bytes = 1e30;
   double noise = 0;  // relative standard deviation of a latency
+  double seconds_per_batch = 0;  // the simulated cost of a probe, per sequence of its batch
   std::uint64_t seed = 1;
 
   std::mt19937_64 rng{seed};
@@ -66,6 +67,7 @@ struct CostModel {
       EXPECT_TRUE(seen.insert(batch).second) << "batch " << batch << " evaluated twice";
       BatchMeasurement m;
       m.memory_bytes = memory_bytes(batch);
+      m.seconds = seconds_per_batch * batch;
       if (m.memory_bytes > device_bytes) {
         m.outcome = BatchMeasurement::Outcome::OutOfMemory;
         m.reason = "out of memory (simulated)";
@@ -264,6 +266,88 @@ TEST(BatchTuner, ReplaysTheH200HeadlineSweeps) {
   EXPECT_EQ(curves, 27);
 }
 
+// A CPU's throughput does not grow with the batch (every head already keeps the cores busy):
+// the README's example grew to batch 256 in 20 probes (9 min 50 s). The grow phase stops at the
+// first ×4 step that gains less than 5% (or twice the noise), and the search answers within
+// that step's range.
+TEST(BatchTuner, AFlatCurveStopsGrowing) {
+  for (const double noise : {0.0, 0.01, 0.03}) {
+    for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+      CostModel model;
+      model.tokens_per_s = [](int b) { return 4e4 * (1 + 0.01 * std::sin(b)); };  // flat within 1%
+      model.noise = noise;
+      model.seed = seed;
+      BatchLimits limits;  // the defaults: flat_gain 5%, max batch 1024
+      const BatchTuneResult search = search_batch(model.evaluator(), limits);
+      ASSERT_TRUE(search.best);
+      EXPECT_EQ(search.flat_from, 4) << "noise " << noise << " seed " << seed;
+      EXPECT_LE(search.best->batch, 4);
+      EXPECT_EQ(search.largest_feasible, 4);
+      EXPECT_LE(search.evaluations(), 4) << "noise " << noise << " seed " << seed;  // 1, 4, then 2, 3
+    }
+  }
+  // Off (0): it grows to max_batch, as before.
+  CostModel model;
+  model.tokens_per_s = [](int) { return 4e4; };
+  BatchLimits limits;
+  limits.flat_gain = 0;
+  const BatchTuneResult search = search_batch(model.evaluator(), limits);
+  EXPECT_EQ(search.flat_from, 0);
+  EXPECT_EQ(search.largest_feasible, 1024);
+  EXPECT_GE(search.evaluations(), 6);
+  // A curve that still gains 6% a step grows on, and one that falls stops at the fall.
+  CostModel rising;
+  rising.tokens_per_s = [](int b) { return 1e6 * std::pow(1.06, std::log(b) / std::log(4.0)); };
+  EXPECT_EQ(search_batch(rising.evaluator(), BatchLimits{}).largest_feasible, 1024);
+  CostModel falling;
+  falling.tokens_per_s = [](int b) { return b <= 16 ? 1e6 * b : 1.6e7 / std::sqrt(b / 16.0); };
+  const BatchTuneResult fell = search_batch(falling.evaluator(), BatchLimits{});
+  EXPECT_EQ(fell.flat_from, 64);
+  EXPECT_EQ(fell.best->batch, 16);
+}
+
+// The time budget: no probe starts once the probes so far took it; the answer is the best
+// batch measured by then. The exhaustive sweep is not bound by it.
+TEST(BatchTuner, TheTimeBudgetEndsTheSearch) {
+  CostModel model;
+  model.tokens_per_s = saturating;
+  model.seconds_per_batch = 0.5;  // batch 1: 0.5 s, 4: 2 s, 16: 8 s, 64: 32 s
+  BatchLimits limits;
+  limits.time_budget_s = 10;
+  const BatchTuneResult search = search_batch(model.evaluator(), limits);
+  ASSERT_TRUE(search.best);
+  EXPECT_TRUE(search.time_budget_reached);
+  EXPECT_EQ(search.evaluations(), 3);  // 0.5 + 2 < 10 before batch 16; 10.5 after it
+  EXPECT_DOUBLE_EQ(search.seconds, 10.5);
+  EXPECT_EQ(search.best->batch, 16);
+  // The first probe runs whatever the budget (an answer needs one).
+  CostModel tiny = model.fresh();
+  limits.time_budget_s = 1e-9;
+  const BatchTuneResult one = search_batch(tiny.evaluator(), limits);
+  EXPECT_EQ(one.evaluations(), 1);
+  ASSERT_TRUE(one.best);
+  // 0: no budget.
+  CostModel unbounded = model.fresh();
+  limits.time_budget_s = 0;
+  limits.flat_gain = 0;
+  limits.max_batch = 64;
+  const BatchTuneResult all = search_batch(unbounded.evaluator(), limits);
+  EXPECT_FALSE(all.time_budget_reached);
+  EXPECT_EQ(all.best->batch, 64);
+  limits.time_budget_s = 1;
+  CostModel swept = model.fresh();
+  EXPECT_EQ(sweep_batches(swept.evaluator(), limits).evaluations(), 64);
+  for (const double bad : {-1.0, std::nan(""), 1e9}) {
+    limits.time_budget_s = bad;
+    EXPECT_THROW(limits.validate(), Error) << bad;
+  }
+  limits.time_budget_s = 0;
+  for (const double bad : {-0.1, 1.0, std::nan("")}) {
+    limits.flat_gain = bad;
+    EXPECT_THROW(limits.validate(), Error) << bad;
+  }
+}
+
 TEST(BatchTuner, RejectsABadTolerance) {
   for (const double tolerance : {-0.01, 1.0, std::nan("")}) {
     BatchLimits limits;
@@ -456,6 +540,7 @@ TEST(BatchEvaluator, OutOfMemoryIsInfeasibleAndMemoryReturnsToBaseline) {
   RunnerBatchEvaluator evaluate(runner, registry, bench::expand(spec).front());
   BatchLimits limits;
   limits.max_batch = 64;
+  limits.flat_gain = 0;  // the out-of-memory boundary is the point here; this CPU curve is flat
   const BatchTuneResult result = search_batch(std::ref(evaluate), limits);
   ASSERT_TRUE(result.best) << result.no_result_reason();
   EXPECT_LE(result.best->batch, 6);
@@ -494,9 +579,11 @@ TEST(BatchEvaluator, TunesARealCpuBackend) {
   RunnerBatchEvaluator evaluate(runner, registry, bench::expand(spec).front());
   BatchLimits limits;
   limits.max_batch = 16;
+  limits.flat_gain = 0;  // grow to max_batch: every probe through the real runner
   const BatchTuneResult result = search_batch(std::ref(evaluate), limits);
   ASSERT_TRUE(result.best) << result.no_result_reason();
   EXPECT_EQ(result.largest_feasible, 16);
+  EXPECT_GT(result.seconds, 0);  // the evaluator measured each probe's cost
   const BatchMeasurement& m = result.best->measurement;
   EXPECT_GT(m.tokens_per_s, 0);
   EXPECT_GE(m.p95_ms, m.median_ms);

@@ -2,7 +2,9 @@
 the backend cache that the tuner writes (a fabricated cache file here, on the CPU)."""
 import json
 import os
+import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -74,6 +76,79 @@ def test_tune_batch_size_dataframe_and_bad_limits(tmp_path):
         args.update(kwargs)
         with pytest.raises(ValueError, match=message):
             attnsuite.tune_batch_size(**args)
+
+
+def test_tune_batch_size_stops_on_a_flat_curve_and_at_the_time_budget(tmp_path):
+    # A CPU's throughput stops growing with the batch once the heads keep the cores busy: the
+    # search stops growing at the first x4 step that gains less than 5% (or twice the noise),
+    # far below max_batch (the README's example grew to batch 256 before this rule).
+    shape = dict(seq_lengths=512, heads=8, head_dim=64, dtype="fp32")
+    tuning = attnsuite.tune_batch_size(backends="cpu-flash", max_batch=1024, timing=FAST, out=tmp_path / "flat",
+                                       cache=False, progress=False, dataframe=False, **shape)
+    search = tuning.entries[0]["search"]
+    assert search["flat_from"] is not None and search["flat_from"] <= 256, search["probes"]
+    assert search["largest_feasible"] == search["flat_from"] and tuning[0]["best_batch"] <= search["flat_from"]
+    assert search["seconds"] > 0 and not search["time_budget_reached"]
+    assert tuning.entries[0]["limits"]["flat_gain"] == 0.05 and tuning.entries[0]["limits"]["time_budget_s"] == 60
+    assert "search stopped" in tuning.table and f"flat from {search['flat_from']}" in tuning.table
+    # The time budget: the first probe always runs (an answer needs one), then no other starts.
+    tuning = attnsuite.tune_batch_size(backends="cpu-flash", max_batch=1024, flat_gain=0, time_budget_s=1e-6,
+                                       timing=FAST, out=tmp_path / "budget", cache=False, progress=False,
+                                       dataframe=False, **shape)
+    search = tuning.entries[0]["search"]
+    assert search["evaluations"] == 1 and search["time_budget_reached"] and tuning[0]["best_batch"] == 1
+    with pytest.raises(ValueError, match="--flat-gain 1.5 is not allowed"):
+        attnsuite.tune_batch_size(backends="cpu-flash", flat_gain=1.5, out=tmp_path / "bad", cache=False,
+                                  progress=False)
+    with pytest.raises(ValueError, match="--time-budget -1 is not allowed"):
+        attnsuite.tune_batch_size(backends="cpu-flash", time_budget_s=-1, out=tmp_path / "bad", cache=False,
+                                  progress=False)
+
+
+TUNE_CHILD = """
+import sys, attnsuite
+attnsuite.tune_batch_size(backends="cpu-flash", seq_lengths=2048, heads=4, head_dim=64, dtype="fp32", max_batch=64,
+                          flat_gain=0, time_budget_s=0, cache=False, out=sys.argv[1], dataframe=False,
+                          timing={"warmup": 0, "min_reps": 12, "max_reps": 12, "noise": 1e-6, "max_time_ms": 600000,
+                                  "cold": False},
+                          progress=lambda kind, text: print(kind, text, flush=True))
+print("finished", flush=True)
+"""
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_tune_batch_size_saves_the_partial_tune_on_sigint_and_sigterm(tmp_path, signal_number):
+    # Batch 1 is probed (12 forwards of about 50 ms), then the signal lands in batch 4's probe.
+    # Both signals stop it within the probe and save tune.json with batch 1's row; SIGINT raises
+    # KeyboardInterrupt, SIGTERM ends the process by SIGTERM (as without attnsuite), after saving.
+    out = tmp_path / "tune"
+    child = subprocess.Popen([sys.executable, "-c", TUNE_CHILD, str(out)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        for line in child.stdout:
+            if line.startswith("probe batch 1:"):
+                break
+        else:
+            pytest.fail(f"the child ended before a probe: {child.wait()} {child.stderr.read()}")
+        time.sleep(0.5)
+        signalled = time.monotonic()
+        child.send_signal(signal_number)
+        child.wait(timeout=60)
+        seconds = time.monotonic() - signalled
+    finally:
+        child.kill()
+    stderr = child.stderr.read()
+    print(f"{signal.Signals(signal_number).name}: exit {child.returncode} {seconds:.2f} s after the signal")
+    assert "finished" not in child.stdout.read()
+    if signal_number == signal.SIGINT:
+        assert child.returncode != 0 and "KeyboardInterrupt: tune interrupted" in stderr, stderr
+    else:
+        assert child.returncode == -signal.SIGTERM, (child.returncode, stderr)
+    assert seconds < 5, seconds  # within the probe, not after it (the forwards are cancellation points)
+    document = json.loads((out / "tune.json").read_text())
+    assert document["header"]["interrupted"] is True
+    assert [row["batch"] for row in document["rows"]] == [1]
+    assert document["tuning"][0]["search"]["interrupted"] is True
 
 
 def test_plot_of_bench_rows_of_a_tune_and_of_a_file(tmp_path):

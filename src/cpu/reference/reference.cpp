@@ -11,6 +11,7 @@
 
 #include "attnsuite/error.hpp"
 #include "cpu/backward.hpp"
+#include "core/cancel.hpp"
 #include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
 
@@ -43,6 +44,8 @@ void reference_head_f64(const AttentionProblem& problem, const AttentionArgs& ar
   std::vector<double> query(static_cast<std::size_t>(head_dim));
   std::vector<double> scores(static_cast<std::size_t>(seq_kv));
   for (std::int64_t i = 0; i < seq_q; ++i) {
+    // A row of an N = 16k head is 4 MFLOP of fp64; a whole head is seconds (core/cancel.hpp).
+    throw_if_cancelled();
     double* out_row = out + i * dim_v;
     std::fill(out_row, out_row + dim_v, 0.0);
     const std::int64_t begin = problem.key_begin(i);
