@@ -61,7 +61,9 @@ function(attnsuite_python_query out code)
   set(${out} "${value}" PARENT_SCOPE)
 endfunction()
 
-function(attnsuite_peer_not_found option what)
+# attnsuite_peer_not_found(OPTION TEXT...): the texts are one message, concatenated.
+function(attnsuite_peer_not_found option)
+  string(CONCAT what ${ARGN})
   if(${option} STREQUAL "ON")
     message(FATAL_ERROR "${option}=ON but ${what}")
   endif()
@@ -126,15 +128,16 @@ function(attnsuite_find_torch)
 endfunction()
 
 set(ATTNSUITE_HAVE_TORCH_PEERS OFF)
-if(NOT ATTNSUITE_TORCH STREQUAL "OFF")
+if(NOT ATTNSUITE_TORCH STREQUAL "OFF" AND torch_cuda_major
+   AND NOT torch_cuda_major STREQUAL CUDAToolkit_VERSION_MAJOR)
+  # Decided before torch's CMake config runs: with another CUDA it may stop the configure.
+  attnsuite_peer_not_found(ATTNSUITE_TORCH
+    "the torch in ${ATTNSUITE_TORCH_PACKAGE_DIR} is built for CUDA ${ATTNSUITE_TORCH_CUDA} and the CUDA "
+    "toolkit is ${CUDAToolkit_VERSION}: one process would load two CUDA runtimes (install a torch for "
+    "CUDA ${CUDAToolkit_VERSION_MAJOR}, or build with a CUDA ${torch_cuda_major} toolkit)")
+elseif(NOT ATTNSUITE_TORCH STREQUAL "OFF")
   attnsuite_find_torch()
-  if(ATTNSUITE_TORCH_FOUND AND TARGET torch_cuda_library AND torch_cuda_major
-     AND NOT torch_cuda_major STREQUAL CUDAToolkit_VERSION_MAJOR)
-    attnsuite_peer_not_found(ATTNSUITE_TORCH
-      "torch ${ATTNSUITE_TORCH_VERSION} is built for CUDA ${ATTNSUITE_TORCH_CUDA} and the CUDA toolkit is "
-      "${CUDAToolkit_VERSION}: one process would load two CUDA runtimes (install a torch for CUDA "
-      "${CUDAToolkit_VERSION_MAJOR}, or build with a CUDA ${torch_cuda_major} toolkit)")
-  elseif(ATTNSUITE_TORCH_FOUND AND TARGET torch_cuda_library)
+  if(ATTNSUITE_TORCH_FOUND AND TARGET torch_cuda_library)
     # libtorch_cuda (which brings libtorch_cpu, c10 and c10_cuda), not TORCH_LIBRARIES: that
     # adds libtorch.so, an umbrella that exports the std::filesystem and std::chrono::tzdb of the
     # newer libstdc++ it links statically; with it in the link, attnsuite's own
