@@ -10,22 +10,48 @@
 #   ATTNSUITE_TORCH        the PyTorch peers through libtorch (the Python torch install; or
 #                          -DTorch_DIR=<site-packages>/torch/share/cmake/Torch)
 #
+# One CUDA stack per process. A process holds one copy of each soname (libcudart.so.13,
+# libcublas.so.13, libcudnn.so.9, libnccl.so.2), whichever loads first, and libtorch_cuda needs
+# those of the torch wheel (PyPI's nvidia-* packages, which torch was built and tested with;
+# NCCL and cuDNN there are newer than the CUDA toolkit's). So where the build's Python has a
+# torch for the toolkit's CUDA major version, attnsuite's programs (the CLI, the Python module,
+# the tests) look in torch's directories first (ATTNSUITE_TORCH_RUNTIME_DIRS, put first in their
+# run path by src/peers/CMakeLists.txt) whether or not the torch peers are built: the module meets
+# torch in the drop-in's processes either way. The cuDNN peer is then built against torch's
+# cuDNN, and NCCL is never linked (src/cuda/CMakeLists.txt). A torch for another CUDA major
+# version would bring a second CUDA runtime into the process: the torch peers are skipped then,
+# with a message.
+#
 # Results:
 #   ATTNSUITE_HAVE_CUDNN_PEER, ATTNSUITE_CUDNN_INCLUDE_DIRS, ATTNSUITE_CUDNN_LIBRARY
-#   ATTNSUITE_HAVE_TORCH_PEERS, ATTNSUITE_TORCH_LIBRARIES (a target: link it PRIVATE to the peer only)
+#   ATTNSUITE_HAVE_TORCH_PEERS, ATTNSUITE_TORCH_LIBRARIES (a target: link it PRIVATE to the peer only),
+#   ATTNSUITE_TORCH_RUNTIME_DIRS (torch's lib directory and its wheels' CUDA library directories;
+#   empty without a torch for this CUDA)
 
 set(ATTNSUITE_CUDNN_PEER AUTO CACHE STRING "Build the cuDNN SDPA peer: AUTO, ON or OFF")
 set_property(CACHE ATTNSUITE_CUDNN_PEER PROPERTY STRINGS AUTO ON OFF)
 set(ATTNSUITE_TORCH AUTO CACHE STRING "Build the PyTorch (libtorch) peers: AUTO, ON or OFF")
 set_property(CACHE ATTNSUITE_TORCH PROPERTY STRINGS AUTO ON OFF)
 
-find_program(ATTNSUITE_PYTHON3 NAMES python3 python)
+# The packages (torch, cudnn-frontend) are looked up in the environment of the interpreter the
+# build is for (AttnsuitePython.cmake), else of the first python3 on the PATH.
+if(ATTNSUITE_PYTHON_EXECUTABLE)
+  set(ATTNSUITE_PYTHON3 ${ATTNSUITE_PYTHON_EXECUTABLE})
+else()
+  find_program(ATTNSUITE_PYTHON3 NAMES python3 python)
+endif()
+# Under `pip install .` the build runs in pip's isolated build environment, whose PYTHONPATH hides
+# the target environment's site-packages (where torch is) from child interpreters.
+set(attnsuite_python_env "")
+if(SKBUILD)
+  set(attnsuite_python_env ${CMAKE_COMMAND} -E env --unset=PYTHONPATH)
+endif()
 
 # Runs a Python one-liner; sets out to its stripped stdout, or to "" when it fails.
 function(attnsuite_python_query out code)
   set(value "")
   if(ATTNSUITE_PYTHON3)
-    execute_process(COMMAND ${ATTNSUITE_PYTHON3} -c "${code}"
+    execute_process(COMMAND ${attnsuite_python_env} ${ATTNSUITE_PYTHON3} -c "${code}"
                     OUTPUT_VARIABLE value OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
                     RESULT_VARIABLE status TIMEOUT 60)
     if(NOT status EQUAL 0)
@@ -35,12 +61,97 @@ function(attnsuite_python_query out code)
   set(${out} "${value}" PARENT_SCOPE)
 endfunction()
 
-function(attnsuite_peer_not_found option what)
+# attnsuite_peer_not_found(OPTION TEXT...): the texts are one message, concatenated.
+function(attnsuite_peer_not_found option)
+  string(CONCAT what ${ARGN})
   if(${option} STREQUAL "ON")
     message(FATAL_ERROR "${option}=ON but ${what}")
   endif()
   message(STATUS "attnsuite: peer skipped (${option}=${${option}}): ${what}")
 endfunction()
+
+# --- PyTorch's CUDA libraries --------------------------------------------------------------------
+# Where the build's Python has torch (<site-packages>/torch; find_spec locates it without
+# importing torch, which takes seconds and initializes CUDA libraries), or Torch_DIR's.
+set(ATTNSUITE_TORCH_PACKAGE_DIR "")
+if(Torch_DIR)
+  get_filename_component(ATTNSUITE_TORCH_PACKAGE_DIR ${Torch_DIR}/../../.. ABSOLUTE)
+else()
+  attnsuite_python_query(ATTNSUITE_TORCH_PACKAGE_DIR
+    "import importlib.util as u; print(u.find_spec('torch').submodule_search_locations[0])")
+endif()
+# The CUDA version torch was built for ("13.2"; empty for a CPU torch), from torch/version.py.
+set(ATTNSUITE_TORCH_CUDA "")
+if(ATTNSUITE_TORCH_PACKAGE_DIR AND EXISTS ${ATTNSUITE_TORCH_PACKAGE_DIR}/version.py)
+  file(STRINGS ${ATTNSUITE_TORCH_PACKAGE_DIR}/version.py cuda_line REGEX "^cuda[: ].*=")
+  if(cuda_line MATCHES "'([0-9]+\\.[0-9]+)'")
+    set(ATTNSUITE_TORCH_CUDA ${CMAKE_MATCH_1})
+  endif()
+endif()
+string(REGEX MATCH "^[0-9]+" torch_cuda_major "${ATTNSUITE_TORCH_CUDA}")
+# Where its CUDA libraries are: PyPI's torch keeps them in the nvidia-* wheels beside it
+# (<site-packages>/nvidia/<package>/lib, libtorch_cuda's own RPATH); other installs (conda, a
+# source build) leave only torch's lib directory here.
+set(ATTNSUITE_TORCH_RUNTIME_DIRS "")
+set(ATTNSUITE_TORCH_CUDNN_DIR "")
+if(torch_cuda_major AND torch_cuda_major STREQUAL CUDAToolkit_VERSION_MAJOR)
+  get_filename_component(torch_site_packages ${ATTNSUITE_TORCH_PACKAGE_DIR} DIRECTORY)
+  file(GLOB torch_cuda_dirs LIST_DIRECTORIES true ${torch_site_packages}/nvidia/*/lib)
+  set(ATTNSUITE_TORCH_RUNTIME_DIRS ${ATTNSUITE_TORCH_PACKAGE_DIR}/lib)
+  foreach(dir ${torch_cuda_dirs})
+    if(IS_DIRECTORY ${dir})
+      list(APPEND ATTNSUITE_TORCH_RUNTIME_DIRS ${dir})
+    endif()
+  endforeach()
+  if(IS_DIRECTORY ${torch_site_packages}/nvidia/cudnn/include)
+    set(ATTNSUITE_TORCH_CUDNN_DIR ${torch_site_packages}/nvidia/cudnn)
+  endif()
+  list(LENGTH ATTNSUITE_TORCH_RUNTIME_DIRS dir_count)
+  message(STATUS "attnsuite: torch's CUDA ${ATTNSUITE_TORCH_CUDA} libraries first in the run path "
+                 "(${dir_count} directories under ${torch_site_packages}; CUDA toolkit ${CUDAToolkit_VERSION})")
+endif()
+
+# --- PyTorch peers -------------------------------------------------------------------------------
+# In a function: what torch's config sets stays local. Its CUDA architecture list is fixed so it
+# never probes a GPU; its STATUS lines and warnings (e.g. "kineto not found") are muted.
+function(attnsuite_find_torch)
+  set(TORCH_CUDA_ARCH_LIST "9.0a;8.0")
+  unset(CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_MESSAGE_LOG_LEVEL ERROR)
+  if(NOT Torch_DIR AND ATTNSUITE_TORCH_PACKAGE_DIR)
+    list(APPEND CMAKE_PREFIX_PATH ${ATTNSUITE_TORCH_PACKAGE_DIR}/share/cmake)
+  endif()
+  find_package(Torch QUIET)
+  set(ATTNSUITE_TORCH_FOUND ${Torch_FOUND} PARENT_SCOPE)
+  set(ATTNSUITE_TORCH_VERSION ${Torch_VERSION} PARENT_SCOPE)
+  set(ATTNSUITE_TORCH_INSTALL_PREFIX ${TORCH_INSTALL_PREFIX} PARENT_SCOPE)
+endfunction()
+
+set(ATTNSUITE_HAVE_TORCH_PEERS OFF)
+if(NOT ATTNSUITE_TORCH STREQUAL "OFF" AND torch_cuda_major
+   AND NOT torch_cuda_major STREQUAL CUDAToolkit_VERSION_MAJOR)
+  # Decided before torch's CMake config runs: with another CUDA it may stop the configure.
+  attnsuite_peer_not_found(ATTNSUITE_TORCH
+    "the torch in ${ATTNSUITE_TORCH_PACKAGE_DIR} is built for CUDA ${ATTNSUITE_TORCH_CUDA} and the CUDA "
+    "toolkit is ${CUDAToolkit_VERSION}: one process would load two CUDA runtimes (install a torch for "
+    "CUDA ${CUDAToolkit_VERSION_MAJOR}, or build with a CUDA ${torch_cuda_major} toolkit)")
+elseif(NOT ATTNSUITE_TORCH STREQUAL "OFF")
+  attnsuite_find_torch()
+  if(ATTNSUITE_TORCH_FOUND AND TARGET torch_cuda_library)
+    # libtorch_cuda (which brings libtorch_cpu, c10 and c10_cuda), not TORCH_LIBRARIES: that
+    # adds libtorch.so, an umbrella that exports the std::filesystem and std::chrono::tzdb of the
+    # newer libstdc++ it links statically; with it in the link, attnsuite's own
+    # std::filesystem::remove_all bound to torch's copy and crashed.
+    set(ATTNSUITE_TORCH_LIBRARIES torch_cuda_library)
+    set(ATTNSUITE_HAVE_TORCH_PEERS ON)
+    message(STATUS "attnsuite: PyTorch peers: libtorch ${ATTNSUITE_TORCH_VERSION} (${ATTNSUITE_TORCH_INSTALL_PREFIX})")
+  elseif(ATTNSUITE_TORCH_FOUND)
+    attnsuite_peer_not_found(ATTNSUITE_TORCH "the libtorch found has no CUDA (no torch_cuda_library target)")
+  else()
+    attnsuite_peer_not_found(ATTNSUITE_TORCH
+      "libtorch not found (${ATTNSUITE_PYTHON3} -c 'import torch' must work, or set Torch_DIR)")
+  endif()
+endif()
 
 # --- cuDNN SDPA ---------------------------------------------------------------------------------
 set(ATTNSUITE_HAVE_CUDNN_PEER OFF)
@@ -51,14 +162,22 @@ if(NOT ATTNSUITE_CUDNN_PEER STREQUAL "OFF")
     "import importlib.metadata as m; print(m.distribution('nvidia-cudnn-frontend').locate_file('include'))")
   find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h HINTS ${frontend_hint} ENV CUDNN_FRONTEND_INCLUDE_DIR
             DOC "Directory with cudnn_frontend.h (PyPI nvidia-cudnn-frontend)")
-  # cuDNN itself: the toolkit's copy, the Debian package's (include/x86_64-linux-gnu), or the
-  # nvidia-cudnn-cu13 wheel that PyTorch uses.
+  # cuDNN itself: where the build's Python has torch for this CUDA, torch's (the nvidia-cudnn
+  # wheel: the copy the process loads, see above); else the toolkit's copy, the Debian package's
+  # (include/x86_64-linux-gnu), or that wheel.
   attnsuite_python_query(cudnn_wheel
     "import importlib.util as u; print(u.find_spec('nvidia.cudnn').submodule_search_locations[0])")
-  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${cudnn_wheel}/include ENV CUDNN_ROOT
-            PATH_SUFFIXES include)
-  find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 HINTS ${CUDAToolkit_LIBRARY_DIR} ${cudnn_wheel}/lib
-               ENV CUDNN_ROOT PATH_SUFFIXES lib lib64)
+  set(cudnn_hints ${CUDAToolkit_INCLUDE_DIRS} ${cudnn_wheel}/include)
+  set(cudnn_library_hints ${CUDAToolkit_LIBRARY_DIR} ${cudnn_wheel}/lib)
+  if(ATTNSUITE_TORCH_CUDNN_DIR)
+    set(cudnn_hints ${ATTNSUITE_TORCH_CUDNN_DIR}/include)
+    set(cudnn_library_hints ${ATTNSUITE_TORCH_CUDNN_DIR}/lib)
+  endif()
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${cudnn_hints} ENV CUDNN_ROOT PATH_SUFFIXES include)
+  # NAMES_PER_DIR: the wheel ships libcudnn.so.9 only, and a libcudnn.so on the system path must
+  # not win over it.
+  find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 NAMES_PER_DIR HINTS ${cudnn_library_hints} ENV CUDNN_ROOT
+               PATH_SUFFIXES lib lib64)
   set(cudnn_version "")
   if(CUDNN_INCLUDE_DIR AND EXISTS ${CUDNN_INCLUDE_DIR}/cudnn_version.h)
     file(STRINGS ${CUDNN_INCLUDE_DIR}/cudnn_version.h version_lines REGEX "#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ")
@@ -84,46 +203,5 @@ if(NOT ATTNSUITE_CUDNN_PEER STREQUAL "OFF")
     string(REGEX REPLACE "[^0-9]+([0-9]+)[^0-9]+([0-9]+)[^0-9]+([0-9]+).*" "\\1.\\2.\\3" frontend_version "${frontend_lines}")
     message(STATUS "attnsuite: cuDNN SDPA peer: cuDNN ${cudnn_version} (${CUDNN_LIBRARY}), "
                    "cudnn-frontend ${frontend_version} (${CUDNN_FRONTEND_INCLUDE_DIR})")
-  endif()
-endif()
-
-# --- PyTorch ------------------------------------------------------------------------------------
-# In a function: what torch's config sets stays local. Its CUDA architecture list is fixed so it
-# never probes a GPU; its STATUS lines and warnings (e.g. "kineto not found") are muted.
-function(attnsuite_find_torch)
-  set(TORCH_CUDA_ARCH_LIST "9.0a;8.0")
-  unset(CMAKE_CUDA_ARCHITECTURES)
-  set(CMAKE_MESSAGE_LOG_LEVEL ERROR)
-  if(NOT Torch_DIR)
-    # torch.utils.cmake_prefix_path is <torch>/share/cmake; find_spec locates <torch> without
-    # importing torch (an import takes seconds and initializes CUDA libraries).
-    attnsuite_python_query(torch_dir
-      "import importlib.util as u; print(u.find_spec('torch').submodule_search_locations[0])")
-    if(torch_dir)
-      list(APPEND CMAKE_PREFIX_PATH ${torch_dir}/share/cmake)
-    endif()
-  endif()
-  find_package(Torch QUIET)
-  set(ATTNSUITE_TORCH_FOUND ${Torch_FOUND} PARENT_SCOPE)
-  set(ATTNSUITE_TORCH_VERSION ${Torch_VERSION} PARENT_SCOPE)
-  set(ATTNSUITE_TORCH_INSTALL_PREFIX ${TORCH_INSTALL_PREFIX} PARENT_SCOPE)
-endfunction()
-
-set(ATTNSUITE_HAVE_TORCH_PEERS OFF)
-if(NOT ATTNSUITE_TORCH STREQUAL "OFF")
-  attnsuite_find_torch()
-  if(ATTNSUITE_TORCH_FOUND AND TARGET torch_cuda_library)
-    # libtorch_cuda (which brings libtorch_cpu, c10 and c10_cuda), not TORCH_LIBRARIES: that
-    # adds libtorch.so, an umbrella that exports the std::filesystem and std::chrono::tzdb of the
-    # newer libstdc++ it links statically; with it in the link, attnsuite's own
-    # std::filesystem::remove_all bound to torch's copy and crashed.
-    set(ATTNSUITE_TORCH_LIBRARIES torch_cuda_library)
-    set(ATTNSUITE_HAVE_TORCH_PEERS ON)
-    message(STATUS "attnsuite: PyTorch peers: libtorch ${ATTNSUITE_TORCH_VERSION} (${ATTNSUITE_TORCH_INSTALL_PREFIX})")
-  elseif(ATTNSUITE_TORCH_FOUND)
-    attnsuite_peer_not_found(ATTNSUITE_TORCH "the libtorch found has no CUDA (no torch_cuda_library target)")
-  else()
-    attnsuite_peer_not_found(ATTNSUITE_TORCH
-      "libtorch not found (python3 -c 'import torch' must work, or set Torch_DIR)")
   endif()
 endif()

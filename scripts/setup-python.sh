@@ -2,7 +2,7 @@
 # Installs the Python packages of python/requirements.txt (PyPI, pinned): nanobind and
 # scikit-build-core to build the module, onnx + onnxruntime, pytest, and what the example
 # notebook runs. Only when something is missing or at another version (the check takes ~0.3 s).
-# ATTNSUITE_TORCH=1 also installs python/requirements-torch.txt (torch: 5.2 GB, not in CI).
+# ATTNSUITE_TORCH=1 also installs python/requirements-torch.txt (PyPI's torch, 5.2 GB; CI sets it).
 # Uses $PYTHON, else python3; where that interpreter is Debian's externally managed one, a
 # virtual environment in .venv instead. Prints the interpreter used (its path) on stdout.
 set -euo pipefail

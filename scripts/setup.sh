@@ -26,18 +26,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
 
-# cuDNN's SDPA peer is built against the cudnn-frontend headers, which come from PyPI; only
-# worth fetching where CUDA can be built.
+# The Python packages (PyPI) for the module attnsuite._core, the ONNX parts, tests and notebook
+# (and torch with ATTNSUITE_TORCH=1); CMake builds against the interpreter that has them.
+python=$("$root/scripts/setup-python.sh")
+
+# cuDNN's SDPA peer is built against the cudnn-frontend headers, which come from PyPI, into the
+# same environment (CMake looks there); only worth fetching where CUDA can be built.
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-  if ! python3 -c "import importlib.metadata as m; m.distribution('nvidia-cudnn-frontend')" 2>/dev/null; then
-    echo "setup: installing nvidia-cudnn-frontend (headers for the cudnn peer)" >&2
-    python3 -m pip install -q --no-deps nvidia-cudnn-frontend==1.32.0 >&2
+  if ! "$python" -c "import importlib.metadata as m; m.distribution('nvidia-cudnn-frontend')" 2>/dev/null; then
+    echo "setup: installing nvidia-cudnn-frontend (headers for the cudnn peer) into $python" >&2
+    "$python" -m pip install -q --disable-pip-version-check --no-deps nvidia-cudnn-frontend==1.32.0 >&2
   fi
 fi
-
-# The Python packages (PyPI) for the module attnsuite._core, the ONNX parts, tests and notebook;
-# CMake builds against the interpreter that has them.
-python=$("$root/scripts/setup-python.sh")
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DPython_EXECUTABLE=$python" "$@" >&2
 cmake --build "$build" -j "$(nproc)" >&2

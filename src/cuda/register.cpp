@@ -30,7 +30,7 @@ void register_cuda_backends(Registry& registry) {
   // Predicted block-sparse attention on sage2's sm_90a kernel.
   registry.add("sparge-sage", make_sparge_sage_backend);
 #if ATTNSUITE_HAVE_NCCL
-  // Context-parallel ring attention over the visible GPUs (issue 10; needs NCCL at build time).
+  // Context-parallel ring attention over the visible GPUs (issue 10; built with nccl.h, loads libnccl.so.2 when asked).
   registry.add("ring", make_ring_backend);
 #endif
 }

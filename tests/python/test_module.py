@@ -90,8 +90,8 @@ def test_unsupported_problem_names_the_reason():
 
 
 def test_torch_cpu_tensors_cross_without_copies():
-    torch = pytest.importorskip("torch", reason="torch is not installed (CI does not install it; "
-                                                "ATTNSUITE_TORCH=1 scripts/setup-python.sh does)")
+    torch = pytest.importorskip("torch", reason="torch is not installed (ATTNSUITE_TORCH=1 "
+                                                "scripts/setup-python.sh installs it, as CI does)")
     q, k, v = (torch.from_numpy(x) for x in random_qkv())
     out = torch.empty_like(q)
     pointer = out.data_ptr()

@@ -4,8 +4,8 @@ import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed (CI does not install it: 5.2 GB with its CUDA "
-                                            "wheels; ATTNSUITE_TORCH=1 scripts/setup-python.sh installs it)")
+torch = pytest.importorskip("torch", reason="torch is not installed (ATTNSUITE_TORCH=1 scripts/setup-python.sh "
+                                            "installs it, as CI does)")
 F = torch.nn.functional
 
 import attnsuite.torch as drop_in  # noqa: E402

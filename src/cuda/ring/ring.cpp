@@ -15,7 +15,6 @@
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
-#include <nccl.h>
 
 #include <algorithm>
 #include <charconv>
@@ -34,6 +33,7 @@
 #include "cuda/cuda_backends.hpp"
 #include "cuda/flash2/flash2.hpp"
 #include "cuda/ring/merge.hpp"
+#include "cuda/ring/nccl_library.hpp"
 #include "ring/communicator.hpp"
 #include "ring/schedule.hpp"
 #if ATTNSUITE_HAVE_FLASH3
@@ -49,10 +49,20 @@ using ring_kernels::launch_init;
 using ring_kernels::launch_merge;
 using ring_kernels::launch_round;
 
+// NCCL's entry points, loaded on first use (nccl_library.hpp); supports() has said why not
+// before anything here runs without it.
+const nccl::Api& nccl_api() {
+  std::string reason;
+  const nccl::Api* api = nccl::load(&reason);
+  if (api == nullptr) throw Error(ErrorKind::Unsupported, fmt::format("ring: {}", reason));
+  return *api;
+}
+
 void check_nccl(ncclResult_t status, const char* call) {
   if (status == ncclSuccess) return;
-  throw Error(ErrorKind::Device, fmt::format("{} failed: {} ({})", call, ncclGetErrorString(status),
-                                             ncclGetLastError(nullptr) ? ncclGetLastError(nullptr) : ""));
+  const nccl::Api& api = nccl_api();
+  const char* last = api.last_error(nullptr);
+  throw Error(ErrorKind::Device, fmt::format("{} failed: {} ({})", call, api.error_string(status), last ? last : ""));
 }
 #define ATTNSUITE_NCCL_CHECK(call) check_nccl((call), #call)
 
@@ -74,7 +84,7 @@ class NcclRing {
     std::vector<int> devices(static_cast<std::size_t>(world));
     std::vector<ncclComm_t> comms(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) devices[static_cast<std::size_t>(r)] = r;
-    ATTNSUITE_NCCL_CHECK(ncclCommInitAll(comms.data(), world, devices.data()));
+    ATTNSUITE_NCCL_CHECK(nccl_api().comm_init_all(comms.data(), world, devices.data()));
     for (int r = 0; r < world; ++r) {
       RankDevice& rank = ranks_[static_cast<std::size_t>(r)];
       rank.device = r;
@@ -98,7 +108,7 @@ class NcclRing {
         if (event) cudaEventDestroy(event);
       if (rank.compute) cudaStreamDestroy(rank.compute);
       if (rank.comm_stream) cudaStreamDestroy(rank.comm_stream);
-      if (rank.comm) ncclCommDestroy(rank.comm);
+      if (rank.comm) nccl_api().comm_destroy(rank.comm);
     }
     cudaGetLastError();
   }
@@ -126,16 +136,17 @@ class NcclCommunicator final : public ar::RingCommunicator {
   int world() const override { return world_; }
   void start_exchange(const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes) override {
     ATTNSUITE_CUDA_CHECK(cudaStreamWaitEvent(device_.comm_stream, device_.compute_done, 0));
-    ATTNSUITE_NCCL_CHECK(ncclSend(send, send_bytes, ncclUint8, (rank_ + 1) % world_, device_.comm, device_.comm_stream));
+    const nccl::Api& api = nccl_api();
+    ATTNSUITE_NCCL_CHECK(api.send(send, send_bytes, ncclUint8, (rank_ + 1) % world_, device_.comm, device_.comm_stream));
     ATTNSUITE_NCCL_CHECK(
-        ncclRecv(recv, recv_bytes, ncclUint8, (rank_ + world_ - 1) % world_, device_.comm, device_.comm_stream));
+        api.recv(recv, recv_bytes, ncclUint8, (rank_ + world_ - 1) % world_, device_.comm, device_.comm_stream));
   }
   void wait_exchange() override {
     ATTNSUITE_CUDA_CHECK(cudaSetDevice(device_.device));
     ATTNSUITE_CUDA_CHECK(cudaEventRecord(device_.recv_done, device_.comm_stream));
     ATTNSUITE_CUDA_CHECK(cudaStreamWaitEvent(device_.compute, device_.recv_done, 0));
   }
-  void abort() override { ncclCommAbort(device_.comm); }
+  void abort() override { nccl_api().comm_abort(device_.comm); }
 
  private:
   RankDevice& device_;
@@ -415,7 +426,7 @@ class RingPlan final : public KernelPlan {
     for (int step = 0; step < world; ++step) {
       const bool exchange = step + 1 < world && options_.mode != Mode::ComputeOnly;
       if (exchange) {
-        ATTNSUITE_NCCL_CHECK(ncclGroupStart());
+        ATTNSUITE_NCCL_CHECK(nccl_api().group_start());
         for (int r = 0; r < world; ++r) {
           RankBuffers& b = buffers_[static_cast<std::size_t>(r)];
           const int cur = current[static_cast<std::size_t>(r)];
@@ -426,7 +437,7 @@ class RingPlan final : public KernelPlan {
                                                              b.block[receive_into(cur)].data(),
                                                              static_cast<std::size_t>(receiving.bytes));
         }
-        ATTNSUITE_NCCL_CHECK(ncclGroupEnd());
+        ATTNSUITE_NCCL_CHECK(nccl_api().group_end());
       }
       for (int r = 0; r < world; ++r) {
         RankDevice& rank = ring_->rank(r);
@@ -523,6 +534,8 @@ class RingBackend final : public Backend {
   Support supports(const AttentionProblem& problem, int world_option) const {
     if (Support common = supports_problem_common(name(), problem); !common) return common;
     if (Support device = supports_device(name()); !device) return device;
+    // NCCL is loaded here, the first time ring is asked about on a GPU machine.
+    if (std::string reason; nccl::load(&reason) == nullptr) return Support::no(fmt::format("ring: {}", reason));
     // The ring spreads itself over GPUs 0..W−1 from GPU 0; a --gpus worker on another GPU (or
     // a launcher's process on its local rank) must not start a second ring over the same GPUs.
     if (int current = 0; cudaGetDevice(&current) == cudaSuccess && current != 0)

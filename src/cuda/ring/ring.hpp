@@ -2,7 +2,8 @@
 // and V are sharded by sequence in the zigzag order of ring/schedule.hpp; K/V blocks travel
 // around the ring with NCCL send/recv on a stream of their own while the local kernel (flash3 on
 // sm_90, else flash2) runs on the block at hand; partials are merged by their LSE in fp32.
-// Built only where NCCL is found (src/cuda/CMakeLists.txt).
+// Built where nccl.h is found (src/cuda/CMakeLists.txt); libnccl.so.2 is loaded when it runs
+// (nccl_library.hpp).
 #pragma once
 
 #include <memory>

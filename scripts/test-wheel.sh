@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The package as a user installs it: `pip install .` (an isolated build, as pip does by default)
+# into the Python environment of scripts/setup-python.sh — in CI, with ATTNSUITE_TORCH=1, the
+# one that already has PyPI's torch (CUDA build), the PyTorch user's case — then, from outside
+# the source tree, what it installed: the CLI starts and lists the backends (with the torch peers
+# wherever torch and the CUDA toolkit are of one CUDA major version), and the Python tests of the
+# module, the drop-in and the libraries shared with torch run against the installed package.
+# The package is uninstalled at the end. CI runs it after scripts/test.sh; with ccache (CI
+# exports CMAKE_{CXX,CUDA}_COMPILER_LAUNCHER=ccache) its compile is the test build's, from the
+# cache: the same sources, flags and paths.
+# Usage: scripts/test-wheel.sh   (WHEEL_BUILD_DIR=... to build elsewhere; default build-wheel)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${WHEEL_BUILD_DIR:-"$root/build-wheel"}
+werror=OFF
+[ "${CI:-}" = "true" ] && werror=ON
+python=$("$root/scripts/setup-python.sh")
+
+# The build requirements pip fetches into its isolated environment, at the versions tested.
+export PIP_CONSTRAINT="$root/python/requirements.txt"
+start=$(date +%s)
+"$python" -m pip install --disable-pip-version-check -q -C "build-dir=$build" \
+  -C "cmake.define.ATTNSUITE_WERROR=$werror" "$root" >&2
+echo "test-wheel: pip install . took $(( $(date +%s) - start )) s" >&2
+trap '"$python" -m pip uninstall --disable-pip-version-check -y -q attnsuite >&2' EXIT
+
+work=$(mktemp -d)
+cd "$work"
+scripts=$("$python" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+installed=$("$python" -c 'import attnsuite, os; print(os.path.dirname(attnsuite.__file__))')
+case "$installed" in
+  "$root"/*) echo "test-wheel: imported attnsuite from the source tree ($installed), not the installed package" >&2; exit 1 ;;
+esac
+"$scripts/attnsuite" list >list.txt
+echo "test-wheel: $scripts/attnsuite list ran ($(wc -l <list.txt) lines)" >&2
+
+# The torch peers are expected where torch has CUDA of the toolkit's major version and the
+# package is a CUDA build (AttnsuitePeers.cmake says why otherwise, and this says so too).
+torch_cuda=$("$python" -c 'import importlib.util as u, sys
+spec = u.find_spec("torch")
+if spec is None: sys.exit()
+for line in open(spec.submodule_search_locations[0] + "/version.py"):
+    if line.startswith("cuda") and "=" in line: print(line.split("=")[1].strip().strip("\x27\x22"))')
+cuda_build=$("$python" -c 'import attnsuite; print(int(attnsuite._core.cuda_build))')
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+toolkit=$([ -x "$nvcc" ] && "$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p' || true)
+if [ "$cuda_build" = 1 ] && [ -n "$torch_cuda" ] && [ "$torch_cuda" != None ] && [ "${torch_cuda%%.*}" = "$toolkit" ]; then
+  for peer in torch-sdpa torch-flash torch-efficient torch-cudnn torch-math; do
+    grep -q "$peer" list.txt || { cat list.txt >&2; echo "test-wheel: $peer missing from attnsuite list (torch for CUDA $torch_cuda, toolkit $toolkit)" >&2; exit 1; }
+  done
+  echo "test-wheel: torch peers listed (torch for CUDA $torch_cuda, CUDA toolkit $toolkit)" >&2
+else
+  echo "test-wheel: torch peers not expected (CUDA build: $cuda_build, torch's CUDA: ${torch_cuda:-no torch}, toolkit: ${toolkit:-none})" >&2
+fi
+
+ATTNSUITE_CLI="$scripts/attnsuite" PYTHONDONTWRITEBYTECODE=1 "$python" -m pytest -q -p no:cacheprovider -rs \
+  "$root/tests/python/test_module.py" "$root/tests/python/test_torch.py" "$root/tests/python/test_torch_libraries.py"
+echo "test-wheel: passed in $(( $(date +%s) - start )) s" >&2
