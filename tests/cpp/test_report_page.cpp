@@ -19,7 +19,7 @@
 #include "attnsuite/registry.hpp"
 #include "bench/profile.hpp"
 #include "bench/result.hpp"
-#include "bench/sampler.hpp"
+#include "attnsuite/sampler.hpp"
 #include "report/atomic_file.hpp"
 #include "report/html_report.hpp"
 #include "report/load.hpp"

@@ -15,7 +15,7 @@
 
 #include "attnsuite/attnsuite.hpp"
 #include "bench/captured_inputs.hpp"
-#include "bench/device_context.hpp"
+#include "attnsuite/device_context.hpp"
 #include "bench/generators.hpp"
 #include "bench/runner.hpp"
 #include "cli_test_support.hpp"
