@@ -38,7 +38,7 @@
 #include "cuda/cuda_backends.hpp"
 #endif
 #if ATTNSUITE_HAVE_ONNXRUNTIME_PEER
-#include "onnxruntime/onnxruntime_peer.hpp"
+#include "peers/onnxruntime/onnxruntime_peer.hpp"
 #endif
 
 namespace nb = nanobind;

@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "attnsuite/backend.hpp"
-#include "cpu/sparse/sparse.hpp"
+#include "sparse/sparse.hpp"
 
 namespace attnsuite::sparse {
 

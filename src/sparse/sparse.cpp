@@ -1,4 +1,4 @@
-#include "cpu/sparse/sparse.hpp"
+#include "sparse/sparse.hpp"
 
 #include <fmt/format.h>
 
