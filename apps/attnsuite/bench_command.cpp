@@ -9,8 +9,8 @@
 #include "attnsuite/error.hpp"
 #include "attnsuite/registry.hpp"
 #include "bench/gpu_workers.hpp"
-#include "bench/shard.hpp"
-#include "bench/sweep.hpp"
+#include "report/shard.hpp"
+#include "report/sweep.hpp"
 #include "commands.hpp"
 #include "report/sinks.hpp"
 

@@ -15,7 +15,7 @@
 #include "bench/plan.hpp"
 #include "bench/runner.hpp"
 #include "bench/statistics.hpp"
-#include "bench/sweep.hpp"
+#include "report/sweep.hpp"
 #include "cpu/cpu_backends.hpp"
 #include "report/jsonl.hpp"
 

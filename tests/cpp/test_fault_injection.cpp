@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnsuite/attnsuite.hpp"
-#include "bench/sweep.hpp"
+#include "report/sweep.hpp"
 #include "fault/fault.hpp"
 #include "gpu_test_support.hpp"
 #include "report/jsonl.hpp"

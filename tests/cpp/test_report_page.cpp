@@ -20,7 +20,7 @@
 #include "bench/profile.hpp"
 #include "bench/result.hpp"
 #include "attnsuite/sampler.hpp"
-#include "report/atomic_file.hpp"
+#include "core/atomic_file.hpp"
 #include "report/html_report.hpp"
 #include "report/load.hpp"
 #include "report/plots.hpp"
