@@ -1,7 +1,7 @@
-# Writes ${OUTPUT}: tools/plots/plots.py as a C++ string, so `attnsuite report --plots` runs the
+# Writes ${OUTPUT}: src/report/plots.py as a C++ string, so `attnsuite report --plots` runs the
 # plotting script from any directory and an installed binary. Run at build time (cmake -P).
 file(READ ${SCRIPT} text)
-set(content "// Generated from tools/plots/plots.py by cmake/EmbedPlots.cmake. Do not edit.
+set(content "// Generated from src/report/plots.py by cmake/EmbedPlots.cmake. Do not edit.
 #include \"report/plots.hpp\"
 
 namespace attnsuite::report {

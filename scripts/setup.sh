@@ -6,7 +6,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-"$root/build"}
 shift || true
 
-# python3-matplotlib: the report's plots (tools/plots/plots.py), from Debian so that it installs on
+# python3-matplotlib: the report's plots (src/report/plots.py), from Debian so that it installs on
 # a clean machine without pip (Debian's own python3 is externally managed); `attnsuite report`
 # finds the python3 that has it (a pyenv python3 first on the PATH may not).
 packages=(cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/plan.hpp"
-#include "bench/shard.hpp"
+#include "report/shard.hpp"
 
 namespace attnsuite::cli {
 

@@ -11,7 +11,7 @@
 #include "commands.hpp"
 #include "core/host_info.hpp"
 #include "core/presets.hpp"
-#include "cpu/peak.hpp"
+#include "core/peak.hpp"
 #include "report/table.hpp"
 
 #if ATTNSUITE_HAVE_CUDA

@@ -9,10 +9,10 @@
 #include "attnsuite/error.hpp"
 #include "attnsuite/registry.hpp"
 #include "commands.hpp"
-#include "core/fault.hpp"
+#include "fault/fault.hpp"
 
 #if ATTNSUITE_HAVE_ONNXRUNTIME_PEER
-#include "onnxruntime/onnxruntime_peer.hpp"
+#include "peers/onnxruntime/onnxruntime_peer.hpp"
 #endif
 
 int main(int argc, char** argv) {
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    fault::arm_from_environment();  // test-only: ATTNSUITE_FAULT=alloc:N|cuda:N (core/fault.hpp)
+    fault::arm_from_environment();  // test-only: ATTNSUITE_FAULT=alloc:N|cuda:N (src/fault/fault.hpp)
     for (auto& [sub, action] : commands)
       if (sub->parsed()) return action();
     fmt::print(stderr, "{}", app.help());

@@ -2,8 +2,8 @@
 // (mpirun, torchrun, a Slurm array; issue 10, docs/multi-gpu.md) into the normal result files.
 #include <fmt/format.h>
 
-#include "bench/shard.hpp"
-#include "bench/sweep.hpp"
+#include "report/shard.hpp"
+#include "report/sweep.hpp"
 #include "commands.hpp"
 #include "report/sinks.hpp"
 

@@ -7,7 +7,7 @@
 #include "attnsuite/registry.hpp"
 #include "bench/profile.hpp"
 #include "commands.hpp"
-#include "report/atomic_file.hpp"
+#include "core/atomic_file.hpp"
 #include "report/compare.hpp"
 #include "report/html_report.hpp"
 #include "report/load.hpp"

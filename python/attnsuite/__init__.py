@@ -419,7 +419,7 @@ def _results_document(source):
 
 
 def plot(source, out=None):
-    """The report's plots (``attnsuite report FILE --plots DIR``: tools/plots/plots.py with
+    """The report's plots (``attnsuite report FILE --plots DIR``: src/report/plots.py with
     matplotlib) of `source`: what ``bench`` or ``tune_batch_size`` returned (a DataFrame may be
     filtered first), or a results file (.json, .jsonl, .csv, tune.json) or a directory holding
     one. PNG and SVG files go to `out` (default: <the results directory>/plots).

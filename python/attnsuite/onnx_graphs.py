@@ -6,7 +6,7 @@ Two forms of the same computation:
     graph an exporter writes for a model without the fused operator.
 
 This file depends on numpy and onnx only (onnxruntime for ``Runner``), never on the rest of the
-package: the C++ ONNX Runtime peers (src/onnxruntime) execute its text in an embedded
+package: the C++ ONNX Runtime peers (src/peers/onnxruntime) execute its text in an embedded
 interpreter, and ``attnsuite.onnx`` imports it.
 
 A problem is a dict with the keys of attnsuite's AttentionProblem: batch, heads_q, heads_kv,

@@ -27,11 +27,11 @@
 #include "attnsuite/attnsuite.hpp"
 #include "bench/plan.hpp"
 #include "bench/profile.hpp"
-#include "bench/sweep.hpp"
 #include "core/cancel.hpp"
+#include "report/sweep.hpp"
 #include "core/host_info.hpp"
 #include "core/presets.hpp"
-#include "report/atomic_file.hpp"
+#include "core/atomic_file.hpp"
 #include "report/load.hpp"
 #include "report/plots.hpp"
 #include "report/sinks.hpp"
@@ -43,7 +43,7 @@
 #include "cuda/cuda_backends.hpp"
 #endif
 #if ATTNSUITE_HAVE_ONNXRUNTIME_PEER
-#include "onnxruntime/onnxruntime_peer.hpp"
+#include "peers/onnxruntime/onnxruntime_peer.hpp"
 #endif
 
 namespace nb = nanobind;
@@ -768,7 +768,7 @@ std::string tune_batch(const std::string& suite, const std::string& overrides_te
 }
 
 // `attnsuite report FILE --plots DIR` from Python: the results file (.json, .jsonl, .csv or a
-// tune.json) loaded, profiled and plotted by tools/plots/plots.py with `python` (empty: the
+// tune.json) loaded, profiled and plotted by src/report/plots.py with `python` (empty: the
 // report's search, report::find_plot_python). Returns the plots made.
 nb::list plot(const std::string& results_path, const std::string& out_dir, const std::string& python) {
   std::vector<report::PlotFile> files;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "attnsuite/problem.hpp"
-#include "bench/generator_math.hpp"
+#include "core/generator_math.hpp"
 
 namespace attnsuite::bench {
 

@@ -16,7 +16,7 @@
 #include "bench/generators.hpp"
 #include "core/json_limits.hpp"
 #include "core/presets.hpp"
-#include "report/atomic_file.hpp"
+#include "core/atomic_file.hpp"
 
 namespace attnsuite::bench {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "attnsuite/registry.hpp"
-#include "bench/device_context.hpp"
+#include "attnsuite/device_context.hpp"
 #include "bench/plan.hpp"
 #include "bench/result.hpp"
 

@@ -6,8 +6,8 @@
 #include <new>
 
 #include "attnsuite/error.hpp"
-#include "core/fault.hpp"
 #include "core/host_info.hpp"
+#include "fault/fault.hpp"
 
 namespace attnsuite {
 

@@ -9,7 +9,7 @@
 
 #include "attnsuite/kernel_configs.hpp"
 #include "attnsuite/registry.hpp"
-#include "bench/device_context.hpp"
+#include "attnsuite/device_context.hpp"
 #include "bench/result.hpp"
 
 namespace attnsuite::cuda {

@@ -8,7 +8,7 @@
 #include "cuda/flash3/flash3.hpp"
 #endif
 #if ATTNSUITE_HAVE_NCCL
-#include "cuda/ring/ring.hpp"
+#include "ring/cuda/ring.hpp"
 #endif
 
 namespace attnsuite::cuda {

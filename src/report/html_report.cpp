@@ -6,7 +6,7 @@
 #include <set>
 
 #include "attnsuite/error.hpp"
-#include "report/atomic_file.hpp"
+#include "core/atomic_file.hpp"
 #include "report/sinks.hpp"
 #include "report/table.hpp"
 #include "tune/tune_output.hpp"

@@ -12,7 +12,7 @@
 
 #include "attnsuite/error.hpp"
 #include "core/json_limits.hpp"
-#include "report/atomic_file.hpp"
+#include "core/atomic_file.hpp"
 
 namespace attnsuite::report {
 

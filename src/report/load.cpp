@@ -9,7 +9,7 @@
 
 #include "attnsuite/error.hpp"
 #include "core/json_limits.hpp"
-#include "report/atomic_file.hpp"
+#include "core/atomic_file.hpp"
 #include "report/jsonl.hpp"
 
 namespace attnsuite::report {

@@ -14,7 +14,7 @@
 
 #include "attnsuite/error.hpp"
 #include "bench/profile.hpp"
-#include "report/atomic_file.hpp"
+#include "core/atomic_file.hpp"
 
 extern char** environ;
 
@@ -137,7 +137,7 @@ std::vector<PlotFile> make_plots(const std::string& python, const nlohmann::json
   write_file_atomic(input, data.dump());
   const int code = run_process({python, script.string(), input.string(), "--out", out.string()}, log);
   if (code != 0) {
-    throw Error(ErrorKind::Io, fmt::format("the plot script ({} tools/plots/plots.py) failed with exit code {}: {}",
+    throw Error(ErrorKind::Io, fmt::format("the plot script ({} src/report/plots.py) failed with exit code {}: {}",
                                            python, code, tail_lines(read_text_file(log), 3)));
   }
   const nlohmann::json manifest = nlohmann::json::parse(read_text_file(out / "plots.json"));

@@ -1,4 +1,4 @@
-// Plots through Python: the report hands its rows to tools/plots/plots.py (embedded in the
+// Plots through Python: the report hands its rows to src/report/plots.py (embedded in the
 // binary), which draws them with matplotlib into PNG and SVG files.
 #pragma once
 
@@ -14,7 +14,7 @@
 
 namespace attnsuite::report {
 
-// The text of tools/plots/plots.py.
+// The text of src/report/plots.py.
 std::string_view plots_script();
 
 // A Python 3 that imports matplotlib: $ATTNSUITE_PYTHON when set (and only it), else the first

@@ -1,7 +1,7 @@
 // What the ring needs from its transport (issue 10): each rank passes a K/V block to the next
 // rank (rank + 1 mod W) while it receives the previous rank's. Two implementations: the
 // in-process one below (threads, one per simulated rank; cpu-ring and the CPU tests) and NCCL
-// (src/cuda/ring: ncclSend/ncclRecv on a stream of its own, overlapped with the local kernel).
+// (src/ring/cuda: ncclSend/ncclRecv on a stream of its own, overlapped with the local kernel).
 #pragma once
 
 #include <cstddef>

@@ -9,7 +9,7 @@
 #include <map>
 
 #include "attnsuite/error.hpp"
-#include "report/atomic_file.hpp"
+#include "core/atomic_file.hpp"
 
 namespace attnsuite::tune {
 

@@ -8,7 +8,7 @@
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/registry.hpp"
-#include "bench/device_context.hpp"
+#include "attnsuite/device_context.hpp"
 #include "bench/generators.hpp"
 #include "cpu/common.hpp"
 

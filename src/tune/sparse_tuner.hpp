@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cpu/sparse/sparse.hpp"
+#include "sparse/sparse.hpp"
 
 namespace attnsuite::tune {
 

@@ -19,7 +19,7 @@
 #include "attnsuite/attnsuite.hpp"
 #include "bench/plan.hpp"
 #include "bench/runner.hpp"
-#include "bench/sweep.hpp"
+#include "report/sweep.hpp"
 #include "cli_test_support.hpp"
 #include "core/host_info.hpp"
 #include "gpu_test_support.hpp"

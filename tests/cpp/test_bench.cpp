@@ -16,9 +16,9 @@
 #include "bench/plan.hpp"
 #include "bench/runner.hpp"
 #include "bench/statistics.hpp"
-#include "bench/sweep.hpp"
 #include "core/cancel.hpp"
 #include "cpu/common.hpp"
+#include "report/sweep.hpp"
 #include "cpu/cpu_backends.hpp"
 #include "report/jsonl.hpp"
 

@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/sweep.hpp"
+#include "report/sweep.hpp"
 #include "report/jsonl.hpp"
 #include "report/load.hpp"
 

@@ -26,7 +26,7 @@
 
 #include "attnsuite/attnsuite.hpp"
 #include "attnsuite/kernel_configs.hpp"
-#include "bench/device_context.hpp"
+#include "attnsuite/device_context.hpp"
 #include "bench/generators.hpp"
 #include "cuda/cuda_backends.hpp"
 #include "gpu_test_support.hpp"

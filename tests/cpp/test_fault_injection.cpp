@@ -1,4 +1,4 @@
-// Fault injection in the middle of a sweep (core/fault.hpp): the n-th host allocation — or, on
+// Fault injection in the middle of a sweep (src/fault/fault.hpp): the n-th host allocation — or, on
 // a GPU, the n-th checked CUDA call — fails. For every n tried, the case it falls in is
 // recorded as failed with the reason, every other case runs as in a clean sweep, the files are
 // valid, and the memory tracker is back at its baseline (nothing leaked).
@@ -19,8 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "attnsuite/attnsuite.hpp"
-#include "bench/sweep.hpp"
-#include "core/fault.hpp"
+#include "report/sweep.hpp"
+#include "fault/fault.hpp"
 #include "gpu_test_support.hpp"
 #include "report/jsonl.hpp"
 #include "report/load.hpp"

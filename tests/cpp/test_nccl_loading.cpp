@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "cuda/ring/nccl_library.hpp"
+#include "ring/cuda/nccl_library.hpp"
 
 namespace attnsuite {
 namespace {

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "attnsuite/attnsuite.hpp"
-#include "bench/device_context.hpp"
+#include "attnsuite/device_context.hpp"
 #include "gpu_test_support.hpp"
 
 namespace attnsuite {

@@ -7,7 +7,7 @@
 
 #include "bench/plan.hpp"
 #include "bench/runner.hpp"
-#include "onnxruntime/onnxruntime_peer.hpp"
+#include "peers/onnxruntime/onnxruntime_peer.hpp"
 
 namespace attnsuite {
 namespace {

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "attnsuite/attnsuite.hpp"
-#include "bench/device_context.hpp"
+#include "attnsuite/device_context.hpp"
 #include "cuda/cuda_backends.hpp"
 #include "peers/peers.hpp"
 #include "gpu_test_support.hpp"

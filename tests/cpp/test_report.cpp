@@ -17,7 +17,7 @@
 
 #include "attnsuite/error.hpp"
 #include "bench/result.hpp"
-#include "report/atomic_file.hpp"
+#include "core/atomic_file.hpp"
 #include "report/compare.hpp"
 #include "report/jsonl.hpp"
 #include "report/load.hpp"

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "attnsuite/attnsuite.hpp"
-#include "bench/device_context.hpp"
+#include "attnsuite/device_context.hpp"
 #include "bench/generators.hpp"
 #include "cuda/cuda_backends.hpp"
 #include "cuda/sage/launch.hpp"

@@ -14,12 +14,12 @@
 #include <nlohmann/json.hpp>
 
 #include "attnsuite/attnsuite.hpp"
+#include "attnsuite/device_context.hpp"
 #include "bench/captured_inputs.hpp"
-#include "bench/device_context.hpp"
 #include "bench/generators.hpp"
 #include "bench/runner.hpp"
 #include "cli_test_support.hpp"
-#include "cpu/sparse/sparse.hpp"
+#include "sparse/sparse.hpp"
 #include "tune/sparse_tuner.hpp"
 
 #if ATTNSUITE_HAVE_CUDA

@@ -7,8 +7,8 @@
 
 #include "attnsuite/error.hpp"
 #include "cpu/common.hpp"
-#include "cpu/sparse/sparse.hpp"
 #include "cpu/sparse/sparse_backends.hpp"
+#include "sparse/sparse.hpp"
 
 namespace attnsuite::sparse {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "attnsuite/backend.hpp"
-#include "cpu/sparse/sparse.hpp"
+#include "sparse/sparse.hpp"
 
 namespace attnsuite::sparse {
 

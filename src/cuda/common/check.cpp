@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attnsuite/error.hpp"
+#include "fault/fault.hpp"
 
 namespace attnsuite::cuda::detail {
 

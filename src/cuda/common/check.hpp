@@ -1,7 +1,7 @@
 // Checked CUDA and cuBLAS calls. Any failure becomes attnsuite::Error with the failing call,
 // the library's error string and file:line; destructors use the non-throwing variant.
 //
-// Every ATTNSUITE_CUDA_CHECK(call) is a fault-injection point (core/fault.hpp, ATTNSUITE_FAULT=
+// Every ATTNSUITE_CUDA_CHECK(call) is a fault-injection point (src/fault/fault.hpp, ATTNSUITE_FAULT=
 // cuda:N): the n-th checked call is not made and fails with cudaErrorUnknown (or
 // CUBLAS_STATUS_INTERNAL_ERROR), so nothing it would have allocated can leak. Releases
 // (ATTNSUITE_CUDA_CHECK_NOTHROW) are never failed: they must always run.
@@ -13,8 +13,6 @@
 #include <type_traits>
 
 #include <cstdint>
-
-#include "core/fault.hpp"
 
 namespace attnsuite::cuda::detail {
 

@@ -1,10 +1,10 @@
-// Input generation on the GPU: the device-capable generators of src/bench/generator_math.hpp,
+// Input generation on the GPU: the device-capable generators of src/core/generator_math.hpp,
 // written straight into a strided device tensor, bitwise equal to the host's values.
 #pragma once
 
 #include <cstdint>
 
-#include "bench/generator_math.hpp"
+#include "core/generator_math.hpp"
 
 namespace attnsuite::cuda {
 

@@ -7,7 +7,7 @@
 namespace attnsuite::cuda::sparge {
 
 // The predictor's inputs, settings and outputs (src/cuda/sparge/predictor.cu; the rule is
-// sparse::select_blocks, src/cpu/sparse/sparse.hpp). All pointers on the device.
+// sparse::select_blocks, src/sparse/sparse.hpp). All pointers on the device.
 struct PredictorParams {
   const void* q = nullptr;
   const void* k = nullptr;

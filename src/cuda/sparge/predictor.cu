@@ -1,4 +1,4 @@
-// sparge's predictor on the GPU: the rule of sparse::select_blocks (src/cpu/sparse/sparse.hpp),
+// sparge's predictor on the GPU: the rule of sparse::select_blocks (src/sparse/sparse.hpp),
 // in two kernels. pool: one CTA per (batch, head, block) of Q or K, a warp per token row; the
 // block's mean token and its self-similarity |mean of normalized rows|². select: one CTA per
 // (batch, q head, q block): compressed scores q̄·k̄ᵀ·scale over the visible key blocks, softmax,

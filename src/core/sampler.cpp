@@ -1,4 +1,4 @@
-#include "bench/sampler.hpp"
+#include "attnsuite/sampler.hpp"
 
 #include <algorithm>
 

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attnsuite/generator_kind.hpp"
+
 #if defined(__CUDACC__)
 #define ATTNSUITE_HD __host__ __device__
 #else
@@ -20,9 +22,6 @@
 #endif
 
 namespace attnsuite::bench::genmath {
-
-// The generators that have a device implementation; values are stored in GeneratorInfo.
-enum class Kind : int { Randn = 0, Uniform = 1 };
 
 ATTNSUITE_HD inline double mul(double a, double b) {
 #if defined(__CUDA_ARCH__)

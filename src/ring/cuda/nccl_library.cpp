@@ -1,4 +1,4 @@
-#include "cuda/ring/nccl_library.hpp"
+#include "ring/cuda/nccl_library.hpp"
 
 #include <dlfcn.h>
 #include <fmt/format.h>

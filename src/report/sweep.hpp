@@ -12,7 +12,7 @@
 #include "attnsuite/registry.hpp"
 #include "bench/plan.hpp"
 #include "bench/result.hpp"
-#include "bench/shard.hpp"
+#include "report/shard.hpp"
 
 namespace attnsuite::bench {
 

@@ -1,7 +1,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "onnxruntime/embedded_python.hpp"
+#include "peers/onnxruntime/embedded_python.hpp"
 
 #include <fmt/format.h>
 

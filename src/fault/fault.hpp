@@ -4,8 +4,9 @@
 // the sweep goes on, and nothing leaks. Armed from a test (arm) or, for the CLI, by the
 // environment: ATTNSUITE_FAULT=alloc:N or cuda:N (comma-separated for both).
 //
-// Unarmed, a site costs one relaxed atomic increment. Plain C++17 without other headers of
-// ours: src/cuda/common/check.hpp includes it into device code compiled by nvcc.
+// Unarmed, a site costs one relaxed atomic increment. A room of its own (src/fault/), included
+// only by the .cpp files that host a site (core/memory.cpp, cuda/common/check.cpp), the CLI's
+// main and the tests, never by a header: tools/check_layers.py keeps it so.
 #pragma once
 
 #include <cstdint>

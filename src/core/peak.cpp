@@ -1,4 +1,4 @@
-#include "cpu/peak.hpp"
+#include "core/peak.hpp"
 
 #include <immintrin.h>
 

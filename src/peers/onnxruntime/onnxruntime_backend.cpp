@@ -8,7 +8,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "onnxruntime/onnxruntime_peer.hpp"
+#include "peers/onnxruntime/onnxruntime_peer.hpp"
 
 #include <fmt/format.h>
 
@@ -22,7 +22,7 @@
 
 #include "attnsuite/error.hpp"
 #include "cpu/common.hpp"
-#include "onnxruntime/embedded_python.hpp"
+#include "peers/onnxruntime/embedded_python.hpp"
 
 #if ATTNSUITE_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -1,4 +1,4 @@
-#include "bench/sweep.hpp"
+#include "report/sweep.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -16,8 +16,8 @@
 #include "bench/profile.hpp"
 #include "bench/runner.hpp"
 #include "core/host_info.hpp"
-#include "cpu/peak.hpp"
-#include "report/atomic_file.hpp"
+#include "core/peak.hpp"
+#include "core/atomic_file.hpp"
 #include "report/jsonl.hpp"
 #include "report/sinks.hpp"
 

@@ -1,4 +1,4 @@
-#include "bench/shard.hpp"
+#include "report/shard.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,8 +11,8 @@
 
 #include "attnsuite/error.hpp"
 #include "bench/runner.hpp"
-#include "bench/sweep.hpp"
-#include "report/atomic_file.hpp"
+#include "report/sweep.hpp"
+#include "core/atomic_file.hpp"
 #include "report/jsonl.hpp"
 #include "report/sinks.hpp"
 

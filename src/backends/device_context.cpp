@@ -1,4 +1,4 @@
-#include "bench/device_context.hpp"
+#include "attnsuite/device_context.hpp"
 
 #include <fmt/format.h>
 

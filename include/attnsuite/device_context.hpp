@@ -1,5 +1,5 @@
 // What the runner needs from a device, so it never knows whether it measures the CPU or a GPU.
-// The CPU context lives in src/bench; the CUDA one in src/cuda/common.
+// The CPU context and make_device_context live in src/backends; the CUDA one in src/cuda/common.
 #pragma once
 
 #include <cstddef>
@@ -9,9 +9,9 @@
 #include <string>
 
 #include "attnsuite/backend.hpp"
+#include "attnsuite/generator_kind.hpp"
+#include "attnsuite/sampler.hpp"
 #include "attnsuite/tensor.hpp"
-#include "bench/generator_math.hpp"
-#include "bench/sampler.hpp"
 
 namespace attnsuite::bench {
 

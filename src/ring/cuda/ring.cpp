@@ -11,7 +11,7 @@
 // step s on `current`, records compute_done[r], then waits for the receive before step s+1.
 // The harness's stream (device 0) waits for every rank's compute at the end, so its event timer
 // spans the whole ring, scatter and gather included.
-#include "cuda/ring/ring.hpp"
+#include "ring/cuda/ring.hpp"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -32,9 +32,9 @@
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/cuda_backends.hpp"
 #include "cuda/flash2/flash2.hpp"
-#include "cuda/ring/merge.hpp"
-#include "cuda/ring/nccl_library.hpp"
+#include "ring/cuda/nccl_library.hpp"
 #include "ring/communicator.hpp"
+#include "ring/cuda/merge.hpp"
 #include "ring/schedule.hpp"
 #if ATTNSUITE_HAVE_FLASH3
 #include "cuda/flash3/flash3.hpp"

@@ -2,7 +2,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/common/check.hpp"
-#include "cuda/ring/merge.hpp"
+#include "ring/cuda/merge.hpp"
 
 namespace attnsuite::cuda::ring_kernels {
 

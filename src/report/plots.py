@@ -5,7 +5,7 @@
 loaded, with the vanilla ratios and the roofline profile filled in and the roofs of each device.
 It also runs on its own on a results.json or tune.json that a sweep or a tune wrote:
 
-    python3 tools/plots/plots.py results/mine/results.json --out plots/
+    python3 src/report/plots.py results/mine/results.json --out plots/
 
 Writes DIR/<name>.png and DIR/<name>.svg for each plot the data allows, and DIR/plots.json, the
 list of plots made (name, title, caption, file names) that the HTML report embeds.

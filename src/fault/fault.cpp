@@ -1,4 +1,4 @@
-#include "core/fault.hpp"
+#include "fault/fault.hpp"
 
 #include <fmt/format.h>
 

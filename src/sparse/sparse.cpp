@@ -1,4 +1,4 @@
-#include "cpu/sparse/sparse.hpp"
+#include "sparse/sparse.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "attnsuite/error.hpp"
-#include "bench/generator_math.hpp"
+#include "core/generator_math.hpp"
 #include "cpu/common.hpp"
 
 namespace attnsuite::sparse {
