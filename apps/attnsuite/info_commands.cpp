@@ -40,14 +40,16 @@ AttentionProblem probe_problem(Device device) {
 Action add_list(CLI::App&) {
   return [] {
     Registry& registry = Registry::global();
-    report::TextTable backends({{"backend"}, {"device"}, {"what it is"}, {"here"}, {"supports"}});
+    report::TextTable backends({{"backend"}, {"device"}, {"what it is"}, {"here"}, {"backward"}, {"supports"}});
     for (const auto& name : registry.names()) {
       Backend& backend = registry.find(name);
       const Support support = backend.supports(probe_problem(backend.device()));
       std::string what(backend.display_name());
       if (!backend.peer_of().empty()) what += fmt::format(" [peer: {}]", backend.peer_of());
+      // Whether it has a backward (training: bench --pass bwd, fwd+bwd), asked of the same problem.
+      const bool backward = support && backend.supports_backward(probe_problem(backend.device()));
       backends.add_row({name, std::string(to_string(backend.device().type)), what,
-                        support ? "yes" : "no: " + support.reason, backend.capabilities()});
+                        support ? "yes" : "no: " + support.reason, backward ? "yes" : "no", backend.capabilities()});
     }
     fmt::print("Backends\n{}\n", backends.terminal());
     report::TextTable models({{"model"}, {"hidden", report::Align::Right}, {"q heads", report::Align::Right}, {"kv heads", report::Align::Right}, {"head dim", report::Align::Right}, {"note"}});

@@ -41,7 +41,7 @@ struct TuneFlags {
   std::string dense_backend, sparse_out;
   std::optional<std::int64_t> seed;
   std::string suite;
-  std::vector<std::string> backends, dtypes, models, causal;
+  std::vector<std::string> backends, dtypes, models, causal, passes;
   std::vector<int> seqs, heads, kv_heads, head_dims;
   std::optional<double> max_memory_gib, p95_ms;
   int min_batch = 1, max_batch = 1024;
@@ -69,6 +69,7 @@ nlohmann::json overrides_from(const TuneFlags& f) {
   if (!f.kv_heads.empty()) o["kv_heads"] = f.kv_heads;
   if (!f.head_dims.empty()) o["head_dim"] = f.head_dims;
   if (!f.causal.empty()) o["causal"] = causal_values(f.causal);
+  if (!f.passes.empty()) o["pass"] = f.passes;
   if (!f.generators.empty() && !f.sparse) o["generator"] = f.generators;
   if (f.min_reps) o["timing"]["min_reps"] = *f.min_reps;
   if (f.max_reps) o["timing"]["max_reps"] = *f.max_reps;
@@ -335,6 +336,7 @@ Action add_tune(CLI::App& app) {
   app.add_option("--kv-heads", f->kv_heads, "Key/value heads")->delimiter(',');
   app.add_option("--head-dim", f->head_dims, "Head dims")->delimiter(',');
   app.add_option("--causal", f->causal, "true, false or both")->delimiter(',');
+  app.add_option("--pass", f->passes, "--batch/--kernels: fwd, bwd, fwd+bwd (fwd+bwd: tune a training step)")->delimiter(',');
   app.add_option("--max-memory-gib", f->max_memory_gib,
                  "Memory limit per case: inputs plus the peak extra memory (default: what the device has)");
   app.add_option("--p95-ms", f->p95_ms, "p95 latency target per forward (default: none)");

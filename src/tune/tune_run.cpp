@@ -103,7 +103,12 @@ TuneOutcome run_batch_tune(const bench::SweepSpec& spec, const TuneOptions& opti
   const report::TextTable table = tuning_table(nlohmann::json(tuning));
   report::write_file_atomic(outcome.out_dir / "tune.md", table.markdown());
   outcome.table_terminal = table.terminal();
-  if (options.cache_path) {
+  const bool forward_only = std::all_of(spec.passes.begin(), spec.passes.end(),
+                                       [](bench::Pass pass) { return pass == bench::Pass::Forward; });
+  if (options.cache_path && !forward_only)
+    outcome.warnings.push_back("backend cache not updated: it answers backend=\"auto\" for forwards, and this tune "
+                               "timed a pass with a backward");
+  if (options.cache_path && forward_only) {
     // A cache that cannot be written costs the next `auto` its choice, not the tune its results.
     try {
       outcome.cache_classes = update_cache_file(*options.cache_path, nlohmann::json(outcome.document["header"]),
