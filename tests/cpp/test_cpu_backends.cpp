@@ -19,7 +19,7 @@
 #include "attnsuite/attnsuite.hpp"
 #include "cpu/cpu_backends.hpp"
 #include "cpu/isa.hpp"
-#include "cpu/peak.hpp"
+#include "core/peak.hpp"
 
 namespace attnsuite {
 namespace {

@@ -24,7 +24,7 @@
 #include "cpu/backward.hpp"
 #include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
-#include "cpu/peak.hpp"
+#include "core/peak.hpp"
 
 namespace attnsuite {
 namespace {
