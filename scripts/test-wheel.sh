@@ -7,7 +7,9 @@
 # module, the drop-in and the libraries shared with torch run against the installed package.
 # The package is uninstalled at the end. CI runs it after scripts/test.sh; with ccache (CI
 # exports CMAKE_{CXX,CUDA}_COMPILER_LAUNCHER=ccache) its compile is the test build's, from the
-# cache: the same sources, flags and paths.
+# cache: the same sources, flags and paths. Measured on the 2-core VM (CUDA build, torch 2.15):
+# 177 s, of which pip install . 110 s (with the test build's objects in the cache) and the
+# tests 49 s.
 # Usage: scripts/test-wheel.sh   (WHEEL_BUILD_DIR=... to build elsewhere; default build-wheel)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
