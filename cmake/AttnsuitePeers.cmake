@@ -167,20 +167,27 @@ if(NOT ATTNSUITE_CUDNN_PEER STREQUAL "OFF")
   # (include/x86_64-linux-gnu), or that wheel.
   attnsuite_python_query(cudnn_wheel
     "import importlib.util as u; print(u.find_spec('nvidia.cudnn').submodule_search_locations[0])")
-  set(cudnn_hints ${CUDAToolkit_INCLUDE_DIRS} ${cudnn_wheel}/include)
-  set(cudnn_library_hints ${CUDAToolkit_LIBRARY_DIR} ${cudnn_wheel}/lib)
   if(ATTNSUITE_TORCH_CUDNN_DIR)
-    set(cudnn_hints ${ATTNSUITE_TORCH_CUDNN_DIR}/include)
-    set(cudnn_library_hints ${ATTNSUITE_TORCH_CUDNN_DIR}/lib)
+    # Cache entries of their own, so that a build directory configured before torch was
+    # installed does not keep another cuDNN's header or library.
+    find_path(ATTNSUITE_TORCH_CUDNN_INCLUDE_DIR cudnn.h PATHS ${ATTNSUITE_TORCH_CUDNN_DIR}/include NO_DEFAULT_PATH)
+    find_library(ATTNSUITE_TORCH_CUDNN_LIBRARY NAMES libcudnn.so.9 cudnn PATHS ${ATTNSUITE_TORCH_CUDNN_DIR}/lib
+                 NO_DEFAULT_PATH)
+    set(cudnn_include_dir ${ATTNSUITE_TORCH_CUDNN_INCLUDE_DIR})
+    set(cudnn_library ${ATTNSUITE_TORCH_CUDNN_LIBRARY})
+  else()
+    find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${cudnn_wheel}/include ENV CUDNN_ROOT
+              PATH_SUFFIXES include)
+    # NAMES_PER_DIR: the wheel ships libcudnn.so.9 only, and a libcudnn.so on the system path must
+    # not win over it.
+    find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 NAMES_PER_DIR HINTS ${CUDAToolkit_LIBRARY_DIR}
+                 ${cudnn_wheel}/lib ENV CUDNN_ROOT PATH_SUFFIXES lib lib64)
+    set(cudnn_include_dir ${CUDNN_INCLUDE_DIR})
+    set(cudnn_library ${CUDNN_LIBRARY})
   endif()
-  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${cudnn_hints} ENV CUDNN_ROOT PATH_SUFFIXES include)
-  # NAMES_PER_DIR: the wheel ships libcudnn.so.9 only, and a libcudnn.so on the system path must
-  # not win over it.
-  find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 NAMES_PER_DIR HINTS ${cudnn_library_hints} ENV CUDNN_ROOT
-               PATH_SUFFIXES lib lib64)
   set(cudnn_version "")
-  if(CUDNN_INCLUDE_DIR AND EXISTS ${CUDNN_INCLUDE_DIR}/cudnn_version.h)
-    file(STRINGS ${CUDNN_INCLUDE_DIR}/cudnn_version.h version_lines REGEX "#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ")
+  if(cudnn_include_dir AND EXISTS ${cudnn_include_dir}/cudnn_version.h)
+    file(STRINGS ${cudnn_include_dir}/cudnn_version.h version_lines REGEX "#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ")
     foreach(part MAJOR MINOR PATCHLEVEL)
       string(REGEX MATCH "CUDNN_${part} ([0-9]+)" _ "${version_lines}")
       list(APPEND cudnn_version ${CMAKE_MATCH_1})
@@ -190,18 +197,18 @@ if(NOT ATTNSUITE_CUDNN_PEER STREQUAL "OFF")
   if(NOT CUDNN_FRONTEND_INCLUDE_DIR)
     attnsuite_peer_not_found(ATTNSUITE_CUDNN_PEER
       "cudnn_frontend.h not found (python3 -m pip install --no-deps nvidia-cudnn-frontend, or set CUDNN_FRONTEND_INCLUDE_DIR)")
-  elseif(NOT CUDNN_INCLUDE_DIR OR NOT CUDNN_LIBRARY)
+  elseif(NOT cudnn_include_dir OR NOT cudnn_library)
     attnsuite_peer_not_found(ATTNSUITE_CUDNN_PEER "cuDNN (cudnn.h and libcudnn) not found (set CUDNN_ROOT)")
   elseif(cudnn_version VERSION_LESS 9.0)
     attnsuite_peer_not_found(ATTNSUITE_CUDNN_PEER "cuDNN ${cudnn_version} found; the SDPA peer needs cuDNN 9")
   else()
     set(ATTNSUITE_HAVE_CUDNN_PEER ON)
-    set(ATTNSUITE_CUDNN_INCLUDE_DIRS ${CUDNN_FRONTEND_INCLUDE_DIR} ${CUDNN_INCLUDE_DIR})
-    set(ATTNSUITE_CUDNN_LIBRARY ${CUDNN_LIBRARY})
+    set(ATTNSUITE_CUDNN_INCLUDE_DIRS ${CUDNN_FRONTEND_INCLUDE_DIR} ${cudnn_include_dir})
+    set(ATTNSUITE_CUDNN_LIBRARY ${cudnn_library})
     file(STRINGS ${CUDNN_FRONTEND_INCLUDE_DIR}/cudnn_frontend_version.h frontend_lines
          REGEX "#define CUDNN_FRONTEND_(MAJOR|MINOR|PATCH)_VERSION ")
     string(REGEX REPLACE "[^0-9]+([0-9]+)[^0-9]+([0-9]+)[^0-9]+([0-9]+).*" "\\1.\\2.\\3" frontend_version "${frontend_lines}")
-    message(STATUS "attnsuite: cuDNN SDPA peer: cuDNN ${cudnn_version} (${CUDNN_LIBRARY}), "
+    message(STATUS "attnsuite: cuDNN SDPA peer: cuDNN ${cudnn_version} (${cudnn_library}), "
                    "cudnn-frontend ${frontend_version} (${CUDNN_FRONTEND_INCLUDE_DIR})")
   endif()
 endif()

@@ -21,10 +21,11 @@ TEST(NcclLoading, BindsEveryEntryPointOfThisMachinesNccl) {
   ASSERT_NE(api, nullptr) << reason;
   EXPECT_GE(api->version, 21300) << api->path;
   EXPECT_NE(api->path.find("libnccl.so"), std::string::npos) << api->path;
-  for (const void* entry : {reinterpret_cast<const void*>(api->comm_init_all), reinterpret_cast<const void*>(api->comm_destroy),
-                            reinterpret_cast<const void*>(api->comm_abort), reinterpret_cast<const void*>(api->send),
-                            reinterpret_cast<const void*>(api->recv), reinterpret_cast<const void*>(api->group_start),
-                            reinterpret_cast<const void*>(api->group_end), reinterpret_cast<const void*>(api->last_error)})
+  for (const void* entry :
+       {reinterpret_cast<const void*>(api->comm_init_all), reinterpret_cast<const void*>(api->comm_destroy),
+        reinterpret_cast<const void*>(api->comm_abort), reinterpret_cast<const void*>(api->send),
+        reinterpret_cast<const void*>(api->recv), reinterpret_cast<const void*>(api->group_start),
+        reinterpret_cast<const void*>(api->group_end), reinterpret_cast<const void*>(api->last_error)})
     EXPECT_NE(entry, nullptr);
   ASSERT_NE(api->error_string, nullptr);
   EXPECT_EQ(std::string(api->error_string(ncclSuccess)), "no error");

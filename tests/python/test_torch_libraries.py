@@ -79,3 +79,34 @@ def test_one_copy_of_each_cuda_library_and_torchs_where_it_has_one(order):
     not_torchs = {name: paths[0] for name, paths in report["mapped"].items()
                   if CUDA_LIBRARY.match(name) and name in torch_files and paths[0] != torch_files[name]}
     assert not not_torchs, f"loaded from elsewhere than torch's wheels: {not_torchs}"
+
+
+# The torch peers are a module of their own (libattnsuite_torch.so): attnsuite runs without
+# libtorch until one of them is looked up.
+LAZY_CHILD = r"""
+import json, os
+import numpy as np
+import attnsuite
+
+def mapped():
+    return sorted({os.path.basename(line.split()[5]) for line in open("/proc/self/maps") if len(line.split()) >= 6})
+
+q = np.random.default_rng(0).standard_normal((1, 64, 2, 32)).astype(np.float32)
+attnsuite.attention(q, q, q, backend="cpu-flash")
+before = mapped()
+names = [b["name"] for b in attnsuite.backends()]
+print(json.dumps({"before": before, "after": mapped(), "backends": names}))
+"""
+
+
+def test_libtorch_is_loaded_only_with_the_torch_peers():
+    package_parent = os.path.dirname(os.path.dirname(attnsuite.__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")])))
+    child = subprocess.run([sys.executable, "-c", LAZY_CHILD], capture_output=True, text=True, timeout=300, env=env)
+    assert child.returncode == 0, child.stderr[-2000:]
+    report = json.loads(child.stdout.strip().splitlines()[-1])
+    if "torch-sdpa" not in report["backends"]:
+        pytest.skip("this build has no torch peers")
+    libtorch = {"libtorch_cpu.so", "libtorch_cuda.so", "libattnsuite_torch.so"}
+    assert not libtorch & set(report["before"]), sorted(libtorch & set(report["before"]))
+    assert libtorch <= set(report["after"]), sorted(libtorch - set(report["after"]))

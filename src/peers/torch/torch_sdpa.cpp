@@ -478,11 +478,12 @@ RunReport TorchPlan::forward(const AttentionArgs& args, Stream stream) {
 
 }  // namespace
 
-void register_torch_backends(Registry& registry) {
-  for (Kind kind : {Kind::Sdpa, Kind::Flash, Kind::Efficient, Kind::Cudnn, Kind::Math})
-    registry.add(std::string(info_of(kind).name), [kind] { return std::make_unique<TorchBackend>(kind); });
-}
-
-std::string torch_version() { return ATTNSUITE_TORCH_VERSION_STRING; }
-
 }  // namespace attnsuite::peers
+
+// Creating a backend touches neither libtorch's CUDA state nor a GPU.
+attnsuite::Backend* attnsuite_torch_peer_create(const char* name) {
+  using namespace attnsuite::peers;
+  for (Kind kind : {Kind::Sdpa, Kind::Flash, Kind::Efficient, Kind::Cudnn, Kind::Math})
+    if (info_of(kind).name == name) return new TorchBackend(kind);
+  return nullptr;
+}

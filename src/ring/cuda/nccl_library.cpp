@@ -82,9 +82,10 @@ const Api* load(std::string* reason) {
       }
       tried += (tried.empty() ? "" : "; ") + why;
     }
-    loaded.reason = fmt::format("NCCL could not be loaded ({}); install NCCL (libnccl.so.2: the CUDA toolkit's, "
-                                "Debian's libnccl2 or PyPI's nvidia-nccl) or set ATTNSUITE_NCCL_LIBRARY to its file",
-                                tried);
+    loaded.reason = fmt::format(
+        "NCCL could not be loaded ({}); install NCCL (libnccl.so.2: the CUDA toolkit's, "
+        "Debian's libnccl2 or PyPI's nvidia-nccl) or set ATTNSUITE_NCCL_LIBRARY to its file",
+        tried);
   });
   if (!loaded.ok) {
     if (reason != nullptr) *reason = loaded.reason;

@@ -25,8 +25,8 @@ struct Api {
   ncclResult_t (*group_end)() = nullptr;
   const char* (*error_string)(ncclResult_t) = nullptr;
   const char* (*last_error)(ncclComm_t) = nullptr;
-  int version = 0;     // ncclGetVersion: 22809 is 2.28.9
-  std::string path;    // the file the loader found, for messages
+  int version = 0;   // ncclGetVersion: 22809 is 2.28.9
+  std::string path;  // the file the loader found, for messages
 };
 
 // The API once NCCL loaded (once per process, from the candidates above), else nullptr with
