@@ -9,6 +9,7 @@
 #include "attnsuite/error.hpp"
 #include "attnsuite/registry.hpp"
 #include "commands.hpp"
+#include "cpu/isa.hpp"
 #include "fault/fault.hpp"
 
 #if ATTNSUITE_HAVE_ONNXRUNTIME_PEER
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
 
   try {
     fault::arm_from_environment();  // test-only: ATTNSUITE_FAULT=alloc:N|cuda:N (src/fault/fault.hpp)
+    (void)cpu::selected_cpu_isa();  // a bad ATTNSUITE_CPU_ISA is one error line before any work
     for (auto& [sub, action] : commands)
       if (sub->parsed()) return action();
     fmt::print(stderr, "{}", app.help());

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attnsuite/attnsuite.hpp"
+#include "cli_test_support.hpp"
 #include "cpu/cpu_backends.hpp"
 #include "cpu/isa.hpp"
 #include "core/peak.hpp"
@@ -720,6 +721,17 @@ TEST(CpuFlashIsaSelection, EnvironmentVariableChoosesAndIsChecked) {
   } else {
     unsetenv("ATTNSUITE_CPU_ISA");
   }
+}
+
+// The CLI refuses a bad value before any work, with one line and the usage exit code.
+TEST(CpuFlashIsaSelection, CliRefusesAnUnknownIsa) {
+  using testing_support::CliResult;
+  using testing_support::run_cli;
+  const CliResult info = run_cli({"info"}, {"ATTNSUITE_CPU_ISA=sse2"});
+  EXPECT_EQ(info.code, 2);
+  EXPECT_EQ(info.err, "attnsuite: error: ATTNSUITE_CPU_ISA 'sse2' unknown; allowed: avx2, avx512\n");
+  const CliResult list = run_cli({"list"}, {"ATTNSUITE_CPU_ISA=avx2"});
+  EXPECT_EQ(list.code, 0) << list.err;
 }
 
 TEST(CpuFlashIsaSelection, ForcedConfigNamesAKnownIsa) {
