@@ -3,8 +3,9 @@
 Builds a Llama from a config (random weights: nothing is downloaded, so it runs without a
 network), runs it with PyTorch's scaled_dot_product_attention and with attnsuite.torch.patch(),
 and compares the logits (bf16 tolerance on the GPU) and the forward time. Optionally under
-torch.compile too: with patch() (transformers then passes a materialized causal mask, so the
-drop-in falls back to PyTorch — counted), and with the model's attention routed to the same op
+torch.compile too: with patch() (where transformers passes a materialized causal mask while
+compiling — before torch 2.14, or an older transformers — the drop-in falls back to PyTorch: the
+calls that reach attnsuite are counted), and with the model's attention routed to the same op
 through transformers' AttentionInterface (no mask without padding, also when compiled). Writes
 the figures as JSON (and prints a table).
 
@@ -89,6 +90,12 @@ def use_attention_interface(model):
         model.config._attn_implementation = "attnsuite"
 
 
+def transformers_version():
+    import transformers
+
+    return transformers.__version__
+
+
 def use_sdpa(model):
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation("sdpa")
@@ -135,7 +142,8 @@ def main():
         return real_forward(backend, *rest)
 
     results = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_name(),
-               "torch": torch.__version__, "attnsuite": attnsuite.__version__, "dtype": args.dtype,
+               "torch": torch.__version__, "transformers": transformers_version(), "attnsuite": attnsuite.__version__,
+               "dtype": args.dtype,
                "model": {"hidden": args.hidden, "heads": args.heads, "kv_heads": args.kv_heads, "layers": args.layers},
                "batch": args.batch, "seq": args.seq}
     with torch.no_grad():
@@ -181,9 +189,12 @@ def main():
                 results["ms_attnsuite_compiled"] = time_forward(lambda: compiled(tokens), args.device, args.reps)
                 use_sdpa(model)
             save(args.out, results)
-            # patch() under torch.compile: transformers materializes the causal mask while tracing
-            # (it skips it only when not tracing), so the patched F.scaled_dot_product_attention gets
-            # an attn_mask and falls back to PyTorch; the calls that reached attnsuite are counted.
+            # patch() under torch.compile: whether attnsuite runs depends on transformers and torch.
+            # transformers skips the causal mask while compiling only with torch >= 2.14 (its
+            # masking_utils._ignore_causal_mask_sdpa); before, the patched F.scaled_dot_product_attention
+            # gets a materialized mask and falls back to PyTorch. The calls that reached attnsuite
+            # are counted: 0 on the H200 with torch 2.11, 2 (every layer) with torch 2.15 and
+            # transformers 5.25 on the CPU.
             torch._dynamo.reset()
             calls.clear()
             drop_in._core.forward = counting_forward

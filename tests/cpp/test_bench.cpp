@@ -159,12 +159,20 @@ TEST(Plan, ParsesAndExpandsWithBackendsInnermost) {
 
 TEST(Plan, TokensPerBatchSetsTheBatch) {
   const auto spec = parse_suite(nlohmann::json::parse(R"({"backends": "a", "tokens_per_batch": 16384,
-      "seq": [512, 16384, 32768]})"), "t");
+      "seq": [512, 5000, 16384]})"), "t");
   const auto cases = expand(spec);
   ASSERT_EQ(cases.size(), 3u);
   EXPECT_EQ(cases[0].problem.batch, 32);
-  EXPECT_EQ(cases[1].problem.batch, 1);
+  EXPECT_EQ(cases[1].problem.batch, 3);  // rounded down
   EXPECT_EQ(cases[2].problem.batch, 1);
+  // Fewer tokens than a sequence would be batch 0: refused (it used to run batch 1 unsaid).
+  try {
+    parse_suite(nlohmann::json::parse(R"({"backends": "a", "tokens_per_batch": 16384, "seq": [512, 32768]})"), "t");
+    ADD_FAILURE() << "tokens_per_batch below a seq was accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(error.what()).find("is fewer than seq 32768"), std::string::npos) << error.what();
+  }
 }
 
 TEST(Plan, HiddenSetsHeadsPerHeadDim) {
