@@ -18,9 +18,11 @@
 #include "cuda/common/key_range.cuh"
 
 #include "cuda/flash2/params.hpp"
-#include "cuda/flash2/primitives.cuh"
+#include "cuda/sm80/primitives.cuh"
 
 namespace attnsuite::cuda::flash2 {
+
+using namespace sm80;  // the mma.sync PTX wrappers (sm80/primitives.cuh)
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a [rows][kHeadDim] shared tile.
 // XOR-ing the chunk with the row's low 3 bits puts the 8 rows that one ldmatrix 8×8 matrix

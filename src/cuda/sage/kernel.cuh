@@ -20,9 +20,11 @@
 #include "cuda/common/empty_tile.cuh"
 #include "cuda/common/key_range.cuh"
 #include "cuda/sage/params.hpp"
-#include "cuda/sage/primitives.cuh"
+#include "cuda/sm80/tile.cuh"
 
 namespace attnsuite::cuda::sage {
+
+using namespace sm80;  // the mma.sync PTX wrappers and tiles (sm80/primitives.cuh, tile.cuh)
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
@@ -281,8 +283,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           load_matrix_x4_transposed(b, v_addresses.at(v_tile, kk, dp));
 #pragma unroll
           for (int mt = 0; mt < kMTiles; ++mt) {
-            flash2::mma_16x8x16<Element>(acc_o[mt][2 * dp], p[mt], b[0], b[1]);
-            flash2::mma_16x8x16<Element>(acc_o[mt][2 * dp + 1], p[mt], b[2], b[3]);
+            mma_16x8x16<Element>(acc_o[mt][2 * dp], p[mt], b[0], b[1]);
+            mma_16x8x16<Element>(acc_o[mt][2 * dp + 1], p[mt], b[2], b[3]);
           }
         }
       }
