@@ -19,6 +19,7 @@
 
 #include "cuda/flash2/params.hpp"
 #include "cuda/sm80/primitives.cuh"
+#include "cuda/sm80/softmax.cuh"
 
 namespace attnsuite::cuda::flash2 {
 
@@ -257,65 +258,18 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
   [[maybe_unused]] unsigned pv_skipped = 0;
   if constexpr (Traits::kBlockSparse) pv_limit_log2 = params.pv_threshold_log2[head];
 
-  // Mask, then the online softmax: P = 2^(S·scale·log2e − max) in place, and the running O and
-  // row sums rescaled by 2^((old max − new max)·scale·log2e).
+  // Mask (boundary tiles only), then the online softmax (sm80/softmax.cuh).
   auto softmax = [&](int n_block, ScoreTile& acc_s) {
     const int key_begin = n_block * kTileN;
-    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const KeyRange keys = key_range(params, row_begin + warp_row + mt * 16 + quad_row + 8 * half);
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = key_begin + nt * 8 + 2 * quad_col + e;
-              if (key < keys.begin || key >= keys.end) acc_s[mt][nt][2 * half + e] = -INFINITY;
-            }
-        }
-    }
-    float correction[kMTiles][2];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-          tile_max = fmaxf(tile_max, fmaxf(acc_s[mt][nt][2 * half], acc_s[mt][nt][2 * half + 1]));
-        const float row_tile_max = quad_max(tile_max);
-        const float new_max = fmaxf(row_max[mt][half], row_tile_max);
-        if constexpr (Traits::kBlockSparse) {
-          // P·V of this block may be skipped only if every row of the warp has it far below
-          // its running max: all p < 2^-λ·log2e relative to the row's largest.
-          if (!((row_tile_max - new_max) * params.scale_log2 < -pv_limit_log2)) pv_negligible = false;
-        }
-        // A row that has seen no key yet keeps max -inf; subtracting 0 then keeps its p at 0
-        // (2^-inf) instead of NaN (-inf − -inf).
-        const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * params.scale_log2;
-        correction[mt][half] = exp2_approx(row_max[mt][half] * params.scale_log2 - max_scaled);
-        row_max[mt][half] = new_max;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = exp2_approx(fmaf(acc_s[mt][nt][2 * half + e], params.scale_log2, -max_scaled));
-            acc_s[mt][nt][2 * half + e] = p;
-            sum += p;
-          }
-        row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] + sum;
+    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end)
+      mask_scores(params, acc_s, key_begin, row_begin, warp_row, quad_row, quad_col);
+    online_softmax<false>(acc_s, acc_o, row_max, row_sum, [&] { return params.scale_log2; }, [&](float row_tile_max, float new_max) {
+      if constexpr (Traits::kBlockSparse) {
+        // P·V of this block may be skipped only if every row of the warp has it far below
+        // its running max: all p < 2^-λ·log2e relative to the row's largest.
+        if (!((row_tile_max - new_max) * params.scale_log2 < -pv_limit_log2)) pv_negligible = false;
       }
-    // Always rescaled: skipping it when no max changed (a warp-uniform branch) measured 3–7%
-    // slower on the H200 (docs/kernels/flash2.md, v3).
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] *= correction[mt][e / 2];
+    });
   };
 
   // O += P·V: S's accumulator layout for key tiles 2j, 2j+1 is the A fragment of k-step j.

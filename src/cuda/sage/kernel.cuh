@@ -20,6 +20,7 @@
 #include "cuda/common/empty_tile.cuh"
 #include "cuda/common/key_range.cuh"
 #include "cuda/sage/params.hpp"
+#include "cuda/sm80/softmax.cuh"
 #include "cuda/sm80/tile.cuh"
 
 namespace attnsuite::cuda::sage {
@@ -212,54 +213,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     }
   };
 
-  // Mask, then the online softmax in log2 units (flash2's, without the scale multiply).
+  // Mask (boundary tiles only), then flash2's online softmax in log2 units (scale 1).
   auto softmax = [&](int n_block, ScoreTile& acc_s) {
     const int key_begin = n_block * kTileN;
-    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const KeyRange keys = key_range(params, row_begin + warp_row + mt * 16 + quad_row + 8 * half);
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = key_begin + nt * 8 + 2 * quad_col + e;
-              if (key < keys.begin || key >= keys.end) acc_s[mt][nt][2 * half + e] = -INFINITY;
-            }
-        }
-    }
-    float correction[kMTiles][2];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-          tile_max = fmaxf(tile_max, fmaxf(acc_s[mt][nt][2 * half], acc_s[mt][nt][2 * half + 1]));
-        const float new_max = fmaxf(row_max[mt][half], quad_max(tile_max));
-        const float max_used = new_max == -INFINITY ? 0.0f : new_max;
-        correction[mt][half] = exp2_approx(row_max[mt][half] - max_used);
-        row_max[mt][half] = new_max;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = exp2_approx(acc_s[mt][nt][2 * half + e] - max_used);
-            acc_s[mt][nt][2 * half + e] = p;
-            sum += p;
-          }
-        row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] + sum;
-      }
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] *= correction[mt][e / 2];
+    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end)
+      mask_scores(params, acc_s, key_begin, row_begin, warp_row, quad_row, quad_col);
+    online_softmax<true>(acc_s, acc_o, row_max, row_sum, [] { return 1.0f; }, [](float, float) {});
   };
 
   auto accumulate_pv = [&](int n_block, ScoreTile& acc_s) {
