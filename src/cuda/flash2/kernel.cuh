@@ -20,6 +20,7 @@
 #include "cuda/flash2/params.hpp"
 #include "cuda/sm80/primitives.cuh"
 #include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/tile.cuh"
 
 namespace attnsuite::cuda::flash2 {
 
@@ -219,36 +220,10 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
   // S = Q·Kᵀ for this warp's rows and the tile's kTileN keys (unscaled, fp32).
   auto compute_scores = [&](int it, ScoreTile& acc_s) {
     const int stage = (it - it_begin) % kStages;
-    const std::uint32_t k_tile = smem_k_address + stage * kKVTileBytes;
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      std::uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        if (mt < kQRegisterTiles) {  // resolved at compile time (mt is unrolled)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt < kQRegisterTiles ? mt : 0][ks][e];
-        } else {
-          load_matrix_x4(a[mt], a_addresses.at(smem_q_address, mt, ks));
-        }
-      }
-#pragma unroll
-      for (int np = 0; np < kNTiles / 2; ++np) {
-        std::uint32_t b[4];
-        load_matrix_x4(b, k_addresses.at(k_tile, np, ks));
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16x8x16<Element>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
-          mma_16x8x16<Element>(acc_s[mt][2 * np + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
+    multiply_qk<kQRegisterTiles, kKSteps>(acc_s, q_frag, a_addresses, smem_q_address, k_addresses,
+                                          smem_k_address + stage * kKVTileBytes,
+                                          [](float(&acc)[4], const std::uint32_t(&a)[4], std::uint32_t b0,
+                                             std::uint32_t b1) { mma_16x8x16<Element>(acc, a, b0, b1); });
   };
 
   // Block-sparse only: this warp's P·V skip threshold, and whether the current block's P is
@@ -272,31 +247,10 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
     });
   };
 
-  // O += P·V: S's accumulator layout for key tiles 2j, 2j+1 is the A fragment of k-step j.
+  // O += P·V (V transposed: the same lane pattern as Q).
   auto accumulate_pv = [&](int it, ScoreTile& acc_s) {
     const int stage = (it - it_begin) % kStages;
-    const std::uint32_t v_tile = smem_v_address + stage * kKVTileBytes;
-#pragma unroll
-    for (int kk = 0; kk < kTileN / 16; ++kk) {
-      std::uint32_t p[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        p[mt][0] = pack_pair<Element>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
-        p[mt][1] = pack_pair<Element>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
-        p[mt][2] = pack_pair<Element>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
-        p[mt][3] = pack_pair<Element>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
-      }
-#pragma unroll
-      for (int dp = 0; dp < kDTiles / 2; ++dp) {
-        std::uint32_t b[4];
-        load_matrix_x4_transposed(b, a_addresses.at(v_tile, kk, dp));
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16x8x16<Element>(acc_o[mt][2 * dp], p[mt], b[0], b[1]);
-          mma_16x8x16<Element>(acc_o[mt][2 * dp + 1], p[mt], b[2], b[3]);
-        }
-      }
-    }
+    sm80::accumulate_pv<Element>(acc_o, acc_s, a_addresses, smem_v_address + stage * kKVTileBytes);
   };
 
   ScoreTile acc_s;

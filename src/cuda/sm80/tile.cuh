@@ -57,4 +57,72 @@ __device__ __forceinline__ void load_rows_async(std::uint32_t tile_address, cons
   }
 }
 
+// acc = Q·Kᵀ of a warp's kMTiles 16-row tiles and a K tile (kNTiles 8-key tiles), kKSteps k-steps
+// of one m16n8 MMA each (mma(acc, a, b0, b1)): A from the Q fragments the warp keeps in registers
+// (its first kQRegisterTiles row tiles, q_frag) or ldmatrix'd at q_address; B from the K tile at
+// k_tile, two 8-key tiles per ldmatrix.x4.
+template <int kQRegisterTiles, int kKSteps, class Acc, int kMTiles, int kNTiles, class QFragments, class QAddresses,
+          class KAddresses, class Mma>
+__device__ __forceinline__ void multiply_qk(Acc (&acc)[kMTiles][kNTiles][4], const QFragments& q_frag,
+                                            const QAddresses& q_addresses, std::uint32_t q_address,
+                                            const KAddresses& k_addresses, std::uint32_t k_tile, Mma mma) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = Acc(0);
+#pragma unroll
+  for (int ks = 0; ks < kKSteps; ++ks) {
+    std::uint32_t a[kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      if (mt < kQRegisterTiles) {  // resolved at compile time (mt is unrolled)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt < kQRegisterTiles ? mt : 0][ks][e];
+      } else {
+        load_matrix_x4(a[mt], q_addresses.at(q_address, mt, ks));
+      }
+    }
+#pragma unroll
+    for (int np = 0; np < kNTiles / 2; ++np) {
+      std::uint32_t b[4];
+      load_matrix_x4(b, k_addresses.at(k_tile, np, ks));
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        mma(acc[mt][2 * np], a[mt], b[0], b[1]);
+        mma(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// O += P·V with P rounded to the 16-bit Element: S's accumulator layout for key tiles 2j, 2j+1 is
+// the A fragment of k-step j; V's rows (keys) read transposed at v_tile (ldmatrix .trans).
+template <class Element, int kMTiles, int kNTiles, int kDTiles, class VAddresses>
+__device__ __forceinline__ void accumulate_pv(float (&acc_o)[kMTiles][kDTiles][4], float (&acc_s)[kMTiles][kNTiles][4],
+                                              const VAddresses& v_addresses, std::uint32_t v_tile) {
+#pragma unroll
+  for (int kk = 0; kk < kNTiles / 2; ++kk) {
+    std::uint32_t p[kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      p[mt][0] = pack_pair<Element>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
+      p[mt][1] = pack_pair<Element>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
+      p[mt][2] = pack_pair<Element>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
+      p[mt][3] = pack_pair<Element>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dp = 0; dp < kDTiles / 2; ++dp) {
+      std::uint32_t b[4];
+      load_matrix_x4_transposed(b, v_addresses.at(v_tile, kk, dp));
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        mma_16x8x16<Element>(acc_o[mt][2 * dp], p[mt], b[0], b[1]);
+        mma_16x8x16<Element>(acc_o[mt][2 * dp + 1], p[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
 }  // namespace attnsuite::cuda::sm80
