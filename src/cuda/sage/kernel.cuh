@@ -166,35 +166,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     const int stage = (n_block - n_block_min) % kStages;
     const std::uint32_t k_tile = smem_k_base + stage * Traits::kKBytes;
     int acc[kMTiles][kNTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0;
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      std::uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        if (mt < kQRegisterTiles) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt < kQRegisterTiles ? mt : 0][ks][e];
-        } else {
-          load_matrix_x4(a[mt], q_addresses.at(smem_q_address, mt, ks));
-        }
-      }
-#pragma unroll
-      for (int np = 0; np < kNTiles / 2; ++np) {
-        std::uint32_t b[4];
-        load_matrix_x4(b, k_addresses.at(k_tile, np, ks));
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_s8_16x8x32(acc[mt][2 * np], a[mt], b[0], b[1]);
-          mma_s8_16x8x32(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
+    multiply_qk<kQRegisterTiles, kKSteps>(acc, q_frag, q_addresses, smem_q_address, k_addresses, k_tile,
+                                          [](int(&acc)[4], const std::uint32_t(&a)[4], std::uint32_t b0,
+                                             std::uint32_t b1) { mma_s8_16x8x32(acc, a, b0, b1); });
     // Dequantize: the K scale of the thread's columns 8·nt + 2·quad_col + e (k_scale_index: one
     // per 8-key mma tile for sage, one per thread and tile for sage2); int → float by the
     // exponent trick (int_to_float_exact: IADD + FADD instead of the quarter-rate I2F).
@@ -225,28 +199,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     const int stage = (n_block - n_block_min) % kStages;
     const std::uint32_t v_tile = smem_v_base + stage * Traits::kVBytes;
     if constexpr (!kFp8PV) {
-      // flash2's P·V: S's accumulator layout for key tiles 2j, 2j+1 is the A fragment of step j.
-#pragma unroll
-      for (int kk = 0; kk < kTileN / 16; ++kk) {
-        std::uint32_t p[kMTiles][4];
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          p[mt][0] = pack_pair<Element>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
-          p[mt][1] = pack_pair<Element>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
-          p[mt][2] = pack_pair<Element>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
-          p[mt][3] = pack_pair<Element>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
-        }
-#pragma unroll
-        for (int dp = 0; dp < kDTiles / 2; ++dp) {
-          std::uint32_t b[4];
-          load_matrix_x4_transposed(b, v_addresses.at(v_tile, kk, dp));
-#pragma unroll
-          for (int mt = 0; mt < kMTiles; ++mt) {
-            mma_16x8x16<Element>(acc_o[mt][2 * dp], p[mt], b[0], b[1]);
-            mma_16x8x16<Element>(acc_o[mt][2 * dp + 1], p[mt], b[2], b[3]);
-          }
-        }
-      }
+      sm80::accumulate_pv<Element>(acc_o, acc_s, v_addresses, v_tile);  // flash2's P·V
     } else {
       // P8 = e4m3(P·448). A fragment of 32-key step kk: registers 0/1 hold rows quad_row /
       // quad_row + 8 of n-tiles 4kk, 4kk+1 (keys 2c, 2c+1, 8+2c, 9+2c), registers 2/3 those of
