@@ -189,29 +189,12 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
   if constexpr (kQRegisterTiles > 0) {
     wait_async_copies<kStages - 1>();
     __syncthreads();
-#pragma unroll
-    for (int mt = 0; mt < kQRegisterTiles; ++mt)
-#pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks)
-        load_matrix_x4(q_frag[mt][ks], a_addresses.at(smem_q_address, mt, ks));
+    load_q_fragments<kQRegisterTiles, kKSteps>(q_frag, a_addresses, smem_q_address);
   }
 
   float acc_o[kMTiles][kDTiles][4];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.0f;
-  // Per fragment row (mt, half): half 0 is row quad_row, half 1 is row quad_row + 8.
   float row_max[kMTiles][2], row_sum[kMTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      row_max[mt][half] = -INFINITY;
-      row_sum[mt][half] = 0.0f;
-    }
+  start_rows(acc_o, row_max, row_sum);
 
   // The three phases of one K/V tile, over the tile's S accumulator. (Holding two of them to
   // issue Q·Kᵀ of tile n+1 before the softmax of tile n ran 20–30% slower: register pressure.)

@@ -137,27 +137,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   if constexpr (kQRegisterTiles > 0) {
     wait_async_copies<kStages - 1>();
     __syncthreads();
-#pragma unroll
-    for (int mt = 0; mt < kQRegisterTiles; ++mt)
-#pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks) load_matrix_x4(q_frag[mt][ks], q_addresses.at(smem_q_address, mt, ks));
+    load_q_fragments<kQRegisterTiles, kKSteps>(q_frag, q_addresses, smem_q_address);
   }
 
   float acc_o[kMTiles][kDTiles][4];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.0f;
   float row_max[kMTiles][2], row_sum[kMTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      row_max[mt][half] = -INFINITY;
-      row_sum[mt][half] = 0.0f;
-    }
+  start_rows(acc_o, row_max, row_sum);
 
   using ScoreTile = float[kMTiles][kNTiles][4];
 

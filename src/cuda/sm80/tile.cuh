@@ -57,6 +57,37 @@ __device__ __forceinline__ void load_rows_async(std::uint32_t tile_address, cons
   }
 }
 
+// The warp's Q fragments (A of Q·Kᵀ) of its first kQRegisterTiles row tiles, kept in registers
+// for the whole CTA, from the Q tile at q_address (landed: the caller waits for its copies).
+template <int kQRegisterTiles, int kKSteps, int kTiles, int kSteps, class QAddresses>
+__device__ __forceinline__ void load_q_fragments(std::uint32_t (&q_frag)[kTiles][kSteps][4],
+                                                 const QAddresses& q_addresses, std::uint32_t q_address) {
+#pragma unroll
+  for (int mt = 0; mt < kQRegisterTiles; ++mt)
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) load_matrix_x4(q_frag[mt][ks], q_addresses.at(q_address, mt, ks));
+}
+
+// A warp's rows before the first K tile: O = 0, running max -inf, running sum 0 (per fragment row
+// (mt, half): half 0 is row quad_row, half 1 is row quad_row + 8).
+template <int kMTiles, int kDTiles>
+__device__ __forceinline__ void start_rows(float (&acc_o)[kMTiles][kDTiles][4], float (&row_max)[kMTiles][2],
+                                           float (&row_sum)[kMTiles][2]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.0f;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      row_max[mt][half] = -INFINITY;
+      row_sum[mt][half] = 0.0f;
+    }
+}
+
 // acc = Q·Kᵀ of a warp's kMTiles 16-row tiles and a K tile (kNTiles 8-key tiles), kKSteps k-steps
 // of one m16n8 MMA each (mma(acc, a, b0, b1)): A from the Q fragments the warp keeps in registers
 // (its first kQRegisterTiles row tiles, q_frag) or ldmatrix'd at q_address; B from the K tile at
