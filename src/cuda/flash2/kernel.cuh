@@ -221,13 +221,14 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
     const int key_begin = n_block * kTileN;
     if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end)
       mask_scores(params, acc_s, key_begin, row_begin, warp_row, quad_row, quad_col);
-    online_softmax<false>(acc_s, acc_o, row_max, row_sum, [&] { return params.scale_log2; }, [&](float row_tile_max, float new_max) {
+    // Block-sparse: P·V of this block may be skipped only if every row of the warp has it far
+    // below its running max: all p < 2^-λ·log2e relative to the row's largest.
+    const auto skip_check = [&](float row_tile_max, float new_max) {
       if constexpr (Traits::kBlockSparse) {
-        // P·V of this block may be skipped only if every row of the warp has it far below
-        // its running max: all p < 2^-λ·log2e relative to the row's largest.
         if (!((row_tile_max - new_max) * params.scale_log2 < -pv_limit_log2)) pv_negligible = false;
       }
-    });
+    };
+    online_softmax<false>(acc_s, acc_o, row_max, row_sum, [&] { return params.scale_log2; }, skip_check);
   };
 
   // O += P·V (V transposed: the same lane pattern as Q).

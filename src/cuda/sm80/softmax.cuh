@@ -31,9 +31,9 @@ __device__ __forceinline__ void mask_scores(const Params& params, float (&acc_s)
 // P = 2^(S·scale − max·scale) in place, the rows' running max and sum updated, and O rescaled by
 // 2^((old max − new max)·scale): scale = scale_log2() (flash2: softmax scale · log2 e; a callable,
 // read where used: as a value the compiler ordered the operands of the multiplies otherwise), or,
-// kLog2Units, none: S is in log2 units already (sage). Always rescaled: skipping it when no max changed (a warp-uniform branch)
-// measured 3–7% slower on the H200 (docs/kernels/flash2.md, v3). on_row_max(tile max, new max)
-// sees each row's maxima (flash2's block-sparse P·V skip).
+// kLog2Units, none: S is in log2 units already (sage). Always rescaled: skipping it when no max changed (a warp-uniform
+// branch) measured 3–7% slower on the H200 (docs/kernels/flash2.md, v3). on_row_max(tile max, new max) sees each row's
+// maxima (flash2's block-sparse P·V skip).
 template <bool kLog2Units, int kMTiles, int kNTiles, int kDTiles, class ScaleLog2, class OnRowMax>
 __device__ __forceinline__ void online_softmax(float (&acc_s)[kMTiles][kNTiles][4], float (&acc_o)[kMTiles][kDTiles][4],
                                                float (&row_max)[kMTiles][2], float (&row_sum)[kMTiles][2],
