@@ -14,10 +14,13 @@ flags, defines and includes. The PTX is normalized before the comparison:
   - every mangled symbol (`_Z...`: kernels, device functions, their parameters, shared arrays,
     anonymous-namespace hashes) is renamed by order of first appearance, so renamed functions,
     types and namespaces do not count, while any difference in what the code does does.
-Exit status: 0 when every TU's PTX is identical, 1 (with a per-TU summary and the first lines
-of each difference) when not, 2 on an error. With --ptxas, each differing pair is also assembled
-(ptxas -v, both sides) and its kernels' registers, spills and SASS bytes are printed side by side:
-not a proof, a first look at what the change did to the machine code before the GPU A/B.
+Exit status: 0 when every TU's PTX is identical (or, with --ptxas, every differing one assembles
+to a byte-identical cubin), 1 (with a per-TU summary and the first lines of each difference)
+when not, 2 on an error. With --ptxas, each differing pair is also assembled
+(ptxas -v, both sides): byte-identical cubins (the same SASS: what differed in the PTX, e.g. the
+operand order of a commutative multiply, did not reach the machine code) are said so; otherwise
+its kernels' registers, spills and SASS bytes are printed side by side, a first look at what the
+change did to the machine code before the GPU A/B.
 
 The PTX of a (TU, architecture) is cached under $ATTNSUITE_PTX_CACHE (default
 ~/.cache/attnsuite-ptx-diff), keyed by the compiler, the compile command and the contents of
@@ -267,7 +270,8 @@ def elf_text_bytes(cubin):
 
 
 def assemble(ptx_text, arch, scratch, tag):
-    """{kernel: (registers, stack, spill stores, spill loads, SASS bytes)} of normalized PTX."""
+    """({kernel: (registers, stack, spill stores, spill loads, SASS bytes)}, cubin bytes) of
+    normalized PTX."""
     ptx = scratch / f"{tag}.ptx"
     cubin = scratch / f"{tag}.cubin"
     ptx.write_text(ptx_text)
@@ -286,7 +290,7 @@ def assemble(ptx_text, arch, scratch, tag):
         elif (match := _PTXAS_REGISTERS.search(line)) and current:
             kernels[current] = (int(match.group(1)), *frame, sizes.get(current, 0))
             current = None
-    return kernels
+    return kernels, cubin.read_bytes()
 
 
 # ---- The comparison ---------------------------------------------------------------------------
@@ -405,7 +409,7 @@ def main(argv):
                 path = args.keep / side / f"{file}.sm_{arch}.ptx"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
-    differing = 0
+    differing = same_sass = 0
     print(f"ptx-diff: {sides['old'][1]} -> {sides['new'][1]}: {len(results)} (TU, arch) pairs, "
           f"{compiled} compiled, {len(unique) - compiled} cached, {time.monotonic() - started:.0f} s")
     for (file, arch), texts in sorted(results.items()):
@@ -423,16 +427,25 @@ def main(argv):
             print(f"      {line[:160]}")
         if args.ptxas:
             with tempfile.TemporaryDirectory(prefix="ptx-diff-ptxas.") as work:
-                before = assemble(old, arch, pathlib.Path(work), "old")
-                after = assemble(new, arch, pathlib.Path(work), "new")
+                before, old_cubin = assemble(old, arch, pathlib.Path(work), "old")
+                after, new_cubin = assemble(new, arch, pathlib.Path(work), "new")
+            if old_cubin == new_cubin:
+                same_sass += 1
+                print("      ptxas: the cubins are byte-identical (the same SASS)")
+                continue
             for kernel in sorted(set(before) | set(after)):
                 a, b = before.get(kernel), after.get(kernel)
                 fields = ("registers", "stack", "spill stores", "spill loads", "SASS bytes")
                 cells = [f"{f} {a[i] if a else '-'} -> {b[i] if b else '-'}" for i, f in enumerate(fields)
                          if not a or not b or a[i] != b[i] or i in (0, 4)]
                 print(f"      ptxas {kernel}: " + ", ".join(cells))
+    if differing and same_sass == differing:
+        print(f"ptx-diff: {differing} of {len(results)} differ in PTX; every one assembles to a byte-identical cubin: "
+              "the same machine code")
+        return 0
     if differing:
-        print(f"ptx-diff: {differing} of {len(results)} differ")
+        print(f"ptx-diff: {differing} of {len(results)} differ"
+              + (f"; {same_sass} of them assemble to byte-identical cubins" if args.ptxas else ""))
         return 1
     print("ptx-diff: identical")
     return 0

@@ -26,8 +26,10 @@ struct TypeTag {
 template <class Run>
 void dispatch_16bit(DType dtype, const char* kernel, Run&& run) {
   switch (dtype) {
-    case DType::F16: return run(TypeTag<__half>{});
-    case DType::BF16: return run(TypeTag<__nv_bfloat16>{});
+    case DType::F16:
+      return run(TypeTag<__half>{});
+    case DType::BF16:
+      return run(TypeTag<__nv_bfloat16>{});
     default:
       throw Error(ErrorKind::Unsupported,
                   fmt::format("dtype {} not supported by {}; allowed: fp16, bf16", to_string(dtype), kernel));
@@ -41,7 +43,8 @@ void dispatch_head_dim(int head_dim, const char* kernel, Run&& run) {
   if (((head_dim == kHeadDims ? (run(std::integral_constant<int, kHeadDims>{}), true) : false) || ...)) return;
   std::string allowed;
   ((allowed += (allowed.empty() ? "" : ", ") + std::to_string(kHeadDims)), ...);
-  throw Error(ErrorKind::Unsupported, fmt::format("head dim {} not supported by {}; allowed: {}", head_dim, kernel, allowed));
+  throw Error(ErrorKind::Unsupported,
+              fmt::format("head dim {} not supported by {}; allowed: {}", head_dim, kernel, allowed));
 }
 
 }  // namespace attnsuite::cuda

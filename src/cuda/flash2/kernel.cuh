@@ -18,9 +18,13 @@
 #include "cuda/common/key_range.cuh"
 
 #include "cuda/flash2/params.hpp"
-#include "cuda/flash2/primitives.cuh"
+#include "cuda/sm80/primitives.cuh"
+#include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/tile.cuh"
 
 namespace attnsuite::cuda::flash2 {
+
+using namespace sm80;  // the mma.sync PTX wrappers (sm80/primitives.cuh)
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a [rows][kHeadDim] shared tile.
 // XOR-ing the chunk with the row's low 3 bits puts the 8 rows that one ldmatrix 8×8 matrix
@@ -185,29 +189,12 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
   if constexpr (kQRegisterTiles > 0) {
     wait_async_copies<kStages - 1>();
     __syncthreads();
-#pragma unroll
-    for (int mt = 0; mt < kQRegisterTiles; ++mt)
-#pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks)
-        load_matrix_x4(q_frag[mt][ks], a_addresses.at(smem_q_address, mt, ks));
+    load_q_fragments<kQRegisterTiles, kKSteps>(q_frag, a_addresses, smem_q_address);
   }
 
   float acc_o[kMTiles][kDTiles][4];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.0f;
-  // Per fragment row (mt, half): half 0 is row quad_row, half 1 is row quad_row + 8.
   float row_max[kMTiles][2], row_sum[kMTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      row_max[mt][half] = -INFINITY;
-      row_sum[mt][half] = 0.0f;
-    }
+  start_rows(acc_o, row_max, row_sum);
 
   // The three phases of one K/V tile, over the tile's S accumulator. (Holding two of them to
   // issue Q·Kᵀ of tile n+1 before the softmax of tile n ran 20–30% slower: register pressure.)
@@ -216,36 +203,10 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
   // S = Q·Kᵀ for this warp's rows and the tile's kTileN keys (unscaled, fp32).
   auto compute_scores = [&](int it, ScoreTile& acc_s) {
     const int stage = (it - it_begin) % kStages;
-    const std::uint32_t k_tile = smem_k_address + stage * kKVTileBytes;
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      std::uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        if (mt < kQRegisterTiles) {  // resolved at compile time (mt is unrolled)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt < kQRegisterTiles ? mt : 0][ks][e];
-        } else {
-          load_matrix_x4(a[mt], a_addresses.at(smem_q_address, mt, ks));
-        }
-      }
-#pragma unroll
-      for (int np = 0; np < kNTiles / 2; ++np) {
-        std::uint32_t b[4];
-        load_matrix_x4(b, k_addresses.at(k_tile, np, ks));
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16x8x16<Element>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
-          mma_16x8x16<Element>(acc_s[mt][2 * np + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
+    multiply_qk<kQRegisterTiles, kKSteps>(acc_s, q_frag, a_addresses, smem_q_address, k_addresses,
+                                          smem_k_address + stage * kKVTileBytes,
+                                          [](float(&acc)[4], const std::uint32_t(&a)[4], std::uint32_t b0,
+                                             std::uint32_t b1) { mma_16x8x16<Element>(acc, a, b0, b1); });
   };
 
   // Block-sparse only: this warp's P·V skip threshold, and whether the current block's P is
@@ -255,92 +216,25 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
   [[maybe_unused]] unsigned pv_skipped = 0;
   if constexpr (Traits::kBlockSparse) pv_limit_log2 = params.pv_threshold_log2[head];
 
-  // Mask, then the online softmax: P = 2^(S·scale·log2e − max) in place, and the running O and
-  // row sums rescaled by 2^((old max − new max)·scale·log2e).
+  // Mask (boundary tiles only), then the online softmax (sm80/softmax.cuh).
   auto softmax = [&](int n_block, ScoreTile& acc_s) {
     const int key_begin = n_block * kTileN;
-    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const KeyRange keys = key_range(params, row_begin + warp_row + mt * 16 + quad_row + 8 * half);
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = key_begin + nt * 8 + 2 * quad_col + e;
-              if (key < keys.begin || key >= keys.end) acc_s[mt][nt][2 * half + e] = -INFINITY;
-            }
-        }
-    }
-    float correction[kMTiles][2];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-          tile_max = fmaxf(tile_max, fmaxf(acc_s[mt][nt][2 * half], acc_s[mt][nt][2 * half + 1]));
-        const float row_tile_max = quad_max(tile_max);
-        const float new_max = fmaxf(row_max[mt][half], row_tile_max);
-        if constexpr (Traits::kBlockSparse) {
-          // P·V of this block may be skipped only if every row of the warp has it far below
-          // its running max: all p < 2^-λ·log2e relative to the row's largest.
-          if (!((row_tile_max - new_max) * params.scale_log2 < -pv_limit_log2)) pv_negligible = false;
-        }
-        // A row that has seen no key yet keeps max -inf; subtracting 0 then keeps its p at 0
-        // (2^-inf) instead of NaN (-inf − -inf).
-        const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * params.scale_log2;
-        correction[mt][half] = exp2_approx(row_max[mt][half] * params.scale_log2 - max_scaled);
-        row_max[mt][half] = new_max;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = exp2_approx(fmaf(acc_s[mt][nt][2 * half + e], params.scale_log2, -max_scaled));
-            acc_s[mt][nt][2 * half + e] = p;
-            sum += p;
-          }
-        row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] + sum;
+    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end)
+      mask_scores(params, acc_s, key_begin, row_begin, warp_row, quad_row, quad_col);
+    // Block-sparse: P·V of this block may be skipped only if every row of the warp has it far
+    // below its running max: all p < 2^-λ·log2e relative to the row's largest.
+    const auto skip_check = [&](float row_tile_max, float new_max) {
+      if constexpr (Traits::kBlockSparse) {
+        if (!((row_tile_max - new_max) * params.scale_log2 < -pv_limit_log2)) pv_negligible = false;
       }
-    // Always rescaled: skipping it when no max changed (a warp-uniform branch) measured 3–7%
-    // slower on the H200 (docs/kernels/history/flash2.md, v3).
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] *= correction[mt][e / 2];
+    };
+    online_softmax<false>(acc_s, acc_o, row_max, row_sum, [&] { return params.scale_log2; }, skip_check);
   };
 
-  // O += P·V: S's accumulator layout for key tiles 2j, 2j+1 is the A fragment of k-step j.
+  // O += P·V (V transposed: the same lane pattern as Q).
   auto accumulate_pv = [&](int it, ScoreTile& acc_s) {
     const int stage = (it - it_begin) % kStages;
-    const std::uint32_t v_tile = smem_v_address + stage * kKVTileBytes;
-#pragma unroll
-    for (int kk = 0; kk < kTileN / 16; ++kk) {
-      std::uint32_t p[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        p[mt][0] = pack_pair<Element>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
-        p[mt][1] = pack_pair<Element>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
-        p[mt][2] = pack_pair<Element>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
-        p[mt][3] = pack_pair<Element>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
-      }
-#pragma unroll
-      for (int dp = 0; dp < kDTiles / 2; ++dp) {
-        std::uint32_t b[4];
-        load_matrix_x4_transposed(b, a_addresses.at(v_tile, kk, dp));
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16x8x16<Element>(acc_o[mt][2 * dp], p[mt], b[0], b[1]);
-          mma_16x8x16<Element>(acc_o[mt][2 * dp + 1], p[mt], b[2], b[3]);
-        }
-      }
-    }
+    sm80::accumulate_pv<Element>(acc_o, acc_s, a_addresses, smem_v_address + stage * kKVTileBytes);
   };
 
   ScoreTile acc_s;

@@ -8,7 +8,8 @@ namespace attnsuite::cuda::flash2 {
 void launch_forward(const Params& params, DType dtype, void* stream) {
   dispatch_16bit(dtype, "flash2", [&](auto element) {
     dispatch_head_dim<64, 128, 256>(params.head_dim, "flash2", [&](auto head_dim) {
-      run_forward<typename decltype(element)::type, decltype(head_dim)::value>(params, static_cast<cudaStream_t>(stream));
+      run_forward<typename decltype(element)::type, decltype(head_dim)::value>(params,
+                                                                               static_cast<cudaStream_t>(stream));
     });
   });
 }

@@ -10,17 +10,17 @@
 
 #include <cstdint>
 
-#include "cuda/flash2/primitives.cuh"
+#include "cuda/sm80/primitives.cuh"
 
 namespace attnsuite::cuda::hopper {
 
-// Architecture-neutral helpers shared with flash2: shared-window addresses, 16-bit packing in
-// mma fragment order, exp2 on the SFU and reductions over the 4 lanes of a fragment row.
-using flash2::exp2_approx;
-using flash2::pack_pair;
-using flash2::quad_max;
-using flash2::quad_sum;
-using flash2::shared_address;
+// Architecture-neutral helpers of sm80/primitives.cuh: shared-window addresses, 16-bit packing
+// in mma fragment order, exp2 on the SFU and reductions over the 4 lanes of a fragment row.
+using sm80::exp2_approx;
+using sm80::pack_pair;
+using sm80::quad_max;
+using sm80::quad_sum;
+using sm80::shared_address;
 
 // values[0] ∘ values[1] ∘ … ∘ values[kCount - 1] as a balanced tree: ⌈log2 kCount⌉ dependent
 // operations instead of kCount - 1, for the softmax's row maximum and sum over a thread's scores

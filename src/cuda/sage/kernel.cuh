@@ -20,9 +20,12 @@
 #include "cuda/common/empty_tile.cuh"
 #include "cuda/common/key_range.cuh"
 #include "cuda/sage/params.hpp"
-#include "cuda/sage/primitives.cuh"
+#include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/tile.cuh"
 
 namespace attnsuite::cuda::sage {
+
+using namespace sm80;  // the mma.sync PTX wrappers and tiles (sm80/primitives.cuh, tile.cuh)
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
@@ -134,27 +137,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   if constexpr (kQRegisterTiles > 0) {
     wait_async_copies<kStages - 1>();
     __syncthreads();
-#pragma unroll
-    for (int mt = 0; mt < kQRegisterTiles; ++mt)
-#pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks) load_matrix_x4(q_frag[mt][ks], q_addresses.at(smem_q_address, mt, ks));
+    load_q_fragments<kQRegisterTiles, kKSteps>(q_frag, q_addresses, smem_q_address);
   }
 
   float acc_o[kMTiles][kDTiles][4];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.0f;
   float row_max[kMTiles][2], row_sum[kMTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      row_max[mt][half] = -INFINITY;
-      row_sum[mt][half] = 0.0f;
-    }
+  start_rows(acc_o, row_max, row_sum);
 
   using ScoreTile = float[kMTiles][kNTiles][4];
 
@@ -163,35 +151,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     const int stage = (n_block - n_block_min) % kStages;
     const std::uint32_t k_tile = smem_k_base + stage * Traits::kKBytes;
     int acc[kMTiles][kNTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0;
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      std::uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        if (mt < kQRegisterTiles) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt < kQRegisterTiles ? mt : 0][ks][e];
-        } else {
-          load_matrix_x4(a[mt], q_addresses.at(smem_q_address, mt, ks));
-        }
-      }
-#pragma unroll
-      for (int np = 0; np < kNTiles / 2; ++np) {
-        std::uint32_t b[4];
-        load_matrix_x4(b, k_addresses.at(k_tile, np, ks));
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_s8_16x8x32(acc[mt][2 * np], a[mt], b[0], b[1]);
-          mma_s8_16x8x32(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
+    multiply_qk<kQRegisterTiles, kKSteps>(acc, q_frag, q_addresses, smem_q_address, k_addresses, k_tile,
+                                          [](int(&acc)[4], const std::uint32_t(&a)[4], std::uint32_t b0,
+                                             std::uint32_t b1) { mma_s8_16x8x32(acc, a, b0, b1); });
     // Dequantize: the K scale of the thread's columns 8·nt + 2·quad_col + e (k_scale_index: one
     // per 8-key mma tile for sage, one per thread and tile for sage2); int → float by the
     // exponent trick (int_to_float_exact: IADD + FADD instead of the quarter-rate I2F).
@@ -210,82 +172,19 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     }
   };
 
-  // Mask, then the online softmax in log2 units (flash2's, without the scale multiply).
+  // Mask (boundary tiles only), then flash2's online softmax in log2 units (scale 1).
   auto softmax = [&](int n_block, ScoreTile& acc_s) {
     const int key_begin = n_block * kTileN;
-    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const KeyRange keys = key_range(params, row_begin + warp_row + mt * 16 + quad_row + 8 * half);
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = key_begin + nt * 8 + 2 * quad_col + e;
-              if (key < keys.begin || key >= keys.end) acc_s[mt][nt][2 * half + e] = -INFINITY;
-            }
-        }
-    }
-    float correction[kMTiles][2];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-          tile_max = fmaxf(tile_max, fmaxf(acc_s[mt][nt][2 * half], acc_s[mt][nt][2 * half + 1]));
-        const float new_max = fmaxf(row_max[mt][half], quad_max(tile_max));
-        const float max_used = new_max == -INFINITY ? 0.0f : new_max;
-        correction[mt][half] = exp2_approx(row_max[mt][half] - max_used);
-        row_max[mt][half] = new_max;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = exp2_approx(acc_s[mt][nt][2 * half + e] - max_used);
-            acc_s[mt][nt][2 * half + e] = p;
-            sum += p;
-          }
-        row_sum[mt][half] = row_sum[mt][half] * correction[mt][half] + sum;
-      }
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] *= correction[mt][e / 2];
+    if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end)
+      mask_scores(params, acc_s, key_begin, row_begin, warp_row, quad_row, quad_col);
+    online_softmax<true>(acc_s, acc_o, row_max, row_sum, [] { return 1.0f; }, [](float, float) {});
   };
 
   auto accumulate_pv = [&](int n_block, ScoreTile& acc_s) {
     const int stage = (n_block - n_block_min) % kStages;
     const std::uint32_t v_tile = smem_v_base + stage * Traits::kVBytes;
     if constexpr (!kFp8PV) {
-      // flash2's P·V: S's accumulator layout for key tiles 2j, 2j+1 is the A fragment of step j.
-#pragma unroll
-      for (int kk = 0; kk < kTileN / 16; ++kk) {
-        std::uint32_t p[kMTiles][4];
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-          p[mt][0] = pack_pair<Element>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
-          p[mt][1] = pack_pair<Element>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
-          p[mt][2] = pack_pair<Element>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
-          p[mt][3] = pack_pair<Element>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
-        }
-#pragma unroll
-        for (int dp = 0; dp < kDTiles / 2; ++dp) {
-          std::uint32_t b[4];
-          load_matrix_x4_transposed(b, v_addresses.at(v_tile, kk, dp));
-#pragma unroll
-          for (int mt = 0; mt < kMTiles; ++mt) {
-            flash2::mma_16x8x16<Element>(acc_o[mt][2 * dp], p[mt], b[0], b[1]);
-            flash2::mma_16x8x16<Element>(acc_o[mt][2 * dp + 1], p[mt], b[2], b[3]);
-          }
-        }
-      }
+      sm80::accumulate_pv<Element>(acc_o, acc_s, v_addresses, v_tile);  // flash2's P·V
     } else {
       // P8 = e4m3(P·448). A fragment of 32-key step kk: registers 0/1 hold rows quad_row /
       // quad_row + 8 of n-tiles 4kk, 4kk+1 (keys 2c, 2c+1, 8+2c, 9+2c), registers 2/3 those of

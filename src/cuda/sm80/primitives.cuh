@@ -1,12 +1,16 @@
-// The few PTX instructions flash2 is built from, named after what they do. sm_80+ only.
+// The PTX instructions the mma.sync kernels (flash2, sage) are built from, named after what they
+// do: cp.async, ldmatrix, the 16-bit, INT8 and FP8 m16n8 MMAs, and the architecture-neutral
+// helpers the Hopper kernels share (shared-window addresses, 16-bit packing in fragment order,
+// exp2 on the SFU, reductions over a fragment row's quad). sm_80+ (the FP8 MMA: sm_89+).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
-namespace attnsuite::cuda::flash2 {
+namespace attnsuite::cuda::sm80 {
 
 __device__ __forceinline__ std::uint32_t shared_address(const void* pointer) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(pointer));
@@ -99,4 +103,57 @@ __device__ __forceinline__ float quad_sum(float value) {
   return value + __shfl_xor_sync(0xffffffffu, value, 2);
 }
 
-}  // namespace attnsuite::cuda::flash2
+// ---- 8-bit MMAs (sage) ---------------------------------------------------------------------------
+// The FP8 ones exist on sm_89 and later; compiled for an older architecture they trap (sage2's
+// supports() refuses such a build).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define ATTNSUITE_SAGE_HAVE_FP8_MMA 1
+#else
+#define ATTNSUITE_SAGE_HAVE_FP8_MMA 0
+#endif
+
+// acc (16×8 s32) += A (16×32 s8, row) · B (32×8 s8, col).
+__device__ __forceinline__ void mma_s8_16x8x32(int (&acc)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                               std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+r"(acc[0]), "+r"(acc[1]), "+r"(acc[2]), "+r"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d (16×8 f32) = A (16×32 e4m3, row) · B (32×8 e4m3, col), into a fresh accumulator: the
+// first level of sage2's two-level accumulation.
+__device__ __forceinline__ void mma_e4m3_16x8x32_fresh(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                                       std::uint32_t b1) {
+#if ATTNSUITE_SAGE_HAVE_FP8_MMA
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %10, %10, %10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+#else
+  d[0] = d[1] = d[2] = d[3] = 0.0f;
+  __trap();
+#endif
+}
+// acc (16×8 f32) += A · B, e4m3.
+__device__ __forceinline__ void mma_e4m3_16x8x32(float (&acc)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                                 std::uint32_t b1) {
+#if ATTNSUITE_SAGE_HAVE_FP8_MMA
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
+}
+
+// Two floats → two e4m3 bytes (round to nearest even, saturating), `low` in the low byte.
+__device__ __forceinline__ std::uint32_t pack_e4m3_pair(float low, float high) {
+  return static_cast<std::uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(low, high), __NV_SATFINITE, __NV_E4M3));
+}
+
+}  // namespace attnsuite::cuda::sm80
