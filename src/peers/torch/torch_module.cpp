@@ -113,7 +113,7 @@ class UnloadedTorchBackend final : public Backend {
   Device device() const override { return {DeviceType::Cuda, 0}; }
   std::string capabilities() const override { return "none here: " + reason_; }
   Support supports(const AttentionProblem&) const override { return Support::no(reason_); }
-  void forward(const AttentionProblem&, const AttentionArgs&, Stream) override {
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem&, const PlanOptions&) const override {
     throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name_, reason_));
   }
 
