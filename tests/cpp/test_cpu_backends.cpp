@@ -750,7 +750,9 @@ TEST(CpuFlashIsaSelection, ForcedConfigNamesAKnownIsa) {
     EXPECT_STREQ(error.what(), "cpu-flash: kernel config 'q96-k96/neon': ISA 'neon' unknown; allowed: avx2, avx512");
   }
   EXPECT_THROW(plan_with("q7-k7/avx2"), Error);
-  if (!cpu::cpu_supports(cpu::CpuIsa::Avx512)) EXPECT_THROW(plan_with("q96-k96/avx512"), Error);
+  if (!cpu::cpu_supports(cpu::CpuIsa::Avx512)) {
+    EXPECT_THROW(plan_with("q96-k96/avx512"), Error);
+  }
   EXPECT_EQ(plan_with("q96-k96/avx2")->kernel_config(), "q96-k96/avx2");
 }
 
