@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <vector>
+
 #include "attnsuite/registry.hpp"
 #include "bench/plan.hpp"
 #include "bench/result.hpp"
@@ -22,15 +24,32 @@ namespace attnsuite::cli {
 
 namespace {
 
-// A small problem each backend is asked about, so `list` can say whether it runs here.
-AttentionProblem probe_problem(Device device) {
+// Whether a backend runs here, for `list`: a GPU backend on a machine without a GPU says that
+// first (flash3-fp8 used to answer with its dtype rule); else a small problem is asked about in
+// each dtype, the device's usual one first, and the first that runs is a yes (flash3-fp8 takes
+// bf16 only). No dtype running: the first reason that is not about the dtype (the GPU's
+// generation, say), else the usual dtype's.
+Support runs_here(Backend& backend) {
+#if ATTNSUITE_HAVE_CUDA
+  if (backend.device().type == DeviceType::Cuda)
+    if (const std::string no_gpu = cuda::cuda_unavailable_reason(); !no_gpu.empty()) return Support::no(no_gpu);
+#endif
   AttentionProblem p;
   p.batch = 1;
   p.heads_q = p.heads_kv = 1;
   p.seq_q = p.seq_kv = 128;
   p.head_dim = 64;
-  p.dtype = device.type == DeviceType::Cpu ? DType::F32 : DType::F16;
-  return p;
+  const bool cpu = backend.device().type == DeviceType::Cpu;
+  std::vector<Support> refusals;
+  for (const DType dtype : cpu ? std::vector{DType::F32, DType::F16, DType::BF16} : std::vector{DType::F16, DType::BF16, DType::F32}) {
+    p.dtype = dtype;
+    Support support = backend.supports(p);
+    if (support) return support;
+    refusals.push_back(std::move(support));
+  }
+  for (const Support& refusal : refusals)
+    if (refusal.reason.rfind("dtype", 0) != 0) return refusal;
+  return refusals.front();
 }
 
 }  // namespace
@@ -38,21 +57,27 @@ AttentionProblem probe_problem(Device device) {
 Action add_list(CLI::App&) {
   return [] {
     Registry& registry = Registry::global();
-    report::TextTable backends({{"backend"}, {"device"}, {"what it is"}, {"here"}, {"supports"}});
+    // Fitted to the terminal (the free-text columns wrap): it was 480 columns wide.
+    report::TextTable backends({{"backend"},
+                                {"device"},
+                                {"what it is", report::Align::Left, 0, true},
+                                {"here", report::Align::Left, 0, true},
+                                {"supports", report::Align::Left, 0, true}});
     for (const auto& name : registry.names()) {
       Backend& backend = registry.find(name);
-      const Support support = backend.supports(probe_problem(backend.device()));
+      const Support support = runs_here(backend);
       std::string what(backend.display_name());
       if (!backend.peer_of().empty()) what += fmt::format(" [peer: {}]", backend.peer_of());
       backends.add_row({name, std::string(to_string(backend.device().type)), what,
                         support ? "yes" : "no: " + support.reason, backend.capabilities()});
     }
-    fmt::print("Backends\n{}\n", backends.terminal());
-    report::TextTable models({{"model"}, {"hidden", report::Align::Right}, {"q heads", report::Align::Right}, {"kv heads", report::Align::Right}, {"head dim", report::Align::Right}, {"note"}});
+    const std::size_t width = report::terminal_columns();
+    fmt::print("Backends\n{}\n", backends.terminal(width));
+    report::TextTable models({{"model"}, {"hidden", report::Align::Right}, {"q heads", report::Align::Right}, {"kv heads", report::Align::Right}, {"head dim", report::Align::Right}, {"note", report::Align::Left, 0, true}});
     for (const auto& m : model_presets())
       models.add_row({m.name, std::to_string(m.hidden), std::to_string(m.heads_q), std::to_string(m.heads_kv),
                       std::to_string(m.head_dim), m.note});
-    fmt::print("Model presets (--model)\n{}\n", models.terminal());
+    fmt::print("Model presets (--model)\n{}\n", models.terminal(width));
     std::string suites;
     for (const auto& s : bench::embedded_suite_names()) suites += (suites.empty() ? "" : ", ") + s;
     fmt::print("Suites (--suite): {}\n", suites);
@@ -122,7 +147,7 @@ Action add_info(CLI::App& app) {
                  c["gpu_fp16_tflops"].get<double>(), c["gpu_bf16_tflops"].get<double>(),
                  c["gpu_fp8_tflops"].get<double>(), c["gpu_launch_us"].get<double>());
     }
-    if (info["gpus"].empty()) fmt::print("GPU        none: {}\n", info["gpu_unavailable"].get<std::string>());
+    if (info["gpus"].empty()) fmt::print("GPU        {}\n", info["gpu_unavailable"].get<std::string>());
 #else
     fmt::print("CUDA       not built (ATTNSUITE_CUDA=OFF or no nvcc)\n");
 #endif
