@@ -148,7 +148,8 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("-b,--backends", f->backends, "Backends to run (comma-separated; see `attnsuite list`)")->delimiter(',');
   app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16 (comma-separated)")->delimiter(',');
   app.add_option("--batch", f->batches, "Batch sizes")->delimiter(',');
-  app.add_option("--tokens", f->tokens, "Tokens per batch: batch = tokens / seq (overrides --batch)");
+  app.add_option("--tokens", f->tokens,
+                 "Tokens per batch: batch = tokens / seq, rounded down (overrides --batch; at least the longest --seq)");
   app.add_option("--seq", f->seqs, "Sequence lengths (queries; keys too unless --seq-kv)")->delimiter(',');
   app.add_option("--seq-kv", f->seq_kvs, "Key/value sequence lengths")->delimiter(',');
   app.add_option("--model", f->models, "Model presets that set the head axes (see `attnsuite list`)")->delimiter(',');
