@@ -251,6 +251,22 @@ TEST(Cli, SigintMidSweepThenResume) {
   fs::remove_all(out);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define ATTNSUITE_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTNSUITE_TEST_SANITIZED 1
+#endif
+#endif
+// Under AddressSanitizer (scripts/reliability.sh, -O1) a work item and the leak check at exit
+// take several times longer: the bound there is looser, the point (within the case, not after
+// it) the same.
+#ifdef ATTNSUITE_TEST_SANITIZED
+constexpr double kStopWithinSeconds = 3.0;
+#else
+constexpr double kStopWithinSeconds = 1.0;
+#endif
+
 // Ctrl-C in the middle of a large CPU case ends the process within a second: the fp64
 // reference's rows, the CPU kernels' work items and the timing loop are cancellation points
 // (core/cancel.hpp); it took 12.9 s when the sweep looked only between timing samples. The exit
@@ -289,7 +305,7 @@ TEST(Cli, SigintInsideALargeCaseStopsWithinASecond) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
     std::printf("[ stopped  ] %s: exit %.3f s after SIGINT\n", stop.where, seconds);
     RecordProperty(stop.delay_ms < 1000 ? "seconds_to_exit_reference" : "seconds_to_exit_forwards", fmt::format("{:.3f}", seconds));
-    EXPECT_LT(seconds, 1.0);
+    EXPECT_LT(seconds, kStopWithinSeconds);
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 130);
     const auto results = nlohmann::json::parse(slurp(out / "results.json"));
