@@ -149,7 +149,8 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("-b,--backends", f->backends, "Backends to run (comma-separated; see `attnsuite list`)")->delimiter(',');
   app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16 (comma-separated)")->delimiter(',');
   app.add_option("--batch", f->batches, "Batch sizes")->delimiter(',');
-  app.add_option("--tokens", f->tokens, "Tokens per batch: batch = tokens / seq (overrides --batch)");
+  app.add_option("--tokens", f->tokens,
+                 "Tokens per batch: batch = tokens / seq, rounded down (overrides --batch; at least the longest --seq)");
   app.add_option("--seq", f->seqs, "Sequence lengths (queries; keys too unless --seq-kv)")->delimiter(',');
   app.add_option("--seq-kv", f->seq_kvs, "Key/value sequence lengths")->delimiter(',');
   app.add_option("--model", f->models, "Model presets that set the head axes (see `attnsuite list`)")->delimiter(',');
@@ -174,7 +175,7 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("-o,--out", f->out, "Output directory (default: results/<suite>-<time>)");
   app.add_flag("--resume", f->resume, "Finish an interrupted sweep in --out, skipping finished cases");
   app.add_flag("--force", f->force, "Overwrite results already in --out");
-  app.add_flag("-q,--quiet", f->quiet, "No progress output");
+  app.add_flag("-q,--quiet", f->quiet, "No progress and no table: the one-line summary (and errors) only");
   app.add_option("--gpus", f->gpus, "Run on several GPUs: all, or indices 0,1,... (one worker per GPU, one merged result)");
   app.add_option("--shard", f->shard,
                  "This process's part of a sweep split over processes, RANK/WORLD (default: from mpirun, torchrun or "
@@ -222,7 +223,10 @@ BenchPlan make_bench_plan(const BenchFlags& f) {
     plan.suite_json = bench::load_suite_json(suite);
   }
   if (!overrides.empty()) {
+    const bool fresh_default = f.suite.empty() && plan.source == suite;  // not a named suite, nor a resumed one
     plan.suite_json = bench::merge_suite(std::move(plan.suite_json), overrides);
+    if (fresh_default)
+      bench::name_custom_sweep(plan.suite_json, overrides, fmt::format("flags over the {} suite", suite));
     plan.source += " + flags";
   }
   plan.spec = bench::parse_suite(plan.suite_json, plan.source);
@@ -324,8 +328,8 @@ Action add_bench(CLI::App& app) {
       failed += row.status == bench::CaseStatus::Failed;
       skipped += row.status == bench::CaseStatus::Skipped;
     }
-    fmt::print("{}", report::summary_terminal(outcome.rows));
-    fmt::print("\n{} cases: {} ok, {} skipped, {} failed{}. Results in {}/ ({}, {}, {}, {})\n", outcome.rows.size(),
+    if (!plan.quiet) fmt::print("{}\n", report::summary_terminal(outcome.rows));
+    fmt::print("{} cases: {} ok, {} skipped, {} failed{}. Results in {}/ ({}, {}, {}, {})\n", outcome.rows.size(),
                outcome.rows.size() - failed - skipped, skipped, failed,
                outcome.resumed ? fmt::format(" ({} resumed)", outcome.resumed) : "", outcome.out_dir.string(),
                bench::kCsvFile, bench::kJsonFile, bench::kMarkdownFile, bench::kRowsFile);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 #include "attnsuite/registry.hpp"
 #include "bench/plan.hpp"
@@ -24,15 +25,36 @@ namespace attnsuite::cli {
 
 namespace {
 
-// A small problem each backend is asked about, so `list` can say whether it runs here.
-AttentionProblem probe_problem(Device device) {
+// Whether a backend runs here, for `list`: a GPU backend on a machine without a GPU says that
+// first (flash3-fp8 used to answer with its dtype rule); else a small problem is asked about in
+// each dtype, the device's usual one first, and the first that runs is a yes (flash3-fp8 takes
+// bf16 only). No dtype running: the first reason that is not about the dtype (the GPU's
+// generation, say), else the usual dtype's. `backward` (when given) says whether it has a backward
+// for the problem that runs.
+Support runs_here(Backend& backend, bool* backward = nullptr) {
+#if ATTNSUITE_HAVE_CUDA
+  if (backend.device().type == DeviceType::Cuda)
+    if (const std::string no_gpu = cuda::cuda_unavailable_reason(); !no_gpu.empty()) return Support::no(no_gpu);
+#endif
   AttentionProblem p;
   p.batch = 1;
   p.heads_q = p.heads_kv = 1;
   p.seq_q = p.seq_kv = 128;
   p.head_dim = 64;
-  p.dtype = device.type == DeviceType::Cpu ? DType::F32 : DType::F16;
-  return p;
+  const bool cpu = backend.device().type == DeviceType::Cpu;
+  std::vector<Support> refusals;
+  for (const DType dtype : cpu ? std::vector{DType::F32, DType::F16, DType::BF16} : std::vector{DType::F16, DType::BF16, DType::F32}) {
+    p.dtype = dtype;
+    Support support = backend.supports(p);
+    if (support) {
+      if (backward) *backward = static_cast<bool>(backend.supports_backward(p));
+      return support;
+    }
+    refusals.push_back(std::move(support));
+  }
+  for (const Support& refusal : refusals)
+    if (refusal.reason.rfind("dtype", 0) != 0) return refusal;
+  return refusals.front();
 }
 
 }  // namespace
@@ -40,23 +62,30 @@ AttentionProblem probe_problem(Device device) {
 Action add_list(CLI::App&) {
   return [] {
     Registry& registry = Registry::global();
-    report::TextTable backends({{"backend"}, {"device"}, {"what it is"}, {"here"}, {"backward"}, {"supports"}});
+    // Fitted to the terminal (the free-text columns wrap): it was 480 columns wide.
+    report::TextTable backends({{"backend"},
+                                {"device"},
+                                {"what it is", report::Align::Left, 0, true},
+                                {"here", report::Align::Left, 0, true},
+                                {"backward"},
+                                {"supports", report::Align::Left, 0, true}});
     for (const auto& name : registry.names()) {
       Backend& backend = registry.find(name);
-      const Support support = backend.supports(probe_problem(backend.device()));
+      bool backward = false;
+      const Support support = runs_here(backend, &backward);
       std::string what(backend.display_name());
       if (!backend.peer_of().empty()) what += fmt::format(" [peer: {}]", backend.peer_of());
-      // Whether it has a backward (training: bench --pass bwd, fwd+bwd), asked of the same problem.
-      const bool backward = support && backend.supports_backward(probe_problem(backend.device()));
+      // backward: whether it has one (training: bench --pass bwd, fwd+bwd) for the problem that runs.
       backends.add_row({name, std::string(to_string(backend.device().type)), what,
                         support ? "yes" : "no: " + support.reason, backward ? "yes" : "no", backend.capabilities()});
     }
-    fmt::print("Backends\n{}\n", backends.terminal());
-    report::TextTable models({{"model"}, {"hidden", report::Align::Right}, {"q heads", report::Align::Right}, {"kv heads", report::Align::Right}, {"head dim", report::Align::Right}, {"note"}});
+    const std::size_t width = report::terminal_columns();
+    fmt::print("Backends\n{}\n", backends.terminal(width));
+    report::TextTable models({{"model"}, {"hidden", report::Align::Right}, {"q heads", report::Align::Right}, {"kv heads", report::Align::Right}, {"head dim", report::Align::Right}, {"note", report::Align::Left, 0, true}});
     for (const auto& m : model_presets())
       models.add_row({m.name, std::to_string(m.hidden), std::to_string(m.heads_q), std::to_string(m.heads_kv),
                       std::to_string(m.head_dim), m.note});
-    fmt::print("Model presets (--model)\n{}\n", models.terminal());
+    fmt::print("Model presets (--model)\n{}\n", models.terminal(width));
     std::string suites;
     for (const auto& s : bench::embedded_suite_names()) suites += (suites.empty() ? "" : ", ") + s;
     fmt::print("Suites (--suite): {}\n", suites);
@@ -139,7 +168,7 @@ Action add_info(CLI::App& app) {
                  c["gpu_fp16_tflops"].get<double>(), c["gpu_bf16_tflops"].get<double>(),
                  c["gpu_fp8_tflops"].get<double>(), c["gpu_launch_us"].get<double>());
     }
-    if (info["gpus"].empty()) fmt::print("GPU        none: {}\n", info["gpu_unavailable"].get<std::string>());
+    if (info["gpus"].empty()) fmt::print("GPU        {}\n", info["gpu_unavailable"].get<std::string>());
 #else
     fmt::print("CUDA       not built (ATTNSUITE_CUDA=OFF or no nvcc)\n");
 #endif

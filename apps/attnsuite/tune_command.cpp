@@ -180,8 +180,8 @@ int tune_kernels(TuneFlags& f) {
   report::write_file_atomic(json_path, document.dump(2) + "\n");
   const report::TextTable table = tune::kernel_tuning_table(nlohmann::json(tuning));
   report::write_file_atomic(out_dir / "tune.md", table.markdown());
-  fmt::print("{}", table.terminal());
-  fmt::print("\n{} of {} {} tuned; kernel-config cache: {} ({} entries). Results in {}/\n", tuned, tuning.size(),
+  if (!f.quiet) fmt::print("{}\n", table.terminal());
+  fmt::print("{} of {} {} tuned; kernel-config cache: {} ({} entries). Results in {}/\n", tuned, tuning.size(),
              tuning.size() == 1 ? "case" : "cases", cache_path.string(), merged.size(), out_dir.string());
   if (interrupted) fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
   const bool failed = std::any_of(rows.begin(), rows.end(), [](const bench::ResultRow& r) {
@@ -365,7 +365,7 @@ Action add_tune(CLI::App& app) {
   app.add_flag("--hot", f->hot, "Keep caches warm between samples");
   app.add_option("-o,--out", f->out, "Output directory (default: results/tune-<suite>-<time>)");
   app.add_flag("--force", f->force, "Overwrite a tune.json already in --out");
-  app.add_flag("-q,--quiet", f->quiet, "No progress output");
+  app.add_flag("-q,--quiet", f->quiet, "No progress and no table: the closing lines (and errors) only");
   app.add_option("--cache", f->cache,
                  "Backend cache to update with the fastest backends per shape class, which backend=\"auto\" "
                  "reads (default: " + tune::default_cache_path().string() + ")");
@@ -413,8 +413,8 @@ Action add_tune(CLI::App& app) {
     const tune::TuneOutcome outcome = tune::run_batch_tune(spec, options, Registry::global());
     for (const auto& warning : outcome.warnings) fmt::print(stderr, "attnsuite: warning: {}\n", warning);
     const std::size_t cases = outcome.document["tuning"].size();
-    fmt::print("{}", outcome.table_terminal);
-    fmt::print("\n{} {} tuned. Results in {}/ (tune.json: every probe's row and the tuning; tune.md)\n", cases,
+    if (!f->quiet) fmt::print("{}\n", outcome.table_terminal);
+    fmt::print("{} {} tuned. Results in {}/ (tune.json: every probe's row and the tuning; tune.md)\n", cases,
                cases == 1 ? "case" : "cases", outcome.out_dir.string());
     if (outcome.cache_path)
       fmt::print("Backend cache {}: {} shape {} updated (backend=\"auto\" reads it)\n", outcome.cache_path->string(),

@@ -875,6 +875,7 @@ std::string run_sweep(const std::string& suite, const std::string& overrides_tex
   std::string source = suite.empty() ? default_suite() : suite;
   if (!overrides.empty()) {
     suite_json = bench::merge_suite(std::move(suite_json), overrides);
+    if (suite.empty()) bench::name_custom_sweep(suite_json, overrides, fmt::format("arguments over the {} suite", source));
     source += " + arguments";
   }
   const bench::SweepSpec spec = bench::parse_suite(suite_json, source);

@@ -185,6 +185,14 @@ Json load_suite_json(const std::string& name_or_path) {
   return parse_suite_text(text, extension, name_or_path);
 }
 
+void name_custom_sweep(Json& suite, const Json& overrides, const std::string& what) {
+  bool changes_cases = false;
+  for (const auto& [key, value] : overrides.items()) changes_cases = changes_cases || (key != "timing" && key != "accuracy");
+  if (!changes_cases || !suite.is_object()) return;
+  suite["name"] = "custom";
+  suite["description"] = what;
+}
+
 Json merge_suite(Json base, const Json& overrides) {
   if (!base.is_object()) base = Json::object();
   for (const auto& [key, value] : overrides.items()) {

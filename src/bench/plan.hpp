@@ -98,5 +98,10 @@ nlohmann::json load_suite_json(const std::string& name_or_path);
 std::vector<std::string> embedded_suite_names();
 // Overlays `overrides` (keys as in a suite file) onto `base`: a key present in overrides wins.
 nlohmann::json merge_suite(nlohmann::json base, const nlohmann::json& overrides);
+// A sweep built from flags (or Python arguments) over the default suite, with no suite named:
+// when `overrides` change its cases (any key but timing and accuracy), it is named "custom" and
+// described as `what`, so that its results' title and default folder do not say "suite
+// 'default'" of a sweep that is not the default suite.
+void name_custom_sweep(nlohmann::json& suite, const nlohmann::json& overrides, const std::string& what);
 
 }  // namespace attnsuite::bench

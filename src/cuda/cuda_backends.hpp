@@ -43,8 +43,9 @@ struct CudaDeviceInfo {
 
 // Number of visible CUDA devices; 0 (never throws) when there is no driver or no GPU.
 int cuda_device_count() noexcept;
-// Why no CUDA device can be used ("cudaGetDeviceCount failed: no CUDA-capable device is
-// detected" or "no CUDA device visible"); empty when at least one is.
+// Why no CUDA device can be used, as a user reads it: "no GPU (no CUDA driver)", "no usable GPU:
+// the CUDA driver is older than the CUDA 13.0 runtime this build uses", "no GPU (the CUDA driver
+// sees no device)", "no GPU (no CUDA device visible)"; empty when at least one is.
 std::string cuda_unavailable_reason();
 // Throws Error(Device, "no CUDA device: ...") unless device_index names a visible device.
 void require_cuda_device(int device_index);

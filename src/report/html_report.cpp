@@ -75,7 +75,8 @@ TextTable machine_table(const bench::RunHeader& h) {
   add("GPU", h.gpu_name);
   add("NVIDIA driver", h.gpu_driver);
   add("CUDA runtime", h.cuda_version);
-  add("cuDNN", h.cudnn_version);
+  // cuDNN is a GPU library: a file from a host without a GPU may still name the one linked.
+  if (!h.gpu_name.empty()) add("cuDNN", h.cudnn_version);
   add("PyTorch", h.torch_version);
   add("attnsuite", h.tool_version);
   add("git commit", h.git_commit);

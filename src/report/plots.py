@@ -117,6 +117,15 @@ def si_label(value, _position=None):
     return f"{value:g}"
 
 
+NOISY_LABEL = "noise target not reached"
+
+
+def noise_not_reached(row):
+    """The runner's note on a row whose median missed the noise target (bench/runner.cpp), which
+    the table's status column shows."""
+    return "noise target" in (row.get("reason") or "")
+
+
 def power_of_two_axis(ax):
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(tokens_label))
@@ -188,7 +197,7 @@ class Plotter:
         machine = self.header.get("gpu_name") or self.header.get("cpu_model") or ""
         self.machine = machine
 
-    def save(self, fig, name, title, caption, legend_rows=0):
+    def save(self, fig, name, title, caption, legend_rows=0, **extra):
         fig.suptitle(title + (f" — {self.machine}" if self.machine else ""), fontsize=10)
         if legend_rows:
             # Room under the panels for the shared legend, about 0.2 inch a row, added to the figure's
@@ -203,10 +212,13 @@ class Plotter:
         fig.savefig(os.path.join(self.out_dir, png), metadata={"Software": None})
         fig.savefig(os.path.join(self.out_dir, svg), metadata={"Date": None, "Creator": None})
         plt.close(fig)
-        self.made.append({"name": name, "title": title, "caption": caption, "png": png, "svg": svg})
+        self.made.append({"name": name, "title": title, "caption": caption, "png": png, "svg": svg, **extra})
 
     # --- metric against sequence length, one panel per head/dtype configuration -------------
-    def versus_seq(self, name, key, ylabel, title, caption, log_y=False, reference_line=None):
+    def versus_seq(self, name, key, ylabel, title, caption, log_y=False, reference_line=None, mark_noisy=True):
+        """mark_noisy: ring the points whose median missed its noise target, as the table's status
+        column flags them ("noise target … not reached (median ±X%)"): a ±20% point used to be
+        drawn like any other."""
         rows = [r for r in self.rows if number(r, key) is not None and number(r, key) > 0]
         if not rows:
             return
@@ -214,6 +226,7 @@ class Plotter:
         for r in rows:
             panels.setdefault(panel_key(r), []).append(r)
         fig, axes = grid(len(panels))
+        noisy_points = 0
         for ax, (pkey, members) in zip(axes, sorted(panels.items())):
             # A line per backend; per (backend, batch) when a backend has several batches at one
             # sequence length (a batch sweep), else the batch follows the sequence length (tokens
@@ -239,6 +252,11 @@ class Plotter:
                     markersize=4,
                     **style,
                 )
+            noisy = [r for r in members if mark_noisy and noise_not_reached(r)]
+            if noisy:
+                noisy_points += len(noisy)
+                ax.scatter([r["seq_q"] for r in noisy], [number(r, key) for r in noisy], s=90, facecolors="none",
+                           edgecolors="red", linewidths=1.2, zorder=5, label=NOISY_LABEL)
             power_of_two_axis(ax)
             if log_y:
                 ax.set_yscale("log")
@@ -247,7 +265,10 @@ class Plotter:
             ax.set_title(panel_title(pkey))
             ax.set_xlabel("sequence length")
             ax.set_ylabel(ylabel)
-        self.save(fig, name, title, caption, legend_rows=shared_legend(fig, axes))
+        if noisy_points:
+            caption += (f" Ringed in red ({noisy_points}): the median missed its noise target in the time budget, "
+                        "as the table's status says (its ± there).")
+        self.save(fig, name, title, caption, legend_rows=shared_legend(fig, axes), noisy_points=noisy_points)
 
     # --- roofline -----------------------------------------------------------------------------
     def roof_list(self):
@@ -395,7 +416,8 @@ class Plotter:
         self.versus_seq("tflops_vs_seq", "tflops", "TFLOP/s", "TFLOP/s vs sequence length",
                         "Achieved TFLOP/s per backend (FlashAttention's FLOP convention).")
         self.versus_seq("memory_vs_seq", "peak_mem_mib", "peak extra memory (MiB)", "Peak memory vs sequence length",
-                        "Peak extra memory of one forward (output included, inputs excluded), log scale.", log_y=True)
+                        "Peak extra memory of one forward (output included, inputs excluded), log scale.", log_y=True,
+                        mark_noisy=False)
         self.versus_seq("speedup_vs_seq", "speedup_vs_vanilla", "speedup vs vanilla", "Speedup vs vanilla",
                         "Vanilla's median over each backend's on the same inputs; the dashed line is 1×.",
                         reference_line=1.0)

@@ -125,7 +125,9 @@ RunHeader make_run_header(const SweepSpec& spec, Registry& registry, std::vector
 #endif
 #if ATTNSUITE_HAVE_PEERS
   const peers::PeerVersions versions = peers::peer_versions();
-  header.cudnn_version = versions.cudnn;
+  // The cuDNN this build links, recorded only where a GPU runs it (the report showed cuDNN 9.19
+  // for a run on a host without a GPU).
+  if (!header.gpu_name.empty()) header.cudnn_version = versions.cudnn;
   header.torch_version = versions.torch;
 #endif
   return header;

@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <string_view>
 #include <utility>
 
@@ -167,7 +172,19 @@ std::string TextTable::html() const {
   return out + "</tbody>\n</table>\n";
 }
 
-std::string TextTable::terminal() const {
+std::size_t terminal_columns(std::size_t fallback) {
+  winsize size{};
+  if (isatty(STDOUT_FILENO) == 1 && ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  if (const char* columns = std::getenv("COLUMNS"); columns != nullptr) {
+    std::size_t value = 0;
+    const std::string_view text(columns);
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error == std::errc() && end == text.data() + text.size() && value >= 20) return value;
+  }
+  return fallback;
+}
+
+std::string TextTable::terminal(std::size_t fit_width) const {
   const std::size_t count = columns_.size();
   // Cells as printed: repeats in the collapse column blanked within a group.
   std::vector<std::vector<std::string>> shown(rows_.size());
@@ -199,6 +216,25 @@ std::string TextTable::terminal() const {
       std::size_t width = display_width(shown[r][c]);
       if (columns_[c].max_width > 0) width = std::min(width, columns_[c].max_width);
       widths[c] = std::max(widths[c], width);
+    }
+  }
+  // Narrow the shrinkable columns to fit (`attnsuite list` was 480 columns wide): the widest
+  // first, one column at a time, down to its header or kMinShrunk.
+  if (fit_width > 0) {
+    constexpr std::size_t kMinShrunk = 12;
+    const auto total = [&] {
+      std::size_t width = 1;
+      for (const std::size_t w : widths) width += w + 3;
+      return width;
+    };
+    for (std::size_t excess = total() > fit_width ? total() - fit_width : 0; excess > 0; --excess) {
+      std::size_t widest = count;
+      for (std::size_t c = 0; c < count; ++c) {
+        const std::size_t floor = std::max(display_width(columns_[c].header), kMinShrunk);
+        if (columns_[c].shrinks && widths[c] > floor && (widest == count || widths[c] > widths[widest])) widest = c;
+      }
+      if (widest == count) break;  // as narrow as it goes
+      --widths[widest];
     }
   }
   // A spanning text wraps within the columns it covers; make sure that is not absurdly narrow.

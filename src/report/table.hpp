@@ -14,6 +14,8 @@ struct TableColumn {
   Align align = Align::Left;
   // Terminal only: longer cells wrap onto more lines (0: never). For free text such as reasons.
   std::size_t max_width = 0;
+  // Terminal only: terminal(fit_width) may narrow this column (wrapping its cells) to fit.
+  bool shrinks = false;
 };
 
 class TextTable {
@@ -32,7 +34,9 @@ class TextTable {
   void set_collapse_repeats(std::size_t column) { collapse_column_ = column; }
 
   std::string markdown() const;
-  std::string terminal() const;
+  // fit_width > 0: the columns marked `shrinks` are narrowed, widest first and not below their
+  // header (or 12 columns), until the table is at most that wide (if it can be).
+  std::string terminal(std::size_t fit_width = 0) const;
   // An HTML <table> (text escaped; a spanning row's text spans its columns; numbers' columns
   // right-aligned through the class "num"; separators start a new <tbody>).
   std::string html() const;
@@ -48,6 +52,10 @@ class TextTable {
   std::vector<Row> rows_;
   std::size_t collapse_column_ = static_cast<std::size_t>(-1);
 };
+
+// The width to fit terminal output to: the terminal's columns when stdout is one, else $COLUMNS,
+// else `fallback`.
+std::size_t terminal_columns(std::size_t fallback = 120);
 
 // Display width of UTF-8 text in a terminal, counting each code point as one column (true for
 // the characters we print: ASCII, ×, ±, –, …, box drawing).

@@ -23,6 +23,8 @@
 #include "report/load.hpp"
 
 #include "cli_test_support.hpp"
+#include "gpu_test_support.hpp"
+#include "report/table.hpp"
 
 namespace fs = std::filesystem;
 using namespace attnsuite::testing_support;
@@ -51,10 +53,13 @@ void expect_usage_error(const std::vector<std::string>& args, const std::string&
 
 TEST(Cli, BenchWritesEveryFileAndTheTable) {
   const fs::path out = scratch("bench");
-  const CliResult r = run_cli(tiny(out));
+  std::vector<std::string> loud = tiny(out);
+  loud.erase(std::find(loud.begin(), loud.end(), "--quiet"));
+  const CliResult r = run_cli(loud);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("cpu-flash"), std::string::npos);
   EXPECT_NE(r.out.find("vs vanilla"), std::string::npos);
+  EXPECT_NE(r.out.find("4 cases: 4 ok, 0 skipped, 0 failed"), std::string::npos) << r.out;
   for (const char* file : {"results.csv", "results.json", "summary.md", "results.jsonl", "suite.json"})
     EXPECT_TRUE(fs::exists(out / file)) << file;
   const auto json = nlohmann::json::parse(slurp(out / "results.json"));
@@ -63,12 +68,20 @@ TEST(Cli, BenchWritesEveryFileAndTheTable) {
   EXPECT_EQ(count_lines(slurp(out / "results.csv")), 5);
   // The same directory again is refused (never overwritten without --force) ...
   expect_usage_error(tiny(out), "--resume");
-  // ... and accepted with --force.
-  EXPECT_EQ(run_cli(tiny(out, {"--force"})).code, 0);
+  // ... and accepted with --force. --quiet: no progress and no table, the summary line alone.
+  const CliResult quiet = run_cli(tiny(out, {"--force"}));
+  EXPECT_EQ(quiet.code, 0) << quiet.err;
+  EXPECT_EQ(count_lines(quiet.out), 1) << quiet.out;
+  EXPECT_EQ(quiet.out.rfind("4 cases: 4 ok, 0 skipped, 0 failed. Results in ", 0), 0u) << quiet.out;
+  EXPECT_EQ(quiet.err, "");
   // report and compare read what bench wrote.
   const CliResult report = run_cli({"report", (out / "results.json").string()});
   EXPECT_EQ(report.code, 0) << report.err;
   EXPECT_NE(report.out.find("cpu-vanilla"), std::string::npos);
+  // A run from flags alone is not the default suite: "custom", in its title and its suite.json.
+  EXPECT_NE(report.out.find("suite 'custom'"), std::string::npos) << report.out;
+  EXPECT_EQ(nlohmann::json::parse(slurp(out / "suite.json"))["description"].get<std::string>().rfind("flags over the ", 0),
+            0u);  // the default suite or, with a GPU, headline
   const CliResult compare = run_cli({"compare", (out / "results.json").string(), (out / "results.csv").string()});
   EXPECT_EQ(compare.code, 0) << compare.err;
   EXPECT_NE(compare.out.find("0 faster, 0 slower, 4 same"), std::string::npos) << compare.out;
@@ -106,6 +119,37 @@ TEST(Cli, HeadsNotDivisibleIsSkippedWithTheReason) {
     EXPECT_NE(row.reason.find("not divisible"), std::string::npos);
   }
   fs::remove_all(out);
+}
+
+// `list` fits its tables to the terminal ($COLUMNS when stdout is not one; it was 480 columns
+// wide), says "yes" for what runs here and, on a machine without a GPU, "no GPU (…)" for the GPU
+// backends — not the CUDA runtime's "driver version is insufficient", nor a dtype rule.
+TEST(Cli, ListFitsTheTerminalAndSaysWhatRunsHere) {
+  for (const int columns : {100, 140, 400}) {
+    const CliResult r = run_cli({"list"}, {"COLUMNS=" + std::to_string(columns)});
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::istringstream lines(r.out);
+    int table_lines = 0;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("│", 0) != 0 && line.rfind("┌", 0) != 0 && line.rfind("└", 0) != 0) continue;
+      ++table_lines;
+      EXPECT_LE(attnsuite::report::display_width(line), static_cast<std::size_t>(columns)) << line;
+    }
+    EXPECT_GT(table_lines, 10);
+    for (const char* backend : {"│ cpu-flash ", "│ cpu-vanilla ", "│ reference "})
+      EXPECT_NE(r.out.find(backend), std::string::npos) << backend;
+    EXPECT_NE(r.out.find("│ yes "), std::string::npos) << r.out;
+#if ATTNSUITE_HAVE_CUDA
+    if (columns == 400 && !attnsuite::testing_support::cuda_device_missing().empty()) {  // unwrapped
+      EXPECT_NE(r.out.find("no: no GPU ("), std::string::npos) << r.out;
+      EXPECT_EQ(r.out.find("insufficient"), std::string::npos) << r.out;
+      EXPECT_EQ(r.out.find("dtype fp16 not supported by flash3-fp8"), std::string::npos) << r.out;
+      const CliResult info = run_cli({"info"});
+      EXPECT_NE(info.out.find("GPU        no GPU ("), std::string::npos) << info.out;
+      EXPECT_EQ(info.out.find("insufficient"), std::string::npos) << info.out;
+    }
+#endif
+  }
 }
 
 // Runs where nothing useful happens exit non-zero, each with one line that says why (README,
@@ -207,6 +251,22 @@ TEST(Cli, SigintMidSweepThenResume) {
   fs::remove_all(out);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define ATTNSUITE_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTNSUITE_TEST_SANITIZED 1
+#endif
+#endif
+// Under AddressSanitizer (scripts/reliability.sh, -O1) a work item and the leak check at exit
+// take several times longer: the bound there is looser, the point (within the case, not after
+// it) the same.
+#ifdef ATTNSUITE_TEST_SANITIZED
+constexpr double kStopWithinSeconds = 3.0;
+#else
+constexpr double kStopWithinSeconds = 1.0;
+#endif
+
 // Ctrl-C in the middle of a large CPU case ends the process within a second: the fp64
 // reference's rows, the CPU kernels' work items and the timing loop are cancellation points
 // (core/cancel.hpp); it took 12.9 s when the sweep looked only between timing samples. The exit
@@ -245,7 +305,7 @@ TEST(Cli, SigintInsideALargeCaseStopsWithinASecond) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
     std::printf("[ stopped  ] %s: exit %.3f s after SIGINT\n", stop.where, seconds);
     RecordProperty(stop.delay_ms < 1000 ? "seconds_to_exit_reference" : "seconds_to_exit_forwards", fmt::format("{:.3f}", seconds));
-    EXPECT_LT(seconds, 1.0);
+    EXPECT_LT(seconds, kStopWithinSeconds);
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 130);
     const auto results = nlohmann::json::parse(slurp(out / "results.json"));

@@ -544,3 +544,43 @@ TEST(Compare, TinyChangesAreTheSameEvenWithoutNoise) {
 
 }  // namespace
 }  // namespace attnsuite
+
+namespace attnsuite {
+namespace {
+
+// The widest line of a terminal table, in display columns.
+std::size_t widest_line(const std::string& text) {
+  std::size_t widest = 0, start = 0;
+  while (start < text.size()) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    widest = std::max(widest, report::display_width(std::string_view(text).substr(start, end - start)));
+    start = end + 1;
+  }
+  return widest;
+}
+
+// terminal(fit_width) narrows the columns marked `shrinks`, widest first, wrapping their cells
+// (`attnsuite list` was 480 columns wide); the others keep their width, and no column goes below
+// its header or 12 columns.
+TEST(Table, FitsTheTerminalByWrappingTheShrinkableColumns) {
+  report::TextTable table({{"name"}, {"what", report::Align::Left, 0, true}, {"notes", report::Align::Left, 0, true}});
+  table.add_row({"cpu-flash", std::string(150, 'w').insert(75, " "), "a short note"});
+  table.add_row({"cpu-vanilla", "materialized scores", std::string(200, 'n').insert(50, " ").insert(120, " ")});
+  const std::string natural = table.terminal();
+  EXPECT_GT(widest_line(natural), 300u);
+  for (const std::size_t width : {80u, 100u, 160u}) {
+    const std::string fitted = table.terminal(width);
+    EXPECT_LE(widest_line(fitted), width) << fitted;
+    EXPECT_NE(fitted.find("cpu-vanilla"), std::string::npos);
+    EXPECT_NE(fitted.find("materialized"), std::string::npos);
+    EXPECT_GT(std::count(fitted.begin(), fitted.end(), '\n'), std::count(natural.begin(), natural.end(), '\n'))
+        << "wrapped, not cut";
+  }
+  // Too narrow for the floors: as narrow as it goes, never below them.
+  const std::string floor = table.terminal(20);
+  EXPECT_EQ(widest_line(floor), 1 + (11 + 3) + (12 + 3) + (12 + 3)) << floor;
+  EXPECT_EQ(table.terminal(1000), natural);
+}
+
+}  // namespace
+}  // namespace attnsuite

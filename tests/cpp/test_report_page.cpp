@@ -231,6 +231,13 @@ TEST(ReportPage, RendersFromACommittedResultsFile) {
   EXPECT_NE(html.find("Plots unavailable: test"), std::string::npos);
   Backend& flash = Registry::global().find("cpu-flash");
   EXPECT_NE(html.find(report::escape_html(flash.capabilities())), std::string::npos);
+  // The cuDNN version only with a GPU: a header from a host without one may name the library linked.
+  report::ReportDocument no_gpu = d;
+  no_gpu.header.cudnn_version = "9.19.0";
+  no_gpu.header.gpu_name.clear();
+  EXPECT_EQ(report::render_html(no_gpu).find("9.19.0"), std::string::npos);
+  no_gpu.header.gpu_name = "NVIDIA H200";
+  EXPECT_NE(report::render_html(no_gpu).find("<td>9.19.0</td>"), std::string::npos);
 
   const fs::path dir = fresh_dir("markdown");
   const std::string markdown = report::render_markdown(d, dir / "report.md");
@@ -310,9 +317,10 @@ TEST(TuneCli, TunesTheCpuBackendsAndWritesTheTable) {
   const fs::path dir = fresh_dir("tune");
   const CliResult r = run_cli({"tune", "--batch", "--backends", "cpu-flash", "--seq", "64", "--heads", "2", "--head-dim",
                                "32", "--dtype", "fp32", "--max-batch", "8", "--max-time-ms", "20", "--hot", "--exhaustive",
-                               "-q", "--out", (dir / "out").string(), "--cache", (dir / "cache" / "backends.json").string()},
+                               "--out", (dir / "out").string(), "--cache", (dir / "cache" / "backends.json").string()},
                               dir);
   ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("tune cpu-flash"), std::string::npos) << r.err;  // progress, without -q
   // The backend cache that backend="auto" reads: this CPU, the class of the tuned shape.
   const auto cache = nlohmann::json::parse(report::read_text_file(dir / "cache" / "backends.json"));
   ASSERT_EQ(cache["machines"].size(), 1u) << cache.dump();
@@ -338,6 +346,15 @@ TEST(TuneCli, TunesTheCpuBackendsAndWritesTheTable) {
   const CliResult again = run_cli({"tune", "--batch", "--backends", "cpu-flash", "--out", (dir / "out").string()}, dir);
   EXPECT_EQ(again.code, 2);
   EXPECT_NE(again.err.find("--force"), std::string::npos);
+  // -q: no progress and no table, the closing lines alone.
+  const CliResult quiet = run_cli({"tune", "--batch", "--backends", "cpu-flash", "--seq", "64", "--heads", "2",
+                                   "--head-dim", "32", "--dtype", "fp32", "--max-batch", "2", "--max-time-ms", "5",
+                                   "--hot", "-q", "--out", (dir / "out").string(), "--force", "--no-cache"},
+                                  dir);
+  EXPECT_EQ(quiet.code, 0) << quiet.err;
+  EXPECT_EQ(quiet.out.find("best batch"), std::string::npos) << quiet.out;
+  EXPECT_EQ(quiet.out.rfind("1 case tuned. Results in ", 0), 0u) << quiet.out;
+  EXPECT_EQ(quiet.err, "");
   fs::remove_all(dir);
 }
 

@@ -23,14 +23,16 @@ def test_bench_returns_rows_and_writes_the_cli_files(tmp_path, cli):
         assert row["ms_median"] > 0 and row["rel_l2"] < 1e-5
     flash = [r for r in rows if r["backend"] == "cpu-flash"]
     assert all(r["speedup_vs_vanilla"] > 0 for r in flash)
-    assert rows.header["suite"] == "default" and rows.header["cpu_threads"] >= 1
+    # Arguments over the default suite are not the default suite: titled "custom" (issue 27).
+    assert rows.header["suite"] == "custom" and rows.header["cpu_threads"] >= 1
     assert "cpu-flash" in rows.summary
     for name in ("results.jsonl", "results.csv", "results.json", "summary.md", "suite.json"):
         assert (tmp_path / "run" / name).exists(), name
     # The CLI reads what Python wrote: one engine, one format.
     report = subprocess.run([cli, "report", str(tmp_path / "run" / "results.json")], capture_output=True, text=True)
-    assert report.returncode == 0 and "cpu-flash" in report.stdout
+    assert report.returncode == 0 and "cpu-flash" in report.stdout and "suite 'custom'" in report.stdout
     saved = json.loads((tmp_path / "run" / "suite.json").read_text())
+    assert saved["name"] == "custom" and saved["description"].startswith("arguments over the ")
     assert saved["model"] == ["llama-3.2-1b"] and saved["causal"] == [False, True]
 
 

@@ -151,6 +151,29 @@ def test_tune_batch_size_saves_the_partial_tune_on_sigint_and_sigterm(tmp_path, 
     assert document["tuning"][0]["search"]["interrupted"] is True
 
 
+def test_plots_ring_the_points_whose_median_missed_its_noise_target(tmp_path):
+    # The table's status column flags a row whose median missed the noise target ("median
+    # ±20.3%"); the plots of timings ring that point in red and say so in the caption (memory is
+    # not a timing: no ring there).
+    pytest.importorskip("matplotlib")
+    source = os.path.join(os.path.dirname(__file__), "..", "data", "report", "cpu-small.json")
+    with open(source) as file:
+        document = json.load(file)
+    flagged = 0
+    for row in document["rows"]:
+        noisy = row["backend"] == "cpu-flash" and row["seq_q"] == 512 and row["batch"] == 1
+        row["reason"] = "noise target 2.0% not reached in the time budget (median ±20.3%)" if noisy else ""
+        flagged += noisy
+    assert flagged == 1
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(document))
+    plots = {p["name"]: p for p in attnsuite.plot(path, out=tmp_path / "plots")}
+    for name in ("speedup_vs_seq", "latency_vs_seq", "tflops_vs_seq"):
+        assert "Ringed in red (1)" in plots[name]["caption"], plots[name]["caption"]
+    assert "Ringed" not in plots["memory_vs_seq"]["caption"]
+    assert "noise target not reached" in (tmp_path / "plots" / "speedup_vs_seq.svg").read_text()  # the legend
+
+
 def test_plot_of_bench_rows_of_a_tune_and_of_a_file(tmp_path):
     pytest.importorskip("matplotlib")
     rows = attnsuite.bench(backends=["cpu-vanilla", "cpu-flash"], seq_lengths=[64, 128], heads=2, head_dim=32,

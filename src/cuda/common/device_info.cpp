@@ -1,5 +1,6 @@
 // What the CUDA device is, and whether there is one at all.
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <map>
@@ -22,14 +23,33 @@ int cuda_device_count() noexcept {
   return count;
 }
 
+// The one place that says why there is no GPU. A machine without a GPU usually has no driver
+// either, which the runtime reports as cudaErrorInsufficientDriver: "CUDA driver version is
+// insufficient for CUDA runtime version" read as a version problem to a user who has no GPU.
 std::string cuda_unavailable_reason() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
     cudaGetLastError();
-    return fmt::format("cudaGetDeviceCount failed: {}", cudaGetErrorString(status));
+    switch (status) {
+      case cudaErrorInsufficientDriver: {
+        // No driver library at all (the usual machine without a GPU), or one too old for us.
+        if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); driver == nullptr) {
+          return "no GPU (no CUDA driver)";
+        } else {
+          dlclose(driver);
+        }
+        int runtime = 0;
+        cudaRuntimeGetVersion(&runtime);
+        cudaGetLastError();
+        return fmt::format("no usable GPU: the CUDA driver is older than the CUDA {}.{} runtime this build uses",
+                           runtime / 1000, runtime % 1000 / 10);
+      }
+      case cudaErrorNoDevice: return "no GPU (the CUDA driver sees no device)";
+      default: return fmt::format("no GPU usable (cudaGetDeviceCount failed: {})", cudaGetErrorString(status));
+    }
   }
-  return count > 0 ? std::string() : std::string("no CUDA device visible");
+  return count > 0 ? std::string() : std::string("no GPU (no CUDA device visible)");
 }
 
 void require_cuda_device(int device_index) {
