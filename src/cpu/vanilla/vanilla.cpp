@@ -13,6 +13,7 @@
 #include "attnsuite/error.hpp"
 #include "attnsuite/memory.hpp"
 #include "core/cancel.hpp"
+#include "cpu/backward.hpp"
 #include "cpu/common.hpp"
 #include "cpu/simd_math.hpp"
 
@@ -73,11 +74,14 @@ class VanillaBackend final : public Backend {
     return supports_common(problem);
   }
 
+  Support supports_backward(const AttentionProblem& problem) const override { return supports(problem); }
+
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     require_support(*this, problem);
     choose_kernel_config(*this, problem, options);  // refuses a config: there is none
     return std::make_unique<FunctionPlan>(
-        "", 0, [this, problem](const AttentionArgs& args, Stream, RunReport&) { run(problem, args); });
+        "", 0, [this, problem](const AttentionArgs& args, Stream, RunReport&) { run(problem, args); },
+        [problem](const BackwardArgs& args, Stream, RunReport&) { vanilla_backward(problem, args, cpu_threads()); });
   }
 
  private:
