@@ -83,6 +83,8 @@ def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal
     except _core.UnsupportedError as error:
         # Inside the op, so compiled graphs fall back too.
         _warn_once(str(error))
+        if is_causal and query.shape[2] != key.shape[2]:  # PyTorch's SDPA would align it top-left
+            return _torch_attention(query, key, value, is_causal, scale)[0]
         group = query.shape[1] // key.shape[1]
         if group > 1:
             key, value = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)

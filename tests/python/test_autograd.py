@@ -328,10 +328,11 @@ def test_ops_fall_back_inside_when_the_backend_cannot(monkeypatch):
         out, lse = drop_in._sdpa_fwd(q, k, v, True, None, "reference")
         grad_out = torch.randn(out.shape)
         out.backward(grad_out)
+        inference_out = drop_in._sdpa(q.detach(), k.detach(), v.detach(), True, None, "reference")
     monkeypatch.setattr(_core, "forward", real_forward)
     monkeypatch.setattr(_core, "backward", real_backward)
     ref_out, ref_lse, ref_dq, ref_dk, ref_dv = float64_gradients(q, k, v, grad_out, True)
-    assert relative_error(out, ref_out) < 1e-6
+    assert relative_error(out, ref_out) < 1e-6 and relative_error(inference_out, ref_out) < 1e-6
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
     for got, want in ((q.grad, ref_dq), (k.grad, ref_dk), (v.grad, ref_dv)):
         assert relative_error(got, want) < 1e-6
