@@ -70,6 +70,7 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backends", help="comma-separated: 'sdpa' (PyTorch) and attnsuite backend names "
                         "(default: sdpa and every backend here with a backward for the model's attention)")
+    parser.add_argument("--threads", type=int, help="PyTorch's CPU threads (torch.set_num_threads; default: its own)")
     parser.add_argument("--out", help="write the results here as JSON")
     args = parser.parse_args(argv)
     cuda = args.device.startswith("cuda")
@@ -244,6 +245,16 @@ def table(results):
 
 def main(argv=None):
     args = parse_args(argv)
+    threads = torch.get_num_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        return run(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run(args):
     import transformers
 
     config = build_config(args)
@@ -256,6 +267,7 @@ def main(argv=None):
                 "attnsuite": attnsuite.__version__, "config": args.config, "model": CONFIGS[args.config],
                 "dtype": args.dtype, "batch": args.batch, "seq": args.seq, "steps": args.steps,
                 "warmup": args.warmup, "batches": args.batches, "lr": args.lr, "seed": args.seed,
+                "torch_threads": torch.get_num_threads(),
                 "tolerance": TOLERANCE[args.dtype], "results": [], "skipped": skipped}
     for backend in runs:
         print(f"training with {backend} ...", flush=True)

@@ -13,7 +13,9 @@ pytest.importorskip("transformers", reason="transformers is not installed (pytho
 import attnsuite  # noqa: E402
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train_llama.py")
-ARGS = ["--config", "tiny", "--device", "cpu", "--dtype", "fp32", "--steps", "6", "--warmup", "1"]
+# One PyTorch thread: with two, on 2 cores shared with other tests, PyTorch's OpenMP threads
+# spin-waiting against the rest made the run 24.6 s instead of 5.3 s (loaded development VM).
+ARGS = ["--config", "tiny", "--device", "cpu", "--dtype", "fp32", "--steps", "6", "--warmup", "1", "--threads", "1"]
 
 
 @pytest.fixture(scope="module")
