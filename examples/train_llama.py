@@ -237,7 +237,8 @@ def table(results):
     lines = [header, "-" * len(header)]
     for row in results:
         peak = "-" if row["peak_memory_mib"] is None else f"{row['peak_memory_mib']:.0f}"
-        calls = "-" if row["backend"] == "sdpa" else f"{row['attnsuite_forward_calls']}/{row['attnsuite_backward_calls']}"
+        calls = ("-" if row["backend"] == "sdpa"
+                 else f"{row['attnsuite_forward_calls']}/{row['attnsuite_backward_calls']}")
         lines.append(f"{row['backend']:<14} {row['tokens_per_s']:>11.4g} {row['ms_per_step_median']:>9.2f} {peak:>10} "
                      f"{row['final_loss']:>11.5f} {row['max_loss_difference']:>12.3g} {calls:>18}")
     return "\n".join(lines)

@@ -27,8 +27,8 @@ from . import _core
 from ._core import UnsupportedError
 
 __version__ = _core.__version__
-__all__ = ["attention", "attention_backward", "resolve_backend", "auto_choice", "backends", "bench", "tune_batch_size", "plot", "model_presets",
-           "suites", "set_backend_cache", "backend_cache_path", "UnsupportedError"]
+__all__ = ["attention", "attention_backward", "resolve_backend", "auto_choice", "backends", "bench", "tune_batch_size",
+           "plot", "model_presets", "suites", "set_backend_cache", "backend_cache_path", "UnsupportedError"]
 
 _DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 

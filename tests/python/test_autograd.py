@@ -56,7 +56,8 @@ def with_backward_or_skip(backend, q, k, v, causal):
     if backend not in {entry["name"] for entry in attnsuite.backends()}:
         pytest.skip(f"backend {backend} is not in this build")
     try:
-        name, why_not = _core.resolve_backward(backend, q.detach(), k.detach(), v.detach(), causal, None, "bhsd", -1, -1)
+        name, why_not = _core.resolve_backward(backend, q.detach(), k.detach(), v.detach(), causal, None, "bhsd", -1,
+                                               -1)
     except _core.UnsupportedError as error:
         pytest.skip(str(error))
     if why_not is not None:
