@@ -28,8 +28,8 @@ from . import _core
 from ._core import UnsupportedError
 
 __version__ = _core.__version__
-__all__ = ["attention", "resolve_backend", "auto_choice", "backends", "bench", "tune_batch_size", "plot", "model_presets",
-           "suites", "set_backend_cache", "backend_cache_path", "UnsupportedError"]
+__all__ = ["attention", "attention_backward", "resolve_backend", "auto_choice", "backends", "bench", "tune_batch_size",
+           "plot", "model_presets", "suites", "set_backend_cache", "backend_cache_path", "UnsupportedError"]
 
 _DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
@@ -105,8 +105,8 @@ def _window(window):
     return int(left), int(right)
 
 
-def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd", return_lse=False, window=None,
-              out=None):
+def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd", return_lse=False,
+              return_backend=False, window=None, out=None):
     """Scaled dot-product attention, softmax(q·kᵀ·scale)·v, through a backend of the registry.
 
     q: (batch, seq_q, heads_q, dim) for layout "bshd" (FlashAttention's), or (batch, heads_q,
@@ -124,9 +124,11 @@ def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd
     docs/results) — the first that supports the problem. ``resolve_backend`` says which one
     runs, ``auto_choice`` also why.
 
-    Returns o in the layout and framework of q (and the float32 log-sum-exp, shape (batch,
-    heads_q, seq_q), natural log, when return_lse). Raises UnsupportedError (a ValueError)
-    when the backend cannot run the problem, ValueError on bad arguments.
+    Returns o in the layout and framework of q; with return_lse also the float32 log-sum-exp,
+    shape (batch, heads_q, seq_q), natural log (what ``attention_backward`` takes); with
+    return_backend also the name of the backend that ran: (o, lse, name), (o, name) or (o, lse).
+    Raises UnsupportedError (a ValueError) when the backend cannot run the problem, ValueError
+    on bad arguments.
     """
     if type(q) is not _np.ndarray or type(k) is not _np.ndarray or type(v) is not _np.ndarray:
         _check_arrays((("q", q), ("k", k), ("v", v), ("out", out if out is not None else q)))
@@ -150,8 +152,45 @@ def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd
         heads, seq = (shape[2], shape[1]) if layout == "bshd" else (shape[1], shape[2])
         lse, finish_lse = _empty(q, (shape[0], heads, seq), "float32")
     left, right = _window(window) if window is not None else (-1, -1)
-    _core.forward(backend, q, k, v, o, lse, causal, scale, layout, left, right, 0 if is_numpy else _stream(q))
-    return (finish(o), finish_lse(lse)) if return_lse else finish(o)
+    name = _core.forward(backend, q, k, v, o, lse, causal, scale, layout, left, right, 0 if is_numpy else _stream(q))
+    if not return_lse and not return_backend:
+        return finish(o)
+    return (finish(o),) + ((finish_lse(lse),) if return_lse else ()) + ((name,) if return_backend else ())
+
+
+def attention_backward(q, k, v, out, lse, grad_out, *, causal=False, scale=None, backend="auto", layout="bshd",
+                       window=None, deterministic=False, dq=None, dk=None, dv=None):
+    """The gradients dq, dk, dv of ``attention``: from its inputs q, k, v, what it returned (out,
+    and the lse of return_lse=True) and grad_out, the gradient of the loss with respect to out
+    (shaped like out). causal, scale, layout and window must be the forward's.
+
+    backend: the one the forward ran (``attention(..., return_backend=True)`` names it), or
+    "auto": the backend ``attention`` picks for these arrays. The log-sum-exp means the same for
+    every backend, so a forward on one and the backward on another also agree. A backend without
+    a backward for the problem raises UnsupportedError saying so.
+    deterministic: ask for a run-to-run bitwise-equal result where the backend would otherwise
+    accumulate in a varying order. dq, dk, dv: arrays to write into (like q, k, v), else new
+    ones in q's framework and device.
+
+    Returns (dq, dk, dv); with GQA / MQA dk and dv are summed over each group's query heads.
+    """
+    if type(q) is not _np.ndarray:
+        _check_arrays((("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("grad_out", grad_out)))
+    left, right = _window(window)
+    if backend == "auto":
+        backend = _core.resolve(backend, q, k, v, causal, scale, layout, left, right)
+    grads = []
+    for given, like in ((dq, q), (dk, k), (dv, v)):
+        if given is not None:
+            grads.append((given, _same))
+        elif type(like) is _np.ndarray:
+            grads.append((_np.empty(like.shape, like.dtype), _same))
+        else:
+            grads.append(_empty(like, tuple(like.shape)))
+    (dq, finish_dq), (dk, finish_dk), (dv, finish_dv) = grads
+    _core.backward(backend, q, k, v, out, grad_out, lse, dq, dk, dv, causal, scale, layout, left, right,
+                   bool(deterministic), _stream(q))
+    return finish_dq(dq), finish_dk(dk), finish_dv(dv)
 
 
 def resolve_backend(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd", window=None):

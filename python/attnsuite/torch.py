@@ -3,21 +3,29 @@
     import attnsuite.torch
     attnsuite.torch.patch()            # every F.scaled_dot_product_attention call, e.g. a
     model(**inputs)                    # transformers model with attn_implementation="sdpa"
+    loss.backward()                    # the gradients from attnsuite's backward too
     attnsuite.torch.unpatch()
 
 ``scaled_dot_product_attention`` has F.scaled_dot_product_attention's signature. It runs
-through the torch custom op ``attnsuite::sdpa`` (torch.library, with a fake implementation, so
-``torch.compile`` traces it without a graph break into our code). What attnsuite does not do
-falls back to PyTorch's own SDPA with a one-time warning per reason: an attn_mask, dropout,
-inputs that need a gradient (the op has no backward), a causal mask with seq_q != seq_kv
+through torch custom ops (torch.library, with fake implementations, so ``torch.compile`` traces
+them without a graph break into our code): ``attnsuite::sdpa`` when no input needs a gradient,
+else ``attnsuite::sdpa_fwd`` (the output and the log-sum-exp), whose registered backward is
+``attnsuite::sdpa_bwd`` (dq, dk, dv from the backend's backward; deterministic while
+``torch.use_deterministic_algorithms(True)`` is on). What attnsuite does not do falls back to
+PyTorch's own SDPA with a one-time warning per reason: an attn_mask, dropout, inputs that need a
+gradient when the backend has no backward for the problem, a causal mask with seq_q != seq_kv
 (PyTorch aligns it top-left, attnsuite bottom-right), inputs that are not 3-D or 4-D, dtypes
 other than float32/float16/bfloat16 or mixed, inputs on different devices, a last dim that is
 not contiguous, and problems the chosen backend does not support (its reason is in the warning).
+Under ``torch.compile`` the checks that ask the backend run inside the ops instead, at run time
+(a compiled graph holds the ops whatever the backend then says): the ops fall back there, the
+forward to PyTorch's SDPA (or, when the log-sum-exp is needed, the same attention in PyTorch
+operations) and the backward to that attention's backward in PyTorch operations.
 """
 
 import threading
 import warnings
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -57,19 +65,26 @@ def _stream(tensor):
     return torch.cuda.current_stream(tensor.device).cuda_stream if tensor.is_cuda else 0
 
 
+def _last_dim_dense(*tensors):
+    """The tensors as the kernels take them: detached (DLPack refuses tensors that require grad)
+    and with a contiguous last dim. The wrapper falls back for other inputs; a compiled graph may
+    still hand an op other strides than eager mode did."""
+    return tuple(x.detach() if x.stride(-1) == 1 else x.detach().contiguous() for x in tensors)
+
+
 @torch.library.custom_op("attnsuite::sdpa", mutates_args=())
 def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: Optional[float],
           backend: str) -> torch.Tensor:
     """4-D (batch, heads, seq, dim) inputs, PyTorch's layout; GQA when key has fewer heads."""
-    # The wrapper below falls back for such inputs; a compiled graph may still hand the op other
-    # strides than eager mode did, and the kernels need a contiguous last dim.
-    query, key, value = (x if x.stride(-1) == 1 else x.contiguous() for x in (query, key, value))
+    query, key, value = _last_dim_dense(query, key, value)
     out = torch.empty(query.shape[:3] + (value.shape[3],), dtype=query.dtype, device=query.device)
     try:
         _core.forward(backend, query, key, value, out, None, is_causal, scale, "bhsd", -1, -1, _stream(query))
     except _core.UnsupportedError as error:
         # Inside the op, so compiled graphs fall back too.
         _warn_once(str(error))
+        if is_causal and query.shape[2] != key.shape[2]:  # PyTorch's SDPA would align it top-left
+            return _torch_attention(query, key, value, is_causal, scale)[0]
         group = query.shape[1] // key.shape[1]
         if group > 1:
             key, value = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)
@@ -82,6 +97,142 @@ def _(query, key, value, is_causal, scale, backend):
     return query.new_empty(query.shape[:3] + (value.shape[3],))
 
 
+def _torch_probabilities(query, key, is_causal, scale):
+    """softmax(scale * q k^T) with attnsuite's semantics (GQA: key has fewer heads; causal aligned
+    bottom-right; a row that sees no key is all 0) and the natural-log LSE (-inf for such rows),
+    in fp32 for 16-bit inputs: (probabilities, lse, the key with its heads repeated, the scale)."""
+    group = query.shape[1] // key.shape[1]
+    compute = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    key = key.to(compute).repeat_interleave(group, dim=1) if group > 1 else key.to(compute)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    scores = torch.matmul(query.to(compute), key.transpose(-2, -1)) * scale
+    if is_causal:
+        seq_q, seq_kv = query.shape[-2], key.shape[-2]
+        visible = torch.ones(seq_q, seq_kv, dtype=torch.bool, device=query.device).tril(seq_kv - seq_q)
+        scores = scores.masked_fill(~visible, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    finite_lse = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    return torch.exp(scores - finite_lse.unsqueeze(-1)), lse, key, scale
+
+
+def _torch_attention(query, key, value, is_causal, scale):
+    """(out, lse float32) in PyTorch operations with attnsuite's semantics: the forward op's
+    fallback where a log-sum-exp is needed (PyTorch's SDPA returns none). O(seq_q * seq_kv) memory."""
+    probabilities, lse, _, _ = _torch_probabilities(query, key, is_causal, scale)
+    group = query.shape[1] // key.shape[1]
+    value = value.to(probabilities.dtype)
+    out = torch.matmul(probabilities, value.repeat_interleave(group, dim=1) if group > 1 else value)
+    return out.to(query.dtype), lse.float()
+
+
+def _torch_attention_backward(grad_out, query, key, value, is_causal, scale):
+    """(dq, dk, dv) of _torch_attention in PyTorch operations (the backward op's fallback; no
+    autograd inside an op): dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O)), dQ = scale dS K,
+    dK = scale dS^T Q, dK and dV summed over each GQA group."""
+    probabilities, _, repeated_key, scale = _torch_probabilities(query, key, is_causal, scale)
+    group = query.shape[1] // key.shape[1]
+    compute = probabilities.dtype
+    repeated_value = value.to(compute).repeat_interleave(group, dim=1) if group > 1 else value.to(compute)
+    grad_out = grad_out.to(compute)
+    out = torch.matmul(probabilities, repeated_value)
+    grad_probabilities = torch.matmul(grad_out, repeated_value.transpose(-2, -1))
+    grad_scores = probabilities * (grad_probabilities - (grad_out * out).sum(-1, keepdim=True))
+    dq = torch.matmul(grad_scores, repeated_key) * scale
+    dk = torch.matmul(grad_scores.transpose(-2, -1), query.to(compute)) * scale
+    dv = torch.matmul(probabilities.transpose(-2, -1), grad_out)
+    if group > 1:
+        dk = dk.unflatten(1, (key.shape[1], group)).sum(2)
+        dv = dv.unflatten(1, (key.shape[1], group)).sum(2)
+    return dq.to(query.dtype), dk.to(key.dtype), dv.to(value.dtype)
+
+
+def _empty_grad(like):
+    """dq / dk / dv for `like` (the op and its fake alike): like's strides where its last dim is
+    contiguous (transformers' (batch, heads, seq, dim) views of (batch, seq, heads, dim)
+    projections then take their gradient without a copy), else dense."""
+    return torch.empty_like(like) if like.stride(-1) == 1 else torch.empty(like.shape, dtype=like.dtype,
+                                                                            device=like.device)
+
+
+@torch.library.custom_op("attnsuite::sdpa_fwd", mutates_args=())
+def _sdpa_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: Optional[float],
+              backend: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The training forward: (out, lse), lse float32 (batch, heads_q, seq_q). Its backward is
+    attnsuite::sdpa_bwd through the same backend (a name, or "auto": resolved per call)."""
+    query, key, value = _last_dim_dense(query, key, value)
+    out = torch.empty(query.shape[:3] + (value.shape[3],), dtype=query.dtype, device=query.device)
+    lse = torch.empty(query.shape[:3], dtype=torch.float32, device=query.device)
+    try:
+        _core.forward(backend, query, key, value, out, lse, is_causal, scale, "bhsd", -1, -1, _stream(query))
+    except _core.UnsupportedError as error:
+        _warn_once(str(error))
+        out, lse = _torch_attention(query, key, value, is_causal, scale)
+    return out, lse
+
+
+@_sdpa_fwd.register_fake
+def _(query, key, value, is_causal, scale, backend):
+    return (query.new_empty(query.shape[:3] + (value.shape[3],)),
+            query.new_empty(query.shape[:3], dtype=torch.float32))
+
+
+@torch.library.custom_op("attnsuite::sdpa_bwd", mutates_args=())
+def _sdpa_bwd(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, out: torch.Tensor,
+              lse: torch.Tensor, is_causal: bool, scale: Optional[float],
+              backend: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv of attnsuite::sdpa_fwd from its inputs, outputs and the gradient of out."""
+    dq, dk, dv = _empty_grad(query), _empty_grad(key), _empty_grad(value)
+    # grad_out of out.sum() is an expanded tensor (stride 0 everywhere): _last_dim_dense copies it.
+    grad_out, query, key, value, out = _last_dim_dense(grad_out, query, key, value, out)
+    try:
+        name = backend if backend != "auto" else _core.resolve(backend, query, key, value, is_causal, scale, "bhsd",
+                                                               -1, -1)
+        _core.backward(name, query, key, value, out, grad_out, lse.detach().contiguous(), dq, dk, dv, is_causal,
+                       scale, "bhsd", -1, -1, torch.are_deterministic_algorithms_enabled(), _stream(query))
+    except _core.UnsupportedError as error:
+        _warn_once(str(error))
+        for into, grad in zip((dq, dk, dv), _torch_attention_backward(grad_out, query, key, value, is_causal, scale)):
+            into.copy_(grad)
+    return dq, dk, dv
+
+
+@_sdpa_bwd.register_fake
+def _(grad_out, query, key, value, out, lse, is_causal, scale, backend):
+    return _empty_grad(query), _empty_grad(key), _empty_grad(value)
+
+
+def _setup_context(ctx, inputs, output):
+    query, key, value, is_causal, scale, backend = inputs
+    out, lse = output
+    ctx.save_for_backward(query, key, value, out, lse)
+    ctx.is_causal, ctx.scale, ctx.backend = is_causal, scale, backend
+    # The backward takes the gradient of out only; the drop-in hands out no lse.
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    query, key, value, out, lse = ctx.saved_tensors
+    dq, dk, dv = _sdpa_bwd(grad_out, query, key, value, out, lse, ctx.is_causal, ctx.scale, ctx.backend)
+    return dq, dk, dv, None, None, None
+
+
+_sdpa_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _training_backend(query, key, value, is_causal, scale):
+    """(the backend's name, None) when the backend runs this training call's forward and
+    backward, else (None, why not): asked of the module with the 4-D tensors the op would get.
+    The op then gets the name, so that its backward runs where its forward did."""
+    try:
+        name, why_not = _core.resolve_backward(_backend, query.detach(), key.detach(), value.detach(), is_causal,
+                                               scale, "bhsd", -1, -1)
+    except _core.UnsupportedError as error:
+        return None, str(error)
+    if why_not is not None:
+        return None, f"inputs that require grad: backend '{name}' has no backward for them ({why_not})"
+    return name, None
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """F.scaled_dot_product_attention on attnsuite (see the module docstring for the fallbacks)."""
@@ -90,8 +241,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         reason = "attn_mask is not supported (only is_causal)"
     elif dropout_p > 0.0:
         reason = "dropout_p > 0 is not supported"
-    elif torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-        reason = "inputs that require grad (the attnsuite op has no backward)"
     elif query.dim() not in (3, 4) or key.dim() != query.dim() or value.dim() != query.dim():
         reason = f"inputs of {query.dim()} dims (attnsuite takes 3-D or 4-D)"
     elif is_causal and query.shape[-2] != key.shape[-2]:
@@ -104,15 +253,27 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         reason = f"inputs on different devices ({query.device}, {key.device}, {value.device})"
     elif query.stride(-1) != 1 or key.stride(-1) != 1 or value.stride(-1) != 1:
         reason = "inputs whose last dim is not contiguous (stride != 1)"
+    needs_grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    backend = _backend
+    if reason is None and needs_grad and not torch.compiler.is_compiling():
+        backend, reason = _training_backend(*_four_dims(query, key, value), bool(is_causal), scale)
     if reason is not None:
         _warn_once(reason)
         kwargs = {"enable_gqa": enable_gqa} if enable_gqa else {}
         return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                            scale=scale, **kwargs)
-    if query.dim() == 3:  # (batch, seq, dim): one head
-        return _sdpa(query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1), bool(is_causal), scale,
-                     _backend).squeeze(1)
-    return _sdpa(query, key, value, bool(is_causal), scale, _backend)
+    if needs_grad:
+        out = _sdpa_fwd(*_four_dims(query, key, value), bool(is_causal), scale, backend)[0]
+    else:
+        out = _sdpa(*_four_dims(query, key, value), bool(is_causal), scale, _backend)
+    return out.squeeze(1) if query.dim() == 3 else out
+
+
+def _four_dims(query, key, value):
+    """(batch, seq, dim) inputs as one head of (batch, heads, seq, dim)."""
+    if query.dim() == 3:
+        return query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+    return query, key, value
 
 
 def patch(backend=None):

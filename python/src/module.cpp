@@ -459,7 +459,7 @@ std::string backward(const std::string& backend_name, const Array& q, const Arra
                      std::optional<float> scale, const std::string& layout, int window_left, int window_right,
                      bool deterministic, std::uintptr_t stream) {
   ATTNSUITE_REQUIRE(backend_name != "auto",
-                    "attention_backward takes the backend the forward ran (attention(..., return_backend=True) "
+                    "backward takes the backend the forward ran (attention(..., return_backend=True) "
                     "names it), not \"auto\"");
   Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right);
   const AttentionProblem& p = call.problem;
@@ -521,6 +521,32 @@ std::string backward(const std::string& backend_name, const Array& q, const Arra
 #endif
   }
   return std::string(backend.name());
+}
+
+// The backend `backend_name` names (or "auto" picks) for these arrays, and whether it has a
+// backward this module can run for their problem: (name, None), or (name, why not). The
+// PyTorch drop-in asks before a forward whose inputs need a gradient (it falls back to PyTorch
+// when the answer is no). Raises UnsupportedError when the backend cannot run the forward.
+nb::tuple resolve_backward(const std::string& backend_name, const Array& q, const Array& k, const Array& v, bool causal,
+                           std::optional<float> scale, const std::string& layout, int window_left, int window_right) {
+  const Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right);
+  std::string name;
+  std::optional<std::string> why_not;
+  {
+    nb::gil_scoped_release release;
+    std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
+    const Backend& backend = resolve(backend_name, call);
+    name = backend.name();
+    if (const Support support = backend.supports_backward(call.problem); !support) {
+      why_not = support.reason;
+    } else {
+      PlanOptions options;
+      options.backward = true;
+      if (backend.plan(call.problem, options)->produces_own_output())
+        why_not = "it returns its own gradients (attnsuite.bench() runs it)";
+    }
+  }
+  return nb::make_tuple(name, why_not ? nb::cast(*why_not) : nb::none());
 }
 
 // Times `reps` calls of backend.forward() alone, in C++, on the same arrays: the baseline
@@ -993,6 +1019,9 @@ NB_MODULE(_core, m) {
   m.def("backward", &backward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "grad_out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
         "causal"_a, "scale"_a.none(), "layout"_a, "window_left"_a, "window_right"_a, "deterministic"_a, "stream"_a,
         "Runs one attention backward into dq, dk, dv; returns the backend's name.");
+  m.def("resolve_backward", &resolve_backward, "backend"_a, "q"_a, "k"_a, "v"_a, "causal"_a, "scale"_a.none(),
+        "layout"_a, "window_left"_a, "window_right"_a,
+        "(the backend's name, None) when it has a backward for these arrays, else (name, the reason).");
   m.def("resolve", &resolve_name, "backend"_a, "q"_a, "k"_a, "v"_a, "causal"_a, "scale"_a.none(), "layout"_a,
         "window_left"_a, "window_right"_a, "The backend `backend` (or 'auto') would run for these arrays.");
   m.def("time_forward", &time_forward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "causal"_a, "layout"_a, "reps"_a,

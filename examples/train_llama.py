@@ -1,0 +1,311 @@
+"""Training throughput of a transformers Llama with PyTorch's SDPA and with attnsuite's drop-in.
+
+Builds a Llama from a config (random weights: nothing is downloaded) and trains it for --steps
+steps (forward, backward, AdamW step) on a few fixed batches of random tokens, once with
+PyTorch's scaled_dot_product_attention and once per attnsuite backend through
+attnsuite.torch.patched(backend): the same seed, the same initial weights, the same batches.
+Prints, per run: tokens/s of the whole step, peak memory, the final loss and the largest
+difference of its loss curve from PyTorch SDPA's, and how many attention forwards and
+backwards attnsuite ran; writes all of it, loss curves included, as JSON.
+
+    python examples/train_llama.py --config tiny --device cpu --steps 8            # seconds
+    python examples/train_llama.py --config llama-3.2-1b --device cuda --dtype bf16 --out train.json
+
+--config llama-3.2-1b is Llama-3.2-1B's shape (16 layers, hidden 2048, 32 query heads, 8 kv
+heads, head dim 64, vocabulary 128256, tied embeddings). The default backends are those of
+this build on the device that have a backward for the model's attention; a backend named in
+--backends without one is listed as skipped, with the reason. Exits 1 when a loss curve
+differs from PyTorch SDPA's by more than the dtype's tolerance or attnsuite ran no backward.
+
+Needs torch, transformers and the attnsuite package (pip install . or PYTHONPATH=build/python).
+"""
+
+import argparse
+import json
+import platform
+import sys
+import time
+import warnings
+
+import torch
+
+import attnsuite
+import attnsuite.torch as drop_in
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# Largest |loss - PyTorch SDPA's loss| over the curve that passes. The two attention
+# implementations round differently in every layer and the difference compounds through the
+# optimizer steps; bf16 weights keep 8 bits of mantissa. Measured on the tiny config (CPU, 20
+# steps, `reference`): 7.6e-6 in fp32, 5.5e-3 in bf16; a backward that zeroes one query row's
+# dq in every layer moved the fp32 curve by 1.8e-4 in 6 steps, one that scales dq by 1.01 by 7.8e-5.
+TOLERANCE = {"fp32": 5e-5, "fp16": 5e-2, "bf16": 1e-1}
+
+CONFIGS = {
+    # Small enough for CI on 2 CPU cores; head dim 32 (attnsuite's CPU kernels take 32..256).
+    "tiny": dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True),
+    # meta-llama/Llama-3.2-1B's config.json, less the token ids.
+    "llama-3.2-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=131072,
+                         rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
+                         rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+}
+
+
+def parse_args(argv=None):
+    gpu = torch.cuda.is_available()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", choices=sorted(CONFIGS), default="llama-3.2-1b" if gpu else "tiny")
+    parser.add_argument("--device", default="cuda" if gpu else "cpu")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16" if gpu else "fp32",
+                        help="of the weights, activations and optimizer state")
+    parser.add_argument("--batch", type=int, help="sequences per step (default: 4 on cuda, 2 on cpu)")
+    parser.add_argument("--seq", type=int, help="tokens per sequence (default: 2048 on cuda, 64 on cpu)")
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps per run")
+    parser.add_argument("--warmup", type=int, default=2, help="first steps left out of tokens/s")
+    parser.add_argument("--batches", type=int, default=4, help="distinct batches, cycled (the loss falls as the "
+                        "model learns them)")
+    parser.add_argument("--lr", type=float, help="AdamW's learning rate (default: 1e-3 tiny, 3e-4 llama-3.2-1b)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backends", help="comma-separated: 'sdpa' (PyTorch) and attnsuite backend names "
+                        "(default: sdpa and every backend here with a backward for the model's attention)")
+    parser.add_argument("--threads", type=int, help="PyTorch's CPU threads (torch.set_num_threads; default: its own)")
+    parser.add_argument("--out", help="write the results here as JSON")
+    args = parser.parse_args(argv)
+    cuda = args.device.startswith("cuda")
+    args.batch = args.batch or (4 if cuda else 2)
+    args.seq = args.seq or (2048 if cuda else 64)
+    args.lr = args.lr or (1e-3 if args.config == "tiny" else 3e-4)
+    if args.steps <= args.warmup:
+        parser.error(f"--steps {args.steps} must be more than --warmup {args.warmup}")
+    return args
+
+
+def build_config(args):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(**CONFIGS[args.config], attention_dropout=0.0, attn_implementation="sdpa")
+
+
+def attention_probe(args, config):
+    """Empty (batch, heads, seq, dim) tensors of the model's attention, to ask the module about."""
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    options = dict(dtype=DTYPES[args.dtype], device=args.device)
+    query = torch.empty(args.batch, config.num_attention_heads, args.seq, dim, **options)
+    key = torch.empty(args.batch, config.num_key_value_heads, args.seq, dim, **options)
+    return query, key
+
+
+def choose_backends(args, config):
+    """(runs, skipped): the backends to train with ('sdpa' first), and those left out with why."""
+    query, key = attention_probe(args, config)
+    device = "cuda" if args.device.startswith("cuda") else "cpu"
+    if args.backends:
+        names = [name.strip() for name in args.backends.split(",") if name.strip()]
+    else:
+        names = ["sdpa"] + [entry["name"] for entry in attnsuite.backends()
+                            if entry["device"] == device and not entry["peer_of"]]
+    runs, skipped = [], []
+    for name in names:
+        if name == "sdpa":
+            runs.append(name)
+            continue
+        try:
+            _, why_not = attnsuite._core.resolve_backward(name, query, key, key, True, None, "bhsd", -1, -1)
+        except (attnsuite.UnsupportedError, ValueError) as error:
+            why_not = str(error)
+        if why_not is None:
+            runs.append(name)
+        else:
+            skipped.append({"backend": name, "reason": why_not})
+    if "sdpa" not in runs:
+        runs.insert(0, "sdpa")  # the curve the others are compared with
+    return runs, skipped
+
+
+def synchronize(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def reset_peak_memory(device):
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        return
+    try:  # the process's peak resident set (VmHWM) starts again from its current size
+        with open("/proc/self/clear_refs", "w") as file:
+            file.write("5")
+    except OSError:
+        pass
+
+
+def peak_memory_mib(device):
+    """(MiB, what was measured): PyTorch's allocator peak on a GPU, the process's peak resident
+    set on the CPU (VmHWM: torch, the model and attnsuite's buffers alike)."""
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 2**20, "torch.cuda.max_memory_allocated"
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024, "process peak RSS (VmHWM)"
+    except OSError:
+        pass
+    return None, "unavailable"
+
+
+class CallCounter:
+    """Counts the attention forwards and backwards that reach the attnsuite module."""
+
+    def __init__(self):
+        self.forward = self.backward = 0
+        self._real = (attnsuite._core.forward, attnsuite._core.backward)
+
+    def __enter__(self):
+        real_forward, real_backward = self._real
+
+        def forward(*args):
+            self.forward += 1
+            return real_forward(*args)
+
+        def backward(*args):
+            self.backward += 1
+            return real_backward(*args)
+
+        attnsuite._core.forward, attnsuite._core.backward = forward, backward
+        return self
+
+    def __exit__(self, *exc):
+        attnsuite._core.forward, attnsuite._core.backward = self._real
+        return False
+
+
+def train(args, config, backend, batches):
+    """One run: the model from the seed, --steps AdamW steps; its figures."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(args.seed)
+    model = LlamaForCausalLM(config).to(device=args.device, dtype=DTYPES[args.dtype]).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    losses, seconds = [], []
+    drop_in._warned.clear()
+    synchronize(args.device)
+    reset_peak_memory(args.device)
+    with CallCounter() as calls, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if backend != "sdpa":
+            drop_in.patch(backend)
+        try:
+            for step in range(args.steps):
+                tokens = batches[step % len(batches)]
+                start = time.perf_counter()
+                loss = model(input_ids=tokens, labels=tokens).loss
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                synchronize(args.device)
+                seconds.append(time.perf_counter() - start)
+                losses.append(loss.item())
+        finally:
+            drop_in.unpatch()
+            drop_in.set_backend("auto")
+    peak, measured = peak_memory_mib(args.device)
+    timed = seconds[args.warmup:]
+    tokens_per_step = args.batch * args.seq
+    return {"backend": backend,
+            "display_name": "PyTorch SDPA" if backend == "sdpa" else backend,
+            "tokens_per_s": tokens_per_step * len(timed) / sum(timed),
+            "ms_per_step_median": sorted(timed)[len(timed) // 2] * 1e3,
+            "peak_memory_mib": peak, "peak_memory_measured": measured,
+            "losses": losses, "final_loss": losses[-1],
+            "attnsuite_forward_calls": calls.forward, "attnsuite_backward_calls": calls.backward,
+            "fallback_warnings": sorted({str(w.message) for w in caught if "attnsuite.torch" in str(w.message)})}
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
+
+
+def table(results):
+    header = f"{'backend':<14} {'tokens/s':>11} {'ms/step':>9} {'peak MiB':>10} {'final loss':>11} " \
+             f"{'max |dloss|':>12} {'attnsuite fwd/bwd':>18}"
+    lines = [header, "-" * len(header)]
+    for row in results:
+        peak = "-" if row["peak_memory_mib"] is None else f"{row['peak_memory_mib']:.0f}"
+        calls = ("-" if row["backend"] == "sdpa"
+                 else f"{row['attnsuite_forward_calls']}/{row['attnsuite_backward_calls']}")
+        lines.append(f"{row['backend']:<14} {row['tokens_per_s']:>11.4g} {row['ms_per_step_median']:>9.2f} {peak:>10} "
+                     f"{row['final_loss']:>11.5f} {row['max_loss_difference']:>12.3g} {calls:>18}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    threads = torch.get_num_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        return run(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run(args):
+    import transformers
+
+    config = build_config(args)
+    runs, skipped = choose_backends(args, config)
+    generator = torch.Generator().manual_seed(args.seed + 1)
+    batches = [torch.randint(0, config.vocab_size, (args.batch, args.seq), generator=generator).to(args.device)
+               for _ in range(args.batches)]
+    document = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_name(),
+                "torch": torch.__version__, "transformers": transformers.__version__,
+                "attnsuite": attnsuite.__version__, "config": args.config, "model": CONFIGS[args.config],
+                "dtype": args.dtype, "batch": args.batch, "seq": args.seq, "steps": args.steps,
+                "warmup": args.warmup, "batches": args.batches, "lr": args.lr, "seed": args.seed,
+                "torch_threads": torch.get_num_threads(),
+                "tolerance": TOLERANCE[args.dtype], "results": [], "skipped": skipped}
+    for backend in runs:
+        print(f"training with {backend} ...", flush=True)
+        document["results"].append(train(args, config, backend, batches))
+        save(args.out, document)
+    baseline = document["results"][0]["losses"]
+    problems = []
+    for row in document["results"]:
+        row["max_loss_difference"] = max(abs(a - b) for a, b in zip(row["losses"], baseline))
+        if row["backend"] == "sdpa":
+            continue
+        if row["max_loss_difference"] > TOLERANCE[args.dtype]:
+            problems.append(f"{row['backend']}: loss curve differs from PyTorch SDPA's by "
+                            f"{row['max_loss_difference']:.3g} (tolerance {TOLERANCE[args.dtype]})")
+        if row["attnsuite_backward_calls"] == 0:
+            problems.append(f"{row['backend']}: attnsuite ran no backward (fell back: "
+                            f"{'; '.join(row['fallback_warnings']) or 'no warning'})")
+    document["problems"] = problems
+    document["ok"] = not problems
+    save(args.out, document)
+    print(f"\n{args.config}, {args.dtype}, batch {args.batch} x seq {args.seq}, {args.steps} steps "
+          f"({args.warmup} warm-up), {document['device']}; peak memory: "
+          f"{document['results'][0]['peak_memory_measured']}")
+    print(table(document["results"]))
+    for entry in skipped:
+        print(f"skipped {entry['backend']}: {entry['reason']}")
+    for problem in problems:
+        print(f"FAILED {problem}")
+    return 0 if document["ok"] else 1
+
+
+def save(path, document):
+    if path:
+        with open(path, "w") as file:
+            json.dump(document, file, indent=2)
+            file.write("\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

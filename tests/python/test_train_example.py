@@ -1,0 +1,58 @@
+"""examples/train_llama.py as CI runs it: the tiny Llama (transformers, random weights) trained a
+few steps with PyTorch's SDPA and with the drop-in on every CPU backend that has a backward; the
+loss curves must agree, and a wrong backward must make the example fail."""
+import importlib.util
+import json
+import os
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed (ATTNSUITE_TORCH=1 scripts/setup-python.sh installs it)")
+pytest.importorskip("transformers", reason="transformers is not installed (python/requirements-torch.txt)")
+
+import attnsuite  # noqa: E402
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train_llama.py")
+# One PyTorch thread: with two, on 2 cores shared with other tests, PyTorch's OpenMP threads
+# spin-waiting against the rest made the run 24.6 s instead of 5.3 s (loaded development VM).
+ARGS = ["--config", "tiny", "--device", "cpu", "--dtype", "fp32", "--steps", "6", "--warmup", "1", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def example():
+    spec = importlib.util.spec_from_file_location("train_llama", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tiny_llama_trains_alike_with_the_drop_in(example, tmp_path):
+    out = tmp_path / "train.json"
+    assert example.main(ARGS + ["--out", str(out)]) == 0
+    document = json.loads(out.read_text())
+    rows = {row["backend"]: row for row in document["results"]}
+    assert document["ok"] and list(rows)[0] == "sdpa" and "reference" in rows
+    steps, layers = 6, example.CONFIGS["tiny"]["num_hidden_layers"]
+    sdpa = rows["sdpa"]["losses"]
+    assert len(sdpa) == steps and sdpa[-1] < sdpa[0]  # it learns
+    for name, row in rows.items():
+        assert row["tokens_per_s"] > 0 and len(row["losses"]) == steps
+        if name == "sdpa":
+            continue
+        # Every attention forward and backward ran in attnsuite, none fell back.
+        assert row["attnsuite_forward_calls"] == row["attnsuite_backward_calls"] == steps * layers, name
+        assert row["fallback_warnings"] == [], name
+        assert max(abs(a - b) for a, b in zip(row["losses"], sdpa)) <= document["tolerance"], name
+
+
+def test_a_wrong_backward_fails_the_example(example, monkeypatch, capsys):
+    real_backward = attnsuite._core.backward
+
+    def wrong_backward(*args):
+        result = real_backward(*args)
+        args[7][:, :, 10] = 0  # dq of one query row ((batch, heads, seq, dim)), in every layer
+        return result
+
+    monkeypatch.setattr(attnsuite._core, "backward", wrong_backward)
+    assert example.main(ARGS + ["--backends", "reference"]) == 1
+    assert "FAILED reference: loss curve differs from PyTorch SDPA's" in capsys.readouterr().out
