@@ -55,7 +55,7 @@ def test_peak_memory_counts_the_output_not_the_inputs(tmp_path):
     # rows of its own on top: the peak is at least O + LSE and far below Q + K + V + O.
     readme = read("README.md")
     assert "the inputs Q, K, V excluded, the output and LSE included" in " ".join(readme.split())
-    assert "output included, inputs excluded" in read("tools", "plots", "plots.py")
+    assert "output included, inputs excluded" in read("src", "report", "plots.py")
     batch, seq, heads, dim = 1, 2048, 4, 64
     timing = {"warmup": 0, "min_reps": 1, "max_reps": 1, "max_time_ms": 1, "cold": False}
     rows = attnsuite.bench(backends="cpu-flash", batch_sizes=batch, seq_lengths=seq, heads=heads, head_dim=dim,
