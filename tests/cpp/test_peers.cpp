@@ -42,8 +42,8 @@
 #include "bench/device_context.hpp"
 #include "cpu/backward.hpp"
 #include "cuda/cuda_backends.hpp"
-#include "peers/peers.hpp"
 #include "gpu_test_support.hpp"
+#include "peers/peers.hpp"
 
 namespace attnsuite {
 namespace {
@@ -250,7 +250,8 @@ std::vector<std::uint16_t> read_logical_bits(bench::DeviceContext* context, cons
 
 std::vector<double> as_values(const std::vector<std::uint16_t>& bits, DType dtype) {
   std::vector<double> values(bits.size());
-  for (std::size_t n = 0; n < bits.size(); ++n) values[n] = load_as_float(bits.data(), dtype, static_cast<std::int64_t>(n));
+  for (std::size_t n = 0; n < bits.size(); ++n)
+    values[n] = load_as_float(bits.data(), dtype, static_cast<std::int64_t>(n));
   return values;
 }
 
@@ -447,8 +448,7 @@ NaiveBackward naive_backward_same_dtype(const AttentionProblem& p, const Inputs&
 // sum of absolute terms.
 double rounding_floor(DType dtype, double max_ref, double max_terms) {
   const int mantissa_bits = dtype == DType::F16 ? 10 : 7;
-  const double ulp =
-      std::ldexp(1.0, static_cast<int>(std::floor(std::log2(std::max(max_ref, 1e-3)))) - mantissa_bits);
+  const double ulp = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(std::max(max_ref, 1e-3)))) - mantissa_bits);
   return 4.0 * ulp + 4.0 * std::numeric_limits<float>::epsilon() * max_terms;
 }
 
@@ -461,8 +461,7 @@ double expect_within(const char* what, const std::vector<double>& got, const std
   EXPECT_EQ(error.nan_count, 0) << what << ": " << error.nan_count << " NaN elements (poison never overwritten?)";
   EXPECT_LE(error.max_abs, tolerance) << what << ": max abs error " << error.max_abs << " at logical index "
                                       << error.worst_index << " of " << truth.size() << " (mean " << error.mean_abs
-                                      << "); naive same-dtype max " << baseline.max_abs << ", tolerance "
-                                      << tolerance;
+                                      << "); naive same-dtype max " << baseline.max_abs << ", tolerance " << tolerance;
   return error.max_abs;
 }
 
@@ -557,7 +556,8 @@ TEST(Peers, WithoutADeviceEveryPeerSaysSo) {
   if (missing.empty()) GTEST_SKIP() << "a CUDA device is present";
   const AttentionProblem p = make_problem(1, 2, 2, 64, 64, 64, DType::F16, Layout::BSHD, false);
   for (const std::string& name : built_peers()) {
-    for (const Support& support : {peer_registry().find(name).supports(p), peer_registry().find(name).supports_backward(p)}) {
+    for (const Support& support :
+         {peer_registry().find(name).supports(p), peer_registry().find(name).supports_backward(p)}) {
       EXPECT_FALSE(support.ok) << name;
       EXPECT_EQ(support.reason.rfind("no CUDA device available", 0), 0u) << name << ": " << support.reason;
     }
@@ -720,7 +720,8 @@ TEST_P(PeerBackendTest, DeterministicBackwardRepeatsBitwise) {
   ASSERT_EQ(runs.bits.size(), 3u);
   for (int run = 1; run < 3; ++run)
     for (int g = 0; g < 3; ++g)
-      EXPECT_TRUE(runs.bits[run][g] == runs.bits[0][g]) << "gradient " << g << " of run " << run << " differs from run 0";
+      EXPECT_TRUE(runs.bits[run][g] == runs.bits[0][g])
+          << "gradient " << g << " of run " << run << " differs from run 0";
 }
 
 // The PyTorch peers differentiate the graph their forward recorded: a backward without that

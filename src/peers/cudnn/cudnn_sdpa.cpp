@@ -104,10 +104,9 @@ struct GraphKeyHash {
     auto mix = [&seed](auto value) {
       seed ^= std::hash<decltype(value)>{}(value) + 0x9e3779b97f4a7c15ull + (seed << 6) + (seed >> 2);
     };
-    for (int value :
-         {key.device, key.batch, key.heads_q, key.heads_kv, key.seq_q, key.seq_kv, key.head_dim, key.head_dim_v,
-          static_cast<int>(key.dtype), static_cast<int>(key.causal), static_cast<int>(key.stats),
-          static_cast<int>(key.backward), static_cast<int>(key.deterministic)})
+    for (int value : {key.device, key.batch, key.heads_q, key.heads_kv, key.seq_q, key.seq_kv, key.head_dim,
+                      key.head_dim_v, static_cast<int>(key.dtype), static_cast<int>(key.causal),
+                      static_cast<int>(key.stats), static_cast<int>(key.backward), static_cast<int>(key.deterministic)})
       mix(value);
     mix(key.scale);
     for (const Strides* strides : {&key.q, &key.k, &key.v, &key.o, &key.d_o, &key.dq, &key.dk, &key.dv})
@@ -231,10 +230,8 @@ CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
     dk->set_output(true).set_uid(kUidDK).set_dim({b, hkv, skv, d}).set_stride(cudnn_strides(key.dk));
     dv_out->set_output(true).set_uid(kUidDV).set_dim({b, hkv, skv, dv}).set_stride(cudnn_strides(key.dv));
   } else {
-    auto options = fe::graph::SDPA_attributes()
-                       .set_name("attnsuite_sdpa")
-                       .set_generate_stats(key.stats)
-                       .set_attn_scale(key.scale);
+    auto options =
+        fe::graph::SDPA_attributes().set_name("attnsuite_sdpa").set_generate_stats(key.stats).set_attn_scale(key.scale);
     set_causal(options, key);
     auto [o, stats] = graph->sdpa(q, k, v, options);
     o->set_output(true).set_uid(kUidO).set_dim({b, hq, sq, dv}).set_stride(cudnn_strides(key.o));
@@ -476,14 +473,14 @@ RunReport CudnnSdpaPlan::forward(const AttentionArgs& args, Stream stream) {
 RunReport CudnnSdpaPlan::backward(const BackwardArgs& args, Stream stream) {
   if (!dense_backward_) return KernelPlan::backward(args, stream);  // throws: not a backward plan
   cuda::check_cuda_backward_args(backend_.name(), problem_, args);
-  require_aligned({args.q.data, args.k.data, args.v.data, args.o.data, args.d_o.data, args.dq.data, args.dk.data,
-                   args.dv.data},
-                  "Q, K, V, O, dO, dQ, dK and dV");
+  require_aligned(
+      {args.q.data, args.k.data, args.v.data, args.o.data, args.d_o.data, args.dq.data, args.dk.data, args.dv.data},
+      "Q, K, V, O, dO, dQ, dK and dV");
   const int device = CudnnSdpaBackend::current_device();
   std::unordered_map<std::int64_t, void*> pack{
-      {kUidQ, args.q.data},   {kUidK, args.k.data},   {kUidV, args.v.data},   {kUidO, args.o.data},
-      {kUidDO, args.d_o.data}, {kUidStats, args.lse.data}, {kUidDQ, args.dq.data}, {kUidDK, args.dk.data},
-      {kUidDV, args.dv.data}};
+      {kUidQ, args.q.data},   {kUidK, args.k.data},    {kUidV, args.v.data},
+      {kUidO, args.o.data},   {kUidDO, args.d_o.data}, {kUidStats, args.lse.data},
+      {kUidDQ, args.dq.data}, {kUidDK, args.dk.data},  {kUidDV, args.dv.data}};
   execute(backward_key_for(problem_, device, args, dense_backward_->key.deterministic), std::move(pack), args.workspace,
           dense_backward_->graph.workspace_bytes, static_cast<cudaStream_t>(stream));
   return {};

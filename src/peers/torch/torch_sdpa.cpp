@@ -635,16 +635,17 @@ RunReport TorchPlan::backward(const BackwardArgs& args, Stream stream) {
   const AttentionProblem& problem = problem_;
   const std::string_view name = backend_.name();
   ATTNSUITE_CHECK(graph_ != nullptr, ErrorKind::Usage,
-                  concat(name, ": backward() before forward(): PyTorch's autograd differentiates the graph the "
-                               "plan's forward recorded"));
+                  concat(name,
+                         ": backward() before forward(): PyTorch's autograd differentiates the graph the "
+                         "plan's forward recorded"));
   // The graph is of that forward's inputs and output: other tensors would get the gradients of
   // another problem instance.
   const bool same_inputs = args.q.data == graph_->q.data_ptr() && args.k.data == graph_->k.data_ptr() &&
-                           args.v.data == graph_->v.data_ptr() &&
-                           args.o.data == graph_->results.output.data_ptr();
+                           args.v.data == graph_->v.data_ptr() && args.o.data == graph_->results.output.data_ptr();
   ATTNSUITE_CHECK(same_inputs, ErrorKind::Usage,
-                  concat(name, ": backward() takes the Q, K, V of the plan's last forward and the O it returned "
-                               "(PyTorch's autograd differentiates the graph that forward recorded)"));
+                  concat(name,
+                         ": backward() takes the Q, K, V of the plan's last forward and the O it returned "
+                         "(PyTorch's autograd differentiates the graph that forward recorded)"));
   const std::int64_t b = problem.batch;
   check_input(name, "d_o", args.d_o, {b, problem.seq_q, problem.heads_q, problem.dim_v()}, problem.dtype);
 
@@ -660,14 +661,13 @@ RunReport TorchPlan::backward(const BackwardArgs& args, Stream stream) {
     // The engine runs each node on the stream its forward ran on (this plan's forward: the
     // caller's stream) and makes the calling stream wait for the gradients.
     c10::cuda::CUDAStreamGuard stream_guard(c10::cuda::getStreamFromExternal(cuda_stream, device));
-    const at::Tensor d_o =
-        wrap(args.d_o.data, problem.dtype, device, args.d_o.shape, args.d_o.strides).transpose(1, 2);
+    const at::Tensor d_o = wrap(args.d_o.data, problem.dtype, device, args.d_o.shape, args.d_o.strides).transpose(1, 2);
     const std::vector<at::Tensor> grads =
         torch::autograd::grad({graph_->results.output}, {graph_->q, graph_->k, graph_->v}, {d_o},
                               /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/false);
     report.own_peak_memory_bytes = peak.bytes();
-    ATTNSUITE_CHECK(grads.size() == 3, ErrorKind::Internal, concat(name, ": autograd returned ", grads.size(),
-                                                                   " gradients for Q, K, V"));
+    ATTNSUITE_CHECK(grads.size() == 3, ErrorKind::Internal,
+                    concat(name, ": autograd returned ", grads.size(), " gradients for Q, K, V"));
     gradients->dq = grads[0];
     gradients->dk = grads[1];
     gradients->dv = grads[2];
