@@ -99,4 +99,21 @@ void check_cuda_args(std::string_view backend, const AttentionProblem& problem, 
                                 to_string(args.lse.device.type)));
 }
 
+void check_cuda_backward_args(std::string_view backend, const AttentionProblem& problem, const BackwardArgs& args) {
+  const std::int64_t b = problem.batch, hq = problem.heads_q, hkv = problem.heads_kv;
+  const std::int64_t nq = problem.seq_q, nk = problem.seq_kv, d = problem.head_dim, dv = problem.dim_v();
+  check_view(backend, "q", args.q, {b, nq, hq, d}, problem.dtype);
+  check_view(backend, "k", args.k, {b, nk, hkv, d}, problem.dtype);
+  check_view(backend, "v", args.v, {b, nk, hkv, dv}, problem.dtype);
+  check_view(backend, "o", args.o, {b, nq, hq, dv}, problem.dtype);
+  check_view(backend, "d_o", args.d_o, {b, nq, hq, dv}, problem.dtype);
+  check_view(backend, "dq", args.dq, {b, nq, hq, d}, problem.dtype);
+  check_view(backend, "dk", args.dk, {b, nk, hkv, d}, problem.dtype);
+  check_view(backend, "dv", args.dv, {b, nk, hkv, dv}, problem.dtype);
+  ATTNSUITE_REQUIRE(!args.lse.empty(),
+                    fmt::format("{}: lse is missing; the backward needs the forward's log-sum-exp", backend));
+  ATTNSUITE_REQUIRE(args.lse.device.type == DeviceType::Cuda,
+                    fmt::format("{}: lse is on the {}, needs a CUDA device", backend, to_string(args.lse.device.type)));
+}
+
 }  // namespace attnsuite::cuda

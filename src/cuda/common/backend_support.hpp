@@ -28,4 +28,10 @@ std::optional<int> current_compute_capability();
 // mismatch, Error(Unsupported) for a non-contiguous last dim.
 void check_cuda_args(std::string_view backend, const AttentionProblem& problem, const AttentionArgs& args);
 
+// backward()'s checks: Q, K, V, O, dO, dQ, dK, dV match the problem (dq like q, dk like k, dv
+// like v, d_o like o), on a CUDA device, each with a contiguous last dim, and the LSE present
+// on the device. Throws Error(Usage) for a mismatch or a missing LSE, Error(Unsupported) for a
+// non-contiguous last dim.
+void check_cuda_backward_args(std::string_view backend, const AttentionProblem& problem, const BackwardArgs& args);
+
 }  // namespace attnsuite::cuda

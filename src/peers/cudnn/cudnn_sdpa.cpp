@@ -1,21 +1,33 @@
-// `cudnn`: cuDNN's fused scaled-dot-product attention forward (its flash-attention engines),
-// built through the cuDNN graph API with the header-only cudnn-frontend (PyPI
-// nvidia-cudnn-frontend), the way PyTorch's cuDNN backend builds it.
+// `cudnn`: cuDNN's fused scaled-dot-product attention, forward and backward (its
+// flash-attention engines), built through the cuDNN graph API with the header-only
+// cudnn-frontend (PyPI nvidia-cudnn-frontend), the way PyTorch's cuDNN backend builds them.
 //
-// One graph per (device, problem, Q/K/V/O strides, LSE wanted): building one — heuristics,
-// then a plan that may compile a kernel at run time — costs milliseconds to seconds, so a plan
-// builds the graph of dense strides with LSE once (when supports() has just built it to learn
-// whether cuDNN takes the problem, it takes that one over) and a graph for other strides on the
-// first run that passes them (outside the timed loop: the harness's accuracy run comes first).
+// One graph per (device, problem, pass, tensor strides, LSE wanted, deterministic): building
+// one — heuristics, then a plan that may compile a kernel at run time — costs milliseconds to
+// seconds, so a plan builds the graphs of dense strides once (the forward's with LSE; for a
+// plan made with PlanOptions::backward the backward's too; when supports() or
+// supports_backward() has just built one to learn whether cuDNN takes the problem, the plan
+// takes that one over) and a graph for other strides on the first run that passes them (outside
+// the timed loop: the harness's accuracy run comes first).
 // Our views are (batch, seq, heads, dim) with
 // element strides; cuDNN's tensors are (batch, heads, seq, dim), so the strides are permuted,
 // never the data: BSHD and BHSD both run without copies. GQA/MQA are native (K/V with fewer
 // heads). The statistics output is cuDNN's natural-log LSE in float, (B, H, Sq, 1) dense — the
 // memory of our (B, H, Sq) LSE view.
 //
-// Workspace: the plan's workspace_bytes() is the graph's workspace for dense strides of the
-// problem's layout with LSE, and the harness allocates it. A run whose graph needs more (other
-// strides) allocates its workspace itself, through the tracking allocator, for that call.
+// The backward is the frontend's sdpa_backward: dQ, dK, dV from Q, K, V, O, dO and the
+// forward's statistics, which it reads as the natural-log LSE the forward writes (the
+// frontend's base-2 option, stats_use_log2, stays off in both), so BackwardArgs::lse is passed
+// as it is. GQA/MQA are native here too (dK, dV with heads_kv heads, summed over the group by
+// cuDNN); the causal mask is the forward's (bottom-right when seq_q != seq_kv, which cuDNN takes
+// for seq_q <= seq_kv only, so no row is ever without a key). PlanOptions::deterministic sets
+// the frontend's set_deterministic_algorithm; where cuDNN has no such engine for the problem
+// the graph build refuses and so does plan().
+//
+// Workspace: the plan's workspace_bytes() (backward_workspace_bytes()) is the graph's
+// workspace for dense strides of the problem's layout (with LSE), and the harness allocates
+// it. A run whose graph needs more (other strides) allocates its workspace itself, through the
+// tracking allocator, for that call.
 //
 // cuDNN handles are the backend's, one per device, shared by its plans; building and running a
 // graph hold the backend's mutex (a handle is bound to the stream of the run that uses it).
@@ -29,11 +41,14 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "attnsuite/error.hpp"
@@ -47,7 +62,7 @@ namespace {
 namespace fe = cudnn_frontend;
 
 // Tensor ids in the variant pack.
-enum Uid : std::int64_t { kUidQ = 1, kUidK, kUidV, kUidO, kUidStats };
+enum Uid : std::int64_t { kUidQ = 1, kUidK, kUidV, kUidO, kUidStats, kUidDO, kUidDQ, kUidDK, kUidDV };
 
 void check_cudnn(cudnnStatus_t status, const char* call) {
   if (status == CUDNN_STATUS_SUCCESS) return;
@@ -55,9 +70,9 @@ void check_cudnn(cudnnStatus_t status, const char* call) {
 }
 
 // Thrown inside graph building; supports() turns it into its reason, plan() and a run into Unsupported.
-void check_graph(fe::error_t status, const char* step) {
+void check_graph(fe::error_t status, const char* graph, const char* step) {
   if (status.is_good()) return;
-  throw Error(ErrorKind::Unsupported, fmt::format("cuDNN SDPA graph {}: {}", step, status.get_message()));
+  throw Error(ErrorKind::Unsupported, fmt::format("cuDNN SDPA {} {}: {}", graph, step, status.get_message()));
 }
 
 std::string cudnn_version_string() {
@@ -67,7 +82,8 @@ std::string cudnn_version_string() {
 
 using Strides = std::array<std::int64_t, 4>;
 
-// Everything a graph depends on.
+// Everything a graph depends on. A backward graph always reads the statistics (stats true);
+// the gradient strides are zero in a forward key.
 struct GraphKey {
   int device = 0;
   int batch = 0, heads_q = 0, heads_kv = 0, seq_q = 0, seq_kv = 0, head_dim = 0, head_dim_v = 0;
@@ -75,7 +91,10 @@ struct GraphKey {
   bool causal = false;
   float scale = 0.0f;
   bool stats = false;
+  bool backward = false;
+  bool deterministic = false;
   Strides q{}, k{}, v{}, o{};
+  Strides d_o{}, dq{}, dk{}, dv{};
   friend bool operator==(const GraphKey&, const GraphKey&) = default;
 };
 
@@ -85,12 +104,12 @@ struct GraphKeyHash {
     auto mix = [&seed](auto value) {
       seed ^= std::hash<decltype(value)>{}(value) + 0x9e3779b97f4a7c15ull + (seed << 6) + (seed >> 2);
     };
-    for (int value :
-         {key.device, key.batch, key.heads_q, key.heads_kv, key.seq_q, key.seq_kv, key.head_dim, key.head_dim_v,
-          static_cast<int>(key.dtype), static_cast<int>(key.causal), static_cast<int>(key.stats)})
+    for (int value : {key.device, key.batch, key.heads_q, key.heads_kv, key.seq_q, key.seq_kv, key.head_dim,
+                      key.head_dim_v, static_cast<int>(key.dtype), static_cast<int>(key.causal),
+                      static_cast<int>(key.stats), static_cast<int>(key.backward), static_cast<int>(key.deterministic)})
       mix(value);
     mix(key.scale);
-    for (const Strides* strides : {&key.q, &key.k, &key.v, &key.o})
+    for (const Strides* strides : {&key.q, &key.k, &key.v, &key.o, &key.d_o, &key.dq, &key.dk, &key.dv})
       for (std::int64_t stride : *strides) mix(stride);
     return seed;
   }
@@ -127,13 +146,48 @@ GraphKey key_for(const AttentionProblem& p, int device, const Strides& q, const 
   return key;
 }
 
-// The key for dense tensors in the problem's layout, with LSE: what the harness passes.
-GraphKey dense_key_for(const AttentionProblem& p, int device) {
+// The key of a backward graph: the forward's tensors with the statistics, dO like O and the
+// gradients like their inputs.
+GraphKey backward_key_for(const AttentionProblem& p, int device, const BackwardArgs& args, bool deterministic) {
+  GraphKey key = key_for(p, device, args.q.strides, args.k.strides, args.v.strides, args.o.strides, true);
+  key.backward = true;
+  key.deterministic = deterministic;
+  key.d_o = args.d_o.strides;
+  key.dq = args.dq.strides;
+  key.dk = args.dk.strides;
+  key.dv = args.dv.strides;
+  return key;
+}
+
+// The key for dense tensors in the problem's layout, with LSE: what the harness passes; for the
+// backward, gradients and dO dense like Q, K, V and O.
+GraphKey dense_key_for(const AttentionProblem& p, int device, bool backward = false, bool deterministic = false) {
   auto dense = [&](std::int64_t seq, std::int64_t heads, std::int64_t dim) {
     return TensorView::dense_strides({p.batch, seq, heads, dim}, p.layout);
   };
-  return key_for(p, device, dense(p.seq_q, p.heads_q, p.head_dim), dense(p.seq_kv, p.heads_kv, p.head_dim),
-                 dense(p.seq_kv, p.heads_kv, p.dim_v()), dense(p.seq_q, p.heads_q, p.dim_v()), true);
+  GraphKey key = key_for(p, device, dense(p.seq_q, p.heads_q, p.head_dim), dense(p.seq_kv, p.heads_kv, p.head_dim),
+                         dense(p.seq_kv, p.heads_kv, p.dim_v()), dense(p.seq_q, p.heads_q, p.dim_v()), true);
+  if (backward) {
+    key.backward = true;
+    key.deterministic = deterministic;
+    key.d_o = key.o;
+    key.dq = key.q;
+    key.dk = key.k;
+    key.dv = key.v;
+  }
+  return key;
+}
+
+// The causal mask of both passes. Keys j <= i + (seq_kv - seq_q): the band's right bound 0
+// from the diagonal, which starts at the bottom-right corner. For square problems top-left is
+// the same mask and the alignment more engines were built for.
+template <class Attributes>
+void set_causal(Attributes& options, const GraphKey& key) {
+  if (!key.causal) return;
+  options
+      .set_diagonal_alignment(key.seq_q == key.seq_kv ? fe::DiagonalAlignment_t::TOP_LEFT
+                                                      : fe::DiagonalAlignment_t::BOTTOM_RIGHT)
+      .set_diagonal_band_right_bound(0);
 }
 
 CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
@@ -141,78 +195,105 @@ CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
   graph->set_io_data_type(key.dtype == DType::F16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
+  const std::int64_t b = key.batch, hq = key.heads_q, hkv = key.heads_kv, sq = key.seq_q, skv = key.seq_kv;
+  const std::int64_t d = key.head_dim, dv = key.head_dim_v;
   auto tensor = [&](const char* name, Uid uid, std::int64_t heads, std::int64_t seq, std::int64_t dim,
                     const Strides& strides) {
     return graph->tensor(fe::graph::Tensor_attributes()
                              .set_name(name)
                              .set_uid(uid)
-                             .set_dim({key.batch, heads, seq, dim})
+                             .set_dim({b, heads, seq, dim})
                              .set_stride(cudnn_strides(strides)));
   };
-  auto q = tensor("Q", kUidQ, key.heads_q, key.seq_q, key.head_dim, key.q);
-  auto k = tensor("K", kUidK, key.heads_kv, key.seq_kv, key.head_dim, key.k);
-  auto v = tensor("V", kUidV, key.heads_kv, key.seq_kv, key.head_dim_v, key.v);
+  // The statistics, cuDNN's (B, H, Sq, 1) float: the memory of our dense (B, H, Sq) LSE.
+  const std::vector<std::int64_t> stats_dim{b, hq, sq, 1}, stats_stride{hq * sq, sq, 1, 1};
+  auto q = tensor("Q", kUidQ, hq, sq, d, key.q);
+  auto k = tensor("K", kUidK, hkv, skv, d, key.k);
+  auto v = tensor("V", kUidV, hkv, skv, dv, key.v);
 
-  auto options =
-      fe::graph::SDPA_attributes().set_name("attnsuite_sdpa").set_generate_stats(key.stats).set_attn_scale(key.scale);
-  if (key.causal) {
-    // Keys j <= i + (seq_kv - seq_q): the band's right bound 0 from the diagonal, which starts
-    // at the bottom-right corner. For square problems top-left is the same mask and the
-    // alignment more engines were built for.
-    options
-        .set_diagonal_alignment(key.seq_q == key.seq_kv ? fe::DiagonalAlignment_t::TOP_LEFT
-                                                        : fe::DiagonalAlignment_t::BOTTOM_RIGHT)
-        .set_diagonal_band_right_bound(0);
-  }
-  auto [o, stats] = graph->sdpa(q, k, v, options);
-  o->set_output(true)
-      .set_uid(kUidO)
-      .set_dim({key.batch, key.heads_q, key.seq_q, key.head_dim_v})
-      .set_stride(cudnn_strides(key.o));
-  if (key.stats) {
-    const std::int64_t rows = static_cast<std::int64_t>(key.heads_q) * key.seq_q;
-    stats->set_output(true)
-        .set_uid(kUidStats)
-        .set_data_type(fe::DataType_t::FLOAT)
-        .set_dim({key.batch, key.heads_q, key.seq_q, 1})
-        .set_stride({rows, key.seq_q, 1, 1});
+  if (key.backward) {
+    auto o = tensor("O", kUidO, hq, sq, dv, key.o);
+    auto d_o = tensor("dO", kUidDO, hq, sq, dv, key.d_o);
+    auto stats = graph->tensor(fe::graph::Tensor_attributes()
+                                   .set_name("Stats")
+                                   .set_uid(kUidStats)
+                                   .set_dim(stats_dim)
+                                   .set_stride(stats_stride)
+                                   .set_data_type(fe::DataType_t::FLOAT));
+    auto options = fe::graph::SDPA_backward_attributes()
+                       .set_name("attnsuite_sdpa_backward")
+                       .set_attn_scale(key.scale)
+                       .set_deterministic_algorithm(key.deterministic);
+    set_causal(options, key);
+    auto [dq, dk, dv_out] = graph->sdpa_backward(q, k, v, o, d_o, stats, options);
+    dq->set_output(true).set_uid(kUidDQ).set_dim({b, hq, sq, d}).set_stride(cudnn_strides(key.dq));
+    dk->set_output(true).set_uid(kUidDK).set_dim({b, hkv, skv, d}).set_stride(cudnn_strides(key.dk));
+    dv_out->set_output(true).set_uid(kUidDV).set_dim({b, hkv, skv, dv}).set_stride(cudnn_strides(key.dv));
+  } else {
+    auto options =
+        fe::graph::SDPA_attributes().set_name("attnsuite_sdpa").set_generate_stats(key.stats).set_attn_scale(key.scale);
+    set_causal(options, key);
+    auto [o, stats] = graph->sdpa(q, k, v, options);
+    o->set_output(true).set_uid(kUidO).set_dim({b, hq, sq, dv}).set_stride(cudnn_strides(key.o));
+    if (key.stats) {
+      stats->set_output(true)
+          .set_uid(kUidStats)
+          .set_data_type(fe::DataType_t::FLOAT)
+          .set_dim(stats_dim)
+          .set_stride(stats_stride);
+    }
   }
 
-  check_graph(graph->validate(), "validation");
-  check_graph(graph->build_operation_graph(handle), "operation graph");
-  check_graph(graph->create_execution_plans({fe::HeurMode_t::A}), "heuristics");
-  check_graph(graph->check_support(handle), "support check");
-  check_graph(graph->build_plans(handle), "plan build");
+  const char* what = key.backward ? "backward graph" : "graph";
+  check_graph(graph->validate(), what, "validation");
+  check_graph(graph->build_operation_graph(handle), what, "operation graph");
+  check_graph(graph->create_execution_plans({fe::HeurMode_t::A}), what, "heuristics");
+  check_graph(graph->check_support(handle), what, "support check");
+  check_graph(graph->build_plans(handle), what, "plan build");
   CachedGraph cached;
   cached.graph = std::move(graph);
-  check_graph(cached.graph->get_workspace_size(cached.workspace_bytes), "workspace size");
+  check_graph(cached.graph->get_workspace_size(cached.workspace_bytes), what, "workspace size");
   return cached;
 }
 
 class CudnnSdpaBackend;
 
-// One problem's graphs: the dense one (its workspace is the plan's), and those of other strides
-// its runs were given.
+// A graph key with the graph built for it.
+struct KeyedGraph {
+  GraphKey key;
+  CachedGraph graph;
+};
+
+// One problem's graphs: the dense forward one (its workspace is the plan's), for a backward plan
+// the dense backward one (its workspace is backward_workspace_bytes()), and those of other
+// strides its runs were given.
 class CudnnSdpaPlan final : public KernelPlan {
  public:
-  CudnnSdpaPlan(const CudnnSdpaBackend& backend, const AttentionProblem& problem, GraphKey dense_key,
-                CachedGraph dense_graph)
-      : backend_(backend), problem_(problem), dense_key_(std::move(dense_key)), dense_graph_(std::move(dense_graph)) {}
+  CudnnSdpaPlan(const CudnnSdpaBackend& backend, const AttentionProblem& problem, KeyedGraph dense,
+                std::optional<KeyedGraph> dense_backward)
+      : backend_(backend), problem_(problem), dense_(std::move(dense)), dense_backward_(std::move(dense_backward)) {}
 
   std::string_view kernel_config() const override { return {}; }
-  std::size_t workspace_bytes() const override { return static_cast<std::size_t>(dense_graph_.workspace_bytes); }
+  std::size_t workspace_bytes() const override { return static_cast<std::size_t>(dense_.graph.workspace_bytes); }
+  std::size_t backward_workspace_bytes() const override {
+    return dense_backward_ ? static_cast<std::size_t>(dense_backward_->graph.workspace_bytes) : 0;
+  }
   RunReport forward(const AttentionArgs& args, Stream stream) override;
+  RunReport backward(const BackwardArgs& args, Stream stream) override;
 
  private:
-  void run(const AttentionArgs& args, cudaStream_t stream);
-  // The graph for `key`: the dense one, else one of this plan's, built on first use. Throws
+  // Runs the graph of `key` on the tensors of `pack`; `workspace` (null or the harness's) holds
+  // `provided` bytes. Translates cudnn-frontend's own exceptions into Error(Device).
+  void execute(const GraphKey& key, std::unordered_map<std::int64_t, void*> pack, void* workspace,
+               std::int64_t provided, cudaStream_t stream);
+  // The graph for `key`: a dense one, else one of this plan's, built on first use. Throws
   // Error(Unsupported) with cuDNN's reason when it refuses. Under the backend's mutex.
   const CachedGraph& graph_for(const GraphKey& key);
 
   const CudnnSdpaBackend& backend_;
   AttentionProblem problem_;
-  GraphKey dense_key_;
-  CachedGraph dense_graph_;
+  KeyedGraph dense_;
+  std::optional<KeyedGraph> dense_backward_;
   std::unordered_map<GraphKey, CachedGraph, GraphKeyHash> graphs_;
 };
 
@@ -234,7 +315,8 @@ class CudnnSdpaBackend final : public Backend {
   Device device() const override { return {DeviceType::Cuda, 0}; }
   std::string capabilities() const override {
     return "fp16/bf16, head dims <= 256 and multiples of 8 (d_v too), causal (bottom-right; seq_q <= seq_kv), "
-           "GQA/MQA, BSHD/BHSD via strides, LSE; sm80+; one graph per shape and strides";
+           "GQA/MQA, BSHD/BHSD via strides, LSE; backward (sdpa_backward graph; cuDNN's head-dim limits, "
+           "deterministic option); sm80+; one graph per shape, pass and strides";
   }
 
   // Whether cuDNN takes a problem is known only by building its graph: the answer is kept per
@@ -264,32 +346,32 @@ class CudnnSdpaBackend final : public Backend {
     }
     Support device_support = cuda::supports_device(name());
     if (!device_support) return device_support;
-    try {
-      const GraphKey key = dense_key_for(problem, current_device());
-      std::lock_guard lock(mutex_);
-      probe(key);
-    } catch (const std::exception& error) {
-      return Support::no(error.what());
-    }
-    return Support::yes();
+    return probe_support(problem, /*backward=*/false);
+  }
+
+  // cuDNN's backward graph has limits of its own (head dims up to 128 before Hopper, no
+  // seq_q = seq_kv = 1, ...): known, again, by building the graph (non-deterministic; a
+  // deterministic plan builds its own and may still be refused).
+  Support supports_backward(const AttentionProblem& problem) const override {
+    const Support forward = supports(problem);
+    if (!forward) return forward;
+    return probe_support(problem, /*backward=*/true);
   }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     require_support(*this, problem);
     choose_kernel_config(*this, problem, options);  // refuses a config: there is none
-    GraphKey key = dense_key_for(problem, current_device());
-    CachedGraph graph;
-    {
-      std::lock_guard lock(mutex_);
-      auto spare = spare_.find(key);
-      if (spare != spare_.end()) {
-        graph = std::move(spare->second);
-        spare_.erase(spare);
-      } else {
-        graph = build(key);
-      }
+    const int device = current_device();
+    std::lock_guard lock(mutex_);
+    KeyedGraph dense{dense_key_for(problem, device), {}};
+    dense.graph = take(dense.key);
+    std::optional<KeyedGraph> dense_backward;
+    if (options.backward) {
+      dense_backward.emplace();
+      dense_backward->key = dense_key_for(problem, device, /*backward=*/true, options.deterministic);
+      dense_backward->graph = take(dense_backward->key);
     }
-    return std::make_unique<CudnnSdpaPlan>(*this, problem, std::move(key), std::move(graph));
+    return std::make_unique<CudnnSdpaPlan>(*this, problem, std::move(dense), std::move(dense_backward));
   }
 
   std::mutex& mutex() const { return mutex_; }
@@ -324,6 +406,28 @@ class CudnnSdpaBackend final : public Backend {
   }
 
  private:
+  // Whether cuDNN builds the dense graph of the pass for `problem` on the current device.
+  Support probe_support(const AttentionProblem& problem, bool backward) const {
+    try {
+      const GraphKey key = dense_key_for(problem, current_device(), backward);
+      std::lock_guard lock(mutex_);
+      probe(key);
+    } catch (const std::exception& error) {
+      return Support::no(error.what());
+    }
+    return Support::yes();
+  }
+
+  // The graph of `key`: the one probe() left in spare_, else a new one (Error(Unsupported) when
+  // cuDNN refuses). Callers hold mutex_.
+  CachedGraph take(const GraphKey& key) const {
+    auto spare = spare_.find(key);
+    if (spare == spare_.end()) return build(key);
+    CachedGraph graph = std::move(spare->second);
+    spare_.erase(spare);
+    return graph;
+  }
+
   // Builds the graph of `key` unless its answer is known; a built one waits in spare_ for the
   // plan that follows. Callers hold mutex_.
   void probe(const GraphKey& key) const {
@@ -344,59 +448,78 @@ class CudnnSdpaBackend final : public Backend {
   mutable std::unordered_map<GraphKey, CachedGraph, GraphKeyHash> spare_;
 };
 
-RunReport CudnnSdpaPlan::forward(const AttentionArgs& args, Stream stream) {
-  const AttentionProblem& problem = problem_;
-  cuda::check_cuda_args(backend_.name(), problem, args);
-  // The engines move Q/K/V/O with 16-byte vector loads and TMA; the frontend checks the
-  // strides against that alignment but not the pointers.
-  for (const void* data : {args.q.data, args.k.data, args.v.data, args.o.data}) {
+// The engines move Q/K/V/O (and dO, dQ, dK, dV) with 16-byte vector loads and TMA; the frontend
+// checks the strides against that alignment but not the pointers.
+void require_aligned(std::initializer_list<const void*> pointers, const char* names) {
+  for (const void* data : pointers) {
     if (reinterpret_cast<std::uintptr_t>(data) % 16 != 0)
-      throw Error(ErrorKind::Unsupported, "cudnn: Q, K, V and O must start 16-byte aligned");
+      throw Error(ErrorKind::Unsupported, fmt::format("cudnn: {} must start 16-byte aligned", names));
   }
+}
 
-  try {
-    run(args, static_cast<cudaStream_t>(stream));
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& error) {  // cudnn-frontend's own exceptions
-    throw Error(ErrorKind::Device, fmt::format("cudnn: {}", error.what()));
-  }
+RunReport CudnnSdpaPlan::forward(const AttentionArgs& args, Stream stream) {
+  cuda::check_cuda_args(backend_.name(), problem_, args);
+  require_aligned({args.q.data, args.k.data, args.v.data, args.o.data}, "Q, K, V and O");
+  const int device = CudnnSdpaBackend::current_device();
+  const bool stats = !args.lse.empty();
+  std::unordered_map<std::int64_t, void*> pack{
+      {kUidQ, args.q.data}, {kUidK, args.k.data}, {kUidV, args.v.data}, {kUidO, args.o.data}};
+  if (stats) pack.emplace(kUidStats, args.lse.data);
+  execute(key_for(problem_, device, args.q.strides, args.k.strides, args.v.strides, args.o.strides, stats),
+          std::move(pack), args.workspace, dense_.graph.workspace_bytes, static_cast<cudaStream_t>(stream));
+  return {};
+}
+
+RunReport CudnnSdpaPlan::backward(const BackwardArgs& args, Stream stream) {
+  if (!dense_backward_) return KernelPlan::backward(args, stream);  // throws: not a backward plan
+  cuda::check_cuda_backward_args(backend_.name(), problem_, args);
+  require_aligned(
+      {args.q.data, args.k.data, args.v.data, args.o.data, args.d_o.data, args.dq.data, args.dk.data, args.dv.data},
+      "Q, K, V, O, dO, dQ, dK and dV");
+  const int device = CudnnSdpaBackend::current_device();
+  std::unordered_map<std::int64_t, void*> pack{
+      {kUidQ, args.q.data},   {kUidK, args.k.data},    {kUidV, args.v.data},
+      {kUidO, args.o.data},   {kUidDO, args.d_o.data}, {kUidStats, args.lse.data},
+      {kUidDQ, args.dq.data}, {kUidDK, args.dk.data},  {kUidDV, args.dv.data}};
+  execute(backward_key_for(problem_, device, args, dense_backward_->key.deterministic), std::move(pack), args.workspace,
+          dense_backward_->graph.workspace_bytes, static_cast<cudaStream_t>(stream));
   return {};
 }
 
 const CachedGraph& CudnnSdpaPlan::graph_for(const GraphKey& key) {
-  if (key == dense_key_) return dense_graph_;
+  if (key == dense_.key) return dense_.graph;
+  if (dense_backward_ && key == dense_backward_->key) return dense_backward_->graph;
   auto found = graphs_.find(key);
   if (found == graphs_.end()) found = graphs_.emplace(key, backend_.build(key)).first;
   return found->second;
 }
 
-void CudnnSdpaPlan::run(const AttentionArgs& args, cudaStream_t stream) {
-  std::lock_guard lock(backend_.mutex());
-  const int device = CudnnSdpaBackend::current_device();
-  const bool stats = !args.lse.empty();
-  const CachedGraph& cached =
-      graph_for(key_for(problem_, device, args.q.strides, args.k.strides, args.v.strides, args.o.strides, stats));
-  cudnnHandle_t handle = backend_.handle_for(device);
-  check_cudnn(cudnnSetStream(handle, stream), "cudnnSetStream");
+void CudnnSdpaPlan::execute(const GraphKey& key, std::unordered_map<std::int64_t, void*> pack, void* workspace,
+                            std::int64_t provided, cudaStream_t stream) {
+  try {
+    std::lock_guard lock(backend_.mutex());
+    const CachedGraph& cached = graph_for(key);
+    cudnnHandle_t handle = backend_.handle_for(key.device);
+    check_cudnn(cudnnSetStream(handle, stream), "cudnnSetStream");
 
-  // The harness's workspace covers the dense-strides graph; a graph that needs more gets its
-  // own buffer for this call (tracked, and freed only after the stream has finished with it).
-  const std::int64_t provided = args.workspace != nullptr ? dense_graph_.workspace_bytes : 0;
-  cuda::DeviceBuffer own_workspace;
-  void* workspace = args.workspace;
-  if (cached.workspace_bytes > provided) {
-    own_workspace = cuda::DeviceBuffer(static_cast<std::size_t>(cached.workspace_bytes));
-    workspace = own_workspace.data();
+    // The harness's workspace covers the dense-strides graph; a graph that needs more gets its
+    // own buffer for this call (tracked, and freed only after the stream has finished with it).
+    cuda::DeviceBuffer own_workspace;
+    if (cached.workspace_bytes > (workspace != nullptr ? provided : 0)) {
+      own_workspace = cuda::DeviceBuffer(static_cast<std::size_t>(cached.workspace_bytes));
+      workspace = own_workspace.data();
+    }
+    fe::error_t status = cached.graph->execute(handle, pack, workspace);
+    if (status.is_bad()) {
+      throw Error(ErrorKind::Device, fmt::format("cudnn: SDPA {}execution failed: {}", key.backward ? "backward " : "",
+                                                 status.get_message()));
+    }
+    if (own_workspace.data() != nullptr) ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {  // cudnn-frontend's own exceptions
+    throw Error(ErrorKind::Device, fmt::format("cudnn: {}", error.what()));
   }
-
-  std::unordered_map<std::int64_t, void*> pack{
-      {kUidQ, args.q.data}, {kUidK, args.k.data}, {kUidV, args.v.data}, {kUidO, args.o.data}};
-  if (stats) pack.emplace(kUidStats, args.lse.data);
-  fe::error_t status = cached.graph->execute(handle, pack, workspace);
-  if (status.is_bad())
-    throw Error(ErrorKind::Device, fmt::format("cudnn: SDPA execution failed: {}", status.get_message()));
-  if (own_workspace.data() != nullptr) ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace
