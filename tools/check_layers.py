@@ -44,7 +44,7 @@ MAY_INCLUDE = {
     "report": {"include", "core", "bench"},
     "tune": {"include", "core", "sparse", "bench", "report"},
     "apps": EVERY_LIBRARY_ROOM,
-    "python": EVERY_LIBRARY_ROOM | {"apps"},
+    "python": EVERY_LIBRARY_ROOM,
     "tests": None,  # anything
 }
 
