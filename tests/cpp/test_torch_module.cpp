@@ -16,16 +16,19 @@ namespace {
 using namespace testing_support;
 
 TEST(TorchModule, WhereItCannotBeLoadedTheTorchPeersRefuseSayingWhy) {
-  const CliResult r = run_cli({"list"}, {"ATTNSUITE_TORCH_MODULE=/nonexistent/libattnsuite_torch.so"});
+  // Wide enough that no cell wraps; without a GPU `list`'s "here" column says that first, and the
+  // loader's message is in the "supports" column either way.
+  const CliResult r = run_cli({"list"}, {"ATTNSUITE_TORCH_MODULE=/nonexistent/libattnsuite_torch.so", "COLUMNS=1000"});
   ASSERT_EQ(r.code, 0) << r.err;
   int refusing = 0;
   std::istringstream lines(r.out);
   for (std::string line; std::getline(lines, line);) {
     if (line.find(" torch-") == std::string::npos) continue;
-    EXPECT_NE(line.find("no: the PyTorch peers' module could not be loaded: libattnsuite_torch.so not found "
+    EXPECT_NE(line.find("none here: the PyTorch peers' module could not be loaded: libattnsuite_torch.so not found "
                         "(looked for /nonexistent/libattnsuite_torch.so)"),
               std::string::npos)
         << line;
+    EXPECT_NE(line.find("PyTorch SDPA peer (not loaded)"), std::string::npos) << line;
     ++refusing;
   }
   EXPECT_EQ(refusing, 5) << r.out;
