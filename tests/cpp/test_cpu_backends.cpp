@@ -19,7 +19,7 @@
 #include "attnsuite/attnsuite.hpp"
 #include "cli_test_support.hpp"
 #include "cpu/cpu_backends.hpp"
-#include "cpu/isa.hpp"
+#include "core/isa.hpp"
 #include "core/peak.hpp"
 
 namespace attnsuite {
