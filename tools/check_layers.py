@@ -211,8 +211,9 @@ def main(argv=None):
 
 
 def self_test():
-    """A tree that follows the rule passes; one bench → cpu include and one kernel → kernel
-    include fail with one line each; fault from a header fails."""
+    """A tree that follows the rule passes; one bench → cpu include, one kernel → kernel include
+    and one cpu → ring include (ring includes cpu, backends both) fail with one line each; fault
+    from a header fails."""
     tree = {
         "include/attnsuite/backend.hpp": "",
         "src/core/registry.cpp": '#include "attnsuite/backend.hpp"\n',
@@ -236,6 +237,10 @@ def self_test():
          ["src/cuda/sage/kernel.cuh:3 includes cuda/flash3/primitives.cuh (room cuda/sage may not include room "
           "cuda/flash3: a sub-room includes its own files, cuda's top-level headers and cuda/common, cuda/sm80, "
           "cuda/hopper)"]),
+        ({"src/ring/cpu_ring.hpp": '#include "cpu/common.hpp"\n',
+          "src/cpu/register.cpp": '#include "cpu/common.hpp"\n#include "ring/cpu_ring.hpp"\n',
+          "src/backends/builtin.cpp": '#include "cpu/common.hpp"\n#include "ring/cpu_ring.hpp"\n'},
+         ["src/cpu/register.cpp:2 includes ring/cpu_ring.hpp (room cpu may not include room ring)"]),
         ({"src/cuda/common/check.hpp": '#include "fault/fault.hpp"\n'},
          ["src/cuda/common/check.hpp:1 includes fault/fault.hpp (room cuda may not include room fault from a header)"]),
     ]

@@ -9,7 +9,7 @@
 #include "attnsuite/error.hpp"
 #include "attnsuite/registry.hpp"
 #include "commands.hpp"
-#include "cpu/isa.hpp"
+#include "core/isa.hpp"
 #include "fault/fault.hpp"
 
 #if ATTNSUITE_HAVE_ONNXRUNTIME_PEER

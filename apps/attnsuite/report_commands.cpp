@@ -13,7 +13,7 @@
 #include "report/load.hpp"
 #include "report/plots.hpp"
 #include "report/sinks.hpp"
-#include "tune/tune_output.hpp"
+#include "report/tuning_table.hpp"
 
 namespace attnsuite::cli {
 
@@ -65,7 +65,7 @@ Action add_report(CLI::App& app) {
     fmt::print("{}", report::summary_terminal(loaded.rows));
     if (report::has_profile(loaded.rows)) fmt::print("Profile\n{}", report::profile_table(loaded.rows).terminal());
     if (loaded.tuning.is_array() && !loaded.tuning.empty())
-      fmt::print("Batch tuning\n{}", tune::tuning_table(loaded.tuning).terminal());
+      fmt::print("Batch tuning\n{}", report::tuning_table(loaded.tuning).terminal());
 
     report::ReportDocument document;
     document.source = f->file;

@@ -8,7 +8,7 @@
 
 #include "attnsuite/error.hpp"
 #include "bench/captured_inputs.hpp"
-#include "cpu/common.hpp"
+#include "core/parallel.hpp"
 
 namespace attnsuite::bench {
 

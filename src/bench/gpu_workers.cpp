@@ -12,10 +12,7 @@
 
 #include "attnsuite/error.hpp"
 #include "bench/runner.hpp"
-
-#if ATTNSUITE_HAVE_CUDA
-#include "cuda/cuda_backends.hpp"
-#endif
+#include "core/cuda_device.hpp"
 
 namespace attnsuite::bench {
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnsuite/error.hpp"
+#include "core/ceilings.hpp"
 
 namespace attnsuite::bench {
 
@@ -102,21 +103,7 @@ nlohmann::ordered_json to_ordered_json(const ResultRow& row);
 // unknown keys are ignored (a file of a newer version).
 ResultRow row_from_json(const nlohmann::json& value);
 
-// What the devices of a run can do at best, measured once per run (docs/methodology.md,
-// "Profile"); 0 = not measured. Copy bandwidths count bytes read plus bytes written (STREAM's
-// Copy convention), like the rows' GB/s, which count Q, K, V read and O written.
-struct DeviceCeilings {
-  double cpu_fp32_gflops = 0;    // AVX2 FMA chains on every thread
-  double host_copy_gbps = 0;     // memcpy of buffers far larger than the last-level cache
-  double cpu_dispatch_us = 0;    // fastest empty parallel_for over every thread
-  double gpu_copy_gbps = 0;      // device-to-device cudaMemcpyAsync, 2 × bytes / time
-  double gpu_fp16_tflops = 0;    // cuBLAS GEMM, fp16 in, fp32 accumulate
-  double gpu_bf16_tflops = 0;    // cuBLAS GEMM, bf16 in, fp32 accumulate
-  double gpu_fp8_tflops = 0;     // cuBLASLt GEMM, e4m3 in, fp32 accumulate (0: GPU has none)
-  double gpu_launch_us = 0;      // fastest event-timed 1-byte memset: the smallest timed operation
-  std::string gpu_gemm_shape;    // "8192x8192x8192"
-};
-
+// DeviceCeilings (core/ceilings.hpp) in the results header.
 nlohmann::json to_json(const DeviceCeilings& ceilings);
 DeviceCeilings ceilings_from_json(const nlohmann::json& value);
 

@@ -14,9 +14,8 @@
 #include "bench/generators.hpp"
 #include "core/cancel.hpp"
 #include "core/host_info.hpp"
-#include "cpu/backward.hpp"
-#include "cpu/common.hpp"
-#include "cpu/cpu_backends.hpp"
+#include "core/parallel.hpp"
+#include "core/reference.hpp"
 
 namespace attnsuite::bench {
 

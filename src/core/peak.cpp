@@ -13,10 +13,8 @@
 
 #include "attnsuite/error.hpp"
 #include "core/host_info.hpp"
-
-#include "cpu/common.hpp"
-#include "cpu/simd_math.hpp"
-#include "cpu/simd_target.hpp"
+#include "core/parallel.hpp"
+#include "core/simd_target.hpp"
 
 namespace attnsuite::cpu {
 namespace {

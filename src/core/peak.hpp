@@ -1,7 +1,7 @@
 // The machine's fp32 FMA peak, measured rather than looked up, for "% of peak" figures.
 #pragma once
 
-#include "cpu/isa.hpp"
+#include "core/isa.hpp"
 
 namespace attnsuite::cpu {
 

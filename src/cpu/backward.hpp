@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "attnsuite/backend.hpp"
+#include "core/reference.hpp"
 
 namespace attnsuite::cpu {
 
@@ -48,10 +49,7 @@ struct GradientsF64 {
 void reference_backward_head_f64(const AttentionProblem& problem, const BackwardArgs& args, int batch_index, int q_head,
                                  double* dq, double* dk, double* dv);
 
-// One (batch, kv head): dq holds the group's q heads one after another (group_size × seq_q ×
-// head_dim), dk and dv the kv head's gradients summed over the group in q-head order.
-void reference_backward_kv_head_f64(const AttentionProblem& problem, const BackwardArgs& args, int batch_index,
-                                    int kv_head, double* dq, double* dk, double* dv);
+// One (batch, kv head): reference_backward_kv_head_f64, declared in core/reference.hpp.
 
 // The whole problem in double, threaded over (batch, q head); the result does not depend on
 // the thread count.

@@ -1,7 +1,6 @@
 #include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
 #include "cpu/sparse/sparse_backends.hpp"
-#include "ring/cpu_ring.hpp"
 
 namespace attnsuite::cpu {
 
@@ -13,8 +12,6 @@ void register_cpu_backends(Registry& registry) {
   // Block-sparse attention on the CPU (issue 6): the predictor and a given mask.
   registry.add("cpu-sparge", sparse::make_cpu_sparge_backend);
   registry.add("cpu-block-sparse", sparse::make_cpu_block_sparse_backend);
-  // Ring attention (issue 10) on simulated ranks: the CUDA ring's schedule and merge, on the CPU.
-  registry.add("cpu-ring", ring::make_cpu_ring_backend);
 }
 
 }  // namespace attnsuite::cpu

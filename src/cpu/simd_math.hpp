@@ -1,6 +1,6 @@
 // Vectorized math for the CPU kernels. The functions on __m256 are AVX2 + FMA (the library is
 // built for x86-64-v3); Avx2 and Avx512 below are the same operations as vector policies, so a
-// kernel written once as a template over the policy runs 8 or 16 lanes (isa.hpp says how a
+// kernel written once as a template over the policy runs 8 or 16 lanes (core/isa.hpp says how a
 // kernel is built and dispatched for both).
 #pragma once
 
@@ -9,14 +9,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "cpu/simd_target.hpp"
-
-// Put before a loop over a register block (`for (int r = 0; r < R; ++r)` with R a constant) so
-// that it vanishes and each accumulator of an array `Vec acc[R][C]` gets its own register.
-// Without it GCC 12 unrolled cpu-flash's 6×2 AVX2 block late, kept the accumulators in a stack
-// array as well and stored all 12 on every step (twice the CPU time), and left the 24 chains of
-// the AVX-512 peak probe rolled, in memory (60% of the peak).
-#define ATTNSUITE_UNROLL _Pragma("GCC unroll 32")
+#include "core/simd_target.hpp"
 
 namespace attnsuite::cpu::simd {
 

@@ -7,9 +7,6 @@
 #if ATTNSUITE_HAVE_FLASH3
 #include "cuda/flash3/flash3.hpp"
 #endif
-#if ATTNSUITE_HAVE_NCCL
-#include "ring/cuda/ring.hpp"
-#endif
 
 namespace attnsuite::cuda {
 
@@ -29,10 +26,6 @@ void register_cuda_backends(Registry& registry) {
   registry.add("sage2", make_sage2_backend);
   // Predicted block-sparse attention on sage2's sm_90a kernel.
   registry.add("sparge-sage", make_sparge_sage_backend);
-#if ATTNSUITE_HAVE_NCCL
-  // Context-parallel ring attention over the visible GPUs (issue 10; built with nccl.h, loads libnccl.so.2 when asked).
-  registry.add("ring", make_ring_backend);
-#endif
 }
 
 }  // namespace attnsuite::cuda

@@ -2,9 +2,8 @@
 // so the harness measures them side by side with ours. Host-only header, no third-party headers.
 #pragma once
 
-#include <string>
-
 #include "attnsuite/registry.hpp"
+#include "core/peer_versions.hpp"
 
 namespace attnsuite::peers {
 
@@ -14,11 +13,6 @@ namespace attnsuite::peers {
 // Touches no GPU: without one, their supports() answer "no CUDA device available: ...".
 void register_peer_backends(Registry& registry);
 
-// Versions of the peers' libraries in this build, for the results header; empty when not built.
-struct PeerVersions {
-  std::string cudnn;
-  std::string torch;
-};
-PeerVersions peer_versions();
+// The peers' library versions, peer_versions(), are declared in core/peer_versions.hpp.
 
 }  // namespace attnsuite::peers

@@ -9,7 +9,7 @@
 #include "core/atomic_file.hpp"
 #include "report/sinks.hpp"
 #include "report/table.hpp"
-#include "tune/tune_output.hpp"
+#include "report/tuning_table.hpp"
 
 namespace attnsuite::report {
 
@@ -232,7 +232,7 @@ std::string render_html(const ReportDocument& d) {
   if (d.tuning.is_array() && !d.tuning.empty()) {
     out += "<h2 id=\"tuning\">Batch tuning</h2>\n<p class=\"note\">The batch of highest tokens/s " +
            escape_html(tuning_limits(d.header)) + "; evaluations are the distinct batches measured.</p>\n";
-    out += "<div class=\"scroll\">" + tune::tuning_table(d.tuning).html() + "</div>\n";
+    out += "<div class=\"scroll\">" + tuning_table(d.tuning).html() + "</div>\n";
   }
 
   out += "<h2 id=\"results\">Results</h2>\n<div class=\"scroll\">" + summary_table(d.rows).html() + "</div>\n";
@@ -268,7 +268,7 @@ std::string render_markdown(const ReportDocument& d, const fs::path& markdown_pa
   out += "## Device ceilings\n\n" + ceilings_table(d.header.ceilings).markdown() + "\n";
   if (d.tuning.is_array() && !d.tuning.empty())
     out += "## Batch tuning\n\nThe batch of highest tokens/s " + tuning_limits(d.header) +
-           "; evaluations are the distinct batches measured.\n\n" + tune::tuning_table(d.tuning).markdown() + "\n";
+           "; evaluations are the distinct batches measured.\n\n" + tuning_table(d.tuning).markdown() + "\n";
   out += "## Results\n\n" + summary_table(d.rows).markdown() + "\n";
   if (has_profile(d.rows))
     out += "## Profile\n\n" + std::string(kBottleneckRule) + "\n\n" + profile_table(d.rows).markdown() + "\n";

@@ -15,19 +15,13 @@
 #include "bench/gpu_workers.hpp"
 #include "bench/profile.hpp"
 #include "bench/runner.hpp"
+#include "core/atomic_file.hpp"
+#include "core/cuda_device.hpp"
 #include "core/host_info.hpp"
 #include "core/peak.hpp"
-#include "core/atomic_file.hpp"
+#include "core/peer_versions.hpp"
 #include "report/jsonl.hpp"
 #include "report/sinks.hpp"
-
-#if ATTNSUITE_HAVE_CUDA
-#include "cuda/cuda_backends.hpp"
-#endif
-#if ATTNSUITE_HAVE_PEERS
-#include "peers/peers.hpp"
-#endif
-
 
 namespace attnsuite::bench {
 

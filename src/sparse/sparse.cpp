@@ -10,7 +10,7 @@
 
 #include "attnsuite/error.hpp"
 #include "core/generator_math.hpp"
-#include "cpu/common.hpp"
+#include "core/parallel.hpp"
 
 namespace attnsuite::sparse {
 

@@ -10,7 +10,7 @@
 #include "attnsuite/registry.hpp"
 #include "attnsuite/device_context.hpp"
 #include "bench/generators.hpp"
-#include "cpu/common.hpp"
+#include "core/parallel.hpp"
 
 namespace attnsuite::tune {
 

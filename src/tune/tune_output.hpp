@@ -1,6 +1,6 @@
-// What `attnsuite tune --batch` writes and prints: one entry per tuned case (backend × shape
-// without the batch), as JSON ("tuning" in tune.json) and as a table. The report reads the
-// same JSON back, so a tune file renders anywhere a results file does.
+// What `attnsuite tune --batch` writes: one entry per tuned case (backend × shape without the
+// batch), as JSON ("tuning" in tune.json). The report reads the same JSON back
+// (report/tuning_table.hpp), so a tune file renders anywhere a results file does.
 #pragma once
 
 #include <optional>
@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/result.hpp"
-#include "report/table.hpp"
 #include "tune/batch_tuner.hpp"
 
 namespace attnsuite::tune {
@@ -27,9 +26,7 @@ bool agrees_within_noise(const BatchProbe& search_best, const BatchProbe& sweep_
 
 nlohmann::ordered_json to_json(const TuneEntry& entry);
 
-// Columns: backend, seq len, best batch, tokens/s, p95 ms, peak memory, evaluations; with a
-// sweep also its best batch, tokens/s, evaluations and whether they agree. A case without a
-// best shows why. Reads the JSON of to_json (a "tuning" array).
-report::TextTable tuning_table(const nlohmann::json& tuning);
+// The table of these entries is report::tuning_table (report/tuning_table.hpp), which reads
+// this JSON back.
 
 }  // namespace attnsuite::tune

@@ -10,6 +10,7 @@
 #include "report/sweep.hpp"
 #include "core/atomic_file.hpp"
 #include "report/sinks.hpp"
+#include "report/tuning_table.hpp"
 #include "tune/backend_cache.hpp"
 #include "tune/batch_evaluator.hpp"
 #include "tune/tune_output.hpp"
@@ -100,7 +101,7 @@ TuneOutcome run_batch_tune(const bench::SweepSpec& spec, const TuneOptions& opti
   outcome.document = nlohmann::ordered_json::parse(report::results_json_text(header, rows));
   outcome.document["tuning"] = tuning;
   report::write_file_atomic(json_path, outcome.document.dump(2) + "\n");
-  const report::TextTable table = tuning_table(nlohmann::json(tuning));
+  const report::TextTable table = report::tuning_table(nlohmann::json(tuning));
   report::write_file_atomic(outcome.out_dir / "tune.md", table.markdown());
   outcome.table_terminal = table.terminal();
   const bool forward_only = std::all_of(spec.passes.begin(), spec.passes.end(),

@@ -2,7 +2,7 @@
 """Fails when a function that the linker may merge across object files holds AVX-512 code.
 
 The library is built for x86-64-v3 (AVX2); AVX-512 kernels are compiled only inside
-ATTNSUITE_AVX512_BEGIN/END regions or under ATTNSUITE_TARGET_AVX512 (src/cpu/simd_target.hpp).
+ATTNSUITE_AVX512_BEGIN/END regions or under ATTNSUITE_TARGET_AVX512 (src/core/simd_target.hpp).
 An inline function or template instantiation (a weak symbol) that picks up AVX-512 code in one
 object while the others keep their AVX2 copy is a hazard: the linker keeps any one copy, and on an
 AVX2-only CPU the program then dies of SIGILL outside any kernel. Weak functions that belong to
@@ -66,7 +66,7 @@ def main():
             bad += 1
     if bad:
         print(f"{bad} weak functions hold AVX-512 code; include their headers before ATTNSUITE_AVX512_BEGIN "
-              "(src/cpu/simd_target.hpp)")
+              "(src/core/simd_target.hpp)")
         return 1
     print(f"{len(args.objects)} objects: no weak function outside the AVX-512 kernels holds AVX-512 code")
     return 0

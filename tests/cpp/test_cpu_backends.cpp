@@ -19,7 +19,7 @@
 #include "attnsuite/attnsuite.hpp"
 #include "cli_test_support.hpp"
 #include "cpu/cpu_backends.hpp"
-#include "cpu/isa.hpp"
+#include "core/isa.hpp"
 #include "core/peak.hpp"
 
 namespace attnsuite {
@@ -540,6 +540,14 @@ TEST(CpuBackends, RegistersInOrder) {
   Registry registry;
   cpu::register_cpu_backends(registry);
   EXPECT_EQ(registry.names(),
+            (std::vector<std::string>{"reference", "cpu-vanilla", "cpu-flash", "cpu-sparge", "cpu-block-sparse"}));
+  // Every build lists the CPU's backends first, the ring over cpu-flash (src/ring) right after.
+  Registry builtin;
+  register_builtin_backends(builtin);
+  std::vector<std::string> first = builtin.names();
+  ASSERT_GE(first.size(), 6u);
+  first.resize(6);
+  EXPECT_EQ(first,
             (std::vector<std::string>{"reference", "cpu-vanilla", "cpu-flash", "cpu-sparge", "cpu-block-sparse", "cpu-ring"}));
   EXPECT_EQ(registry.find("reference").display_name(), "fp64 reference (attnsuite)");
   EXPECT_EQ(registry.find("cpu-vanilla").display_name(), "vanilla attention (attnsuite, OpenBLAS)");

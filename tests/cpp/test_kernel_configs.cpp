@@ -12,7 +12,7 @@
 #include "bench/plan.hpp"
 #include "bench/runner.hpp"
 #include "cli_test_support.hpp"
-#include "cpu/isa.hpp"
+#include "core/isa.hpp"
 #include "tune/kernel_tuner.hpp"
 
 namespace attnsuite {

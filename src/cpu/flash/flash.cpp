@@ -14,7 +14,7 @@
 #include "cpu/backward.hpp"
 #include "cpu/common.hpp"
 #include "cpu/flash/forward.hpp"
-#include "cpu/isa.hpp"
+#include "core/isa.hpp"
 
 namespace attnsuite::cpu {
 namespace {

@@ -3,7 +3,7 @@
 // says why), so forward_kernel.hpp must find everything it includes already included here.
 #include "cpu/flash/forward.hpp"
 #include "cpu/simd_math.hpp"
-#include "cpu/simd_target.hpp"
+#include "core/simd_target.hpp"
 
 ATTNSUITE_AVX512_BEGIN
 #include "cpu/flash/forward_kernel.hpp"

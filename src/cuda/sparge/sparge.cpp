@@ -17,7 +17,6 @@
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/kernel_configs.hpp"
-#include "cpu/sparse/sparse_backends.hpp"
 #include "cuda/common/backend_support.hpp"
 #include "cuda/common/check.hpp"
 #include "cuda/common/device_buffer.hpp"
@@ -25,6 +24,7 @@
 #include "cuda/flash2/flash2.hpp"
 #include "cuda/sage/sage.hpp"
 #include "cuda/sparge/launch.hpp"
+#include "sparse/options.hpp"
 #if ATTNSUITE_HAVE_FLASH3
 #include "cuda/common/attention_params.hpp"
 #include "cuda/flash3/flash3.hpp"

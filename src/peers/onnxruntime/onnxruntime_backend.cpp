@@ -21,7 +21,7 @@
 #include <string>
 
 #include "attnsuite/error.hpp"
-#include "cpu/common.hpp"
+#include "core/parallel.hpp"
 #include "peers/onnxruntime/embedded_python.hpp"
 
 #if ATTNSUITE_HAVE_CUDA

@@ -77,9 +77,9 @@
 #include <vector>
 
 #include "attnsuite/error.hpp"
+#include "core/cuda_device.hpp"
 #include "cuda/common/backend_support.hpp"
 #include "cuda/common/check.hpp"
-#include "cuda/cuda_backends.hpp"
 
 namespace attnsuite::peers {
 namespace {

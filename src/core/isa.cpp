@@ -1,4 +1,4 @@
-#include "cpu/isa.hpp"
+#include "core/isa.hpp"
 
 #include <fmt/format.h>
 

@@ -4,7 +4,7 @@
 //
 // How a kernel uses it (cpu-flash's forward is the example: src/cpu/flash/):
 //   1. Write the hot code once as templates over a vector policy (simd::Avx2, simd::Avx512 in
-//      simd_math.hpp: Vec, kLanes, load/store/fmadd/exp2...), in a header.
+//      cpu/simd_math.hpp: Vec, kLanes, load/store/fmadd/exp2...), in a header.
 //   2. Instantiate it for AVX2 in an ordinary .cpp, and for AVX-512 in a .cpp that includes every
 //      header it needs first and then includes the kernel header between
 //      ATTNSUITE_AVX512_BEGIN / ATTNSUITE_AVX512_END (simd_target.hpp). Each exports one plain
