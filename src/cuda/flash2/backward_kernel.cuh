@@ -214,6 +214,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   };
   // This thread's keys: rows quad_row and quad_row + 8 of the warp's 16.
   const int warp_key = key_begin + warp * 16 + quad_row;
+  const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
 
   for (int it = 0; it < iterations; ++it) {
     wait_async_copies<0>();
@@ -240,20 +241,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int query = nt * 8 + 2 * quad_col + e;
-        bool hidden[2] = {false, false};
-        if (!unmasked) {
-          const KeyRange keys = key_range(params, row_begin + query);
-          const bool padding = row_begin + query >= params.seq_q;
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int key = warp_key + 8 * half;
-            hidden[half] = padding || key < keys.begin || key >= keys.end;
-          }
-        }
 #pragma unroll
         for (int half = 0; half < 2; ++half)
           softmax_gradient(acc_s[0][nt][2 * half + e], acc_dp[0][nt][2 * half + e], params.scale_log2,
-                           lse_log2[query], row_dot[query], hidden[half]);
+                           lse_log2[query], row_dot[query],
+                           !unmasked && mask.hidden(row_begin + query, warp_key + 8 * half));
       }
 
     // dV += Pᵀ·dO and dK += dSᵀ·Q, P and dS rounded to the 16-bit type (dO and Q read transposed).

@@ -42,4 +42,29 @@ ATTNSUITE_HOST_DEVICE RowRange rows_seeing_keys(int seq_q, int seq_kv, int windo
   return {static_cast<int>(first), static_cast<int>(last)};
 }
 
+// The mask of the same rule as a test on key − row, for the element loops: key j is hidden from
+// row i iff i >= seq_q, j >= seq_kv, j − i < lowest or j − i > highest. (Inside [0, seq_kv) the
+// clamping of key_range changes nothing: j < clamp(diag − window_left) ⟺ j < diag − window_left
+// for 0 <= j < seq_kv, and likewise for the end.)
+struct MaskBounds {
+  int seq_q, seq_kv;
+  int lowest, highest;  // of key − row; clamped to the int range (no window: ∓2^31)
+
+  ATTNSUITE_HOST_DEVICE bool hidden(int row, int key) const {
+    const int offset = key - row;
+    return row >= seq_q || key >= seq_kv || offset < lowest || offset > highest;
+  }
+};
+
+ATTNSUITE_HOST_DEVICE MaskBounds mask_bounds(int seq_q, int seq_kv, int window_left, int window_right) {
+  const std::int64_t shift = static_cast<std::int64_t>(seq_kv) - seq_q;
+  constexpr std::int64_t kMin = -2147483647 - 1, kMax = 2147483647;
+  std::int64_t lowest = kMin, highest = kMax;
+  if (window_left >= 0) lowest = shift - window_left;
+  if (window_right >= 0) highest = shift + window_right;
+  lowest = lowest < kMin ? kMin : lowest;
+  highest = highest > kMax ? kMax : highest;
+  return {seq_q, seq_kv, static_cast<int>(lowest), static_cast<int>(highest)};
+}
+
 }  // namespace attnsuite::cuda::flash2

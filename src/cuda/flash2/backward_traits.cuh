@@ -17,14 +17,14 @@ namespace attnsuite::cuda::flash2 {
 // are its keys: Pᵀ and dSᵀ are then the A operands of dV += Pᵀ·dO and dK += dSᵀ·Q straight from
 // the accumulators (the forward's P·V step, sm80::accumulate_pv). dQ = dS·K needs dS by query
 // rows: dSᵀ goes through shared memory and the kTileM × kHeadDim dQ tile is split among the warps.
-template <class Element_, int kHeadDim_, int kWarps_, bool kKVInRegisters_, int kMinBlocksPerSm_>
+template <class Element_, int kHeadDim_, int kTileM_, int kWarps_, bool kKVInRegisters_, int kMinBlocksPerSm_>
 struct BackwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kTileN = 16 * kWarps;            // keys of the CTA
-  static constexpr int kTileM = kBackwardQueryTile;     // query rows per step
+  static constexpr int kTileM = kTileM_;                // query rows per step
   // K and V fragments (A of Sᵀ and dPᵀ) kept in registers for the whole CTA instead of re-read
   // from shared memory per query tile: 2 · kHeadDim / 4 registers.
   static constexpr bool kKVInRegisters = kKVInRegisters_;
@@ -57,7 +57,8 @@ struct BackwardTraits {
 
   static_assert(sizeof(Element) == 2, "flash2 computes on 16-bit inputs (fp16, bf16)");
   static_assert(kHeadDim % 64 == 0, "the XOR swizzle spans 8 chunks of 16 bytes: head dim >= 64");
-  static_assert(kTileM == 64, "dSᵀ rows of 128 bytes: the swizzle of sm80/tile.cuh for 8 chunks");
+  static_assert(kTileM == 32 || kTileM == 64, "dSᵀ rows of 64 or 128 bytes (sm80/tile.cuh's swizzle)");
+  static_assert(kBackwardQueryTile % kTileM == 0, "the workspace's padded rows hold whole query tiles");
   static_assert(kDqColumnGroups >= 1 && kWarps % kDqRowBlocks == 0 && kDTiles % (2 * kDqColumnGroups) == 0,
                 "dQ's tile divides evenly among the warps, 16-column pairs each");
   static_assert((kTileN * kHeadDim / 8) % kThreads == 0 && (kTileM * kHeadDim / 8) % kThreads == 0,
@@ -102,23 +103,27 @@ struct DqTraits {
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 
-// The chosen configuration per (dtype, head dim).
+// The chosen configuration per (dtype, head dim). Registers and spills as ptxas reports them
+// (CUDA 13, sm_80; docs/kernels/flash2.md has both architectures); not yet timed on a GPU.
 template <class Element, int kHeadDim>
 struct BackwardConfig;
 
-// d64: 4 warps × 16 keys; dK and dV (32 + 32 fp32), Sᵀ and dPᵀ of a 64-query tile (32 + 32) and
-// the K and V fragments (16 + 16) per thread.
+// d64: 4 warps × 16 keys, 64-query tiles, K and V fragments in registers; dK and dV are 32 + 32
+// fp32 per thread, Sᵀ and dPᵀ 32 + 32. Without the fragments in registers (12 bytes spilled
+// instead of 16 with atomic dQ) the K and V tiles are re-read per query tile.
 template <class Element>
 struct BackwardConfig<Element, 64> {
-  using Kernel = BackwardTraits<Element, 64, 4, true, 2>;
+  using Kernel = BackwardTraits<Element, 64, 64, 4, true, 2>;
   using DqKernel = DqTraits<Element, 64, 64, 2, 2>;
 };
-// d128: dK and dV are 64 + 64 fp32 per thread, so K and V are re-read from shared memory per
-// query tile instead of holding another 64 registers of fragments.
+// d128: dK and dV are 64 + 64 fp32 per thread, so K and V are re-read from shared memory and the
+// query tile is 32 rows (Sᵀ, dPᵀ 16 + 16): with 64 rows the atomic-dQ kernel spilled 144 bytes,
+// with 32 it spills 20. The dQ kernel's K/V tiles are 32 keys as in the forward (64: 200 bytes
+// spilled; 32: none).
 template <class Element>
 struct BackwardConfig<Element, 128> {
-  using Kernel = BackwardTraits<Element, 128, 4, false, 2>;
-  using DqKernel = DqTraits<Element, 128, 64, 2, 2>;
+  using Kernel = BackwardTraits<Element, 128, 32, 4, false, 2>;
+  using DqKernel = DqTraits<Element, 128, 32, 2, 2>;
 };
 
 }  // namespace attnsuite::cuda::flash2
