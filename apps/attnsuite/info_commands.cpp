@@ -67,7 +67,7 @@ Action add_list(CLI::App&) {
                                 {"device"},
                                 {"what it is", report::Align::Left, 0, true},
                                 {"here", report::Align::Left, 0, true},
-                                {"backward"},
+                                {"backward", report::Align::Left, 0, true},
                                 {"supports", report::Align::Left, 0, true}});
     for (const auto& name : registry.names()) {
       Backend& backend = registry.find(name);
@@ -75,9 +75,12 @@ Action add_list(CLI::App&) {
       const Support support = runs_here(backend, &backward);
       std::string what(backend.display_name());
       if (!backend.peer_of().empty()) what += fmt::format(" [peer: {}]", backend.peer_of());
-      // backward: whether it has one (training: bench --pass bwd, fwd+bwd) for the problem that runs.
+      // backward: whether it has one (training: bench --pass bwd, fwd+bwd) for the problem that
+      // runs, or the backend's word on an experimental one.
+      const std::string backward_column =
+          !backend.backward_status().empty() ? std::string(backend.backward_status()) : backward ? "yes" : "no";
       backends.add_row({name, std::string(to_string(backend.device().type)), what,
-                        support ? "yes" : "no: " + support.reason, backward ? "yes" : "no", backend.capabilities()});
+                        support ? "yes" : "no: " + support.reason, backward_column, backend.capabilities()});
     }
     const std::size_t width = report::terminal_columns();
     fmt::print("Backends\n{}\n", backends.terminal(width));

@@ -141,6 +141,10 @@ class Backend {
   virtual Support supports(const AttentionProblem& problem) const = 0;
   // Whether it has a backward for `problem` (on top of supports()), else why not.
   virtual Support supports_backward(const AttentionProblem&) const;
+  // Empty, or how its backward stands when that is not a plain yes or no (an experimental one
+  // that plans refuse unless a backend option opts in): `attnsuite list` shows it in place of
+  // yes/no, e.g. "experimental: not yet run on a GPU".
+  virtual std::string_view backward_status() const { return {}; }
 
   // The kernel configurations it can run `problem` with, its built-in choice first; empty when
   // it has nothing to choose from.

@@ -542,8 +542,14 @@ nb::tuple resolve_backward(const std::string& backend_name, const Array& q, cons
     } else {
       PlanOptions options;
       options.backward = true;
-      if (backend.plan(call.problem, options)->produces_own_output())
-        why_not = "it returns its own gradients (attnsuite.bench() runs it)";
+      try {
+        if (backend.plan(call.problem, options)->produces_own_output())
+          why_not = "it returns its own gradients (attnsuite.bench() runs it)";
+      } catch (const Error& error) {
+        // What only the plan refuses (flash2's experimental backward without its opt-in option).
+        if (error.kind() != ErrorKind::Unsupported) throw;
+        why_not = error.what();
+      }
     }
   }
   return nb::make_tuple(name, why_not ? nb::cast(*why_not) : nb::none());

@@ -123,7 +123,8 @@ TEST(Cli, HeadsNotDivisibleIsSkippedWithTheReason) {
 
 // `list` fits its tables to the terminal ($COLUMNS when stdout is not one; it was 480 columns
 // wide), says "yes" for what runs here and, on a machine without a GPU, "no GPU (…)" for the GPU
-// backends — not the CUDA runtime's "driver version is insufficient", nor a dtype rule.
+// backends — not the CUDA runtime's "driver version is insufficient", nor a dtype rule — and
+// flash2's experimental backward as such.
 TEST(Cli, ListFitsTheTerminalAndSaysWhatRunsHere) {
   for (const int columns : {100, 140, 400}) {
     const CliResult r = run_cli({"list"}, {"COLUMNS=" + std::to_string(columns)});
@@ -140,6 +141,10 @@ TEST(Cli, ListFitsTheTerminalAndSaysWhatRunsHere) {
       EXPECT_NE(r.out.find(backend), std::string::npos) << backend;
     EXPECT_NE(r.out.find("│ yes "), std::string::npos) << r.out;
 #if ATTNSUITE_HAVE_CUDA
+    // flash2's backward column: its status, GPU or not (Backend::backward_status).
+    if (columns == 400) {
+      EXPECT_NE(r.out.find("experimental: not yet run on a GPU"), std::string::npos) << r.out;
+    }
     if (columns == 400 && !attnsuite::testing_support::cuda_device_missing().empty()) {  // unwrapped
       EXPECT_NE(r.out.find("no: no GPU ("), std::string::npos) << r.out;
       EXPECT_EQ(r.out.find("insufficient"), std::string::npos) << r.out;

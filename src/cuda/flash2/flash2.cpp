@@ -4,10 +4,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
+#include <map>
 #include <numbers>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -15,6 +19,7 @@
 #include "cuda/common/attention_params.hpp"
 #include "cuda/common/backend_support.hpp"
 #include "cuda/cuda_backends.hpp"
+#include "cuda/flash2/backward_rows.hpp"
 #include "cuda/flash2/configs.hpp"
 #include "cuda/flash2/launch.hpp"
 #ifdef ATTNSUITE_FLASH2_VARIANTS
@@ -26,6 +31,61 @@ namespace attnsuite::cuda::flash2 {
 Params make_params(const AttentionProblem& problem, const AttentionArgs& args) {
   Params params;
   fill_attention_params(params, problem, args);
+  return params;
+}
+
+namespace {
+
+constexpr std::size_t kWorkspaceAlignment = 256;
+
+constexpr std::size_t align_up(std::size_t bytes) {
+  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+}
+
+// The workspace's rows: (batch, heads_q, seq_q padded to the backward's query tile).
+std::size_t padded_rows(const AttentionProblem& problem) {
+  const std::size_t padded = (static_cast<std::size_t>(problem.seq_q) + kBackwardQueryTile - 1) /
+                             kBackwardQueryTile * kBackwardQueryTile;
+  return static_cast<std::size_t>(problem.batch) * static_cast<std::size_t>(problem.heads_q) * padded;
+}
+
+}  // namespace
+
+std::size_t backward_workspace_bytes(const AttentionProblem& problem, bool deterministic) {
+  const std::size_t rows = padded_rows(problem);
+  const std::size_t row_floats = align_up(rows * sizeof(float));  // LSE·log2 e, then D
+  const std::size_t dq_sums = deterministic ? 0 : align_up(rows * problem.head_dim * sizeof(float));
+  return 2 * row_floats + dq_sums;
+}
+
+BackwardParams make_backward_params(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic) {
+  AttentionArgs forward_args;
+  forward_args.q = args.q;
+  forward_args.k = args.k;
+  forward_args.v = args.v;
+  forward_args.o = args.o;
+  forward_args.lse = args.lse;
+  BackwardParams params;
+  fill_attention_params(params, problem, forward_args);
+  params.d_o = args.d_o.data;
+  params.dq = args.dq.data;
+  params.dk = args.dk.data;
+  params.dv = args.dv.data;
+  auto strides = [](const TensorView& view, std::int64_t& batch, std::int64_t& row, std::int64_t& head) {
+    batch = view.strides[0];
+    row = view.strides[1];
+    head = view.strides[2];
+  };
+  strides(args.d_o, params.d_o_batch_stride, params.d_o_row_stride, params.d_o_head_stride);
+  strides(args.dq, params.dq_batch_stride, params.dq_row_stride, params.dq_head_stride);
+  strides(args.dk, params.dk_batch_stride, params.dk_row_stride, params.dk_head_stride);
+  strides(args.dv, params.dv_batch_stride, params.dv_row_stride, params.dv_head_stride);
+  params.seq_q_padded = (problem.seq_q + kBackwardQueryTile - 1) / kBackwardQueryTile * kBackwardQueryTile;
+  const std::size_t row_floats = align_up(padded_rows(problem) * sizeof(float));
+  auto* workspace = static_cast<unsigned char*>(args.workspace);
+  params.lse_log2 = reinterpret_cast<float*>(workspace);
+  params.row_dot = reinterpret_cast<float*>(workspace + row_floats);
+  params.dq_accum = deterministic ? nullptr : reinterpret_cast<float*>(workspace + 2 * row_floats);
   return params;
 }
 
@@ -63,7 +123,33 @@ class Flash2Backend final : public Backend {
   Device device() const override { return {DeviceType::Cuda, 0}; }
   std::string capabilities() const override {
     return "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
-           "BSHD/BHSD, LSE; sm80+ (mma.sync)";
+           "BSHD/BHSD, LSE; sm80+ (mma.sync); backward (experimental, opt-in): head dim 64/128, "
+           "deterministic option";
+  }
+
+  // The backward has not run on a GPU yet: plans refuse it unless this option is "1".
+  std::vector<std::string> option_keys() const override {
+    if (variant_.launch != nullptr) return {};
+    return {std::string(kExperimentalBackward)};
+  }
+  void check_options(const std::map<std::string, std::string>& options) const override {
+    (void)experimental_backward(options);
+  }
+  std::string_view backward_status() const override {
+    return variant_.launch != nullptr ? std::string_view{} : std::string_view{"experimental: not yet run on a GPU"};
+  }
+
+  // The head dim rule first (it needs no device), then the forward's.
+  Support supports_backward(const AttentionProblem& problem) const override {
+    if (variant_.launch != nullptr) return Support::no(fmt::format("{} has no backward pass", name_));
+    if (std::find(std::begin(flash2::kBackwardHeadDims), std::end(flash2::kBackwardHeadDims), problem.head_dim) ==
+        std::end(flash2::kBackwardHeadDims)) {
+      return Support::no(fmt::format(
+          "head dim {} has no flash2 backward; allowed: 64, 128 (at 256 a warp's dK and dV of its 16 keys alone "
+          "would be 256 fp32 registers per thread, above the 255 a thread can have)",
+          problem.head_dim));
+    }
+    return supports(problem);
   }
 
   Support supports(const AttentionProblem& problem) const override {
@@ -91,15 +177,33 @@ class Flash2Backend final : public Backend {
   }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    // The opt-in first: its refusal needs no device, so that it reads the same everywhere.
+    const bool backward = options.backward && variant_.launch == nullptr;
+    if (backward && !experimental_backward(options.options)) {
+      throw Error(ErrorKind::Unsupported, fmt::format("flash2's backward is experimental: not yet run on a GPU; opt in "
+                                                      "with the backend option {}=1",
+                                                      kExperimentalBackward));
+    }
+    if (backward)
+      if (const Support support = supports_backward(problem); !support)
+        throw Error(ErrorKind::Unsupported, name_ + ": " + support.reason);
     require_support(*this, problem);
     // "" for a variant (nothing to choose), "default" or an alternative of this head dim.
     std::string config = choose_kernel_config(*this, problem, options);
     const flash2::AlternativeConfig* alternative = nullptr;
     for (const flash2::AlternativeConfig& candidate : flash2::alternative_configs())
       if (config == candidate.name && candidate.head_dim == problem.head_dim) alternative = &candidate;
-    return std::make_unique<FunctionPlan>(std::move(config), 0,
-                                          [this, problem, alternative](const AttentionArgs& args, Stream stream,
-                                                                       RunReport&) { run(problem, args, alternative, stream); });
+    FunctionPlan::Forward forward = [this, problem, alternative](const AttentionArgs& args, Stream stream, RunReport&) {
+      run(problem, args, alternative, stream);
+    };
+    if (!backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
+    const bool deterministic = options.deterministic;
+    return std::make_unique<FunctionPlan>(
+        std::move(config), 0, std::move(forward),
+        [this, problem, deterministic](const BackwardArgs& args, Stream stream, RunReport&) {
+          run_backward(problem, args, deterministic, stream);
+        },
+        flash2::backward_workspace_bytes(problem, deterministic));
   }
 
  private:
@@ -123,6 +227,34 @@ class Flash2Backend final : public Backend {
     } else {
       (problem.dtype == DType::F16 ? alternative->launch_fp16 : alternative->launch_bf16)(params, stream);
     }
+  }
+
+  static constexpr std::string_view kExperimentalBackward = "experimental_backward";
+
+  // The experimental_backward option: "1" opts in, "0" or absent not; another value is refused.
+  static bool experimental_backward(const std::map<std::string, std::string>& options) {
+    const auto found = options.find(std::string(kExperimentalBackward));
+    if (found == options.end() || found->second == "0") return false;
+    if (found->second == "1") return true;
+    throw Error(ErrorKind::Usage, fmt::format("flash2: backend option {}='{}' not allowed; allowed: 0, 1",
+                                              kExperimentalBackward, found->second));
+  }
+
+  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic,
+                    Stream stream) const {
+    check_cuda_backward_args(name(), problem, args);
+    for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o, &args.d_o, &args.dq, &args.dk, &args.dv}) {
+      if (!flash2::rows_aligned(*view)) {
+        throw Error(ErrorKind::Unsupported,
+                    "flash2: every row of Q, K, V, O, dO, dQ, dK and dV must start 16-byte aligned (base pointer, "
+                    "and batch/seq/head strides multiples of 8 elements)");
+      }
+    }
+    ATTNSUITE_REQUIRE(args.workspace != nullptr,
+                      fmt::format("flash2: the backward needs its workspace ({} bytes, the plan's "
+                                  "backward_workspace_bytes()); BackwardArgs::workspace is null",
+                                  flash2::backward_workspace_bytes(problem, deterministic)));
+    flash2::launch_backward(flash2::make_backward_params(problem, args, deterministic), problem.dtype, stream);
   }
 
   std::string name_ = "flash2";

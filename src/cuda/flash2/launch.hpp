@@ -13,4 +13,13 @@ inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
 // (dtype, head dim) without a kernel, listing those that have one.
 void launch_forward(const Params& params, DType dtype, void* stream);
 
+// Head dims with a compiled backward. 256 has none: a warp keeps dK and dV of its 16 keys in
+// registers, 2 × 256 / 2 = 256 fp32 per thread, above the 255 a thread can have.
+inline constexpr int kBackwardHeadDims[] = {64, 128};
+
+// Runs the backward for params on `stream` (a cudaStream_t): dq, dk, dv from q, k, v, o, d_o and
+// the forward's lse, with the workspace pieces set (make_backward_params, flash2.hpp). Throws
+// Error(Unsupported) for a (dtype, head dim) without a kernel.
+void launch_backward(const BackwardParams& params, DType dtype, void* stream);
+
 }  // namespace attnsuite::cuda::flash2

@@ -1,0 +1,46 @@
+// Launch of flash2's backward for one (dtype, head dim): the preprocess, the main kernel, and
+// the dQ conversion (atomic mode) or the dQ kernel (deterministic mode). Included only by the
+// instantiation TUs (backward_<dtype>_d<head dim>.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/check.hpp"
+#include "cuda/common/launch.cuh"
+#include "cuda/flash2/backward_kernel.cuh"
+#include "cuda/flash2/backward_traits.cuh"
+#include "cuda/flash2/run_backward.cuh"
+
+namespace attnsuite::cuda::flash2 {
+
+template <class Element, int kHeadDim>
+void run_backward(const BackwardParams& params, cudaStream_t stream) {
+  using Main = typename BackwardConfig<Element, kHeadDim>::Kernel;
+  using Dq = typename BackwardConfig<Element, kHeadDim>::DqKernel;
+  const auto row_blocks = [](std::int64_t rows) {
+    return static_cast<unsigned>((rows + kRowKernelWarps - 1) / kRowKernelWarps);
+  };
+  const std::int64_t padded_rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q_padded;
+  flash2_backward_preprocess_kernel<Element><<<row_blocks(padded_rows), kRowKernelWarps * 32, 0, stream>>>(params);
+  ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_backward_preprocess_kernel");
+
+  const dim3 key_grid(static_cast<unsigned>((params.seq_kv + Main::kTileN - 1) / Main::kTileN),
+                      static_cast<unsigned>(params.heads_kv), static_cast<unsigned>(params.batch));
+  if (params.dq_accum != nullptr) {
+    launch_kernel(flash2_backward_kernel<Main, true>, key_grid, Main::kThreads, Main::kSmemBytes, stream, params);
+    ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_backward_kernel");
+    const std::int64_t rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q;
+    flash2_backward_convert_dq_kernel<Element><<<row_blocks(rows), kRowKernelWarps * 32, 0, stream>>>(params);
+    ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_backward_convert_dq_kernel");
+  } else {
+    launch_kernel(flash2_backward_kernel<Main, false>, key_grid, Main::kThreads, Main::kSmemBytes, stream, params);
+    ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_backward_kernel");
+    launch_kernel(flash2_backward_dq_kernel<Dq>, query_tile_grid<Dq::kTileM>(params), Dq::kThreads, Dq::kSmemBytes,
+                  stream, params);
+    ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_backward_dq_kernel");
+  }
+}
+
+}  // namespace attnsuite::cuda::flash2

@@ -1,0 +1,129 @@
+// The compile-time configuration of flash2's backward (backward_kernel.cuh): the main kernel's
+// key tile and warps, the deterministic dQ kernel's tiles, and the shared memory both need,
+// derived and checked here rather than at the launch site.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/flash2/backward_rows.hpp"
+
+namespace attnsuite::cuda::flash2 {
+
+// The main kernel: one CTA owns kTileN = 16·kWarps keys of one (batch, kv head), each warp 16 of
+// them, and walks every query tile (kTileM rows) of every q head of the group that sees them.
+// A warp keeps dK and dV of its 16 keys in registers for the whole CTA (2 × kHeadDim / 2 fp32
+// per thread) and computes the transposed products Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, so that its rows
+// are its keys: Pᵀ and dSᵀ are then the A operands of dV += Pᵀ·dO and dK += dSᵀ·Q straight from
+// the accumulators (the forward's P·V step, sm80::accumulate_pv). dQ = dS·K needs dS by query
+// rows: dSᵀ goes through shared memory and the kTileM × kHeadDim dQ tile is split among the warps.
+template <class Element_, int kHeadDim_, int kTileM_, int kWarps_, bool kKVInRegisters_, int kMinBlocksPerSm_>
+struct BackwardTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kTileN = 16 * kWarps;            // keys of the CTA
+  static constexpr int kTileM = kTileM_;                // query rows per step
+  // K and V fragments (A of Sᵀ and dPᵀ) kept in registers for the whole CTA instead of re-read
+  // from shared memory per query tile: 2 · kHeadDim / 4 registers.
+  static constexpr bool kKVInRegisters = kKVInRegisters_;
+  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+
+  static constexpr int kRowBytes = kHeadDim * 2;
+  static constexpr int kQueryTiles = kTileM / 8;  // 8-query mma tiles of Sᵀ
+  static constexpr int kDTiles = kHeadDim / 8;    // 8-column mma tiles of dK, dV, dQ
+  static constexpr int kKSteps = kHeadDim / 16;   // k-steps of K·Qᵀ and V·dOᵀ
+  static constexpr int kKeySteps = kTileN / 16;   // k-steps of dS·K
+  // dQ's kTileM × kHeadDim tile: kDqRowBlocks blocks of 16 rows × kDqColumnGroups column groups
+  // of kDqDTiles 8-column tiles, one (block, group) per warp.
+  static constexpr int kDqRowBlocks = kTileM / 16;
+  static constexpr int kDqColumnGroups = kWarps / kDqRowBlocks;
+  static constexpr int kDqDTiles = kDTiles / (kDqColumnGroups > 0 ? kDqColumnGroups : 1);
+
+  // Shared memory: K and V tiles, two stages of Q, dO and their rows' LSE·log2 e and D, and dSᵀ
+  // (kTileN keys × kTileM queries, 16-bit).
+  static constexpr int kKVTileBytes = kTileN * kRowBytes;
+  static constexpr int kQTileBytes = kTileM * kRowBytes;
+  static constexpr int kDsRowBytes = kTileM * 2;
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = kKOffset + kKVTileBytes;
+  static constexpr int kQOffset = kVOffset + kKVTileBytes;
+  static constexpr int kDOOffset = kQOffset + 2 * kQTileBytes;
+  static constexpr int kDsOffset = kDOOffset + 2 * kQTileBytes;
+  static constexpr int kLseOffset = kDsOffset + kTileN * kDsRowBytes;
+  static constexpr int kDotOffset = kLseOffset + 2 * kTileM * 4;
+  static constexpr int kSmemBytes = kDotOffset + 2 * kTileM * 4;
+
+  static_assert(sizeof(Element) == 2, "flash2 computes on 16-bit inputs (fp16, bf16)");
+  static_assert(kHeadDim % 64 == 0, "the XOR swizzle spans 8 chunks of 16 bytes: head dim >= 64");
+  static_assert(kTileM == 32 || kTileM == 64, "dSᵀ rows of 64 or 128 bytes (sm80/tile.cuh's swizzle)");
+  static_assert(kBackwardQueryTile % kTileM == 0, "the workspace's padded rows hold whole query tiles");
+  static_assert(kDqColumnGroups >= 1 && kWarps % kDqRowBlocks == 0 && kDTiles % (2 * kDqColumnGroups) == 0,
+                "dQ's tile divides evenly among the warps, 16-column pairs each");
+  static_assert((kTileN * kHeadDim / 8) % kThreads == 0 && (kTileM * kHeadDim / 8) % kThreads == 0,
+                "tile loads divide evenly among the threads");
+  static_assert(2 * (kTileM / 4) <= kThreads, "one thread per 16-byte chunk of the LSE and D rows");
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
+};
+
+// The deterministic mode's dQ kernel: the forward's shape (one CTA per kTileM query rows of one
+// (batch, q head), 16 rows a warp, K/V tiles of kTileN keys through a kStages-deep cp.async ring),
+// recomputing S, P, dP and dS per K/V tile and keeping dQ in registers: no atomics, dQ written once.
+template <class Element_, int kHeadDim_, int kTileN_, int kStages_, int kMinBlocksPerSm_>
+struct DqTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kTileM = kBackwardQueryTile;
+  static constexpr int kTileN = kTileN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+  static constexpr int kWarps = kTileM / 16;
+  static constexpr int kThreads = kWarps * 32;
+
+  static constexpr int kRowBytes = kHeadDim * 2;
+  static constexpr int kNTiles = kTileN / 8;
+  static constexpr int kDTiles = kHeadDim / 8;
+  static constexpr int kKSteps = kHeadDim / 16;
+
+  static constexpr int kQTileBytes = kTileM * kRowBytes;
+  static constexpr int kKVTileBytes = kTileN * kRowBytes;
+  static constexpr int kQOffset = 0;
+  static constexpr int kDOOffset = kQTileBytes;
+  static constexpr int kKOffset = 2 * kQTileBytes;
+  static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
+  static constexpr int kSmemBytes = kVOffset + kStages * kKVTileBytes;
+
+  static_assert(sizeof(Element) == 2, "flash2 computes on 16-bit inputs (fp16, bf16)");
+  static_assert(kHeadDim % 64 == 0, "the XOR swizzle spans 8 chunks of 16 bytes: head dim >= 64");
+  static_assert(kTileN % 16 == 0, "dS·K consumes keys 16 at a time");
+  static_assert(kStages >= 2, "at least double-buffered K/V");
+  static_assert((kTileM * kHeadDim / 8) % kThreads == 0 && (kTileN * kHeadDim / 8) % kThreads == 0,
+                "tile loads divide evenly among the threads");
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
+};
+
+// The chosen configuration per (dtype, head dim). Registers and spills as ptxas reports them
+// (CUDA 13, sm_80; docs/kernels/flash2.md has both architectures); not yet timed on a GPU.
+template <class Element, int kHeadDim>
+struct BackwardConfig;
+
+// d64: 4 warps × 16 keys, 64-query tiles, K and V fragments in registers; dK and dV are 32 + 32
+// fp32 per thread, Sᵀ and dPᵀ 32 + 32. Without the fragments in registers (12 bytes spilled
+// instead of 16 with atomic dQ) the K and V tiles are re-read per query tile.
+template <class Element>
+struct BackwardConfig<Element, 64> {
+  using Kernel = BackwardTraits<Element, 64, 64, 4, true, 2>;
+  using DqKernel = DqTraits<Element, 64, 64, 2, 2>;
+};
+// d128: dK and dV are 64 + 64 fp32 per thread, so K and V are re-read from shared memory and the
+// query tile is 32 rows (Sᵀ, dPᵀ 16 + 16): with 64 rows the atomic-dQ kernel spilled 144 bytes,
+// with 32 it spills 20. The dQ kernel's K/V tiles are 32 keys as in the forward (64: 200 bytes
+// spilled; 32: none).
+template <class Element>
+struct BackwardConfig<Element, 128> {
+  using Kernel = BackwardTraits<Element, 128, 32, 4, false, 2>;
+  using DqKernel = DqTraits<Element, 128, 32, 2, 2>;
+};
+
+}  // namespace attnsuite::cuda::flash2

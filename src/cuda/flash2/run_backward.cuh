@@ -1,0 +1,14 @@
+// The backward's per-(dtype, head dim) entry points, each defined and explicitly instantiated in
+// its own translation unit (backward_<dtype>_d<head dim>.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/flash2/params.hpp"
+
+namespace attnsuite::cuda::flash2 {
+
+template <class Element, int kHeadDim>
+void run_backward(const BackwardParams& params, cudaStream_t stream);
+
+}  // namespace attnsuite::cuda::flash2
