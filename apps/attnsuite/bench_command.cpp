@@ -62,11 +62,26 @@ struct BenchFlags {
   std::optional<double> noise, max_time_ms, reference_gflop;
   std::optional<std::string> layout;
   std::optional<std::string> sparse_config, block_mask;
+  std::vector<std::string> kernel_configs;   // BACKEND=CONFIG
+  std::vector<std::string> backend_options;  // KEY=VALUE
   bool hot = false;
   std::string out;
   bool resume = false, force = false, quiet = false;
   std::string gpus, shard;  // multi-GPU / multi-process (issue 10)
 };
+
+// "KEY=VALUE" flags as pairs; anything else is a usage error naming the flag and the form.
+std::vector<std::pair<std::string, std::string>> key_values(const std::vector<std::string>& flags, const char* flag,
+                                                            const char* form) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const std::string& text : flags) {
+    const std::size_t equals = text.find('=');
+    if (equals == std::string::npos || equals == 0 || equals + 1 == text.size())
+      throw Error(ErrorKind::Usage, fmt::format("{} {} is not allowed: the form is {}", flag, text, form));
+    pairs.emplace_back(text.substr(0, equals), text.substr(equals + 1));
+  }
+  return pairs;
+}
 
 // The flags as a suite overlay, so that flags and suite files go through one validator.
 nlohmann::json overrides_from(const BenchFlags& f) {
@@ -96,6 +111,10 @@ nlohmann::json overrides_from(const BenchFlags& f) {
   if (f.reference_gflop) o["accuracy"]["reference_gflop"] = *f.reference_gflop;
   if (f.sparse_config) o["backend_options"]["sparse_config"] = *f.sparse_config;
   if (f.block_mask) o["backend_options"]["block_mask"] = *f.block_mask;
+  for (const auto& [key, value] : key_values(f.backend_options, "--backend-option", "KEY=VALUE"))
+    o["backend_options"][key] = value;
+  for (const auto& [backend, config] : key_values(f.kernel_configs, "--kernel-config", "BACKEND=CONFIG"))
+    o["kernel_config"][backend] = config;
   return o;
 }
 
@@ -163,6 +182,12 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("--layout", f->layout, "bshd or bhsd");
   app.add_option("--sparse-config", f->sparse_config, "Tuned sparse config for sparge/sparge-sage/cpu-sparge (tune --sparse writes it)");
   app.add_option("--block-mask", f->block_mask, "Block mask for block-sparse/cpu-block-sparse: band:W, random:P, file:PATH");
+  app.add_option("--kernel-config", f->kernel_configs,
+                 "Kernel config to run, per backend: BACKEND=CONFIG (comma-separated; a wrong name is an error listing "
+                 "the allowed ones; default: the kernel-config cache, else the built-in rule)")
+      ->delimiter(',');
+  app.add_option("--backend-option", f->backend_options,
+                 "A backend option KEY=VALUE (repeatable; docs/cli.md lists the keys)");
   app.add_option("--window", f->window, "Sliding window LEFT,RIGHT (-1 = unbounded)")->delimiter(',')->expected(2);
   app.add_option("--seed", f->seed, "Input seed");
   app.add_option("--noise", f->noise, "Stop repeating when the median's relative error is under this (0.01 = 1%)");

@@ -196,7 +196,7 @@ void name_custom_sweep(Json& suite, const Json& overrides, const std::string& wh
 Json merge_suite(Json base, const Json& overrides) {
   if (!base.is_object()) base = Json::object();
   for (const auto& [key, value] : overrides.items()) {
-    if (key == "timing" || key == "accuracy" || key == "backend_options") {
+    if (key == "timing" || key == "accuracy" || key == "backend_options" || key == "kernel_config") {
       if (base.contains(key) && !base[key].is_object())
         throw Error(ErrorKind::Usage, fmt::format("suite: '{}' must be an object, got {}", key, describe_value(base[key])));
       if (!value.is_object()) {
@@ -242,7 +242,7 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
   check_keys(suite, source, "",
              {"name", "description", "backends", "dtype", "batch", "tokens_per_batch", "seq", "seq_kv", "model",
               "heads", "kv_heads", "head_dim", "hidden", "causal", "pass", "generator", "layout", "window", "seed",
-              "timing", "accuracy", "backend_options"});
+              "timing", "accuracy", "backend_options", "kernel_config"});
   SweepSpec spec;
   if (suite.contains("name")) {
     spec.name = string_list(suite["name"], source, "name").front();
@@ -381,6 +381,19 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
       spec.backend_options[key] = value.get<std::string>();
     }
   }
+  if (suite.contains("kernel_config")) {
+    const auto& configs = suite["kernel_config"];
+    if (!configs.is_object()) bad(source, "kernel_config", "must be an object of backend names to kernel configs");
+    for (const auto& [backend, value] : configs.items()) {
+      if (std::find(spec.backends.begin(), spec.backends.end(), backend) == spec.backends.end())
+        bad(source, "kernel_config." + backend,
+            fmt::format("names a backend this sweep does not run; allowed: {}", fmt::join(spec.backends, ", ")));
+      if (!value.is_string() || value.get<std::string>().empty())
+        bad(source, "kernel_config." + backend,
+            fmt::format("must be a kernel config name, got {}", describe_value(value)));
+      spec.kernel_configs[backend] = value.get<std::string>();
+    }
+  }
   // batch = tokens_per_batch / seq, rounded down: fewer tokens than a sequence is no batch at all
   // (it used to run batch 1 without a word).
   if (spec.tokens_per_batch > 0) {
@@ -450,6 +463,8 @@ std::vector<Case> expand(const SweepSpec& spec) {
                   c.seed = spec.seed;
                   c.model = heads.model;
                   c.backend_options = spec.backend_options;
+                  if (const auto config = spec.kernel_configs.find(backend); config != spec.kernel_configs.end())
+                    c.kernel_config = config->second;
                   try {
                     p.validate();
                   } catch (const Error& error) {

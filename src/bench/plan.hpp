@@ -59,6 +59,10 @@ struct SweepSpec {
   // "backend_options" {"sparse_config": "FILE", "block_mask": "band:8"}; bench's --sparse-config
   // and --block-mask. Each key must be taken by at least one of the sweep's backends.
   std::map<std::string, std::string> backend_options;
+  // Kernel configurations to run, by backend (PlanOptions::kernel_config): suite key
+  // "kernel_config" {"flash3": "m192"}, bench's --kernel-config flash3=m192. A backend absent here
+  // runs its own choice (the kernel-config cache, else its built-in rule).
+  std::map<std::string, std::string> kernel_configs;
 };
 
 struct Case {

@@ -231,3 +231,88 @@ TEST(KernelTunerCli, TunesAShapeOnceWhateverItsGenerators) {
 
 }  // namespace
 }  // namespace attnsuite
+
+namespace attnsuite {
+namespace {
+
+// A suite's kernel_config (bench --kernel-config) reaches the cases of the backends it names only.
+TEST(KernelConfigs, SuiteKernelConfigGoesToItsBackendsCases) {
+  const auto spec = bench::parse_suite(
+      nlohmann::json::parse(R"({"backends": ["cpu-flash", "cpu-vanilla"], "kernel_config": {"cpu-flash": "q96-k96"}})"),
+      "t");
+  int flash = 0, vanilla = 0;
+  for (const bench::Case& c : bench::expand(spec)) {
+    if (c.backend == "cpu-flash") {
+      EXPECT_EQ(c.kernel_config, "q96-k96");
+      ++flash;
+    } else {
+      EXPECT_EQ(c.kernel_config, "");
+      ++vanilla;
+    }
+  }
+  EXPECT_GT(flash, 0);
+  EXPECT_GT(vanilla, 0);
+  const auto refused = [](const char* text) {
+    try {
+      bench::parse_suite(nlohmann::json::parse(text), "t");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Usage);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refused(R"({"backends": ["cpu-flash"], "kernel_config": {"flash9": "q96-k96"}})")
+                .find("'kernel_config.flash9' names a backend this sweep does not run; allowed: cpu-flash"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"backends": ["cpu-flash"], "kernel_config": {"cpu-flash": 3}})").find("kernel_config.cpu-flash"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"backends": ["cpu-flash"], "kernel_config": "q96-k96"})").find("must be an object"),
+            std::string::npos);
+}
+
+TEST(KernelConfigsCli, BenchRunsTheConfigItIsGivenAndRefusesAWrongOne) {
+  const std::filesystem::path dir = scratch("bench_kernel_config");
+  std::filesystem::remove_all(dir);
+  const auto bench = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"bench",  "--backends", "cpu-flash", "--dtype",         "fp32", "--seq",
+                                     "96",     "--heads",    "2",         "--head-dim",      "64",   "--batch",
+                                     "1",      "--causal",   "false",     "--max-time-ms",   "20",   "-q",
+                                     "--out",  (dir / name).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args, {"ATTNSUITE_KERNEL_CACHE=off"});
+  };
+  const auto rows = [&](const std::string& name) {
+    return nlohmann::json::parse(slurp(dir / name / "results.json"))["rows"];
+  };
+  const auto ran = bench("given", {"--kernel-config", "cpu-flash=q96-k96"});
+  ASSERT_EQ(ran.code, 0) << ran.err;
+  ASSERT_FALSE(rows("given").empty());
+  for (const auto& row : rows("given"))
+    EXPECT_EQ(row["kernel_config"], "q96-k96/" + std::string(cpu::to_string(cpu::selected_cpu_isa()))) << row.dump();
+
+  // A name the backend does not have: the case fails, saying which names it has.
+  const auto wrong = bench("wrong", {"--kernel-config", "cpu-flash=q7-k7"});
+  EXPECT_EQ(wrong.code, 1) << wrong.err;
+  for (const auto& row : rows("wrong")) {
+    EXPECT_EQ(row["status"], "failed") << row.dump();
+    EXPECT_NE(row["reason"].get<std::string>().find("kernel config 'q7-k7' unknown for this problem; allowed: q"),
+              std::string::npos)
+        << row.dump();
+  }
+  // A backend the sweep does not run, and a value without BACKEND=: usage errors, nothing written.
+  const auto other = bench("other", {"--kernel-config", "flash9=q96-k96"});
+  EXPECT_EQ(other.code, 2) << other.err;
+  EXPECT_NE(other.err.find("kernel_config.flash9"), std::string::npos) << other.err;
+  const auto bare = bench("bare", {"--kernel-config", "q96-k96"});
+  EXPECT_EQ(bare.code, 2) << bare.err;
+  EXPECT_NE(bare.err.find("--kernel-config q96-k96 is not allowed: the form is BACKEND=CONFIG"), std::string::npos)
+      << bare.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "other" / "results.json"));
+  const auto option = bench("option", {"--backend-option", "nothing"});
+  EXPECT_EQ(option.code, 2) << option.err;
+  EXPECT_NE(option.err.find("the form is KEY=VALUE"), std::string::npos) << option.err;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace attnsuite
