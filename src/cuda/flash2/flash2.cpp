@@ -181,8 +181,8 @@ class Flash2Backend final : public Backend {
     const bool backward = options.backward && variant_.launch == nullptr;
     if (backward && !experimental_backward(options.options)) {
       throw Error(ErrorKind::Unsupported, fmt::format("flash2's backward is experimental: not yet run on a GPU; opt in "
-                                                      "with the backend option {}=1",
-                                                      kExperimentalBackward));
+                                                      "with the backend option {}=1 (bench --backend-option {}=1)",
+                                                      kExperimentalBackward, kExperimentalBackward));
     }
     if (backward)
       if (const Support support = supports_backward(problem); !support)
