@@ -105,8 +105,20 @@ def _window(window):
     return int(left), int(right)
 
 
+def _plan_arguments(kernel_config, options):
+    """(kernel_config, options) as _core takes them: a string ("" = the backend's choice) and a
+    dict of strings."""
+    if kernel_config is not None and not isinstance(kernel_config, str):
+        raise ValueError(f"kernel_config must be a string (a backend's kernel config name) or None, got {kernel_config!r}")
+    if options is None:
+        options = {}
+    if not isinstance(options, dict) or not all(isinstance(key, str) for key in options):
+        raise ValueError(f"options must be a dict of option names to strings, got {options!r}")
+    return kernel_config or "", {key: str(value) for key, value in options.items()}
+
+
 def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd", return_lse=False,
-              return_backend=False, window=None, out=None):
+              return_backend=False, window=None, out=None, kernel_config=None, options=None):
     """Scaled dot-product attention, softmax(q·kᵀ·scale)·v, through a backend of the registry.
 
     q: (batch, seq_q, heads_q, dim) for layout "bshd" (FlashAttention's), or (batch, heads_q,
@@ -123,6 +135,12 @@ def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd
     cpu-vanilla, reference; on a GPU cudnn, flash3, flash2, cuda-vanilla (measured:
     docs/results) — the first that supports the problem. ``resolve_backend`` says which one
     runs, ``auto_choice`` also why.
+
+    kernel_config: the backend's kernel configuration to run (e.g. flash3's "m192"); None: its own
+    choice (the kernel-config cache, else its built-in rule). A name it does not have raises
+    ValueError listing the ones it has. options: backend options as a dict of strings (e.g.
+    {"block_mask": "band:8"}, {"sparse_config": PATH}); a key the backend does not read raises
+    ValueError naming the keys it reads.
 
     Returns o in the layout and framework of q; with return_lse also the float32 log-sum-exp,
     shape (batch, heads_q, seq_q), natural log (what ``attention_backward`` takes); with
@@ -152,14 +170,15 @@ def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd
         heads, seq = (shape[2], shape[1]) if layout == "bshd" else (shape[1], shape[2])
         lse, finish_lse = _empty(q, (shape[0], heads, seq), "float32")
     left, right = _window(window) if window is not None else (-1, -1)
-    name = _core.forward(backend, q, k, v, o, lse, causal, scale, layout, left, right, 0 if is_numpy else _stream(q))
+    name = _core.forward(backend, q, k, v, o, lse, causal, scale, layout, left, right, 0 if is_numpy else _stream(q),
+                         *_plan_arguments(kernel_config, options))
     if not return_lse and not return_backend:
         return finish(o)
     return (finish(o),) + ((finish_lse(lse),) if return_lse else ()) + ((name,) if return_backend else ())
 
 
 def attention_backward(q, k, v, out, lse, grad_out, *, causal=False, scale=None, backend="auto", layout="bshd",
-                       window=None, deterministic=False, dq=None, dk=None, dv=None):
+                       window=None, deterministic=False, dq=None, dk=None, dv=None, kernel_config=None, options=None):
     """The gradients dq, dk, dv of ``attention``: from its inputs q, k, v, what it returned (out,
     and the lse of return_lse=True) and grad_out, the gradient of the loss with respect to out
     (shaped like out). causal, scale, layout and window must be the forward's.
@@ -170,7 +189,9 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal=False, scale=None,
     a backward for the problem raises UnsupportedError saying so.
     deterministic: ask for a run-to-run bitwise-equal result where the backend would otherwise
     accumulate in a varying order. dq, dk, dv: arrays to write into (like q, k, v), else new
-    ones in q's framework and device.
+    ones in q's framework and device. kernel_config, options: as for ``attention`` (e.g.
+    options={"experimental_backward": "1"} opts in to flash2's backward, which has not yet run
+    on a GPU).
 
     Returns (dq, dk, dv); with GQA / MQA dk and dv are summed over each group's query heads.
     """
@@ -189,7 +210,7 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal=False, scale=None,
             grads.append(_empty(like, tuple(like.shape)))
     (dq, finish_dq), (dk, finish_dk), (dv, finish_dv) = grads
     _core.backward(backend, q, k, v, out, grad_out, lse, dq, dk, dv, causal, scale, layout, left, right,
-                   bool(deterministic), _stream(q))
+                   bool(deterministic), _stream(q), *_plan_arguments(kernel_config, options))
     return finish_dq(dq), finish_dk(dk), finish_dv(dv)
 
 

@@ -4,12 +4,14 @@
 // defaults and docs are in python/attnsuite/__init__.py.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <signal.h>
 
@@ -380,9 +382,27 @@ void copy_output(const AttentionProblem& p, const TensorView& from, const Tensor
                     static_cast<const char*>(from.data) + from.offset(b, s, h, 0) * element, row_bytes);
 }
 
+// What a Python call asks of the plan: a kernel config (empty: the backend's choice) and backend
+// options, each key one the backend reads (a key it does not read is a usage error naming the
+// keys it has, as `bench --backend-option` is for a sweep).
+PlanOptions python_plan_options(const Backend& backend, const std::string& kernel_config,
+                                const std::map<std::string, std::string>& options) {
+  const std::vector<std::string> keys = backend.option_keys();
+  for (const auto& [key, value] : options)
+    ATTNSUITE_REQUIRE(std::find(keys.begin(), keys.end(), key) != keys.end(),
+                      fmt::format("options: backend '{}' takes no option '{}'; it takes: {}", backend.name(), key,
+                                  keys.empty() ? std::string("none") : fmt::format("{}", fmt::join(keys, ", "))));
+  backend.check_options(options);
+  PlanOptions plan_options;
+  plan_options.kernel_config = kernel_config;
+  plan_options.options = options;
+  return plan_options;
+}
+
 std::string forward(const std::string& backend_name, const Array& q, const Array& k, const Array& v, MutableArray& o,
                     std::optional<MutableArray>& lse, bool causal, std::optional<float> scale, const std::string& layout,
-                    int window_left, int window_right, std::uintptr_t stream) {
+                    int window_left, int window_right, std::uintptr_t stream, const std::string& kernel_config,
+                    const std::map<std::string, std::string>& options) {
   Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right);
   const auto& p = call.problem;
   TensorView out = view_of(o, p.layout, "out");
@@ -412,7 +432,7 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
   nb::gil_scoped_release release;
   std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
   const Backend& backend = resolve(backend_name, call);
-  const std::unique_ptr<KernelPlan> plan = backend.plan(p, {});
+  const std::unique_ptr<KernelPlan> plan = backend.plan(p, python_plan_options(backend, kernel_config, options));
   const auto run_stream = reinterpret_cast<Stream>(stream);
   if (plan->produces_own_output()) {
     ATTNSUITE_REQUIRE(lse_view.empty(), fmt::format("backend '{}' computes no log-sum-exp", backend.name()));
@@ -457,7 +477,8 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
 std::string backward(const std::string& backend_name, const Array& q, const Array& k, const Array& v, const Array& o,
                      const Array& d_o, const Array& lse, MutableArray& dq, MutableArray& dk, MutableArray& dv, bool causal,
                      std::optional<float> scale, const std::string& layout, int window_left, int window_right,
-                     bool deterministic, std::uintptr_t stream) {
+                     bool deterministic, std::uintptr_t stream, const std::string& kernel_config,
+                     const std::map<std::string, std::string>& options) {
   ATTNSUITE_REQUIRE(backend_name != "auto",
                     "backward takes the backend the forward ran (attention(..., return_backend=True) "
                     "names it), not \"auto\"");
@@ -492,10 +513,10 @@ std::string backward(const std::string& backend_name, const Array& q, const Arra
   const Backend& backend = resolve(backend_name, call);
   if (const Support support = backend.supports_backward(p); !support)
     throw Error(ErrorKind::Unsupported, fmt::format("backend '{}': {}", backend.name(), support.reason));
-  PlanOptions options;
-  options.backward = true;
-  options.deterministic = deterministic;
-  const std::unique_ptr<KernelPlan> plan = backend.plan(p, options);
+  PlanOptions plan_options = python_plan_options(backend, kernel_config, options);
+  plan_options.backward = true;
+  plan_options.deterministic = deterministic;
+  const std::unique_ptr<KernelPlan> plan = backend.plan(p, plan_options);
   ATTNSUITE_REQUIRE(!plan->produces_own_output(),
                     fmt::format("backend '{}' returns its own gradients; run it through attnsuite.bench()", backend.name()));
   const std::size_t workspace_bytes = plan->backward_workspace_bytes();
@@ -528,7 +549,8 @@ std::string backward(const std::string& backend_name, const Array& q, const Arra
 // PyTorch drop-in asks before a forward whose inputs need a gradient (it falls back to PyTorch
 // when the answer is no). Raises UnsupportedError when the backend cannot run the forward.
 nb::tuple resolve_backward(const std::string& backend_name, const Array& q, const Array& k, const Array& v, bool causal,
-                           std::optional<float> scale, const std::string& layout, int window_left, int window_right) {
+                           std::optional<float> scale, const std::string& layout, int window_left, int window_right,
+                           const std::string& kernel_config, const std::map<std::string, std::string>& options) {
   const Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right);
   std::string name;
   std::optional<std::string> why_not;
@@ -540,10 +562,10 @@ nb::tuple resolve_backward(const std::string& backend_name, const Array& q, cons
     if (const Support support = backend.supports_backward(call.problem); !support) {
       why_not = support.reason;
     } else {
-      PlanOptions options;
-      options.backward = true;
+      PlanOptions plan_options = python_plan_options(backend, kernel_config, options);
+      plan_options.backward = true;
       try {
-        if (backend.plan(call.problem, options)->produces_own_output())
+        if (backend.plan(call.problem, plan_options)->produces_own_output())
           why_not = "it returns its own gradients (attnsuite.bench() runs it)";
       } catch (const Error& error) {
         // What only the plan refuses (flash2's experimental backward without its opt-in option).
@@ -1020,13 +1042,16 @@ NB_MODULE(_core, m) {
 #endif
 
   m.def("forward", &forward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "causal"_a, "scale"_a.none(),
-        "layout"_a, "window_left"_a, "window_right"_a, "stream"_a,
+        "layout"_a, "window_left"_a, "window_right"_a, "stream"_a, "kernel_config"_a = std::string(),
+        "options"_a = std::map<std::string, std::string>(),
         "Runs one attention forward into `out` (and `lse`); returns the backend's name.");
   m.def("backward", &backward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "grad_out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
         "causal"_a, "scale"_a.none(), "layout"_a, "window_left"_a, "window_right"_a, "deterministic"_a, "stream"_a,
+        "kernel_config"_a = std::string(), "options"_a = std::map<std::string, std::string>(),
         "Runs one attention backward into dq, dk, dv; returns the backend's name.");
   m.def("resolve_backward", &resolve_backward, "backend"_a, "q"_a, "k"_a, "v"_a, "causal"_a, "scale"_a.none(),
-        "layout"_a, "window_left"_a, "window_right"_a,
+        "layout"_a, "window_left"_a, "window_right"_a, "kernel_config"_a = std::string(),
+        "options"_a = std::map<std::string, std::string>(),
         "(the backend's name, None) when it has a backward for these arrays, else (name, the reason).");
   m.def("resolve", &resolve_name, "backend"_a, "q"_a, "k"_a, "v"_a, "causal"_a, "scale"_a.none(), "layout"_a,
         "window_left"_a, "window_right"_a, "The backend `backend` (or 'auto') would run for these arrays.");

@@ -108,3 +108,26 @@ def test_attention_backward_of_a_backend_without_one_says_so():
     out, lse = attnsuite.attention(q, k, v, backend="reference", return_lse=True)
     with pytest.raises(attnsuite.UnsupportedError, match=name):
         attnsuite.attention_backward(q, k, v, out, lse, np.ones_like(out), backend=name)
+
+
+def test_kernel_config_and_options_reach_the_plan():
+    """attention(kernel_config=...) runs that configuration (the same numbers as the backend's own
+    choice: cpu-flash's tile configs sum in one order); a name or an option key the backend does
+    not have is a ValueError naming what it has."""
+    q, k, v = random_qkv(batch=1, seq_q=40, heads_q=2, head_dim=64)
+    chosen = attnsuite.attention(q, k, v, backend="cpu-flash")
+    for config in ("q96-k96", "q48-k96"):
+        out, lse = attnsuite.attention(q, k, v, backend="cpu-flash", kernel_config=config, return_lse=True)
+        np.testing.assert_allclose(out, chosen, rtol=1e-6, atol=1e-6)
+        dq, dk, dv = attnsuite.attention_backward(q, k, v, out, lse, np.ones_like(out), backend="cpu-flash",
+                                                  kernel_config=config)
+        assert np.isfinite(dq).all() and np.isfinite(dk).all() and np.isfinite(dv).all()
+    with pytest.raises(ValueError, match="kernel config 'q7' unknown for this problem; allowed: q"):
+        attnsuite.attention(q, k, v, backend="cpu-flash", kernel_config="q7")
+    with pytest.raises(ValueError, match="backend 'cpu-flash' takes no option 'block_mask'; it takes: none"):
+        attnsuite.attention(q, k, v, backend="cpu-flash", options={"block_mask": "band:2"})
+    with pytest.raises(ValueError, match="options must be a dict"):
+        attnsuite.attention(q, k, v, backend="cpu-flash", options=["block_mask"])
+    if "cpu-block-sparse" in {entry["name"] for entry in attnsuite.backends()}:
+        with pytest.raises(ValueError, match="block_mask"):
+            attnsuite.attention(q, k, v, backend="cpu-block-sparse", options={"block_mask": "band:0"})
