@@ -166,7 +166,7 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("--suite", f->suite,
                  "Suite name (bench/suites/NAME) or a .json/.toml file (default: headline with a GPU, else default)");
   app.add_option("-b,--backends", f->backends, "Backends to run (comma-separated; see `attnsuite list`)")->delimiter(',');
-  app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16 (comma-separated)")->delimiter(',');
+  app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16, e4m3 (comma-separated; e4m3: FP8 inputs with a per-tensor scale, bf16 out)")->delimiter(',');
   app.add_option("--batch", f->batches, "Batch sizes")->delimiter(',');
   app.add_option("--tokens", f->tokens,
                  "Tokens per batch: batch = tokens / seq, rounded down (overrides --batch; at least the longest --seq)");

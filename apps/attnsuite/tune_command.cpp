@@ -225,7 +225,7 @@ int run_sparse_tune(const TuneFlags& f) {
   problem.dtype = DType::BF16;
   if (!f.dtypes.empty()) {
     const auto dtype = parse_dtype(f.dtypes.front());
-    if (!dtype) throw Error(ErrorKind::Usage, fmt::format("--dtype '{}' is not a dtype; allowed: fp32, fp16, bf16", f.dtypes.front()));
+    if (!dtype) throw Error(ErrorKind::Usage, fmt::format("--dtype '{}' is not a dtype; allowed: {}", f.dtypes.front(), kDTypeNames));
     problem.dtype = *dtype;
   }
   if (!f.causal.empty()) {
@@ -329,7 +329,7 @@ Action add_tune(CLI::App& app) {
   app.add_option("--sparse-out", f->sparse_out, "--sparse: the config file to write (default <out>/sparse-config.json)");
   app.add_option("--suite", f->suite, "Suite whose cases to tune (default: headline with a GPU, else default)");
   app.add_option("-b,--backends", f->backends, "Backends (comma-separated)")->delimiter(',');
-  app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16")->delimiter(',');
+  app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16, e4m3")->delimiter(',');
   app.add_option("--seq", f->seqs, "Sequence lengths")->delimiter(',');
   app.add_option("--model", f->models, "Model presets for the head axes")->delimiter(',');
   app.add_option("--heads", f->heads, "Query heads")->delimiter(',');

@@ -28,10 +28,11 @@ struct Support {
 };
 
 struct AttentionArgs {
+  // Q, K, V in the problem's dtype; e4m3 ones carry their per-tensor descale (TensorView::descale).
   TensorView q;  // (batch, seq_q, heads_q, head_dim)
   TensorView k;  // (batch, seq_kv, heads_kv, head_dim)
   TensorView v;  // (batch, seq_kv, heads_kv, head_dim_v)
-  TensorView o;  // (batch, seq_q, heads_q, head_dim_v), same dtype as q
+  TensorView o;  // (batch, seq_q, heads_q, head_dim_v), in problem.output_dtype() (q's dtype; bf16 for e4m3)
   LseView lse;   // optional: natural-log log-sum-exp of the scaled scores, (batch, heads_q, seq_q)
   void* workspace = nullptr;  // the plan's workspace_bytes() on the backend's device
 };

@@ -18,7 +18,7 @@ struct AttentionProblem {
   int seq_kv = 1;
   int head_dim = 64;
   int head_dim_v = 0;  // 0 means head_dim
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;  // of Q, K, V; O is output_dtype()
   Layout layout = Layout::BSHD;
   // Causal masking is bottom-right aligned, as in FlashAttention 2.1+: query i sees key j when
   // j <= i + (seq_kv - seq_q). A sliding window keeps keys with
@@ -30,6 +30,8 @@ struct AttentionProblem {
   float scale = 0.0f;  // 0 means 1/sqrt(head_dim)
 
   int dim_v() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
+  // The dtype of O (and of dO, dQ, dK, dV for the 16- and 32-bit dtypes): attnsuite::output_dtype(dtype).
+  DType output_dtype() const { return attnsuite::output_dtype(dtype); }
   float softmax_scale() const;
   int group_size() const { return heads_q / heads_kv; }
   int kv_head_of(int q_head) const { return q_head / group_size(); }
@@ -54,7 +56,8 @@ struct AttentionProblem {
   // with seq_q == seq_kv. For windows and other masks we count the attended pairs exactly:
   // 2·pairs·(D + Dv).
   double flops() const;
-  // Fewest bytes a forward must move: Q, K, V read once, O written once (plus LSE as float).
+  // Fewest bytes a forward must move: Q, K, V read once (in dtype), O written once (in
+  // output_dtype()).
   double min_bytes() const;
 
   // Throws Error(Usage) with one line naming the bad value and what is allowed.

@@ -34,11 +34,19 @@ struct TensorView {
   Device device{};
   std::array<std::int64_t, 4> shape{};    // batch, seq, heads, dim
   std::array<std::int64_t, 4> strides{};  // in elements
+  // An e4m3 view's per-tensor scale: the real value of an element is e4m3 × descale. Views of
+  // the other dtypes hold their values as they are and leave it 1.
+  float descale = 1.0f;
 
   bool empty() const { return data == nullptr; }
   std::int64_t numel() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
   std::int64_t offset(std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) const {
     return b * strides[0] + s * strides[1] + h * strides[2] + d * strides[3];
+  }
+  // The real value of the element at `offset` (in elements) as float: e4m3 × descale for e4m3.
+  float load(std::int64_t offset) const {
+    const float value = load_as_float(data, dtype, offset);
+    return dtype == DType::E4M3 ? value * descale : value;
   }
   // True when the elements fill one dense block of numel() elements (any permutation of dims).
   bool is_dense() const;

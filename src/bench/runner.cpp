@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -60,6 +61,9 @@ struct HostTensor {
   TensorView view;
 };
 
+// The generator's fp32 values in `dtype` and `layout`. e4m3: quantized per tensor
+// (quantize_e4m3: descale = amax / 448), the descale in the view; the reference then reads the
+// dequantized values (e4m3 × descale), so that accuracy measures the kernel, not the quantization.
 HostTensor make_host_tensor(const std::vector<float>& dense_bshd, std::array<std::int64_t, 4> shape, DType dtype,
                             Layout layout) {
   HostTensor t;
@@ -68,6 +72,20 @@ HostTensor make_host_tensor(const std::vector<float>& dense_bshd, std::array<std
   t.view.dtype = dtype;
   t.view.shape = shape;
   t.view.strides = TensorView::dense_strides(shape, layout);
+  if (dtype == DType::E4M3) {
+    std::vector<std::uint8_t> dense(dense_bshd.size());
+    t.view.descale = quantize_e4m3(dense_bshd.data(), dense.data(), dense.size());
+    if (layout == Layout::BSHD) {
+      std::memcpy(t.bytes.data(), dense.data(), dense.size());
+      return t;
+    }
+    std::int64_t source = 0;
+    for (std::int64_t b = 0; b < shape[0]; ++b)
+      for (std::int64_t s = 0; s < shape[1]; ++s)
+        for (std::int64_t h = 0; h < shape[2]; ++h, source += shape[3])
+          std::memcpy(t.bytes.data() + t.view.offset(b, s, h, 0), dense.data() + source, static_cast<std::size_t>(shape[3]));
+    return t;
+  }
   if (layout == Layout::BSHD) {
     convert_from_float(dense_bshd.data(), t.bytes.data(), dtype, dense_bshd.size());
     return t;
@@ -94,7 +112,7 @@ void fill_gradient(std::vector<float>& values, std::uint64_t seed) {
 }
 
 std::size_t output_bytes(const AttentionProblem& p) {
-  return static_cast<std::size_t>(p.batch) * p.seq_q * p.heads_q * p.dim_v() * size_of(p.dtype);
+  return static_cast<std::size_t>(p.batch) * p.seq_q * p.heads_q * p.dim_v() * size_of(p.output_dtype());
 }
 std::size_t lse_bytes(const AttentionProblem& p) {
   return static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q * sizeof(float);
@@ -350,6 +368,7 @@ void Runner::check_fits(const Case& c, const Backend& backend, const KernelPlan&
 Runner::DeviceInputs Runner::upload(DeviceContext& ctx, const Prepared& in, const Case& c) {
   DeviceInputs inputs;
   const Device device = ctx.device();
+  const AttentionProblem& p = c.problem;
   const GeneratorInfo& generator = find_generator(c.generator);
   std::uint64_t tensor_index = 0;
   for (auto [view, host, buffer] : {std::tuple{&inputs.args.q, &in.q, &inputs.q}, std::tuple{&inputs.args.k, &in.k, &inputs.k},
@@ -358,8 +377,9 @@ Runner::DeviceInputs Runner::upload(DeviceContext& ctx, const Prepared& in, cons
     *view = host->view;
     view->data = (*buffer)->data();
     view->device = device;
+    // e4m3 inputs are quantized with the amax of the whole tensor: the host's copy is uploaded.
     const bool generated =
-        generator.device_kind &&
+        generator.device_kind && p.dtype != DType::E4M3 &&
         ctx.generate(*view, *generator.device_kind, genmath::tensor_key(*generator.device_kind, c.seed, tensor_index));
     if (!generated) ctx.copy_to_device(view->data, host->bytes.data(), host->bytes.size());
     ++tensor_index;
@@ -377,7 +397,7 @@ void Runner::prepare_outputs(DeviceContext& ctx, const KernelPlan& plan, const A
     ctx.poison(inputs.o->data(), output_bytes(p));
     ctx.poison(inputs.lse->data(), lse_bytes(p));
     args.o.data = inputs.o->data();
-    args.o.dtype = p.dtype;
+    args.o.dtype = p.output_dtype();
     args.o.device = ctx.device();
     args.o.shape = {p.batch, p.seq_q, p.heads_q, p.dim_v()};
     args.o.strides = TensorView::dense_strides(args.o.shape, p.layout);
@@ -415,12 +435,12 @@ bool Runner::check_accuracy(DeviceContext& ctx, KernelPlan& plan, const Prepared
   const TensorView result = plan.produces_own_output() ? report.output : args.o;
   const LseView result_lse = plan.produces_own_output() ? report.output_lse : args.lse;
   const std::array<std::int64_t, 4> o_shape{p.batch, p.seq_q, p.heads_q, p.dim_v()};
-  ATTNSUITE_CHECK(!result.empty() && result.dtype == p.dtype && result.shape == o_shape, ErrorKind::Internal,
+  ATTNSUITE_CHECK(!result.empty() && result.dtype == p.output_dtype() && result.shape == o_shape, ErrorKind::Internal,
                   fmt::format("backend '{}' produced no output of the expected dtype and shape", row.backend));
   // Reads the output through its strides: copy the span it covers, then index.
   std::int64_t span = 1;
   for (int dim = 0; dim < 4; ++dim) span += (result.shape[dim] - 1) * result.strides[dim];
-  std::vector<unsigned char> host_o(static_cast<std::size_t>(span) * size_of(p.dtype));
+  std::vector<unsigned char> host_o(static_cast<std::size_t>(span) * size_of(p.output_dtype()));
   ctx.copy_to_host(host_o.data(), result.data, host_o.size());
   std::vector<float> host_lse;
   if (!result_lse.empty()) {
@@ -435,7 +455,7 @@ bool Runner::check_accuracy(DeviceContext& ctx, KernelPlan& plan, const Prepared
     const int b = slice / p.heads_q, h = slice % p.heads_q;
     const int s = static_cast<int>(index % p.seq_q);
     const double* ref = in.reference_out.data() + n * static_cast<std::size_t>(p.dim_v());
-    for (int d = 0; d < p.dim_v(); ++d) accuracy.add(load_as_float(host_o.data(), p.dtype, result.offset(b, s, h, d)), ref[d]);
+    for (int d = 0; d < p.dim_v(); ++d) accuracy.add(load_as_float(host_o.data(), p.output_dtype(), result.offset(b, s, h, d)), ref[d]);
     if (host_lse.empty()) continue;
     const double ref_lse = in.reference_lse[n];
     const float got = host_lse[static_cast<std::size_t>(slice) * p.seq_q + s];

@@ -1,5 +1,6 @@
 #include "attnsuite/dtype.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -14,6 +15,7 @@ std::string_view to_string(DType dtype) {
     case DType::F32: return "fp32";
     case DType::F16: return "fp16";
     case DType::BF16: return "bf16";
+    case DType::E4M3: return "e4m3";
   }
   return "?";
 }
@@ -22,6 +24,7 @@ std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "fp32" || name == "float32" || name == "f32") return DType::F32;
   if (name == "fp16" || name == "float16" || name == "f16" || name == "half") return DType::F16;
   if (name == "bf16" || name == "bfloat16") return DType::BF16;
+  if (name == "e4m3" || name == "fp8" || name == "float8_e4m3fn") return DType::E4M3;
   return std::nullopt;
 }
 
@@ -93,6 +96,11 @@ void convert_to_float(const void* src, DType dtype, float* dst, std::size_t coun
       for (; i < count; ++i) dst[i] = fp16_bits_to_float(in[i]);
       return;
     }
+    case DType::E4M3: {
+      const auto* in = static_cast<const std::uint8_t*>(src);
+      for (std::size_t i = 0; i < count; ++i) dst[i] = e4m3_bits_to_float(in[i]);
+      return;
+    }
   }
 }
 
@@ -114,6 +122,11 @@ void convert_from_float(const float* src, void* dst, DType dtype, std::size_t co
       }
 #endif
       for (; i < count; ++i) out[i] = float_to_fp16_bits(src[i]);
+      return;
+    }
+    case DType::E4M3: {
+      auto* out = static_cast<std::uint8_t*>(dst);
+      for (std::size_t i = 0; i < count; ++i) out[i] = float_to_e4m3_bits(src[i]);
       return;
     }
   }
@@ -150,6 +163,19 @@ float e4m3_bits_to_float(std::uint8_t bits) {
   if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
   if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
   return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+}
+
+float quantize_e4m3(const float* src, std::uint8_t* dst, std::size_t count) {
+  float amax = 0.0f;
+  for (std::size_t i = 0; i < count; ++i)
+    if (std::isfinite(src[i])) amax = std::max(amax, std::fabs(src[i]));
+  const float descale = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+  const float inverse = amax > 0.0f ? kE4m3Max / amax : 1.0f;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float x = std::isinf(src[i]) ? std::numeric_limits<float>::quiet_NaN() : src[i];
+    dst[i] = float_to_e4m3_bits(x * inverse);
+  }
+  return descale;
 }
 
 }  // namespace attnsuite

@@ -37,11 +37,12 @@ double AttentionProblem::flops() const {
 
 double AttentionProblem::min_bytes() const {
   const double element = static_cast<double>(size_of(dtype));
+  const double out_element = static_cast<double>(size_of(output_dtype()));
   const double q = static_cast<double>(batch) * heads_q * seq_q * head_dim;
   const double k = static_cast<double>(batch) * heads_kv * seq_kv * head_dim;
   const double v = static_cast<double>(batch) * heads_kv * seq_kv * dim_v();
   const double o = static_cast<double>(batch) * heads_q * seq_q * dim_v();
-  return element * (q + k + v + o);
+  return element * (q + k + v) + out_element * o;
 }
 
 void AttentionProblem::validate() const {

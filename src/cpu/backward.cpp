@@ -10,6 +10,8 @@ namespace attnsuite::cpu {
 void check_backward_args(std::string_view backend, const AttentionProblem& problem, const BackwardArgs& args,
                          bool contiguous_last_dim) {
   problem.validate();
+  if (const Support dtype = supports_backward_dtype(problem); !dtype)
+    throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", backend, dtype.reason));
   const std::int64_t b = problem.batch, hq = problem.heads_q, hkv = problem.heads_kv;
   const std::int64_t nq = problem.seq_q, nk = problem.seq_kv;
   const std::int64_t d = problem.head_dim, dv = problem.dim_v();

@@ -32,18 +32,28 @@ void check_view(std::string_view backend, const char* what, const TensorView& vi
                               what, view.strides[3]));
 }
 
-Support supports_common(const AttentionProblem& problem) {
+Support supports_common(const AttentionProblem& problem, bool takes_e4m3) {
   try {
     problem.validate();
   } catch (const Error& error) {
     return Support::no(error.what());
   }
+  if (problem.dtype == DType::E4M3 && !takes_e4m3)
+    return Support::no("dtype e4m3 not supported; allowed: fp32, fp16, bf16 (e4m3 runs on reference, cpu-vanilla "
+                       "and cpu-flash)");
   for (int dim : {problem.head_dim, problem.dim_v()}) {
     if (dim < kMinHeadDim || dim > kMaxHeadDim) {
       return Support::no(
           fmt::format("head dim {} not supported; allowed: {}..{}", dim, kMinHeadDim, kMaxHeadDim));
     }
   }
+  return Support::yes();
+}
+
+Support supports_backward_dtype(const AttentionProblem& problem) {
+  if (problem.dtype == DType::E4M3)
+    return Support::no("e4m3 has no backward: e4m3 inputs are for inference (the gradients would need a dtype "
+                       "and scales of their own)");
   return Support::yes();
 }
 
@@ -55,7 +65,7 @@ void check_args(std::string_view backend, const AttentionProblem& problem,
   check_view(backend, "q", args.q, {b, nq, hq, d}, problem.dtype, contiguous_last_dim);
   check_view(backend, "k", args.k, {b, nk, hkv, d}, problem.dtype, contiguous_last_dim);
   check_view(backend, "v", args.v, {b, nk, hkv, dv}, problem.dtype, contiguous_last_dim);
-  check_view(backend, "o", args.o, {b, nq, hq, dv}, problem.dtype, contiguous_last_dim);
+  check_view(backend, "o", args.o, {b, nq, hq, dv}, problem.output_dtype(), contiguous_last_dim);
   ATTNSUITE_CHECK(args.lse.empty() || args.lse.device.type == DeviceType::Cpu,
                   ErrorKind::Unsupported, fmt::format("{}: lse is not on the CPU", backend));
 }

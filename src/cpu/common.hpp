@@ -14,16 +14,19 @@
 
 namespace attnsuite::cpu {
 
-// The rules every CPU backend shares: a valid problem and head dims 32..256 (for Q/K and V).
-// Returns ok or the first reason it cannot run.
-Support supports_common(const AttentionProblem& problem);
+// The rules every CPU backend shares: a valid problem, head dims 32..256 (for Q/K and V) and,
+// unless takes_e4m3, a dtype other than e4m3. Returns ok or the first reason it cannot run.
+Support supports_common(const AttentionProblem& problem, bool takes_e4m3 = false);
+
+// No for an e4m3 problem (e4m3 has no backward), else yes: what supports_backward() asks first.
+Support supports_backward_dtype(const AttentionProblem& problem);
 
 // Checks one view: present, on the CPU, of the given shape and dtype and, when
 // contiguous_last_dim, with stride 1 in its last dim. Throws Error naming `what`.
 void check_view(std::string_view backend, const char* what, const TensorView& view,
                 const std::array<std::int64_t, 4>& shape, DType dtype, bool contiguous_last_dim);
 
-// Checks that args match the problem (shapes, dtypes, CPU device, O and Q the same dtype) and,
+// Checks that args match the problem (shapes, dtypes, CPU device, O in problem.output_dtype()) and,
 // when contiguous_last_dim, that every view has stride 1 in its last dim. Throws Error.
 void check_args(std::string_view backend, const AttentionProblem& problem,
                 const AttentionArgs& args, bool contiguous_last_dim);

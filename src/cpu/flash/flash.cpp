@@ -30,12 +30,12 @@ class FlashBackend final : public Backend {
   }
   Device device() const override { return {DeviceType::Cpu, 0}; }
   std::string capabilities() const override {
-    return fmt::format("fp32/fp16/bf16, tiled online softmax, O(N) memory, AVX-512 or AVX2+FMA (widest here: {}; "
+    return fmt::format("fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), tiled online softmax, O(N) memory, AVX-512 or AVX2+FMA (widest here: {}; "
                        "ATTNSUITE_CPU_ISA=avx2 forces AVX2), threaded, causal, window, GQA/MQA, head dim 32..256",
                        to_string(widest_cpu_isa()));
   }
   Support supports(const AttentionProblem& problem) const override {
-    return supports_common(problem);
+    return supports_common(problem, /*takes_e4m3=*/true);
   }
 
   // The built-in choice first.
@@ -52,7 +52,10 @@ class FlashBackend final : public Backend {
     return cpu_kernel_config_key(std::string(name()), problem);
   }
 
-  Support supports_backward(const AttentionProblem& problem) const override { return supports(problem); }
+  Support supports_backward(const AttentionProblem& problem) const override {
+    if (Support dtype = supports_backward_dtype(problem); !dtype) return dtype;
+    return supports(problem);
+  }
 
   // A tile config from kernel_configs(), optionally with the ISA as the plan reports it
   // ("q96-k96/avx2"), so that a reported config can be asked for again as it is.

@@ -152,7 +152,12 @@ class FlashKernel {
         Bc_(tiles.key_tile),
         query_tiles_((problem.seq_q + Br_ - 1) / Br_),
         element_bytes_(static_cast<std::int64_t>(size_of(problem.dtype))),
-        q_scale_(problem.softmax_scale() * kLog2e) {}
+        out_element_bytes_(static_cast<std::int64_t>(size_of(problem.output_dtype()))),
+        // e4m3: Q and K are read as their e4m3 values, their descales folded into the score
+        // scale (and V's into the output), as FP8 kernels do.
+        q_scale_(problem.softmax_scale() * kLog2e *
+                 (problem.dtype == DType::E4M3 ? args.q.descale * args.k.descale : 1.0f)),
+        v_descale_(problem.dtype == DType::E4M3 ? args.v.descale : 1.0f) {}
 
   std::int64_t work_items() const {
     return static_cast<std::int64_t>(problem_.batch) * problem_.heads_q * query_tiles_;
@@ -318,17 +323,17 @@ class FlashKernel {
       // A row that saw no key is O = 0 exactly, even where V held a NaN or Inf at a key masked
       // for it (0·NaN in the tile's P·V is NaN). A NaN sum stays NaN.
       if (sum == 0.0f) std::fill(acc, acc + dim_v_padded_, 0.0f);
-      const float inverse = sum == 0.0f ? 0.0f : 1.0f / sum;
-      char* dst = o_base + args_.o.offset(b, q0 + i, h, 0) * element_bytes_;
+      const float inverse = sum == 0.0f ? 0.0f : v_descale_ / sum;
+      char* dst = o_base + args_.o.offset(b, q0 + i, h, 0) * out_element_bytes_;
       const Vec scale = V::set1(inverse);
-      if (problem_.dtype == DType::F32) {
+      if (problem_.output_dtype() == DType::F32) {
         auto* out = reinterpret_cast<float*>(dst);
         std::int64_t d = 0;
         for (; d + W <= dim_v_; d += W) V::storeu(out + d, V::mul(V::load(acc + d), scale));
         for (; d < dim_v_; ++d) out[d] = acc[d] * inverse;
       } else {
         for (std::int64_t d = 0; d < dim_v_padded_; d += W) V::store(ws.row + d, V::mul(V::load(acc + d), scale));
-        convert_from_float(ws.row, dst, problem_.dtype, static_cast<std::size_t>(dim_v_));
+        convert_from_float(ws.row, dst, problem_.output_dtype(), static_cast<std::size_t>(dim_v_));
       }
       if (lse != nullptr) {
         // No key: -inf. A NaN sum (a NaN input) stays NaN rather than reading as "no key".
@@ -344,8 +349,10 @@ class FlashKernel {
   std::int64_t dim_v_padded_;
   std::int64_t Br_, Bc_;
   std::int64_t query_tiles_;
-  std::int64_t element_bytes_;
+  std::int64_t element_bytes_;      // of Q, K, V
+  std::int64_t out_element_bytes_;  // of O
   float q_scale_;
+  float v_descale_;
 };
 
 // The whole forward: one workspace per thread, items shared out by parallel_for.

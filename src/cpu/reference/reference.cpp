@@ -1,6 +1,6 @@
 // `reference`: the fp64 ground truth. Scores of one query row are materialized in double,
 // softmax and P·V are accumulated in double; any dtype and any strides are read element by
-// element through load_as_float. Slow by design; the harness uses reference_head_f64 to check
+// element through TensorView::load (e4m3: the dequantized value, e4m3 × descale). Slow by design; the harness uses reference_head_f64 to check
 // every other backend on a subset of (batch, head) slices.
 #include <fmt/format.h>
 
@@ -34,11 +34,9 @@ void reference_head_f64(const AttentionProblem& problem, const AttentionArgs& ar
   std::vector<double> values(static_cast<std::size_t>(seq_kv * dim_v));
   for (std::int64_t j = 0; j < seq_kv; ++j) {
     for (std::int64_t d = 0; d < head_dim; ++d)
-      keys[j * head_dim + d] =
-          load_as_float(args.k.data, args.k.dtype, args.k.offset(batch_index, j, kv_head, d));
+      keys[j * head_dim + d] = args.k.load(args.k.offset(batch_index, j, kv_head, d));
     for (std::int64_t d = 0; d < dim_v; ++d)
-      values[j * dim_v + d] =
-          load_as_float(args.v.data, args.v.dtype, args.v.offset(batch_index, j, kv_head, d));
+      values[j * dim_v + d] = args.v.load(args.v.offset(batch_index, j, kv_head, d));
   }
 
   std::vector<double> query(static_cast<std::size_t>(head_dim));
@@ -55,7 +53,7 @@ void reference_head_f64(const AttentionProblem& problem, const AttentionArgs& ar
       continue;
     }
     for (std::int64_t d = 0; d < head_dim; ++d)
-      query[d] = load_as_float(args.q.data, args.q.dtype, args.q.offset(batch_index, i, q_head, d));
+      query[d] = args.q.load(args.q.offset(batch_index, i, q_head, d));
     double row_max = -std::numeric_limits<double>::infinity();
     for (std::int64_t j = begin; j < end; ++j) {
       double dot = 0.0;
@@ -82,14 +80,17 @@ class ReferenceBackend final : public Backend {
   std::string_view display_name() const override { return "fp64 reference (attnsuite)"; }
   Device device() const override { return {DeviceType::Cpu, 0}; }
   std::string capabilities() const override {
-    return "fp32/fp16/bf16, fp64 accumulation, any strides, causal, window, GQA/MQA, head dim "
-           "32..256";
+    return "fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), fp64 accumulation, any strides, causal, window, "
+           "GQA/MQA, head dim 32..256";
   }
   Support supports(const AttentionProblem& problem) const override {
-    return supports_common(problem);
+    return supports_common(problem, /*takes_e4m3=*/true);
   }
 
-  Support supports_backward(const AttentionProblem& problem) const override { return supports(problem); }
+  Support supports_backward(const AttentionProblem& problem) const override {
+    if (Support dtype = supports_backward_dtype(problem); !dtype) return dtype;
+    return supports(problem);
+  }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     require_support(*this, problem);

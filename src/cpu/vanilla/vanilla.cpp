@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/memory.hpp"
@@ -61,20 +63,24 @@ class VanillaBackend final : public Backend {
   }
   Device device() const override { return {DeviceType::Cpu, 0}; }
   std::string capabilities() const override {
-    return "fp32 only, materializes B·H·Nq·Nk scores, causal, window, GQA/MQA, head dim 32..256";
+    return "fp32 (and e4m3 in, dequantized to fp32, bf16 out: forward only), materializes B·H·Nq·Nk scores, "
+           "causal, window, GQA/MQA, head dim 32..256";
   }
 
   Support supports(const AttentionProblem& problem) const override {
-    if (problem.dtype != DType::F32) {
+    if (problem.dtype != DType::F32 && problem.dtype != DType::E4M3) {
       return Support::no(fmt::format(
-          "dtype {} not supported; allowed: fp32 (cpu-vanilla is the fp32 BLAS baseline; "
+          "dtype {} not supported; allowed: fp32, e4m3 (cpu-vanilla is the fp32 BLAS baseline; "
           "cpu-flash and reference take fp16/bf16)",
           to_string(problem.dtype)));
     }
-    return supports_common(problem);
+    return supports_common(problem, /*takes_e4m3=*/true);
   }
 
-  Support supports_backward(const AttentionProblem& problem) const override { return supports(problem); }
+  Support supports_backward(const AttentionProblem& problem) const override {
+    if (Support dtype = supports_backward_dtype(problem); !dtype) return dtype;
+    return supports(problem);
+  }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     require_support(*this, problem);
@@ -87,6 +93,54 @@ class VanillaBackend final : public Backend {
  private:
   void run(const AttentionProblem& problem, const AttentionArgs& args) const {
     check_args(name(), problem, args, /*contiguous_last_dim=*/true);
+    if (problem.dtype == DType::E4M3) return run_e4m3(problem, args);
+    run_f32(problem, args);
+  }
+
+  // e4m3: Q, K, V dequantized (e4m3 × descale) into dense fp32 copies, the fp32 path on them,
+  // O rounded once to bf16: the fp32 baseline of the same real inputs.
+  void run_e4m3(const AttentionProblem& problem, const AttentionArgs& args) const {
+    AttentionProblem f32 = problem;
+    f32.dtype = DType::F32;
+    f32.layout = Layout::BSHD;
+    std::vector<HostBuffer> buffers;
+    buffers.reserve(4);
+    auto dense_f32 = [&](const TensorView& view) {
+      TensorView out;
+      out.dtype = DType::F32;
+      out.shape = view.shape;
+      out.strides = TensorView::dense_strides(view.shape, Layout::BSHD);
+      buffers.emplace_back(static_cast<std::size_t>(view.numel()) * sizeof(float));
+      out.data = buffers.back().data();
+      return out;
+    };
+    AttentionArgs dense = args;
+    dense.q = dense_f32(args.q);
+    dense.k = dense_f32(args.k);
+    dense.v = dense_f32(args.v);
+    dense.o = dense_f32(args.o);
+    for (auto [from, to] : {std::pair{&args.q, &dense.q}, std::pair{&args.k, &dense.k}, std::pair{&args.v, &dense.v}}) {
+      auto* out = static_cast<float*>(to->data);
+      const auto rows = from->shape[0] * from->shape[1] * from->shape[2];
+      parallel_for(rows, cpu_threads(), [&](std::int64_t row, int) {
+        const std::int64_t s = row / from->shape[2] % from->shape[1], h = row % from->shape[2];
+        const std::int64_t b = row / (from->shape[2] * from->shape[1]);
+        for (std::int64_t d = 0; d < from->shape[3]; ++d) out[row * from->shape[3] + d] = from->load(from->offset(b, s, h, d));
+      });
+    }
+    run_f32(f32, dense);
+    const auto* o = static_cast<const float*>(dense.o.data);
+    const std::int64_t dim_v = args.o.shape[3];
+    auto* o_base = static_cast<unsigned char*>(args.o.data);
+    const auto element = static_cast<std::int64_t>(size_of(args.o.dtype));
+    for (std::int64_t b = 0; b < args.o.shape[0]; ++b)
+      for (std::int64_t s = 0; s < args.o.shape[1]; ++s)
+        for (std::int64_t h = 0; h < args.o.shape[2]; ++h)
+          convert_from_float(o + dense.o.offset(b, s, h, 0), o_base + args.o.offset(b, s, h, 0) * element, args.o.dtype,
+                             static_cast<std::size_t>(dim_v));
+  }
+
+  void run_f32(const AttentionProblem& problem, const AttentionArgs& args) const {
 
     const std::int64_t heads = static_cast<std::int64_t>(problem.batch) * problem.heads_q;
     const std::int64_t seq_q = problem.seq_q, seq_kv = problem.seq_kv;

@@ -93,7 +93,7 @@ void check_cuda_args(std::string_view backend, const AttentionProblem& problem, 
   check_view(backend, "q", args.q, {b, problem.seq_q, hq, problem.head_dim}, problem.dtype);
   check_view(backend, "k", args.k, {b, problem.seq_kv, hkv, problem.head_dim}, problem.dtype);
   check_view(backend, "v", args.v, {b, problem.seq_kv, hkv, problem.dim_v()}, problem.dtype);
-  check_view(backend, "o", args.o, {b, problem.seq_q, hq, problem.dim_v()}, problem.dtype);
+  check_view(backend, "o", args.o, {b, problem.seq_q, hq, problem.dim_v()}, problem.output_dtype());
   ATTNSUITE_REQUIRE(args.lse.empty() || args.lse.device.type == DeviceType::Cuda,
                     fmt::format("{}: lse is on the {}, needs a CUDA device", backend,
                                 to_string(args.lse.device.type)));

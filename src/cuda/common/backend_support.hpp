@@ -23,7 +23,7 @@ Support supports_device(std::string_view backend);
 // it cannot be queried (no device, no driver; the CUDA error is cleared).
 std::optional<int> current_compute_capability();
 
-// forward()'s checks: the views match the problem (shapes, dtypes, CUDA device, O like Q, LSE
+// forward()'s checks: the views match the problem (shapes, dtypes, CUDA device, O in problem.output_dtype(), LSE
 // on the device when given) and each has a contiguous last dim. Throws Error(Usage) for a
 // mismatch, Error(Unsupported) for a non-contiguous last dim.
 void check_cuda_args(std::string_view backend, const AttentionProblem& problem, const AttentionArgs& args);

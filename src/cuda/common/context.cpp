@@ -97,6 +97,8 @@ class CudaContext final : public bench::DeviceContext {
   }
 
   bool generate(const TensorView& view, bench::genmath::Kind kind, std::uint64_t key) override {
+    // e4m3 needs the amax of the whole tensor for its descale: the runner uploads the host copy.
+    if (view.dtype == DType::E4M3) return false;
     GenerateTarget target;
     target.data = view.data;
     for (int dim = 0; dim < 4; ++dim) {

@@ -1,6 +1,9 @@
-// `flash3-fp8`: flash3 with e4m3 Q, K, V (fp8_kernel.cuh), as a Backend. The harness's tensors
-// are 16-bit, so the backend takes bf16 Q, K, V, quantizes them per tensor to e4m3 in a
-// pre-pass (fp8_launch.cu) whose time is part of every forward, and writes bf16 O and LSE.
+// `flash3-fp8`: flash3 with e4m3 Q, K, V (fp8_kernel.cuh), as a Backend, for two input dtypes:
+// - bf16: the backend quantizes Q, K, V per tensor to e4m3 in a pre-pass (fp8_launch.cu) whose
+//   time is part of every forward;
+// - e4m3 (experimental: not yet run on a GPU): e4m3 Q, K, V with their per-tensor descales go
+//   straight to the same kernel (fp8_e4m3_launch.cu), no pre-pass.
+// Both write bf16 O and the LSE. Rows tell the two apart by their dtype column.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -30,22 +33,27 @@ class Flash3Fp8Backend final : public Backend {
  public:
   std::string_view name() const override { return "flash3-fp8"; }
   std::string_view display_name() const override {
-    return "flash3-fp8 (flash3 with e4m3 Q/K/V: bf16 in, per-tensor e4m3 quantization pre-pass timed, bf16 out)";
+    return "flash3-fp8 (flash3 with e4m3 Q/K/V: bf16 in with a per-tensor e4m3 quantization pre-pass timed, or "
+           "e4m3 in; bf16 out)";
   }
   Device device() const override { return {DeviceType::Cuda, 0}; }
   std::string capabilities() const override {
-    return "bf16 in/out (quantized to e4m3 per tensor inside forward, pre-pass timed), head dim 64/128, causal, "
-           "sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only";
+    return "bf16 in (quantized to e4m3 per tensor inside forward, pre-pass timed) or e4m3 in with per-tensor "
+           "descales (experimental: not yet run on a GPU), bf16 out, head dim 64/128, causal, sliding window, "
+           "GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only";
   }
 
   Support supports(const AttentionProblem& problem) const override {
-    Support support = supports_problem_common(name(), problem);
-    if (!support) return support;
-    if (problem.dtype != DType::BF16) {
-      return Support::no(
-          fmt::format("dtype {} not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend)",
-                      to_string(problem.dtype)));
+    if (problem.dtype != DType::BF16 && problem.dtype != DType::E4M3) {
+      return Support::no(fmt::format("dtype {} not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the "
+                                     "backend), e4m3 (experimental)",
+                                     to_string(problem.dtype)));
     }
+    // The common rules (a valid problem) in bf16's terms: they refuse every dtype but fp16/bf16.
+    AttentionProblem as_bf16 = problem;
+    as_bf16.dtype = DType::BF16;
+    Support support = supports_problem_common(name(), as_bf16);
+    if (!support) return support;
     support = supports_shape(name(), problem, flash3::kFp8HeadDims);
     if (!support) return support;
     support = supports_device(name());
@@ -64,7 +72,8 @@ class Flash3Fp8Backend final : public Backend {
     require_support(*this, problem);
     std::string config = choose_kernel_config(*this, problem, options);
     const bool serial = Flash3Schedule::parse(config) == Flash3Schedule::Choice::V1;
-    const std::size_t workspace = workspace_bytes(problem);
+    const std::size_t workspace =
+        problem.dtype == DType::E4M3 ? flash3::kFp8E4m3WorkspaceBytes : workspace_bytes(problem);
     return std::make_unique<FunctionPlan>(std::move(config), workspace,
                                           [this, problem, serial, workspace](const AttentionArgs& args, Stream stream,
                                                                              RunReport&) {
@@ -88,12 +97,15 @@ class Flash3Fp8Backend final : public Backend {
            Stream stream) const {
     check_cuda_args(name(), problem, args);
     // The pre-pass reads Q, K, V in 16-byte pieces and the no-key path writes O so: the same
-    // base/stride rule as flash3's TMA reads.
+    // base/stride rule as flash3's TMA reads. e4m3 Q, K, V are read by TMA directly: 16-byte
+    // aligned strides of 1-byte elements.
+    const bool e4m3 = problem.dtype == DType::E4M3;
     const char* names[4] = {"q", "k", "v", "o"};
     const TensorView* views[4] = {&args.q, &args.k, &args.v, &args.o};
     for (int i = 0; i < 4; ++i) {
       const std::string problem_text =
-          flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2]);
+          flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2],
+                                     e4m3 && i < 3 ? 1 : 2);
       if (!problem_text.empty()) {
         throw Error(ErrorKind::Unsupported,
                     fmt::format("flash3-fp8: {} cannot be read in 16-byte pieces: {}", names[i], problem_text));
@@ -106,6 +118,11 @@ class Flash3Fp8Backend final : public Backend {
     }
     flash3::Params params = make_params(problem, args);
     params.serial_schedule = serial;
+    if (e4m3) {
+      const float descales[3] = {args.q.descale, args.k.descale, args.v.descale};
+      flash3::launch_forward_fp8_e4m3(params, descales, args.workspace, stream);
+      return;
+    }
     flash3::launch_forward_fp8(params, args.workspace, stream);
   }
 

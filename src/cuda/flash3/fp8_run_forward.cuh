@@ -8,7 +8,8 @@
 
 namespace attnsuite::cuda::flash3 {
 
-// params.q/k/v point at dense e4m3 tensors; descales (device) at descale q, k, v.
+// params.q/k/v point at e4m3 tensors (strides in elements = bytes, 16-byte multiples: TMA);
+// descales (device) at descale q, k, v.
 template <int kHeadDim>
 void run_fp8_forward(const Params& params, const float* descales, cudaStream_t stream);
 

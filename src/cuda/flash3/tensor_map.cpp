@@ -80,17 +80,17 @@ CUtensorMap encode(const TensorMapShape& shape) {
 }  // namespace
 
 std::string tma_layout_problem(const void* data, std::int64_t batch_stride, std::int64_t row_stride,
-                               std::int64_t head_stride) {
+                               std::int64_t head_stride, int element_bytes) {
   if (reinterpret_cast<std::uintptr_t>(data) % 16 != 0) {
     return fmt::format("base address {} is not 16-byte aligned", data);
   }
   const std::int64_t strides[3] = {batch_stride, row_stride, head_stride};
   const char* names[3] = {"batch", "seq", "head"};
   for (int i = 0; i < 3; ++i) {
-    const std::int64_t bytes = strides[i] * 2;
+    const std::int64_t bytes = strides[i] * element_bytes;
     if (strides[i] <= 0 || bytes % 16 != 0 || bytes >= kMaxStrideBytes) {
-      return fmt::format("{} stride {} elements is not a positive multiple of 8 elements (16 bytes) below 2^40 bytes",
-                         names[i], strides[i]);
+      return fmt::format("{} stride {} elements is not a positive multiple of {} elements (16 bytes) below 2^40 bytes",
+                         names[i], strides[i], 16 / element_bytes);
     }
   }
   return {};

@@ -30,11 +30,11 @@ struct TensorMapShape {
   int box_columns = 64;
 };
 
-// Why TMA cannot read a 16-bit tensor with this base address and these (batch, row, head)
-// strides in elements, or "" when it can: the base must be 16-byte aligned and every stride a
-// positive multiple of 16 bytes below 2^40 bytes.
+// Why TMA cannot read a tensor of element_bytes-byte elements (2: 16-bit, 1: e4m3) with this
+// base address and these (batch, row, head) strides in elements, or "" when it can: the base
+// must be 16-byte aligned and every stride a positive multiple of 16 bytes below 2^40 bytes.
 std::string tma_layout_problem(const void* data, std::int64_t batch_stride, std::int64_t row_stride,
-                               std::int64_t head_stride);
+                               std::int64_t head_stride, int element_bytes = 2);
 
 // The encoded descriptor, from a small per-process cache keyed by every field (a benchmark
 // repeats the same pointers and shapes). Throws Error(Device) when the driver's encoder is

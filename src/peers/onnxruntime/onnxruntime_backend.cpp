@@ -290,8 +290,10 @@ class OnnxRuntimeBackend final : public Backend {
     } catch (const Error& error) {
       return Support::no(error.what());
     }
-    if (p.dtype == DType::BF16)
-      return Support::no("bf16 not supported: onnxruntime's Python API binds numpy dtypes and numpy has no bfloat16");
+    if (p.dtype == DType::BF16 || p.dtype == DType::E4M3)
+      return Support::no(fmt::format("{} not supported: onnxruntime's Python API binds numpy dtypes and numpy has "
+                                     "no {}; allowed: fp32, fp16",
+                                     to_string(p.dtype), p.dtype == DType::BF16 ? "bfloat16" : "float8_e4m3fn"));
     for (std::int64_t i = 0; i < p.seq_q; ++i)
       if (p.key_end(i) <= p.key_begin(i))
         return Support::no(fmt::format("query row {} sees no key under this mask; ONNX's Softmax gives NaN there", i));

@@ -152,6 +152,8 @@ at::ScalarType scalar_type_of(DType dtype) {
       return at::kHalf;
     case DType::BF16:
       return at::kBFloat16;
+    case DType::E4M3:
+      return at::kFloat8_e4m3fn;  // never asked for: decide() refuses e4m3
   }
   return at::kFloat;
 }
@@ -403,6 +405,9 @@ class TorchBackend final : public Backend {
     } catch (const Error& error) {
       return Support::no(error.what());
     }
+    if (p.dtype == DType::E4M3)
+      return Support::no(concat("dtype e4m3 not supported by ", name(), "; allowed: fp32, fp16, bf16 (PyTorch's SDPA "
+                                "takes no FP8 inputs)"));
     const bool low_precision = p.dtype == DType::F16 || p.dtype == DType::BF16;
     if ((kind_ == Kind::Flash || kind_ == Kind::Cudnn) && !low_precision)
       return Support::no(concat(name(), " needs fp16 or bf16"));
