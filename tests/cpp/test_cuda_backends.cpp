@@ -882,7 +882,8 @@ TEST(CudaFlash3Fp8, RefusesWhatItDoesNotSupport) {
   AttentionProblem p = make_problem(1, 2, 2, 128, 128, 128, DType::F16, Layout::BSHD, false);
   Support support = fp8.supports(p);
   EXPECT_FALSE(support.ok);
-  EXPECT_EQ(support.reason, "dtype fp16 not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend)");
+  EXPECT_EQ(support.reason, "dtype fp16 not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend), "
+                            "e4m3 (experimental)");
 
   p.dtype = DType::F32;
   support = fp8.supports(p);
@@ -936,6 +937,171 @@ TEST(CudaFlash3Fp8, RefusesWhatItDoesNotSupport) {
     EXPECT_EQ(support.reason, "flash3-fp8 needs sm_90 (Hopper); this GPU is sm_" +
                                   std::to_string(info.compute_capability()));
   }
+}
+
+// ---- flash3-fp8 on e4m3 inputs (experimental: written before it first ran on a GPU) ------------
+// e4m3 Q, K, V go to the same kernel as the bf16-in path's pre-pass output. quantize_e4m3 is the
+// host model of that pre-pass (descale = amax / 448 in fp32, x · (448 / amax) rounded by
+// float_to_e4m3_bits, the model of cvt.rn.satfinite): the e4m3 path on the host-quantized bf16
+// values must give O and LSE bit for bit equal to the bf16-in path on those bf16 values.
+
+struct E4m3Tensor {
+  std::vector<std::uint8_t> bytes;  // at the HostTensor's offsets (elements = bytes), padding 0
+  float descale = 1.0f;
+};
+
+// The bf16 values of `t` (at its logical positions) quantized per tensor, at t's offsets.
+E4m3Tensor quantized(const HostTensor& t) {
+  std::vector<float> values;
+  values.reserve(static_cast<std::size_t>(t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]));
+  for (std::int64_t b = 0; b < t.shape[0]; ++b)
+    for (std::int64_t s = 0; s < t.shape[1]; ++s)
+      for (std::int64_t h = 0; h < t.shape[2]; ++h)
+        for (std::int64_t d = 0; d < t.shape[3]; ++d) values.push_back(t.at(DType::BF16, b, s, h, d));
+  std::vector<std::uint8_t> dense(values.size());
+  E4m3Tensor out;
+  out.descale = quantize_e4m3(values.data(), dense.data(), values.size());
+  out.bytes.assign(t.bits.size(), 0);
+  std::size_t i = 0;
+  for (std::int64_t b = 0; b < t.shape[0]; ++b)
+    for (std::int64_t s = 0; s < t.shape[1]; ++s)
+      for (std::int64_t h = 0; h < t.shape[2]; ++h)
+        for (std::int64_t d = 0; d < t.shape[3]; ++d) out.bytes[static_cast<std::size_t>(t.offset(b, s, h, d))] = dense[i++];
+  return out;
+}
+
+// flash3-fp8 on e4m3 Q, K, V (`layout`'s shapes and strides, e4m3_p.dtype == E4M3), bf16 O.
+DeviceRun run_e4m3_on_device(const AttentionProblem& e4m3_p, const Inputs& layout, const E4m3Tensor& q,
+                             const E4m3Tensor& k, const E4m3Tensor& v) {
+  const AttentionProblem& p = e4m3_p;
+  auto context = cuda::make_cuda_context(0);
+  const Backend& backend = Registry::global().find("flash3-fp8");
+  const std::unique_ptr<KernelPlan> plan = backend.plan(p, {});
+  const HostTensor o_layout({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.layout);
+  auto dq = context->allocate(q.bytes.size()), dk = context->allocate(k.bytes.size()),
+       dv = context->allocate(v.bytes.size()), o = context->allocate(o_layout.bytes());
+  const std::size_t lse_bytes = sizeof(float) * p.batch * p.heads_q * p.seq_q;
+  auto lse = context->allocate(lse_bytes);
+  context->copy_to_device(dq->data(), q.bytes.data(), q.bytes.size());
+  context->copy_to_device(dk->data(), k.bytes.data(), k.bytes.size());
+  context->copy_to_device(dv->data(), v.bytes.data(), v.bytes.size());
+  context->poison(o->data(), o_layout.bytes());
+  context->poison(lse->data(), lse_bytes);
+  const Device device = context->device();
+  auto view = [&](void* data, const HostTensor& t, const E4m3Tensor& e) {
+    TensorView out{data, DType::E4M3, device, t.shape, t.strides};
+    out.descale = e.descale;
+    return out;
+  };
+  AttentionArgs args;
+  args.q = view(dq->data(), layout.q, q);
+  args.k = view(dk->data(), layout.k, k);
+  args.v = view(dv->data(), layout.v, v);
+  args.o = TensorView{o->data(), DType::BF16, device, o_layout.shape, o_layout.strides};
+  args.lse = LseView{static_cast<float*>(lse->data()), device};
+  auto workspace = context->allocate(plan->workspace_bytes());
+  args.workspace = workspace->data();
+  const RunReport report = plan->forward(args, context->stream());
+  context->synchronize();
+  DeviceRun run{std::vector<std::uint16_t>(o_layout.bits.size()), std::vector<float>(p.batch * p.heads_q * p.seq_q),
+                report.kernel_config};
+  context->copy_to_host(run.out_bits.data(), o->data(), o_layout.bytes());
+  context->copy_to_host(run.lse.data(), lse->data(), lse_bytes);
+  return run;
+}
+
+TEST(CudaFlash3Fp8E4m3, SameBitsAsTheBf16InPathOnTheSameE4m3Values) {
+  struct Case {
+    int batch, heads_q, heads_kv, seq_q, seq_kv, head_dim;
+    Layout layout;
+    bool causal;
+  };
+  const Case cases[] = {
+      {1, 1, 1, 1, 1, 128, Layout::BSHD, false},     {1, 2, 2, 7, 33, 64, Layout::BSHD, false},
+      {2, 4, 4, 257, 257, 128, Layout::BSHD, false}, {2, 4, 4, 257, 257, 64, Layout::BSHD, true},
+      {1, 8, 2, 333, 1000, 128, Layout::BHSD, true}, {1, 4, 1, 1000, 300, 64, Layout::BSHD, true},
+  };
+  for (const Case& c : cases) {
+    const AttentionProblem bf16 =
+        make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, c.head_dim, DType::BF16, c.layout, c.causal);
+    AttentionProblem e4m3 = bf16;
+    e4m3.dtype = DType::E4M3;
+    SKIP_UNLESS_FLASH3_FP8_RUNS(e4m3);
+    SCOPED_TRACE(e4m3.describe());
+    const Inputs in = random_inputs(bf16, std::random_device{}());
+    const DeviceRun want = run_on_device("flash3-fp8", bf16, in);
+    const DeviceRun got = run_e4m3_on_device(e4m3, in, quantized(in.q), quantized(in.k), quantized(in.v));
+    EXPECT_EQ(std::memcmp(want.out_bits.data(), got.out_bits.data(), want.out_bits.size() * 2), 0);
+    EXPECT_EQ(std::memcmp(want.lse.data(), got.lse.data(), want.lse.size() * 4), 0);
+  }
+}
+
+// The bar on e4m3 inputs: cosine >= 0.999 against the fp64 reference of the e4m3 inputs
+// (dequantized), d128 and d64, causal and not.
+TEST(CudaFlash3Fp8E4m3, CosineAgainstTheReferenceOfTheE4m3Inputs) {
+  for (const int head_dim : {128, 64})
+    for (const bool causal : {false, true}) {
+      AttentionProblem p = make_problem(2, 4, 4, 1024, 1024, head_dim, DType::E4M3, Layout::BSHD, causal);
+      SKIP_UNLESS_FLASH3_FP8_RUNS(p);
+      SCOPED_TRACE(p.describe());
+      AttentionProblem bf16 = p;
+      bf16.dtype = DType::BF16;
+      const Inputs in = random_inputs(bf16, std::random_device{}());
+      const E4m3Tensor q = quantized(in.q), k = quantized(in.k), v = quantized(in.v);
+      const DeviceRun run = run_e4m3_on_device(p, in, q, k, v);
+      auto dequantized = [](const E4m3Tensor& t) {
+        std::vector<double> values(t.bytes.size());
+        for (std::size_t i = 0; i < values.size(); ++i) values[i] = double(e4m3_bits_to_float(t.bytes[i])) * t.descale;
+        return values;
+      };
+      const Result ref = reference_of_values(p, in, dequantized(q), dequantized(k), dequantized(v), false);
+      const double cosine = cosine_similarity(output_values(bf16, run), ref.out);
+      EXPECT_GE(cosine, 0.999);
+      std::printf("  flash3-fp8 e4m3 %-56s cosine vs fp64 of the e4m3 inputs %.6f\n", p.describe().c_str(), cosine);
+    }
+}
+
+// e4m3 Q, K, V are read through their strides (multiples of 16 bytes): padded rows give the
+// dense result bit for bit; a row stride that is not a 16-byte multiple is refused.
+TEST(CudaFlash3Fp8E4m3, PaddedStridesReadLikeDenseOnesAndUnalignedOnesAreRefused) {
+  AttentionProblem p = make_problem(2, 4, 2, 300, 333, 128, DType::E4M3, Layout::BHSD, true);
+  SKIP_UNLESS_FLASH3_FP8_RUNS(p);
+  AttentionProblem bf16 = p;
+  bf16.dtype = DType::BF16;
+  const Inputs dense = random_inputs(bf16, std::random_device{}());
+  const Inputs padded{padded_copy(dense.q, p.layout, 16), padded_copy(dense.k, p.layout, 32),
+                      padded_copy(dense.v, p.layout, 48)};
+  const DeviceRun want = run_e4m3_on_device(p, dense, quantized(dense.q), quantized(dense.k), quantized(dense.v));
+  const DeviceRun got = run_e4m3_on_device(p, padded, quantized(padded.q), quantized(padded.k), quantized(padded.v));
+  EXPECT_EQ(std::memcmp(want.out_bits.data(), got.out_bits.data(), want.out_bits.size() * 2), 0);
+  EXPECT_EQ(std::memcmp(want.lse.data(), got.lse.data(), want.lse.size() * 4), 0);
+
+  const Inputs unaligned{padded_copy(dense.q, p.layout, 8), dense.k, dense.v};
+  try {
+    (void)run_e4m3_on_device(p, unaligned, quantized(unaligned.q), quantized(dense.k), quantized(dense.v));
+    ADD_FAILURE() << "flash3-fp8 took e4m3 rows of 136 bytes";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(error.what()).find("q cannot be read in 16-byte pieces"), std::string::npos) << error.what();
+  }
+}
+
+// Without a GPU too: the dtypes it takes and the one it writes; e4m3 has no backward.
+TEST(CudaFlash3Fp8E4m3, TakesBf16AndE4m3Only) {
+  const Backend& fp8 = Registry::global().find("flash3-fp8");
+  AttentionProblem p = make_problem(1, 2, 2, 128, 128, 128, DType::E4M3, Layout::BSHD, false);
+  EXPECT_EQ(p.output_dtype(), DType::BF16);
+  EXPECT_FALSE(fp8.supports_backward(p).ok);
+  for (const char* name : {"flash3", "flash2", "cuda-vanilla", "sage", "sparge"}) {
+    if (!Registry::global().contains(name)) continue;
+    const Support support = Registry::global().find(name).supports(p);
+    EXPECT_FALSE(support.ok) << name;
+    EXPECT_NE(support.reason.find("dtype e4m3 not supported"), std::string::npos) << name << ": " << support.reason;
+  }
+  if (!cuda_device_missing().empty()) return;
+  if (cuda::query_cuda_device(0).compute_capability() != 90) return;
+  EXPECT_TRUE(fp8.supports(p).ok) << fp8.supports(p).reason;
+  EXPECT_EQ(fp8.plan(p, {})->workspace_bytes(), 256u);
 }
 #endif  // ATTNSUITE_HAVE_FLASH3
 
