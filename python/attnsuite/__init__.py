@@ -31,7 +31,7 @@ __version__ = _core.__version__
 __all__ = ["attention", "attention_backward", "resolve_backend", "auto_choice", "backends", "bench", "tune_batch_size",
            "plot", "model_presets", "suites", "set_backend_cache", "backend_cache_path", "UnsupportedError"]
 
-_DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+_DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
 
 
 def _framework(array):
@@ -71,7 +71,7 @@ def _empty(like, shape, dtype=None):
 
         return cupy.empty(shape, dtype=dtype or like.dtype), _same
     device_type, device_id = like.__dlpack_device__()
-    buffer = _core.empty(list(shape), "fp32" if dtype == "float32" else _dtype_name(like), int(device_type),
+    buffer = _core.empty(list(shape), _DTYPE_NAMES[dtype] if dtype else _dtype_name(like), int(device_type),
                          int(device_id))
     if framework == "jax":
         import jax.dlpack
@@ -117,8 +117,17 @@ def _plan_arguments(kernel_config, options):
     return kernel_config or "", {key: str(value) for key, value in options.items()}
 
 
+def _descale(descale):
+    """(dq, dk, dv) as _core takes it: a list of floats, or None."""
+    return None if descale is None else [float(x) for x in descale]
+
+
+def _is_e4m3(array, dtype):
+    return dtype == "e4m3" or str(getattr(array, "dtype", "")).rsplit(".", 1)[-1] == "float8_e4m3fn"
+
+
 def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd", return_lse=False,
-              return_backend=False, window=None, out=None, kernel_config=None, options=None):
+              return_backend=False, window=None, out=None, kernel_config=None, options=None, descale=None, dtype=None):
     """Scaled dot-product attention, softmax(q·kᵀ·scale)·v, through a backend of the registry.
 
     q: (batch, seq_q, heads_q, dim) for layout "bshd" (FlashAttention's), or (batch, heads_q,
@@ -127,6 +136,12 @@ def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd
     (layout "bshd" views of BHSD memory are fine), float32 / float16 / bfloat16 as the backend
     supports. causal: bottom-right aligned when seq_q != seq_kv (FlashAttention >= 2.1).
     scale: default 1/sqrt(dim). window: (left, right) sliding window, -1 unbounded.
+
+    FP8 inputs: torch.float8_e4m3fn tensors, or uint8 arrays of e4m3 bytes with dtype="e4m3"
+    (numpy has no float8 type), with descale=(dq, dk, dv): the per-tensor factors, real value =
+    e4m3 x descale. The output is bfloat16 (float32 for numpy, which has no bfloat16: the bf16
+    result widened exactly). Backends: reference, cpu-vanilla, cpu-flash; flash3-fp8 on a GPU
+    (experimental). No backward.
 
     backend: a registry name (``attnsuite.backends()``) or "auto": the fastest correct backend
     for this problem on this device according to the backend cache that ``tune_batch_size`` and
@@ -161,6 +176,8 @@ def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd
         if isinstance(out, _np.ndarray) and not out.flags.writeable:
             raise ValueError("out is a read-only numpy array; it must be writable")
         o, finish = out, _same
+    elif _is_e4m3(q, dtype):
+        o, finish = (_np.empty(out_shape, _np.float32), _same) if is_numpy else _empty(q, out_shape, "bfloat16")
     elif is_numpy:
         o, finish = _np.empty(out_shape, q.dtype), _same
     else:
@@ -171,7 +188,7 @@ def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd
         lse, finish_lse = _empty(q, (shape[0], heads, seq), "float32")
     left, right = _window(window) if window is not None else (-1, -1)
     name = _core.forward(backend, q, k, v, o, lse, causal, scale, layout, left, right, 0 if is_numpy else _stream(q),
-                         *_plan_arguments(kernel_config, options))
+                         *_plan_arguments(kernel_config, options), dtype or "", _descale(descale))
     if not return_lse and not return_backend:
         return finish(o)
     return (finish(o),) + ((finish_lse(lse),) if return_lse else ()) + ((name,) if return_backend else ())
@@ -214,18 +231,20 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal=False, scale=None,
     return finish_dq(dq), finish_dk(dk), finish_dv(dv)
 
 
-def resolve_backend(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd", window=None):
+def resolve_backend(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd", window=None, descale=None,
+                    dtype=None):
     """The registry name of the backend ``attention`` would run for these arguments."""
     left, right = _window(window)
-    return _core.resolve(backend, q, k, v, causal, scale, layout, left, right)
+    return _core.resolve(backend, q, k, v, causal, scale, layout, left, right, dtype or "", _descale(descale))
 
 
-def auto_choice(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd", window=None):
+def auto_choice(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd", window=None, descale=None,
+                dtype=None):
     """What ``attention(..., backend="auto")`` runs and why: a dict with backend, source ("backend
     cache PATH (CLASS)" or "default order"), shape_class (the cache's key for this problem) and
     passed_over (the candidates before it, each with its reason)."""
     left, right = _window(window)
-    return _core.auto_choice(backend, q, k, v, causal, scale, layout, left, right)
+    return _core.auto_choice(backend, q, k, v, causal, scale, layout, left, right, dtype or "", _descale(descale))
 
 
 def set_backend_cache(path=None):

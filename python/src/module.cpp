@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -66,6 +67,10 @@ std::recursive_mutex g_backend_mutex;
 
 PyObject* g_unsupported_error = nullptr;
 
+// DLPack's code of float8_e4m3fn (kDLFloat8_e4m3fn, DLPack 1.0; torch.float8_e4m3fn exports it):
+// by number, so that older nanobind headers without the name build too.
+constexpr std::uint8_t kDlpackFloat8E4m3fn = 10;
+
 // A DLPack dtype as numpy / torch name it: "int64", "float64", "complex64", "bool".
 std::string dlpack_dtype_name(const nb::dlpack::dtype& dtype) {
   using Code = nb::dlpack::dtype_code;
@@ -77,6 +82,7 @@ std::string dlpack_dtype_name(const nb::dlpack::dtype& dtype) {
     case Code::Bfloat: kind = "bfloat"; break;
     case Code::Complex: kind = "complex"; break;
     case Code::Bool: return "bool";
+    case static_cast<Code>(kDlpackFloat8E4m3fn): return "float8_e4m3fn";
     default: kind = fmt::format("dlpack-code-{}-", dtype.code);
   }
   std::string name = fmt::format("{}{}", kind, dtype.bits);
@@ -84,14 +90,21 @@ std::string dlpack_dtype_name(const nb::dlpack::dtype& dtype) {
   return name;
 }
 
-DType dtype_of(const nb::dlpack::dtype& dtype, const char* what) {
+// uint8_as_e4m3: the caller said dtype="e4m3" (numpy has no float8 type): uint8 arrays hold
+// e4m3 bytes.
+DType dtype_of(const nb::dlpack::dtype& dtype, const char* what, bool uint8_as_e4m3 = false) {
   if (dtype == nb::dtype<float>()) return DType::F32;
   if (dtype.bits == 16 && dtype.lanes == 1) {
     if (dtype.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float)) return DType::F16;
     if (dtype.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat)) return DType::BF16;
   }
-  throw Error(ErrorKind::Usage, fmt::format("{} has dtype {}; allowed: float32, float16, bfloat16", what,
-                                            dlpack_dtype_name(dtype)));
+  if (dtype.bits == 8 && dtype.lanes == 1) {
+    if (dtype.code == kDlpackFloat8E4m3fn) return DType::E4M3;
+    if (uint8_as_e4m3 && dtype.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt)) return DType::E4M3;
+  }
+  throw Error(ErrorKind::Usage,
+              fmt::format("{} has dtype {}; allowed: float32, float16, bfloat16, float8_e4m3fn{}", what,
+                          dlpack_dtype_name(dtype), uint8_as_e4m3 ? "" : " (or uint8 with dtype=\"e4m3\")"));
 }
 
 std::string device_name(const Device& device) {
@@ -113,13 +126,13 @@ Layout parse_layout(std::string_view layout) {
 // The view of a 4-D array: logical dims are always (batch, seq, heads, dim); BHSD arrays have
 // their seq and heads axes swapped in memory, so their strides are swapped into place.
 template <class A>
-TensorView view_of(const A& array, Layout layout, const char* what) {
+TensorView view_of(const A& array, Layout layout, const char* what, bool uint8_as_e4m3 = false) {
   if (array.ndim() != 4)
     throw Error(ErrorKind::Usage, fmt::format("{} has {} dims; attention takes 4-D arrays ({})", what, array.ndim(),
                                               layout == Layout::BSHD ? "batch, seq, heads, dim" : "batch, heads, seq, dim"));
   TensorView view;
   view.data = const_cast<void*>(static_cast<const void*>(array.data()));
-  view.dtype = dtype_of(array.dtype(), what);
+  view.dtype = dtype_of(array.dtype(), what, uint8_as_e4m3);
   view.device = device_of(array.device_type(), array.device_id(), what);
   const int seq_axis = layout == Layout::BSHD ? 1 : 2, head_axis = layout == Layout::BSHD ? 2 : 1;
   const int order[4] = {0, seq_axis, head_axis, 3};
@@ -135,17 +148,48 @@ struct Call {
   AttentionArgs args;
 };
 
+// How e4m3 inputs are given: `dtype` "" (the arrays' own dtypes) or "e4m3" (uint8 arrays hold
+// e4m3 bytes), and the per-tensor descales of q, k, v (real value = e4m3 × descale), required
+// for e4m3 inputs and refused for others.
+struct E4m3Inputs {
+  std::string dtype;
+  std::optional<std::vector<float>> descale;
+};
+
 Call make_call(const Array& q, const Array& k, const Array& v, bool causal, std::optional<float> scale,
-               std::string_view layout_name, int window_left, int window_right) {
+               std::string_view layout_name, int window_left, int window_right, const E4m3Inputs& e4m3 = {}) {
   Call call;
   const Layout layout = parse_layout(layout_name);
-  call.args.q = view_of(q, layout, "q");
-  call.args.k = view_of(k, layout, "k");
-  call.args.v = view_of(v, layout, "v");
-  const auto &qv = call.args.q, &kv = call.args.k, &vv = call.args.v;
+  ATTNSUITE_REQUIRE(e4m3.dtype.empty() || e4m3.dtype == "e4m3",
+                    fmt::format("dtype '{}' is not allowed: None (the arrays' own) or \"e4m3\" (uint8 arrays of "
+                                "e4m3 bytes)",
+                                e4m3.dtype));
+  const bool uint8_as_e4m3 = e4m3.dtype == "e4m3";
+  call.args.q = view_of(q, layout, "q", uint8_as_e4m3);
+  call.args.k = view_of(k, layout, "k", uint8_as_e4m3);
+  call.args.v = view_of(v, layout, "v", uint8_as_e4m3);
+  auto &qv = call.args.q, &kv = call.args.k, &vv = call.args.v;
   ATTNSUITE_REQUIRE(qv.dtype == kv.dtype && qv.dtype == vv.dtype,
                     fmt::format("q, k and v must have one dtype; got {}, {}, {}", to_string(qv.dtype),
                                 to_string(kv.dtype), to_string(vv.dtype)));
+  ATTNSUITE_REQUIRE(!uint8_as_e4m3 || qv.dtype == DType::E4M3,
+                    fmt::format("dtype=\"e4m3\" takes uint8 or float8_e4m3fn arrays; q is {}", to_string(qv.dtype)));
+  if (qv.dtype == DType::E4M3) {
+    ATTNSUITE_REQUIRE(e4m3.descale.has_value(),
+                      "e4m3 inputs need descale=(dq, dk, dv): the per-tensor factors of q, k, v (real value = e4m3 "
+                      "x descale)");
+    const std::vector<float>& d = *e4m3.descale;
+    ATTNSUITE_REQUIRE(d.size() == 3, fmt::format("descale has {} values; it must be 3: (dq, dk, dv)", d.size()));
+    for (float x : d)
+      ATTNSUITE_REQUIRE(std::isfinite(x) && x > 0.0f,
+                        fmt::format("descale {} is not allowed: each must be finite and > 0", x));
+    qv.descale = d[0];
+    kv.descale = d[1];
+    vv.descale = d[2];
+  } else {
+    ATTNSUITE_REQUIRE(!e4m3.descale.has_value(),
+                      fmt::format("descale is for e4m3 inputs; q, k, v are {}", to_string(qv.dtype)));
+  }
   ATTNSUITE_REQUIRE(qv.device == kv.device && qv.device == vv.device,
                     fmt::format("q, k and v must be on one device; got {}, {}, {}", device_name(qv.device),
                                 device_name(kv.device), device_name(vv.device)));
@@ -373,8 +417,8 @@ void copy_output(const AttentionProblem& p, const TensorView& from, const Tensor
   ATTNSUITE_CHECK(from.device.type == DeviceType::Cpu && to.device.type == DeviceType::Cpu, ErrorKind::Unsupported,
                   "a backend that returns its own output on the GPU cannot write into a caller's array; "
                   "run it through attnsuite.bench()");
-  const std::size_t row_bytes = static_cast<std::size_t>(p.dim_v()) * size_of(p.dtype);
-  const auto element = static_cast<std::int64_t>(size_of(p.dtype));
+  const std::size_t row_bytes = static_cast<std::size_t>(p.dim_v()) * size_of(p.output_dtype());
+  const auto element = static_cast<std::int64_t>(size_of(p.output_dtype()));
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t s = 0; s < p.seq_q; ++s)
       for (std::int64_t h = 0; h < p.heads_q; ++h)
@@ -402,12 +446,19 @@ PlanOptions python_plan_options(const Backend& backend, const std::string& kerne
 std::string forward(const std::string& backend_name, const Array& q, const Array& k, const Array& v, MutableArray& o,
                     std::optional<MutableArray>& lse, bool causal, std::optional<float> scale, const std::string& layout,
                     int window_left, int window_right, std::uintptr_t stream, const std::string& kernel_config,
-                    const std::map<std::string, std::string>& options) {
-  Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right);
+                    const std::map<std::string, std::string>& options, const std::string& dtype,
+                    const std::optional<std::vector<float>>& descale) {
+  Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right, {dtype, descale});
   const auto& p = call.problem;
   TensorView out = view_of(o, p.layout, "out");
-  ATTNSUITE_REQUIRE(out.dtype == p.dtype, fmt::format("out has dtype {}; it must be q's, {}", to_string(out.dtype),
-                                                      to_string(p.dtype)));
+  // e4m3 inputs give bf16 O; on the CPU a float32 out takes it widened (exactly): numpy has no
+  // bfloat16.
+  const bool widen = p.dtype == DType::E4M3 && out.dtype == DType::F32 && out.device.type == DeviceType::Cpu;
+  ATTNSUITE_REQUIRE(out.dtype == p.output_dtype() || widen,
+                    p.dtype == DType::E4M3
+                        ? fmt::format("out has dtype {}; e4m3 inputs give bfloat16 (float32 on the CPU)",
+                                      to_string(out.dtype))
+                        : fmt::format("out has dtype {}; it must be q's, {}", to_string(out.dtype), to_string(p.dtype)));
   ATTNSUITE_REQUIRE(out.device == call.args.q.device, fmt::format("out is on {}; it must be on q's device, {}",
                                                                   device_name(out.device),
                                                                   device_name(call.args.q.device)));
@@ -434,6 +485,15 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
   const Backend& backend = resolve(backend_name, call);
   const std::unique_ptr<KernelPlan> plan = backend.plan(p, python_plan_options(backend, kernel_config, options));
   const auto run_stream = reinterpret_cast<Stream>(stream);
+  // The bf16 O of a widened call, written into the caller's float32 out after the run.
+  std::unique_ptr<HostBuffer> bf16_out;
+  const TensorView caller_out = out;
+  if (widen) {
+    bf16_out = std::make_unique<HostBuffer>(static_cast<std::size_t>(out.numel()) * size_of(DType::BF16));
+    out.data = bf16_out->data();
+    out.dtype = DType::BF16;
+    out.strides = TensorView::dense_strides(out.shape, Layout::BSHD);
+  }
   if (plan->produces_own_output()) {
     ATTNSUITE_REQUIRE(lse_view.empty(), fmt::format("backend '{}' computes no log-sum-exp", backend.name()));
     const RunReport report = plan->forward(call.args, run_stream);
@@ -467,6 +527,14 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
       plan->forward(call.args, run_stream);
 #endif
     }
+  }
+  if (widen) {
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      for (std::int64_t s = 0; s < p.seq_q; ++s)
+        for (std::int64_t h = 0; h < p.heads_q; ++h)
+          convert_to_float(static_cast<const std::uint16_t*>(out.data) + out.offset(b, s, h, 0), DType::BF16,
+                           static_cast<float*>(caller_out.data) + caller_out.offset(b, s, h, 0),
+                           static_cast<std::size_t>(p.dim_v()));
   }
   return std::string(backend.name());
 }
@@ -596,8 +664,9 @@ double time_forward(const std::string& backend_name, const Array& q, const Array
 }
 
 std::string resolve_name(const std::string& backend_name, const Array& q, const Array& k, const Array& v, bool causal,
-                         std::optional<float> scale, const std::string& layout, int window_left, int window_right) {
-  const Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right);
+                         std::optional<float> scale, const std::string& layout, int window_left, int window_right,
+                         const std::string& dtype, const std::optional<std::vector<float>>& descale) {
+  const Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right, {dtype, descale});
   nb::gil_scoped_release release;  // always before taking the mutex: a sweep holding it takes the GIL
   std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
   return std::string(resolve(backend_name, call).name());
@@ -605,8 +674,9 @@ std::string resolve_name(const std::string& backend_name, const Array& q, const 
 
 // What "auto" (or a named backend) picks for these arrays, and why: {backend, source, tried}.
 nb::dict auto_choice(const std::string& backend_name, const Array& q, const Array& k, const Array& v, bool causal,
-                     std::optional<float> scale, const std::string& layout, int window_left, int window_right) {
-  const Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right);
+                     std::optional<float> scale, const std::string& layout, int window_left, int window_right,
+                     const std::string& dtype, const std::optional<std::vector<float>>& descale) {
+  const Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right, {dtype, descale});
   Choice choice;
   std::string shape_class;
   {
@@ -860,12 +930,14 @@ nb::list plot(const std::string& results_path, const std::string& out_dir, const
 // frameworks whose arrays cannot be written (jax), and for CUDA outputs without a framework.
 nb::ndarray<nb::array_api> empty(const std::vector<std::size_t>& shape, const std::string& dtype_name, int device_type, int device_id) {
   const auto dtype = parse_dtype(dtype_name);
-  ATTNSUITE_REQUIRE(dtype.has_value(), fmt::format("dtype '{}' is not allowed: fp32, fp16, bf16", dtype_name));
+  ATTNSUITE_REQUIRE(dtype.has_value(), fmt::format("dtype '{}' is not allowed: {}", dtype_name, kDTypeNames));
   std::size_t count = 1;
   for (auto extent : shape) count *= extent;
   const std::size_t bytes = std::max<std::size_t>(count * size_of(*dtype), 1);
   nb::dlpack::dtype dl{};
-  dl.code = static_cast<std::uint8_t>(*dtype == DType::BF16 ? nb::dlpack::dtype_code::Bfloat : nb::dlpack::dtype_code::Float);
+  dl.code = *dtype == DType::E4M3 ? kDlpackFloat8E4m3fn
+                                  : static_cast<std::uint8_t>(*dtype == DType::BF16 ? nb::dlpack::dtype_code::Bfloat
+                                                                                     : nb::dlpack::dtype_code::Float);
   dl.bits = static_cast<std::uint8_t>(size_of(*dtype) * 8);
   dl.lanes = 1;
   void* data = nullptr;
@@ -1043,8 +1115,9 @@ NB_MODULE(_core, m) {
 
   m.def("forward", &forward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "causal"_a, "scale"_a.none(),
         "layout"_a, "window_left"_a, "window_right"_a, "stream"_a, "kernel_config"_a = std::string(),
-        "options"_a = std::map<std::string, std::string>(),
-        "Runs one attention forward into `out` (and `lse`); returns the backend's name.");
+        "options"_a = std::map<std::string, std::string>(), "dtype"_a = std::string(), "descale"_a.none() = nb::none(),
+        "Runs one attention forward into `out` (and `lse`); returns the backend's name. dtype \"e4m3\": uint8 "
+        "arrays hold e4m3 bytes; descale: (dq, dk, dv) of e4m3 inputs.");
   m.def("backward", &backward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "grad_out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
         "causal"_a, "scale"_a.none(), "layout"_a, "window_left"_a, "window_right"_a, "deterministic"_a, "stream"_a,
         "kernel_config"_a = std::string(), "options"_a = std::map<std::string, std::string>(),
@@ -1054,11 +1127,13 @@ NB_MODULE(_core, m) {
         "options"_a = std::map<std::string, std::string>(),
         "(the backend's name, None) when it has a backward for these arrays, else (name, the reason).");
   m.def("resolve", &resolve_name, "backend"_a, "q"_a, "k"_a, "v"_a, "causal"_a, "scale"_a.none(), "layout"_a,
-        "window_left"_a, "window_right"_a, "The backend `backend` (or 'auto') would run for these arrays.");
+        "window_left"_a, "window_right"_a, "dtype"_a = std::string(), "descale"_a.none() = nb::none(),
+        "The backend `backend` (or 'auto') would run for these arrays.");
   m.def("time_forward", &time_forward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "causal"_a, "layout"_a, "reps"_a,
         "Seconds per backend.forward() call timed in C++ (the baseline of the binding overhead).");
   m.def("auto_choice", &auto_choice, "backend"_a, "q"_a, "k"_a, "v"_a, "causal"_a, "scale"_a.none(), "layout"_a,
-        "window_left"_a, "window_right"_a, "The backend chosen, where the choice came from, and what was passed over.");
+        "window_left"_a, "window_right"_a, "dtype"_a = std::string(), "descale"_a.none() = nb::none(),
+        "The backend chosen, where the choice came from, and what was passed over.");
   m.def("set_backend_cache", &set_backend_cache, "path"_a.none(),
         "The backend cache 'auto' reads: a path; None: the default; '': none.");
   m.def("backend_cache_path", &backend_cache_path);
