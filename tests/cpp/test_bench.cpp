@@ -205,7 +205,7 @@ TEST(Plan, BadSuitesGiveOneClearError) {
   EXPECT_NE(error_of(R"({"backends": "a", "batch": ["x"]})").find("must be an integer"), std::string::npos);
   EXPECT_NE(error_of(R"({"backends": "a", "batch": [1e300]})").find("must be an integer"), std::string::npos);
   EXPECT_NE(error_of(R"({"backends": "a", "seq": 99999999999})").find("out of range"), std::string::npos);
-  EXPECT_NE(error_of(R"({"backends": "a", "dtype": "fp8"})").find("allowed: fp32, fp16, bf16"), std::string::npos);
+  EXPECT_NE(error_of(R"({"backends": "a", "dtype": "fp4"})").find("allowed: fp32, fp16, bf16, e4m3"), std::string::npos);
   EXPECT_NE(error_of(R"({"backends": "a", "model": "gpt-9"})").find("unknown model 'gpt-9'"), std::string::npos);
   EXPECT_NE(error_of(R"({"backends": "a", "generator": "zeros"})").find("unknown input generator"), std::string::npos);
   EXPECT_NE(error_of(R"({"dtype": "fp16"})").find("'backends' is missing"), std::string::npos);
