@@ -225,7 +225,7 @@ int run_sparse_tune(const TuneFlags& f) {
   problem.dtype = DType::BF16;
   if (!f.dtypes.empty()) {
     const auto dtype = parse_dtype(f.dtypes.front());
-    if (!dtype) throw Error(ErrorKind::Usage, fmt::format("--dtype '{}' is not a dtype; allowed: {}", f.dtypes.front(), kDTypeNames));
+    if (!dtype) throw Error(ErrorKind::Usage, fmt::format("--dtype '{}' is not a dtype; allowed: {}", f.dtypes.front(), kAllowedDTypes));
     problem.dtype = *dtype;
   }
   if (!f.causal.empty()) {

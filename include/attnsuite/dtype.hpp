@@ -18,7 +18,7 @@ std::string_view to_string(DType dtype);  // "fp32", "fp16", "bf16", "e4m3"
 // "fp32"|"float32"|"f32", "fp16"|"float16"|"f16"|"half", "bf16"|"bfloat16", "e4m3"|"fp8"|"float8_e4m3fn"
 std::optional<DType> parse_dtype(std::string_view name);
 // The names parse_dtype takes, for error messages: "fp32, fp16, bf16, e4m3".
-inline constexpr std::string_view kDTypeNames = "fp32, fp16, bf16, e4m3";
+inline constexpr std::string_view kAllowedDTypes = "fp32, fp16, bf16, e4m3";
 
 constexpr std::size_t size_of(DType dtype) {
   return dtype == DType::F32 ? 4 : dtype == DType::E4M3 ? 1 : 2;

@@ -930,7 +930,7 @@ nb::list plot(const std::string& results_path, const std::string& out_dir, const
 // frameworks whose arrays cannot be written (jax), and for CUDA outputs without a framework.
 nb::ndarray<nb::array_api> empty(const std::vector<std::size_t>& shape, const std::string& dtype_name, int device_type, int device_id) {
   const auto dtype = parse_dtype(dtype_name);
-  ATTNSUITE_REQUIRE(dtype.has_value(), fmt::format("dtype '{}' is not allowed: {}", dtype_name, kDTypeNames));
+  ATTNSUITE_REQUIRE(dtype.has_value(), fmt::format("dtype '{}' is not allowed: {}", dtype_name, kAllowedDTypes));
   std::size_t count = 1;
   for (auto extent : shape) count *= extent;
   const std::size_t bytes = std::max<std::size_t>(count * size_of(*dtype), 1);

@@ -264,7 +264,7 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
     spec.dtypes.clear();
     for (const auto& name : string_list(suite["dtype"], source, "dtype")) {
       const auto dtype = parse_dtype(name);
-      if (!dtype) bad(source, "dtype", fmt::format("= '{}' is not a dtype; allowed: {}", name, kDTypeNames));
+      if (!dtype) bad(source, "dtype", fmt::format("= '{}' is not a dtype; allowed: {}", name, kAllowedDTypes));
       spec.dtypes.push_back(*dtype);
     }
   }
