@@ -32,15 +32,12 @@ Support supports_hopper(std::string_view backend) {
 
 namespace {
 
-class Flash3Backend final : public Backend {
+class Flash3Backend final : public IdentifiedBackend {
  public:
-  std::string_view name() const override { return "flash3"; }
-  std::string_view display_name() const override { return "flash3 (attnsuite FlashAttention-3-class Hopper kernel)"; }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    return "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
-           "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA)";
-  }
+  Flash3Backend()
+      : IdentifiedBackend({"flash3", "flash3 (attnsuite FlashAttention-3-class Hopper kernel)", {DeviceType::Cuda, 0},
+                           "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
+                           "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA)"}) {}
 
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);

@@ -26,17 +26,15 @@ flash3::Params make_params(const AttentionProblem& problem, const AttentionArgs&
   return params;
 }
 
-class Flash3Fp8Backend final : public Backend {
+class Flash3Fp8Backend final : public IdentifiedBackend {
  public:
-  std::string_view name() const override { return "flash3-fp8"; }
-  std::string_view display_name() const override {
-    return "flash3-fp8 (flash3 with e4m3 Q/K/V: bf16 in, per-tensor e4m3 quantization pre-pass timed, bf16 out)";
-  }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    return "bf16 in/out (quantized to e4m3 per tensor inside forward, pre-pass timed), head dim 64/128, causal, "
-           "sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only";
-  }
+  Flash3Fp8Backend()
+      : IdentifiedBackend(
+            {"flash3-fp8",
+             "flash3-fp8 (flash3 with e4m3 Q/K/V: bf16 in, per-tensor e4m3 quantization pre-pass timed, bf16 out)",
+             {DeviceType::Cuda, 0},
+             "bf16 in/out (quantized to e4m3 per tensor inside forward, pre-pass timed), head dim 64/128, causal, "
+             "sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only"}) {}
 
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);

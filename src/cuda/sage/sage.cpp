@@ -80,24 +80,23 @@ bool rows_aligned(const TensorView& view) {
          view.strides[1] % kElementsPer16Bytes == 0 && view.strides[2] % kElementsPer16Bytes == 0;
 }
 
-class SageBackend final : public Backend {
- public:
-  explicit SageBackend(Mode mode) : mode_(mode) {}
+BackendIdentity identity(Mode mode) {
+  if (mode == Mode::Sage) {
+    return {"sage", "sage (attnsuite INT8 QK, fp16/bf16 PV)", {DeviceType::Cuda, 0},
+            "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
+            "INT8 Q·Kᵀ (smoothed K), 16-bit P·V; sm80+ (mma.sync), sm_90a wgmma kernel config; "
+            "quantization included in forward"};
+  }
+  return {"sage2", "sage2 (attnsuite INT8 QK, FP8 PV)", {DeviceType::Cuda, 0},
+          "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
+          "INT8 Q·Kᵀ (smoothed K), FP8 e4m3 P·V; sm89+ (mma.sync e4m3), sm_90a wgmma kernel config; "
+          "quantization included in forward"};
+}
 
-  std::string_view name() const override { return mode_ == Mode::Sage ? "sage" : "sage2"; }
-  std::string_view display_name() const override {
-    return mode_ == Mode::Sage ? "sage (attnsuite INT8 QK, fp16/bf16 PV)" : "sage2 (attnsuite INT8 QK, FP8 PV)";
-  }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    return mode_ == Mode::Sage
-               ? "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
-                 "INT8 Q·Kᵀ (smoothed K), 16-bit P·V; sm80+ (mma.sync), sm_90a wgmma kernel config; "
-                 "quantization included in forward"
-               : "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
-                 "INT8 Q·Kᵀ (smoothed K), FP8 e4m3 P·V; sm89+ (mma.sync e4m3), sm_90a wgmma kernel config; "
-                 "quantization included in forward";
-  }
+class SageBackend final : public IdentifiedBackend {
+ public:
+  explicit SageBackend(Mode mode) : IdentifiedBackend(identity(mode)), mode_(mode) {}
+
 
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);

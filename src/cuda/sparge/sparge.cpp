@@ -375,38 +375,31 @@ class SparsePlan final : public KernelPlan {
   unsigned long long* counters_ = nullptr;
 };
 
-class SparseCudaBackend final : public Backend {
+BackendIdentity identity(Kind kind) {
+  switch (kind) {
+    case Kind::Sparge:
+      return {"sparge", "sparge (predicted block-sparse attention on flash3 / flash2)", {DeviceType::Cuda, 0},
+              "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; flash3 kernel on sm_90 "
+              "(128x128 blocks), flash2 on sm80+ (kernel config flash2)"};
+    case Kind::BlockSparse:
+      return {"block-sparse", "block-sparse (flash3 / flash2 with a given block mask)", {DeviceType::Cuda, 0},
+              "fp16/bf16, head dim 64/128, causal, window, GQA; --block-mask SPEC; flash3 kernel on sm_90, flash2 "
+              "on sm80+"};
+    case Kind::SpargeSage:
+      break;
+  }
+  return {"sparge-sage", "sparge-sage (predicted block-sparse attention on sage2)", {DeviceType::Cuda, 0},
+          "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; sage2's INT8/FP8 wgmma "
+          "kernel (128x128 blocks), sm_90a only; quantization included"};
+}
+
+class SparseCudaBackend final : public IdentifiedBackend {
  public:
-  explicit SparseCudaBackend(Kind kind) : kind_(kind), predicted_(kind != Kind::BlockSparse) {
+  explicit SparseCudaBackend(Kind kind)
+      : IdentifiedBackend(identity(kind)), kind_(kind), predicted_(kind != Kind::BlockSparse) {
     if (kind == Kind::SpargeSage) sage2_ = sage::make_sage2_block_sparse();
   }
 
-  std::string_view name() const override {
-    return kind_ == Kind::Sparge ? "sparge" : kind_ == Kind::BlockSparse ? "block-sparse" : "sparge-sage";
-  }
-  std::string_view display_name() const override {
-    switch (kind_) {
-      case Kind::Sparge: return "sparge (predicted block-sparse attention on flash3 / flash2)";
-      case Kind::BlockSparse: return "block-sparse (flash3 / flash2 with a given block mask)";
-      case Kind::SpargeSage: return "sparge-sage (predicted block-sparse attention on sage2)";
-    }
-    return "";
-  }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    switch (kind_) {
-      case Kind::Sparge:
-        return "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; flash3 kernel on sm_90 "
-               "(128x128 blocks), flash2 on sm80+ (kernel config flash2)";
-      case Kind::BlockSparse:
-        return "fp16/bf16, head dim 64/128, causal, window, GQA; --block-mask SPEC; flash3 kernel on sm_90, flash2 "
-               "on sm80+";
-      case Kind::SpargeSage:
-        return "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; sage2's INT8/FP8 wgmma "
-               "kernel (128x128 blocks), sm_90a only; quantization included";
-    }
-    return "";
-  }
   std::vector<std::string> option_keys() const override { return sparse::SparseOptions::keys(predicted_); }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)sparse::SparseOptions::parse(options, predicted_);
