@@ -30,30 +30,37 @@ Support supports_hopper(std::string_view backend) {
   return Support::yes();
 }
 
+std::vector<std::string> Flash3FamilyBackend::kernel_configs(const AttentionProblem& problem) const {
+  return schedule_.names(problem);
+}
+
+KernelConfigKey Flash3FamilyBackend::kernel_config_key(const AttentionProblem& problem,
+                                                       const PlanOptions& options) const {
+  return cuda::kernel_config_key(plan_device(options), std::string(name()), problem);
+}
+
+Support Flash3FamilyBackend::supports_kernel(const AttentionProblem& problem, std::span<const int> head_dims) const {
+  Support support = supports_shape(name(), problem, head_dims);
+  if (!support) return support;
+  support = supports_device(name());
+  if (!support) return support;
+  return supports_hopper(name());
+}
+
 namespace {
 
-class Flash3Backend final : public IdentifiedBackend {
+class Flash3Backend final : public Flash3FamilyBackend {
  public:
   Flash3Backend()
-      : IdentifiedBackend({"flash3", "flash3 (attnsuite FlashAttention-3-class Hopper kernel)", {DeviceType::Cuda, 0},
-                           "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
-                           "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA)"}) {}
+      : Flash3FamilyBackend({"flash3", "flash3 (attnsuite FlashAttention-3-class Hopper kernel)", {DeviceType::Cuda, 0},
+                             "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
+                             "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA)"},
+                            /*with_tile_configs=*/true) {}
 
   Support supports(const AttentionProblem& problem) const override {
-    Support support = supports_problem_common(name(), problem);
+    const Support support = supports_problem_common(name(), problem);
     if (!support) return support;
-    support = supports_shape(name(), problem, flash3::kSupportedHeadDims);
-    if (!support) return support;
-    support = supports_device(name());
-    if (!support) return support;
-    return supports_hopper(name());
-  }
-
-  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
-    return schedule_.names(problem);
-  }
-  KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions& options) const override {
-    return cuda::kernel_config_key(plan_device(options), std::string(name()), problem);
+    return supports_kernel(problem, flash3::kSupportedHeadDims);
   }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
@@ -101,7 +108,6 @@ class Flash3Backend final : public IdentifiedBackend {
     }
   }
 
-  Flash3Schedule schedule_{/*with_tile_configs=*/true};
 };
 
 }  // namespace

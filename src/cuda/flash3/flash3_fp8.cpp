@@ -26,15 +26,16 @@ flash3::Params make_params(const AttentionProblem& problem, const AttentionArgs&
   return params;
 }
 
-class Flash3Fp8Backend final : public IdentifiedBackend {
+class Flash3Fp8Backend final : public Flash3FamilyBackend {
  public:
   Flash3Fp8Backend()
-      : IdentifiedBackend(
+      : Flash3FamilyBackend(
             {"flash3-fp8",
              "flash3-fp8 (flash3 with e4m3 Q/K/V: bf16 in, per-tensor e4m3 quantization pre-pass timed, bf16 out)",
              {DeviceType::Cuda, 0},
              "bf16 in/out (quantized to e4m3 per tensor inside forward, pre-pass timed), head dim 64/128, causal, "
-             "sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only"}) {}
+             "sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only"},
+            /*with_tile_configs=*/false) {}
 
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);
@@ -44,18 +45,7 @@ class Flash3Fp8Backend final : public IdentifiedBackend {
           fmt::format("dtype {} not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend)",
                       to_string(problem.dtype)));
     }
-    support = supports_shape(name(), problem, flash3::kFp8HeadDims);
-    if (!support) return support;
-    support = supports_device(name());
-    if (!support) return support;
-    return supports_hopper(name());
-  }
-
-  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
-    return schedule_.names(problem);
-  }
-  KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions& options) const override {
-    return cuda::kernel_config_key(plan_device(options), std::string(name()), problem);
+    return supports_kernel(problem, flash3::kFp8HeadDims);
   }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
@@ -107,7 +97,6 @@ class Flash3Fp8Backend final : public IdentifiedBackend {
     flash3::launch_forward_fp8(params, args.workspace, stream);
   }
 
-  Flash3Schedule schedule_;
 };
 
 }  // namespace
