@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "attnsuite/error.hpp"
+#include "core/enum_names.hpp"
 
 namespace attnsuite::bench {
 
@@ -193,21 +194,14 @@ bool read_bool(const nlohmann::json& value, std::string_view what, std::string_v
 
 }  // namespace
 
-std::string_view to_string(CaseStatus status) {
-  switch (status) {
-    case CaseStatus::Ok: return "ok";
-    case CaseStatus::Skipped: return "skipped";
-    case CaseStatus::Failed: return "failed";
-  }
-  return "unknown";
-}
+namespace {
+constexpr EnumName<CaseStatus> kCaseStatusNames[] = {
+    {CaseStatus::Ok, "ok"}, {CaseStatus::Skipped, "skipped"}, {CaseStatus::Failed, "failed"}};
+}  // namespace
 
-std::optional<CaseStatus> parse_case_status(std::string_view text) {
-  if (text == "ok") return CaseStatus::Ok;
-  if (text == "skipped") return CaseStatus::Skipped;
-  if (text == "failed") return CaseStatus::Failed;
-  return std::nullopt;
-}
+std::string_view to_string(CaseStatus status) { return name_of(kCaseStatusNames, status, "unknown"); }
+
+std::optional<CaseStatus> parse_case_status(std::string_view text) { return value_of(kCaseStatusNames, text); }
 
 std::string ResultRow::shape_key() const {
   return fmt::format("{} {} B{} H{}/{} N{}/{} D{} causal={} window={},{} gen={} seed={}", dtype,
