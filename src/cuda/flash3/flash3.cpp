@@ -47,6 +47,19 @@ Support Flash3FamilyBackend::supports_kernel(const AttentionProblem& problem, st
   return supports_hopper(name());
 }
 
+void Flash3FamilyBackend::check_16_byte_layout(const AttentionArgs& args, std::string_view read_how) const {
+  const char* names[4] = {"q", "k", "v", "o"};
+  const TensorView* views[4] = {&args.q, &args.k, &args.v, &args.o};
+  for (int i = 0; i < 4; ++i) {
+    const std::string problem_text =
+        flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2]);
+    if (!problem_text.empty()) {
+      throw Error(ErrorKind::Unsupported,
+                  fmt::format("{}: {} cannot be {}: {}", name(), names[i], read_how, problem_text));
+    }
+  }
+}
+
 namespace {
 
 class Flash3Backend final : public Flash3FamilyBackend {
@@ -78,16 +91,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
     check_cuda_args(name(), problem, args);
     // Q, K, V are read by TMA, whose descriptors need 16-byte aligned bases and strides; O is
     // held to the same rule (its rows are written in 16-byte-aligned pieces by the no-key path).
-    const char* names[4] = {"q", "k", "v", "o"};
-    const TensorView* views[4] = {&args.q, &args.k, &args.v, &args.o};
-    for (int i = 0; i < 4; ++i) {
-      const std::string problem_text =
-          flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2]);
-      if (!problem_text.empty()) {
-        throw Error(ErrorKind::Unsupported,
-                    fmt::format("flash3: {} cannot be read by TMA: {}", names[i], problem_text));
-      }
-    }
+    check_16_byte_layout(args, "read by TMA");
 
     flash3::Params params;
     fill_attention_params(params, problem, args);

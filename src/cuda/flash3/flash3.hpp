@@ -59,6 +59,9 @@ class Flash3FamilyBackend : public IdentifiedBackend {
  protected:
   // The head dim one of `head_dims` (supports_shape), a CUDA device, sm_90.
   Support supports_kernel(const AttentionProblem& problem, std::span<const int> head_dims) const;
+  // Throws Error(Unsupported) "<name>: <q|k|v|o> cannot be <read_how>: <why>" unless each of Q,
+  // K, V, O has a 16-byte aligned base and strides (flash3::tma_layout_problem).
+  void check_16_byte_layout(const AttentionArgs& args, std::string_view read_how) const;
 
  private:
   Flash3Schedule schedule_;

@@ -77,16 +77,7 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     check_cuda_args(name(), problem, args);
     // The pre-pass reads Q, K, V in 16-byte pieces and the no-key path writes O so: the same
     // base/stride rule as flash3's TMA reads.
-    const char* names[4] = {"q", "k", "v", "o"};
-    const TensorView* views[4] = {&args.q, &args.k, &args.v, &args.o};
-    for (int i = 0; i < 4; ++i) {
-      const std::string problem_text =
-          flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2]);
-      if (!problem_text.empty()) {
-        throw Error(ErrorKind::Unsupported,
-                    fmt::format("flash3-fp8: {} cannot be read in 16-byte pieces: {}", names[i], problem_text));
-      }
-    }
+    check_16_byte_layout(args, "read in 16-byte pieces");
     if (args.workspace == nullptr) {
       throw Error(ErrorKind::Usage,
                   fmt::format("flash3-fp8: needs a workspace of {} bytes (the plan's workspace_bytes()), got none",
