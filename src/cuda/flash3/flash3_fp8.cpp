@@ -26,17 +26,16 @@ flash3::Params make_params(const AttentionProblem& problem, const AttentionArgs&
   return params;
 }
 
-class Flash3Fp8Backend final : public Backend {
+class Flash3Fp8Backend final : public Flash3FamilyBackend {
  public:
-  std::string_view name() const override { return "flash3-fp8"; }
-  std::string_view display_name() const override {
-    return "flash3-fp8 (flash3 with e4m3 Q/K/V: bf16 in, per-tensor e4m3 quantization pre-pass timed, bf16 out)";
-  }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    return "bf16 in/out (quantized to e4m3 per tensor inside forward, pre-pass timed), head dim 64/128, causal, "
-           "sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only";
-  }
+  Flash3Fp8Backend()
+      : Flash3FamilyBackend(
+            {"flash3-fp8",
+             "flash3-fp8 (flash3 with e4m3 Q/K/V: bf16 in, per-tensor e4m3 quantization pre-pass timed, bf16 out)",
+             {DeviceType::Cuda, 0},
+             "bf16 in/out (quantized to e4m3 per tensor inside forward, pre-pass timed), head dim 64/128, causal, "
+             "sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only"},
+            /*with_tile_configs=*/false) {}
 
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);
@@ -46,18 +45,7 @@ class Flash3Fp8Backend final : public Backend {
           fmt::format("dtype {} not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend)",
                       to_string(problem.dtype)));
     }
-    support = supports_shape(name(), problem, flash3::kFp8HeadDims);
-    if (!support) return support;
-    support = supports_device(name());
-    if (!support) return support;
-    return supports_hopper(name());
-  }
-
-  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
-    return schedule_.names(problem);
-  }
-  KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions& options) const override {
-    return cuda::kernel_config_key(plan_device(options), std::string(name()), problem);
+    return supports_kernel(problem, flash3::kFp8HeadDims);
   }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
@@ -89,16 +77,7 @@ class Flash3Fp8Backend final : public Backend {
     check_cuda_args(name(), problem, args);
     // The pre-pass reads Q, K, V in 16-byte pieces and the no-key path writes O so: the same
     // base/stride rule as flash3's TMA reads.
-    const char* names[4] = {"q", "k", "v", "o"};
-    const TensorView* views[4] = {&args.q, &args.k, &args.v, &args.o};
-    for (int i = 0; i < 4; ++i) {
-      const std::string problem_text =
-          flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2]);
-      if (!problem_text.empty()) {
-        throw Error(ErrorKind::Unsupported,
-                    fmt::format("flash3-fp8: {} cannot be read in 16-byte pieces: {}", names[i], problem_text));
-      }
-    }
+    check_16_byte_layout(args, "read in 16-byte pieces");
     if (args.workspace == nullptr) {
       throw Error(ErrorKind::Usage,
                   fmt::format("flash3-fp8: needs a workspace of {} bytes (the plan's workspace_bytes()), got none",
@@ -109,7 +88,6 @@ class Flash3Fp8Backend final : public Backend {
     flash3::launch_forward_fp8(params, args.workspace, stream);
   }
 
-  Flash3Schedule schedule_;
 };
 
 }  // namespace
