@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "attnsuite/problem.hpp"
@@ -166,6 +167,30 @@ class Backend {
   // plan(problem, options)->forward(args, stream): one call, for callers that run a problem once.
   RunReport forward(const AttentionProblem& problem, const AttentionArgs& args, Stream stream,
                     const PlanOptions& options = {}) const;
+};
+
+// What a backend says about itself (`attnsuite list`, result rows), fixed when it is made.
+struct BackendIdentity {
+  std::string name;
+  std::string display_name;
+  Device device;
+  std::string capabilities;
+  std::string peer_of = {};
+};
+
+// A backend whose identity is fixed when it is made, as most are: one BackendIdentity answers
+// name(), display_name(), device(), capabilities() and peer_of().
+class IdentifiedBackend : public Backend {
+ public:
+  explicit IdentifiedBackend(BackendIdentity identity) : identity_(std::move(identity)) {}
+  std::string_view name() const final { return identity_.name; }
+  std::string_view display_name() const final { return identity_.display_name; }
+  std::string_view peer_of() const final { return identity_.peer_of; }
+  Device device() const final { return identity_.device; }
+  std::string capabilities() const final { return identity_.capabilities; }
+
+ private:
+  BackendIdentity identity_;
 };
 
 // The kernel configuration a plan of `backend` runs: options.kernel_config when set (Error(Usage)

@@ -17,6 +17,7 @@
 #include "core/json_limits.hpp"
 #include "core/presets.hpp"
 #include "core/atomic_file.hpp"
+#include "core/enum_names.hpp"
 
 namespace attnsuite::bench {
 
@@ -219,20 +220,14 @@ Json merge_suite(Json base, const Json& overrides) {
   return base;
 }
 
-std::string_view to_string(Pass pass) {
-  switch (pass) {
-    case Pass::Forward: return "fwd";
-    case Pass::Backward: return "bwd";
-    case Pass::ForwardBackward: return "fwd+bwd";
-  }
-  return "fwd";
-}
+namespace {
+constexpr EnumName<Pass> kPassNames[] = {
+    {Pass::Forward, "fwd"}, {Pass::Backward, "bwd"}, {Pass::ForwardBackward, "fwd+bwd"}};
+}  // namespace
 
-std::optional<Pass> parse_pass(std::string_view text) {
-  for (Pass pass : {Pass::Forward, Pass::Backward, Pass::ForwardBackward})
-    if (text == to_string(pass)) return pass;
-  return std::nullopt;
-}
+std::string_view to_string(Pass pass) { return name_of(kPassNames, pass, "fwd"); }
+
+std::optional<Pass> parse_pass(std::string_view text) { return value_of(kPassNames, text); }
 
 double flops_factor(Pass pass) {
   return pass == Pass::Forward ? 1.0 : pass == Pass::Backward ? 2.5 : 3.5;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/enum_names.hpp"
+
 namespace attnsuite::bench {
 
 Roof roof_for(const DeviceCeilings& c, std::string_view device, std::string_view dtype) {
@@ -32,14 +34,13 @@ Roof roof_for(const DeviceCeilings& c, std::string_view device, std::string_view
   return roof;
 }
 
-std::string_view to_string(Bottleneck bottleneck) {
-  switch (bottleneck) {
-    case Bottleneck::Compute: return "compute-bound";
-    case Bottleneck::Memory: return "memory-bound";
-    case Bottleneck::Latency: return "latency-bound";
-  }
-  return "unknown";
-}
+namespace {
+constexpr EnumName<Bottleneck> kBottleneckNames[] = {{Bottleneck::Compute, "compute-bound"},
+                                                     {Bottleneck::Memory, "memory-bound"},
+                                                     {Bottleneck::Latency, "latency-bound"}};
+}  // namespace
+
+std::string_view to_string(Bottleneck bottleneck) { return name_of(kBottleneckNames, bottleneck, "unknown"); }
 
 std::optional<Bottleneck> classify(double flops, double bytes, const Roof& roof) {
   if (!roof.complete() || !(flops >= 0) || !(bytes >= 0)) return std::nullopt;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "attnsuite/error.hpp"
+#include "core/enum_names.hpp"
 
 namespace attnsuite::bench {
 
@@ -139,6 +140,12 @@ std::string describe_json(const nlohmann::json& value) {
                                          expected, describe_json(got)));
 }
 
+// Error(Io) "<what>: expected a JSON object, got ..." unless value is one.
+void require_object(const nlohmann::json& value, std::string_view what) {
+  if (!value.is_object())
+    throw Error(ErrorKind::Io, fmt::format("{}: expected a JSON object, got {}", what, describe_json(value)));
+}
+
 std::string read_string(const nlohmann::json& value, std::string_view what, std::string_view name) {
   if (value.is_null()) return {};
   if (!value.is_string()) malformed(what, name, "a string", value);
@@ -193,21 +200,14 @@ bool read_bool(const nlohmann::json& value, std::string_view what, std::string_v
 
 }  // namespace
 
-std::string_view to_string(CaseStatus status) {
-  switch (status) {
-    case CaseStatus::Ok: return "ok";
-    case CaseStatus::Skipped: return "skipped";
-    case CaseStatus::Failed: return "failed";
-  }
-  return "unknown";
-}
+namespace {
+constexpr EnumName<CaseStatus> kCaseStatusNames[] = {
+    {CaseStatus::Ok, "ok"}, {CaseStatus::Skipped, "skipped"}, {CaseStatus::Failed, "failed"}};
+}  // namespace
 
-std::optional<CaseStatus> parse_case_status(std::string_view text) {
-  if (text == "ok") return CaseStatus::Ok;
-  if (text == "skipped") return CaseStatus::Skipped;
-  if (text == "failed") return CaseStatus::Failed;
-  return std::nullopt;
-}
+std::string_view to_string(CaseStatus status) { return name_of(kCaseStatusNames, status, "unknown"); }
+
+std::optional<CaseStatus> parse_case_status(std::string_view text) { return value_of(kCaseStatusNames, text); }
 
 std::string ResultRow::shape_key() const {
   return fmt::format("{} {} B{} H{}/{} N{}/{} D{} causal={} window={},{} gen={} seed={}", dtype,
@@ -251,10 +251,7 @@ nlohmann::ordered_json to_ordered_json(const ResultRow& row) {
 
 ResultRow row_from_json(const nlohmann::json& value) {
   constexpr std::string_view what = "result row";
-  if (!value.is_object()) {
-    throw Error(ErrorKind::Io,
-                fmt::format("{}: expected a JSON object, got {}", what, describe_json(value)));
-  }
+  require_object(value, what);
   for (const char* required : {"backend", "status"}) {
     if (!value.contains(required)) {
       throw Error(ErrorKind::Io, fmt::format("{}: field '{}' is missing", what, required));
@@ -315,10 +312,7 @@ nlohmann::json to_json(const DeviceCeilings& ceilings) {
 
 DeviceCeilings ceilings_from_json(const nlohmann::json& value) {
   constexpr std::string_view what = "run header ceilings";
-  if (!value.is_object()) {
-    throw Error(ErrorKind::Io,
-                fmt::format("{}: expected a JSON object, got {}", what, describe_json(value)));
-  }
+  require_object(value, what);
   DeviceCeilings ceilings;
   for (const auto& [name, member] : kCeilings) {
     const auto it = value.find(name);
@@ -348,10 +342,7 @@ nlohmann::json to_json(const RunHeader& header) {
 
 RunHeader header_from_json(const nlohmann::json& value) {
   constexpr std::string_view what = "run header";
-  if (!value.is_object()) {
-    throw Error(ErrorKind::Io,
-                fmt::format("{}: expected a JSON object, got {}", what, describe_json(value)));
-  }
+  require_object(value, what);
   RunHeader header;
   const auto text = [&](const char* name, std::string& out) {
     if (const auto it = value.find(name); it != value.end()) out = read_string(*it, what, name);

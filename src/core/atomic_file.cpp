@@ -20,11 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-[[noreturn]] void throw_io(std::string_view action, const fs::path& path, int error_number) {
-  throw Error(ErrorKind::Io, fmt::format("cannot {} '{}': {}", action, path.string(),
-                                         std::strerror(error_number)));
-}
-
 // Owns a temporary file until it is renamed into place; removes it otherwise.
 class TempFile {
  public:
@@ -64,18 +59,22 @@ class TempFile {
   int fd_ = -1;
 };
 
-void write_all(int fd, std::string_view content, const fs::path& target) {
+}  // namespace
+
+void throw_io(std::string_view action, const fs::path& path, int error_number) {
+  throw Error(ErrorKind::Io, fmt::format("cannot {} '{}': {}", action, path.string(), std::strerror(error_number)));
+}
+
+void write_all(int fd, std::string_view content, std::string_view action, const fs::path& path) {
   while (!content.empty()) {
     const ssize_t written = ::write(fd, content.data(), content.size());
     if (written < 0) {
       if (errno == EINTR) continue;
-      throw_io("write", target, errno);
+      throw_io(action, path, errno);
     }
     content.remove_prefix(static_cast<std::size_t>(written));
   }
 }
-
-}  // namespace
 
 void write_file_atomic(const fs::path& path, std::string_view content) {
   if (path.filename().empty()) {
@@ -86,7 +85,7 @@ void write_file_atomic(const fs::path& path, std::string_view content) {
   if (::stat(path.c_str(), &existing) == 0 && S_ISREG(existing.st_mode)) {
     ::fchmod(temp.fd(), existing.st_mode & 07777);  // best effort: keep the target's mode
   }
-  write_all(temp.fd(), content, path);
+  write_all(temp.fd(), content, "write", path);
   if (::fsync(temp.fd()) != 0) throw_io("write", path, errno);
   if (const int error = temp.close(); error != 0) throw_io("write", path, error);
   if (::rename(temp.path().c_str(), path.c_str()) != 0) throw_io("write", path, errno);

@@ -17,6 +17,13 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
 // not writable.
 void ensure_writable_directory(const std::filesystem::path& directory);
 
+// Error(Io) "cannot <action> '<path>': <strerror(error_number)>".
+[[noreturn]] void throw_io(std::string_view action, const std::filesystem::path& path, int error_number);
+
+// Writes all of content to fd, again after a short write or EINTR; Error(Io) as throw_io(action,
+// path, errno) otherwise.
+void write_all(int fd, std::string_view content, std::string_view action, const std::filesystem::path& path);
+
 // Reads a whole file; Error(Io) naming the path and the system's reason ("No such file...").
 std::string read_text_file(const std::filesystem::path& path);
 

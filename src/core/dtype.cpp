@@ -4,28 +4,29 @@
 #include <cmath>
 #include <limits>
 
+#include "core/enum_names.hpp"
+
 #if defined(__F16C__)
 #include <immintrin.h>
 #endif
 
 namespace attnsuite {
 
-std::string_view to_string(DType dtype) {
-  switch (dtype) {
-    case DType::F32: return "fp32";
-    case DType::F16: return "fp16";
-    case DType::BF16: return "bf16";
-    case DType::E4M3: return "e4m3";
-  }
-  return "?";
-}
+namespace {
+// The names to_string gives, then the other spellings parse_dtype takes.
+constexpr EnumName<DType> kDTypeNames[] = {{DType::F32, "fp32"}, {DType::F16, "fp16"}, {DType::BF16, "bf16"},
+                                           {DType::E4M3, "e4m3"}};
+constexpr EnumName<DType> kDTypeAliases[] = {{DType::F32, "float32"}, {DType::F32, "f32"},
+                                             {DType::F16, "float16"}, {DType::F16, "f16"},
+                                             {DType::F16, "half"},    {DType::BF16, "bfloat16"},
+                                             {DType::E4M3, "fp8"},    {DType::E4M3, "float8_e4m3fn"}};
+}  // namespace
+
+std::string_view to_string(DType dtype) { return name_of(kDTypeNames, dtype, "?"); }
 
 std::optional<DType> parse_dtype(std::string_view name) {
-  if (name == "fp32" || name == "float32" || name == "f32") return DType::F32;
-  if (name == "fp16" || name == "float16" || name == "f16" || name == "half") return DType::F16;
-  if (name == "bf16" || name == "bfloat16") return DType::BF16;
-  if (name == "e4m3" || name == "fp8" || name == "float8_e4m3fn") return DType::E4M3;
-  return std::nullopt;
+  if (const std::optional<DType> dtype = value_of(kDTypeNames, name)) return dtype;
+  return value_of(kDTypeAliases, name);
 }
 
 // IEEE binary16 with round-to-nearest-even, written out so it does not depend on compiler

@@ -6,24 +6,17 @@
 #include <string>
 
 #include "attnsuite/error.hpp"
+#include "core/enum_names.hpp"
 
 namespace attnsuite::cpu {
 
-std::string_view to_string(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::Avx2:
-      return "avx2";
-    case CpuIsa::Avx512:
-      return "avx512";
-  }
-  return "unknown";
-}
+namespace {
+constexpr EnumName<CpuIsa> kIsaNames[] = {{CpuIsa::Avx2, "avx2"}, {CpuIsa::Avx512, "avx512"}};
+}  // namespace
 
-std::optional<CpuIsa> parse_cpu_isa(std::string_view name) {
-  if (name == "avx2") return CpuIsa::Avx2;
-  if (name == "avx512") return CpuIsa::Avx512;
-  return std::nullopt;
-}
+std::string_view to_string(CpuIsa isa) { return name_of(kIsaNames, isa, "unknown"); }
+
+std::optional<CpuIsa> parse_cpu_isa(std::string_view name) { return value_of(kIsaNames, name); }
 
 // __builtin_cpu_supports also checks that the OS saves the registers (XCR0), so an AVX-512 CPU
 // under an OS or hypervisor that disables them reads as AVX2.

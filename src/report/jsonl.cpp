@@ -18,12 +18,6 @@ namespace attnsuite::report {
 
 namespace {
 
-[[noreturn]] void throw_io(std::string_view action, const std::filesystem::path& path,
-                           int error_number) {
-  throw Error(ErrorKind::Io, fmt::format("cannot {} '{}': {}", action, path.string(),
-                                         std::strerror(error_number)));
-}
-
 // Length of the file up to and including its last newline.
 off_t complete_lines_length(int fd, off_t size, const std::filesystem::path& path) {
   char chunk[4096];
@@ -104,15 +98,7 @@ void JsonlWriter::write_line(std::string line) {
                 fmt::format("cannot write '{}': writer was moved from", path_.string()));
   line.push_back('\n');
   // One write per line: with O_APPEND, a line is never interleaved with another writer's.
-  std::string_view rest = line;
-  while (!rest.empty()) {
-    const ssize_t written = ::write(fd_, rest.data(), rest.size());
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      throw_io("append to", path_, errno);
-    }
-    rest.remove_prefix(static_cast<std::size_t>(written));
-  }
+  write_all(fd_, line, "append to", path_);
   if (::fsync(fd_) != 0) throw_io("append to", path_, errno);
 }
 

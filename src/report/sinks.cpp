@@ -85,6 +85,20 @@ std::string cell(const std::optional<double>& value, Format format) {
   return value ? format(*value) : std::string(kMissing);
 }
 
+// Groups by shape in order of first appearance; rows keep their order within a group.
+std::vector<std::vector<const ResultRow*>> by_shape(const std::vector<ResultRow>& rows) {
+  std::vector<std::string> order;
+  std::unordered_map<std::string, std::vector<const ResultRow*>> groups;
+  for (const ResultRow& row : rows) {
+    auto [it, inserted] = groups.try_emplace(row.shape_key());
+    if (inserted) order.push_back(it->first);
+    it->second.push_back(&row);
+  }
+  std::vector<std::vector<const ResultRow*>> out;
+  for (const std::string& key : order) out.push_back(std::move(groups[key]));
+  return out;
+}
+
 std::string status_text(const ResultRow& row) {
   std::string text(bench::to_string(row.status));
   if (!row.reason.empty()) text += ": " + row.reason;
@@ -107,17 +121,8 @@ TextTable summary_table(const std::vector<ResultRow>& rows) {
                    {"cos", Align::Right},
                    {"status", Align::Left, 60}});
   table.set_collapse_repeats(0);
-
-  // Groups by shape, in order of first appearance; rows keep their order within a group.
-  std::vector<std::string> order;
-  std::unordered_map<std::string, std::vector<const ResultRow*>> groups;
-  for (const ResultRow& row : rows) {
-    auto [it, inserted] = groups.try_emplace(row.shape_key());
-    if (inserted) order.push_back(it->first);
-    it->second.push_back(&row);
-  }
-  for (const std::string& key : order) {
-    for (const ResultRow* row : groups[key]) {
+  for (const auto& group : by_shape(rows)) {
+    for (const ResultRow* row : group) {
       const std::string shape = shape_summary(*row);
       if (row->status != CaseStatus::Ok) {
         table.add_spanning_row({shape, backend_label(*row)}, status_text(*row));
@@ -134,22 +139,6 @@ TextTable summary_table(const std::vector<ResultRow>& rows) {
   }
   return table;
 }
-
-namespace {
-// Groups by shape in order of first appearance; rows keep their order within a group.
-std::vector<std::vector<const ResultRow*>> by_shape(const std::vector<ResultRow>& rows) {
-  std::vector<std::string> order;
-  std::unordered_map<std::string, std::vector<const ResultRow*>> groups;
-  for (const ResultRow& row : rows) {
-    auto [it, inserted] = groups.try_emplace(row.shape_key());
-    if (inserted) order.push_back(it->first);
-    it->second.push_back(&row);
-  }
-  std::vector<std::vector<const ResultRow*>> out;
-  for (const std::string& key : order) out.push_back(std::move(groups[key]));
-  return out;
-}
-}  // namespace
 
 bool has_profile(const std::vector<ResultRow>& rows) {
   return std::any_of(rows.begin(), rows.end(), [](const ResultRow& r) {

@@ -127,39 +127,60 @@ RunHeader make_run_header(const SweepSpec& spec, Registry& registry, std::vector
   return header;
 }
 
-// --- bench --gpus (issue 10) ---------------------------------------------------------------------
 namespace {
+
+// What the sweep does as each case starts and as its row comes back, serial or on --gpus: the
+// row is profiled, appended to the JSONL and kept, and the progress callback is told, with an
+// ETA from the pace since this was made.
+class Progress {
+ public:
+  Progress(const SweepOptions& options, report::JsonlWriter& writer, SweepOutcome& outcome, SweepProgress& progress,
+           std::size_t todo)
+      : options_(options), writer_(writer), outcome_(outcome), progress_(progress), todo_(todo) {}
+
+  void started(const Case* c) {
+    progress_.current = c;
+    progress_.finished = nullptr;
+    if (options_.on_progress) options_.on_progress(progress_);
+  }
+
+  void finished(ResultRow row) {
+    apply_profile(row, outcome_.header.ceilings);
+    writer_.append(row);
+    outcome_.rows.push_back(std::move(row));
+    ++ran_;
+    ++progress_.done;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    progress_.eta_seconds = elapsed / static_cast<double>(ran_) * static_cast<double>(todo_ - ran_);
+    progress_.current = nullptr;
+    progress_.finished = &outcome_.rows.back();
+    if (options_.on_progress) options_.on_progress(progress_);
+  }
+
+ private:
+  const SweepOptions& options_;
+  report::JsonlWriter& writer_;
+  SweepOutcome& outcome_;
+  SweepProgress& progress_;
+  const std::size_t todo_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::size_t ran_ = 0;
+};
+
+// --- bench --gpus (issue 10) ---------------------------------------------------------------------
 
 // The todo cases on one worker per GPU (bench/gpu_workers.hpp); rows are appended to the JSONL as
 // they finish (for --resume) and, at the end, all rows (resumed ones too) are put in the plan's
 // order and the JSONL is rewritten in that order.
 void run_sweep_on_gpus(const SweepSpec& spec, const SweepOptions& options, Registry& registry,
                        const std::vector<Case>& cases, const std::vector<const Case*>& todo,
-                       const std::vector<std::size_t>& todo_index, report::JsonlWriter& writer, SweepOutcome& outcome,
-                       SweepProgress& progress) {
+                       const std::vector<std::size_t>& todo_index, SweepOutcome& outcome, Progress& progress) {
   std::vector<IndexedCase> work;
   for (std::size_t n = 0; n < todo.size(); ++n) work.push_back({todo_index[n], todo[n]});
-  const auto started = std::chrono::steady_clock::now();
-  std::size_t ran = 0;
   GpuWorkCallbacks callbacks;
   callbacks.cancelled = options.cancelled;
-  callbacks.on_start = [&](const IndexedCase& item, int) {
-    progress.current = item.c;
-    progress.finished = nullptr;
-    if (options.on_progress) options.on_progress(progress);
-  };
-  callbacks.on_row = [&](const IndexedCase&, int, ResultRow row) {
-    apply_profile(row, outcome.header.ceilings);
-    writer.append(row);
-    outcome.rows.push_back(std::move(row));
-    ++ran;
-    ++progress.done;
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    progress.eta_seconds = elapsed / static_cast<double>(ran) * static_cast<double>(todo.size() - ran);
-    progress.current = nullptr;
-    progress.finished = &outcome.rows.back();
-    if (options.on_progress) options.on_progress(progress);
-  };
+  callbacks.on_start = [&](const IndexedCase& item, int) { progress.started(item.c); };
+  callbacks.on_row = [&](const IndexedCase&, int, ResultRow row) { progress.finished(std::move(row)); };
   outcome.interrupted = run_on_gpus(spec, options.gpus, work, registry, callbacks);
 
   // The plan's order: by the index of each row's case (a case listed twice fills its slots in turn).
@@ -258,13 +279,12 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options_in, Re
   report::JsonlWriter writer(rows_path);
   // A new (or --force-cleared) file starts with the run header, so the JSONL describes itself.
   if (!(has_rows && options.resume)) writer.append_header(outcome.header);
-  SweepProgress progress;
-  progress.total = planned;
-  progress.done = planned - todo.size();
-  const auto started = std::chrono::steady_clock::now();
-  std::size_t ran = 0;
+  SweepProgress counts;
+  counts.total = planned;
+  counts.done = planned - todo.size();
+  Progress progress(options, writer, outcome, counts, todo.size());
   if (!options.gpus.empty()) {
-    run_sweep_on_gpus(spec, options, registry, cases, todo, todo_index, writer, outcome, progress);
+    run_sweep_on_gpus(spec, options, registry, cases, todo, todo_index, outcome, progress);
   } else {
   Runner runner(spec, registry);
   const bool has_cuda_backend = std::any_of(spec.backends.begin(), spec.backends.end(), [&](const std::string& name) {
@@ -276,24 +296,13 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options_in, Re
       outcome.interrupted = true;
       break;
     }
-    progress.current = c;
-    progress.finished = nullptr;
-    if (options.on_progress) options.on_progress(progress);
+    progress.started(c);
     std::optional<ResultRow> row = runner.run(*c, options.cancelled);
     if (!row) {
       outcome.interrupted = true;
       break;
     }
-    apply_profile(*row, outcome.header.ceilings);
-    writer.append(*row);
-    outcome.rows.push_back(std::move(*row));
-    ++ran;
-    ++progress.done;
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    progress.eta_seconds = elapsed / static_cast<double>(ran) * static_cast<double>(todo.size() - ran);
-    progress.current = nullptr;
-    progress.finished = &outcome.rows.back();
-    if (options.on_progress) options.on_progress(progress);
+    progress.finished(std::move(*row));
   }
   }  // serial
 

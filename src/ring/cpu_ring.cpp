@@ -62,18 +62,15 @@ TensorView dense_f32(float* data, std::int64_t batch, std::int64_t seq, std::int
   return view;
 }
 
-class CpuRingBackend final : public Backend {
+class CpuRingBackend final : public IdentifiedBackend {
  public:
-  std::string_view name() const override { return "cpu-ring"; }
-  std::string_view display_name() const override {
-    return "Ring attention on simulated ranks (attnsuite; in-process communicator, cpu-flash blocks)";
-  }
-  Device device() const override { return {DeviceType::Cpu, 0}; }
-  std::string capabilities() const override {
-    return fmt::format("fp32/fp16/bf16, W = {} simulated ranks (option ring_world), zigzag causal, LSE merge, "
-                       "GQA/MQA, seq_q == seq_kv >= 2W, no window",
-                       kDefaultWorld);
-  }
+  CpuRingBackend()
+      : IdentifiedBackend({"cpu-ring",
+                           "Ring attention on simulated ranks (attnsuite; in-process communicator, cpu-flash blocks)",
+                           {DeviceType::Cpu, 0},
+                           fmt::format("fp32/fp16/bf16, W = {} simulated ranks (option ring_world), zigzag causal, "
+                                       "LSE merge, GQA/MQA, seq_q == seq_kv >= 2W, no window",
+                                       kDefaultWorld)}) {}
 
   Support supports(const AttentionProblem& problem) const override { return supports(problem, kDefaultWorld); }
   std::vector<std::string> option_keys() const override { return {"ring_world"}; }

@@ -199,8 +199,9 @@ PooledBlocks pool_blocks(const TensorView& x, int block_rows) {
   return out;
 }
 
-BlockMask select_blocks(const AttentionProblem& p, BlockShape shape, const SparseConfig& config,
-                        const PooledBlocks& q, const PooledBlocks& k) {
+namespace {
+// A mask of `p`'s shape in `shape` blocks with no block listed yet.
+BlockMask empty_mask(const AttentionProblem& p, BlockShape shape) {
   BlockMask mask;
   mask.batch = p.batch;
   mask.heads = p.heads_q;
@@ -209,6 +210,14 @@ BlockMask select_blocks(const AttentionProblem& p, BlockShape shape, const Spars
   const std::size_t slots = static_cast<std::size_t>(p.batch) * p.heads_q * mask.m_blocks;
   mask.count.assign(slots, 0);
   mask.index.assign(slots * static_cast<std::size_t>(mask.n_blocks), 0);
+  return mask;
+}
+}  // namespace
+
+BlockMask select_blocks(const AttentionProblem& p, BlockShape shape, const SparseConfig& config,
+                        const PooledBlocks& q, const PooledBlocks& k) {
+  BlockMask mask = empty_mask(p, shape);
+  const std::size_t slots = mask.count.size();
   const double scale = p.softmax_scale();
   const int dim = p.head_dim;
   cpu::parallel_for(static_cast<std::int64_t>(slots), cpu::cpu_threads(), [&](std::int64_t item, int) {
@@ -279,14 +288,8 @@ BlockMask predict_blocks(const AttentionProblem& p, const AttentionArgs& args, B
 }
 
 BlockMask dense_mask(const AttentionProblem& p, BlockShape shape) {
-  BlockMask mask;
-  mask.batch = p.batch;
-  mask.heads = p.heads_q;
-  mask.m_blocks = (p.seq_q + shape.m - 1) / shape.m;
-  mask.n_blocks = (p.seq_kv + shape.n - 1) / shape.n;
-  const std::size_t slots = static_cast<std::size_t>(p.batch) * p.heads_q * mask.m_blocks;
-  mask.count.assign(slots, 0);
-  mask.index.assign(slots * static_cast<std::size_t>(mask.n_blocks), 0);
+  BlockMask mask = empty_mask(p, shape);
+  const std::size_t slots = mask.count.size();
   for (std::size_t slot = 0; slot < slots; ++slot) {
     const auto [lo, hi] = visible_blocks(p, shape, static_cast<int>(slot % static_cast<std::size_t>(mask.m_blocks)));
     for (int j = lo; j < hi; ++j) mask.index[slot * static_cast<std::size_t>(mask.n_blocks) + static_cast<std::size_t>(mask.count[slot]++)] = j;

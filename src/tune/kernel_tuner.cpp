@@ -9,6 +9,7 @@
 #include "bench/statistics.hpp"
 #include "report/sinks.hpp"
 #include "report/table.hpp"
+#include "tune/tune_output.hpp"
 
 namespace attnsuite::tune {
 namespace {
@@ -96,12 +97,7 @@ nlohmann::ordered_json to_json(const KernelTuneResult& r) {
   out["backend"] = id.backend;
   out["dtype"] = id.dtype;
   out["batch"] = id.batch;
-  out["heads_q"] = id.heads_q;
-  out["heads_kv"] = id.heads_kv;
-  out["seq_q"] = id.seq_q;
-  out["seq_kv"] = id.seq_kv;
-  out["head_dim"] = id.head_dim;
-  out["causal"] = id.causal;
+  write_shape(out, id);
   out["device"] = r.key.device;
   out["driver"] = r.key.driver;
   out["shape_class"] = r.key.shape_class;

@@ -65,6 +65,15 @@ bool agrees_within_noise(const BatchProbe& search_best, const BatchProbe& sweep_
   return search_best.batch == sweep_best.batch || within_noise_of(search_best, sweep_best, bench::kMinRelativeChange);
 }
 
+void write_shape(nlohmann::ordered_json& out, const bench::ResultRow& identity) {
+  out["heads_q"] = identity.heads_q;
+  out["heads_kv"] = identity.heads_kv;
+  out["seq_q"] = identity.seq_q;
+  out["seq_kv"] = identity.seq_kv;
+  out["head_dim"] = identity.head_dim;
+  out["causal"] = identity.causal;
+}
+
 nlohmann::ordered_json to_json(const TuneEntry& e) {
   const bench::ResultRow& id = e.identity;
   nlohmann::ordered_json out;
@@ -73,12 +82,7 @@ nlohmann::ordered_json to_json(const TuneEntry& e) {
   out["peer_of"] = id.peer_of;
   out["device"] = id.device;
   out["dtype"] = id.dtype;
-  out["heads_q"] = id.heads_q;
-  out["heads_kv"] = id.heads_kv;
-  out["seq_q"] = id.seq_q;
-  out["seq_kv"] = id.seq_kv;
-  out["head_dim"] = id.head_dim;
-  out["causal"] = id.causal;
+  write_shape(out, id);
   out["generator"] = id.generator;
   out["layout"] = id.layout;  // layout and window: the backend cache's shape class (backend_cache.hpp)
   out["window_left"] = id.window_left;

@@ -26,6 +26,10 @@ bool agrees_within_noise(const BatchProbe& search_best, const BatchProbe& sweep_
 
 nlohmann::ordered_json to_json(const TuneEntry& entry);
 
+// The shape a tune file's entry was tuned at, as both tuners write it: heads_q, heads_kv,
+// seq_q, seq_kv, head_dim, causal (in that order) from the case's row.
+void write_shape(nlohmann::ordered_json& out, const bench::ResultRow& identity);
+
 // The table of these entries is report::tuning_table (report/tuning_table.hpp), which reads
 // this JSON back.
 

@@ -1,5 +1,5 @@
-// Test support shared by the GPU test files (test_cuda_backends.cpp, test_peers.cpp): the
-// no-CUDA-device skip, 16-bit host tensors with random inputs, an fp64 reference, the naive
+// Test support shared by the GPU test files (test_cuda_*.cpp, test_peers.cpp, test_sage.cpp, others):
+// the no-CUDA-device skip, 16-bit host tensors with random inputs, an fp64 reference, the naive
 // same-dtype implementation that sets the error bounds, and the error statistics.
 //
 // Everything here is CPU code except cuda_device_missing() and SKIP_WITHOUT_CUDA_DEVICE(),

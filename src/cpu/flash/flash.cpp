@@ -22,18 +22,14 @@ namespace {
 using flash::kTileConfigs;
 using flash::TileConfig;
 
-class FlashBackend final : public Backend {
+class FlashBackend final : public IdentifiedBackend {
  public:
-  std::string_view name() const override { return "cpu-flash"; }
-  std::string_view display_name() const override {
-    return "FlashAttention-style tiled CPU kernel (attnsuite)";
-  }
-  Device device() const override { return {DeviceType::Cpu, 0}; }
-  std::string capabilities() const override {
-    return fmt::format("fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), tiled online softmax, O(N) memory, AVX-512 or AVX2+FMA (widest here: {}; "
-                       "ATTNSUITE_CPU_ISA=avx2 forces AVX2), threaded, causal, window, GQA/MQA, head dim 32..256",
-                       to_string(widest_cpu_isa()));
-  }
+  FlashBackend()
+      : IdentifiedBackend(
+            {"cpu-flash", "FlashAttention-style tiled CPU kernel (attnsuite)", {DeviceType::Cpu, 0},
+             fmt::format("fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), tiled online softmax, O(N) memory, "
+                         "AVX-512 or AVX2+FMA (widest here: {}; ATTNSUITE_CPU_ISA=avx2 forces AVX2), threaded, causal, window, GQA/MQA, head dim 32..256",
+                         to_string(widest_cpu_isa()))}) {}
   Support supports(const AttentionProblem& problem) const override {
     return supports_common(problem, /*takes_e4m3=*/true);
   }

@@ -74,15 +74,12 @@ void reference_head_f64(const AttentionProblem& problem, const AttentionArgs& ar
 
 namespace {
 
-class ReferenceBackend final : public Backend {
+class ReferenceBackend final : public IdentifiedBackend {
  public:
-  std::string_view name() const override { return "reference"; }
-  std::string_view display_name() const override { return "fp64 reference (attnsuite)"; }
-  Device device() const override { return {DeviceType::Cpu, 0}; }
-  std::string capabilities() const override {
-    return "fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), fp64 accumulation, any strides, causal, window, "
-           "GQA/MQA, head dim 32..256";
-  }
+  ReferenceBackend()
+      : IdentifiedBackend({"reference", "fp64 reference (attnsuite)", {DeviceType::Cpu, 0},
+                           "fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), fp64 accumulation, any strides, "
+                           "causal, window, GQA/MQA, head dim 32..256"}) {}
   Support supports(const AttentionProblem& problem) const override {
     return supports_common(problem, /*takes_e4m3=*/true);
   }

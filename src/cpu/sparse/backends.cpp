@@ -15,20 +15,19 @@ namespace attnsuite::sparse {
 
 namespace {
 
-class CpuSparseBackend final : public Backend {
- public:
-  explicit CpuSparseBackend(bool predicted) : predicted_(predicted) {}
+BackendIdentity identity(bool predicted) {
+  if (predicted) {
+    return {"cpu-sparge", "cpu-sparge (predicted block-sparse attention on the CPU)", {DeviceType::Cpu, 0},
+            "fp32/fp16/bf16, head dim 64/128/256, causal, window, GQA; --sparse-config FILE"};
+  }
+  return {"cpu-block-sparse", "cpu-block-sparse (block-sparse attention with a given mask, CPU)", {DeviceType::Cpu, 0},
+          "fp32/fp16/bf16, head dim 64/128/256, causal, window, GQA; --block-mask SPEC"};
+}
 
-  std::string_view name() const override { return predicted_ ? "cpu-sparge" : "cpu-block-sparse"; }
-  std::string_view display_name() const override {
-    return predicted_ ? "cpu-sparge (predicted block-sparse attention on the CPU)"
-                      : "cpu-block-sparse (block-sparse attention with a given mask, CPU)";
-  }
-  Device device() const override { return {DeviceType::Cpu, 0}; }
-  std::string capabilities() const override {
-    return predicted_ ? "fp32/fp16/bf16, head dim 64/128/256, causal, window, GQA; --sparse-config FILE"
-                      : "fp32/fp16/bf16, head dim 64/128/256, causal, window, GQA; --block-mask SPEC";
-  }
+class CpuSparseBackend final : public IdentifiedBackend {
+ public:
+  explicit CpuSparseBackend(bool predicted) : IdentifiedBackend(identity(predicted)), predicted_(predicted) {}
+
   std::vector<std::string> option_keys() const override { return SparseOptions::keys(predicted_); }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)SparseOptions::parse(options, predicted_);

@@ -55,17 +55,12 @@ float masked_softmax_row(float* row, std::int64_t length, std::int64_t begin, st
   return row_max + std::log(row_sum);
 }
 
-class VanillaBackend final : public Backend {
+class VanillaBackend final : public IdentifiedBackend {
  public:
-  std::string_view name() const override { return "cpu-vanilla"; }
-  std::string_view display_name() const override {
-    return "vanilla attention (attnsuite, OpenBLAS)";
-  }
-  Device device() const override { return {DeviceType::Cpu, 0}; }
-  std::string capabilities() const override {
-    return "fp32 (and e4m3 in, dequantized to fp32, bf16 out: forward only), materializes B·H·Nq·Nk scores, "
-           "causal, window, GQA/MQA, head dim 32..256";
-  }
+  VanillaBackend()
+      : IdentifiedBackend({"cpu-vanilla", "vanilla attention (attnsuite, OpenBLAS)", {DeviceType::Cpu, 0},
+                           "fp32 (and e4m3 in, dequantized to fp32, bf16 out: forward only), materializes "
+                           "B·H·Nq·Nk scores, causal, window, GQA/MQA, head dim 32..256"}) {}
 
   Support supports(const AttentionProblem& problem) const override {
     if (problem.dtype != DType::F32 && problem.dtype != DType::E4M3) {

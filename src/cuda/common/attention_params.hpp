@@ -12,22 +12,18 @@
 
 namespace attnsuite::cuda {
 
+// A view's batch, row (sequence) and head strides, in elements (Int: the params' own type).
+template <class Int>
+void copy_strides(const TensorView& view, Int& batch, Int& row, Int& head) {
+  batch = view.strides[0];
+  row = view.strides[1];
+  head = view.strides[2];
+}
+
+// batch, heads_q, heads_kv, group_size, seq_q, seq_kv, head_dim: the sizes every kernel's
+// params (and sage's, sparge's predictor's) name alike.
 template <class Params>
-void fill_attention_params(Params& params, const AttentionProblem& problem, const AttentionArgs& args) {
-  params.q = args.q.data;
-  params.k = args.k.data;
-  params.v = args.v.data;
-  params.o = args.o.data;
-  params.lse = args.lse.data;
-  auto strides = [](const TensorView& view, std::int64_t& batch, std::int64_t& row, std::int64_t& head) {
-    batch = view.strides[0];
-    row = view.strides[1];
-    head = view.strides[2];
-  };
-  strides(args.q, params.q_batch_stride, params.q_row_stride, params.q_head_stride);
-  strides(args.k, params.k_batch_stride, params.k_row_stride, params.k_head_stride);
-  strides(args.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
-  strides(args.o, params.o_batch_stride, params.o_row_stride, params.o_head_stride);
+void fill_sizes(Params& params, const AttentionProblem& problem) {
   params.batch = problem.batch;
   params.heads_q = problem.heads_q;
   params.heads_kv = problem.heads_kv;
@@ -35,11 +31,31 @@ void fill_attention_params(Params& params, const AttentionProblem& problem, cons
   params.seq_q = problem.seq_q;
   params.seq_kv = problem.seq_kv;
   params.head_dim = problem.head_dim;
-  params.scale = problem.softmax_scale();
-  params.scale_log2 = params.scale * std::numbers::log2e_v<float>;
+}
+
+// window_left, window_right with causal folded in: min(window_right, 0), or 0 without a window.
+template <class Params>
+void fill_window(Params& params, const AttentionProblem& problem) {
   params.window_left = problem.window_left;
   params.window_right = problem.window_right;
   if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
+}
+
+template <class Params>
+void fill_attention_params(Params& params, const AttentionProblem& problem, const AttentionArgs& args) {
+  params.q = args.q.data;
+  params.k = args.k.data;
+  params.v = args.v.data;
+  params.o = args.o.data;
+  params.lse = args.lse.data;
+  copy_strides(args.q, params.q_batch_stride, params.q_row_stride, params.q_head_stride);
+  copy_strides(args.k, params.k_batch_stride, params.k_row_stride, params.k_head_stride);
+  copy_strides(args.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
+  copy_strides(args.o, params.o_batch_stride, params.o_row_stride, params.o_head_stride);
+  fill_sizes(params, problem);
+  params.scale = problem.softmax_scale();
+  params.scale_log2 = params.scale * std::numbers::log2e_v<float>;
+  fill_window(params, problem);
 }
 
 }  // namespace attnsuite::cuda

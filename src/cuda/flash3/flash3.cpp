@@ -30,33 +30,51 @@ Support supports_hopper(std::string_view backend) {
   return Support::yes();
 }
 
+std::vector<std::string> Flash3FamilyBackend::kernel_configs(const AttentionProblem& problem) const {
+  return schedule_.names(problem);
+}
+
+KernelConfigKey Flash3FamilyBackend::kernel_config_key(const AttentionProblem& problem,
+                                                       const PlanOptions& options) const {
+  return cuda::kernel_config_key(plan_device(options), std::string(name()), problem);
+}
+
+Support Flash3FamilyBackend::supports_kernel(const AttentionProblem& problem, std::span<const int> head_dims) const {
+  Support support = supports_shape(name(), problem, head_dims);
+  if (!support) return support;
+  support = supports_device(name());
+  if (!support) return support;
+  return supports_hopper(name());
+}
+
+void Flash3FamilyBackend::check_16_byte_layout(const AttentionArgs& args, std::string_view read_how,
+                                               int qkv_element_bytes) const {
+  const char* names[4] = {"q", "k", "v", "o"};
+  const TensorView* views[4] = {&args.q, &args.k, &args.v, &args.o};
+  for (int i = 0; i < 4; ++i) {
+    const std::string problem_text = flash3::tma_layout_problem(
+        views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2], i < 3 ? qkv_element_bytes : 2);
+    if (!problem_text.empty()) {
+      throw Error(ErrorKind::Unsupported,
+                  fmt::format("{}: {} cannot be {}: {}", name(), names[i], read_how, problem_text));
+    }
+  }
+}
+
 namespace {
 
-class Flash3Backend final : public Backend {
+class Flash3Backend final : public Flash3FamilyBackend {
  public:
-  std::string_view name() const override { return "flash3"; }
-  std::string_view display_name() const override { return "flash3 (attnsuite FlashAttention-3-class Hopper kernel)"; }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    return "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
-           "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA)";
-  }
+  Flash3Backend()
+      : Flash3FamilyBackend({"flash3", "flash3 (attnsuite FlashAttention-3-class Hopper kernel)", {DeviceType::Cuda, 0},
+                             "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
+                             "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA)"},
+                            /*with_tile_configs=*/true) {}
 
   Support supports(const AttentionProblem& problem) const override {
-    Support support = supports_problem_common(name(), problem);
+    const Support support = supports_problem_common(name(), problem);
     if (!support) return support;
-    support = supports_shape(name(), problem, flash3::kSupportedHeadDims);
-    if (!support) return support;
-    support = supports_device(name());
-    if (!support) return support;
-    return supports_hopper(name());
-  }
-
-  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
-    return schedule_.names(problem);
-  }
-  KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions& options) const override {
-    return cuda::kernel_config_key(plan_device(options), std::string(name()), problem);
+    return supports_kernel(problem, flash3::kSupportedHeadDims);
   }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
@@ -74,16 +92,7 @@ class Flash3Backend final : public Backend {
     check_cuda_args(name(), problem, args);
     // Q, K, V are read by TMA, whose descriptors need 16-byte aligned bases and strides; O is
     // held to the same rule (its rows are written in 16-byte-aligned pieces by the no-key path).
-    const char* names[4] = {"q", "k", "v", "o"};
-    const TensorView* views[4] = {&args.q, &args.k, &args.v, &args.o};
-    for (int i = 0; i < 4; ++i) {
-      const std::string problem_text =
-          flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2]);
-      if (!problem_text.empty()) {
-        throw Error(ErrorKind::Unsupported,
-                    fmt::format("flash3: {} cannot be read by TMA: {}", names[i], problem_text));
-      }
-    }
+    check_16_byte_layout(args, "read by TMA");
 
     flash3::Params params;
     fill_attention_params(params, problem, args);
@@ -104,7 +113,6 @@ class Flash3Backend final : public Backend {
     }
   }
 
-  Flash3Schedule schedule_{/*with_tile_configs=*/true};
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,27 @@ class Flash3Schedule {
   bool has(std::string_view config, const AttentionProblem& problem) const;
   std::string builtin(const AttentionProblem& problem) const;
   bool with_tile_configs_ = false;
+};
+
+// What flash3 and flash3-fp8 share as backends: their kernel configs (Flash3Schedule), keyed
+// by the GPU, and the rules past the problem's own.
+class Flash3FamilyBackend : public IdentifiedBackend {
+ public:
+  Flash3FamilyBackend(BackendIdentity identity, bool with_tile_configs)
+      : IdentifiedBackend(std::move(identity)), schedule_(with_tile_configs) {}
+  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const final;
+  KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions& options) const final;
+
+ protected:
+  // The head dim one of `head_dims` (supports_shape), a CUDA device, sm_90.
+  Support supports_kernel(const AttentionProblem& problem, std::span<const int> head_dims) const;
+  // Throws Error(Unsupported) "<name>: <q|k|v|o> cannot be <read_how>: <why>" unless each of Q,
+  // K, V, O has a 16-byte aligned base and strides (flash3::tma_layout_problem; Q, K, V of
+  // qkv_element_bytes-byte elements, 1 for e4m3; O 16-bit).
+  void check_16_byte_layout(const AttentionArgs& args, std::string_view read_how, int qkv_element_bytes = 2) const;
+
+ private:
+  Flash3Schedule schedule_;
 };
 
 }  // namespace attnsuite::cuda

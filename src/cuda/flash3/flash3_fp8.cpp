@@ -29,19 +29,18 @@ flash3::Params make_params(const AttentionProblem& problem, const AttentionArgs&
   return params;
 }
 
-class Flash3Fp8Backend final : public Backend {
+class Flash3Fp8Backend final : public Flash3FamilyBackend {
  public:
-  std::string_view name() const override { return "flash3-fp8"; }
-  std::string_view display_name() const override {
-    return "flash3-fp8 (flash3 with e4m3 Q/K/V: bf16 in with a per-tensor e4m3 quantization pre-pass timed, or "
-           "e4m3 in; bf16 out)";
-  }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    return "bf16 in (quantized to e4m3 per tensor inside forward, pre-pass timed) or e4m3 in with per-tensor "
-           "descales (experimental: not yet run on a GPU), bf16 out, head dim 64/128, causal, sliding window, "
-           "GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only";
-  }
+  Flash3Fp8Backend()
+      : Flash3FamilyBackend(
+            {"flash3-fp8",
+             "flash3-fp8 (flash3 with e4m3 Q/K/V: bf16 in with a per-tensor e4m3 quantization pre-pass timed, or "
+             "e4m3 in; bf16 out)",
+             {DeviceType::Cuda, 0},
+             "bf16 in (quantized to e4m3 per tensor inside forward, pre-pass timed) or e4m3 in with per-tensor "
+             "descales (experimental: not yet run on a GPU), bf16 out, head dim 64/128, causal, sliding window, "
+             "GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only"},
+            /*with_tile_configs=*/false) {}
 
   Support supports(const AttentionProblem& problem) const override {
     if (problem.dtype != DType::BF16 && problem.dtype != DType::E4M3) {
@@ -52,20 +51,9 @@ class Flash3Fp8Backend final : public Backend {
     // The common rules (a valid problem) in bf16's terms: they refuse every dtype but fp16/bf16.
     AttentionProblem as_bf16 = problem;
     as_bf16.dtype = DType::BF16;
-    Support support = supports_problem_common(name(), as_bf16);
+    const Support support = supports_problem_common(name(), as_bf16);
     if (!support) return support;
-    support = supports_shape(name(), problem, flash3::kFp8HeadDims);
-    if (!support) return support;
-    support = supports_device(name());
-    if (!support) return support;
-    return supports_hopper(name());
-  }
-
-  std::vector<std::string> kernel_configs(const AttentionProblem& problem) const override {
-    return schedule_.names(problem);
-  }
-  KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions& options) const override {
-    return cuda::kernel_config_key(plan_device(options), std::string(name()), problem);
+    return supports_kernel(problem, flash3::kFp8HeadDims);
   }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
@@ -100,17 +88,7 @@ class Flash3Fp8Backend final : public Backend {
     // base/stride rule as flash3's TMA reads. e4m3 Q, K, V are read by TMA directly: 16-byte
     // aligned strides of 1-byte elements.
     const bool e4m3 = problem.dtype == DType::E4M3;
-    const char* names[4] = {"q", "k", "v", "o"};
-    const TensorView* views[4] = {&args.q, &args.k, &args.v, &args.o};
-    for (int i = 0; i < 4; ++i) {
-      const std::string problem_text =
-          flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2],
-                                     e4m3 && i < 3 ? 1 : 2);
-      if (!problem_text.empty()) {
-        throw Error(ErrorKind::Unsupported,
-                    fmt::format("flash3-fp8: {} cannot be read in 16-byte pieces: {}", names[i], problem_text));
-      }
-    }
+    check_16_byte_layout(args, "read in 16-byte pieces", e4m3 ? 1 : 2);
     if (args.workspace == nullptr) {
       throw Error(ErrorKind::Usage,
                   fmt::format("flash3-fp8: needs a workspace of {} bytes (the plan's workspace_bytes()), got none",
@@ -126,7 +104,6 @@ class Flash3Fp8Backend final : public Backend {
     flash3::launch_forward_fp8(params, args.workspace, stream);
   }
 
-  Flash3Schedule schedule_;
 };
 
 }  // namespace

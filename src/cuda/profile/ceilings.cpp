@@ -91,6 +91,14 @@ class EventPair {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
+// Marsaglia's xorshift64 (13, 7, 17): the state after `state`.
+std::uint64_t xorshift64(std::uint64_t state) {
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  return state;
+}
+
 // Random finite values of magnitude 2^-8 .. 1 (fp16, bf16) or 2^-6 .. 1 (e4m3) as raw bits, so
 // no conversion header is needed: GEMMs of zeros draw less power and would clock higher.
 enum class Bits { F16, BF16, E4M3 };
@@ -99,9 +107,7 @@ std::vector<std::uint16_t> random_bits16(std::size_t count, Bits format) {
   std::vector<std::uint16_t> out(count);
   std::uint64_t state = 0x9E3779B97F4A7C15ull;
   for (auto& value : out) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
+    state = xorshift64(state);
     const auto sign = static_cast<std::uint16_t>(state & 1);
     const auto exponent_step = static_cast<std::uint16_t>((state >> 1) & 7);  // 8 binades
     if (format == Bits::F16) {  // bias 15: exponents 7..14
@@ -117,9 +123,7 @@ std::vector<std::uint8_t> random_e4m3(std::size_t count) {
   std::vector<std::uint8_t> out(count);
   std::uint64_t state = 0xD1B54A32D192ED03ull;
   for (auto& value : out) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
+    state = xorshift64(state);
     // bias 7: exponents 1..6 stay clear of 15, where e4m3 keeps its NaN.
     const auto exponent = static_cast<std::uint8_t>(1 + (state >> 1) % 6);
     value = static_cast<std::uint8_t>((state & 1) << 7 | exponent << 3 | ((state >> 4) & 7));

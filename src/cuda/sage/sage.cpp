@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "attnsuite/error.hpp"
+#include "cuda/common/attention_params.hpp"
 #include "cuda/common/backend_support.hpp"
 #include "cuda/common/check.hpp"
 #include "cuda/common/device_buffer.hpp"
@@ -80,24 +81,23 @@ bool rows_aligned(const TensorView& view) {
          view.strides[1] % kElementsPer16Bytes == 0 && view.strides[2] % kElementsPer16Bytes == 0;
 }
 
-class SageBackend final : public Backend {
- public:
-  explicit SageBackend(Mode mode) : mode_(mode) {}
+BackendIdentity identity(Mode mode) {
+  if (mode == Mode::Sage) {
+    return {"sage", "sage (attnsuite INT8 QK, fp16/bf16 PV)", {DeviceType::Cuda, 0},
+            "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
+            "INT8 Q·Kᵀ (smoothed K), 16-bit P·V; sm80+ (mma.sync), sm_90a wgmma kernel config; "
+            "quantization included in forward"};
+  }
+  return {"sage2", "sage2 (attnsuite INT8 QK, FP8 PV)", {DeviceType::Cuda, 0},
+          "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
+          "INT8 Q·Kᵀ (smoothed K), FP8 e4m3 P·V; sm89+ (mma.sync e4m3), sm_90a wgmma kernel config; "
+          "quantization included in forward"};
+}
 
-  std::string_view name() const override { return mode_ == Mode::Sage ? "sage" : "sage2"; }
-  std::string_view display_name() const override {
-    return mode_ == Mode::Sage ? "sage (attnsuite INT8 QK, fp16/bf16 PV)" : "sage2 (attnsuite INT8 QK, FP8 PV)";
-  }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    return mode_ == Mode::Sage
-               ? "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
-                 "INT8 Q·Kᵀ (smoothed K), 16-bit P·V; sm80+ (mma.sync), sm_90a wgmma kernel config; "
-                 "quantization included in forward"
-               : "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
-                 "INT8 Q·Kᵀ (smoothed K), FP8 e4m3 P·V; sm89+ (mma.sync e4m3), sm_90a wgmma kernel config; "
-                 "quantization included in forward";
-  }
+class SageBackend final : public IdentifiedBackend {
+ public:
+  explicit SageBackend(Mode mode) : IdentifiedBackend(identity(mode)), mode_(mode) {}
+
 
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);
@@ -266,9 +266,7 @@ class SageBackend final : public Backend {
     if (mode_ == Mode::Sage2) {
       sage::VQuantParams v;
       v.v = args.v.data;
-      v.batch_stride = args.v.strides[0];
-      v.row_stride = args.v.strides[1];
-      v.head_stride = args.v.strides[2];
+      copy_strides(args.v, v.batch_stride, v.row_stride, v.head_stride);
       v.batch = problem.batch;
       v.heads = problem.heads_kv;
       v.seq = problem.seq_kv;
@@ -284,9 +282,7 @@ class SageBackend final : public Backend {
       params.v_keys = layout.v_keys;
     } else {
       params.v = args.v.data;
-      params.v_batch_stride = args.v.strides[0];
-      params.v_row_stride = args.v.strides[1];
-      params.v_head_stride = args.v.strides[2];
+      copy_strides(args.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
     }
     params.q8 = q.out;
     params.k8 = k.out;
@@ -295,21 +291,11 @@ class SageBackend final : public Backend {
     params.q_blocks = layout.q_blocks;
     params.k_blocks = layout.k_blocks;
     params.o = args.o.data;
-    params.o_batch_stride = args.o.strides[0];
-    params.o_row_stride = args.o.strides[1];
-    params.o_head_stride = args.o.strides[2];
+    copy_strides(args.o, params.o_batch_stride, params.o_row_stride, params.o_head_stride);
     params.lse = args.lse.data;
     params.lse_shift = q.lse_shift;
-    params.batch = problem.batch;
-    params.heads_q = problem.heads_q;
-    params.heads_kv = problem.heads_kv;
-    params.group_size = problem.group_size();
-    params.seq_q = problem.seq_q;
-    params.seq_kv = problem.seq_kv;
-    params.head_dim = d;
-    params.window_left = problem.window_left;
-    params.window_right = problem.window_right;
-    if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
+    fill_sizes(params, problem);
+    fill_window(params, problem);
     std::string_view ran;
     if (block_list != nullptr) {
       // sparge-sage: only the wgmma kernel reads a block list.

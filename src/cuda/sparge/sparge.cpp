@@ -190,27 +190,15 @@ class SparsePlan final : public KernelPlan {
       sparge::PredictorParams pp;
       pp.q = args.q.data;
       pp.k = args.k.data;
-      pp.q_batch_stride = args.q.strides[0];
-      pp.q_row_stride = args.q.strides[1];
-      pp.q_head_stride = args.q.strides[2];
-      pp.k_batch_stride = args.k.strides[0];
-      pp.k_row_stride = args.k.strides[1];
-      pp.k_head_stride = args.k.strides[2];
-      pp.batch = problem.batch;
-      pp.heads_q = problem.heads_q;
-      pp.heads_kv = problem.heads_kv;
-      pp.group_size = problem.group_size();
-      pp.seq_q = problem.seq_q;
-      pp.seq_kv = problem.seq_kv;
-      pp.head_dim = problem.head_dim;
+      copy_strides(args.q, pp.q_batch_stride, pp.q_row_stride, pp.q_head_stride);
+      copy_strides(args.k, pp.k_batch_stride, pp.k_row_stride, pp.k_head_stride);
+      fill_sizes(pp, problem);
       pp.block_m = shape.m;
       pp.block_n = shape.n;
       pp.m_blocks = m_blocks;
       pp.n_blocks = n_blocks;
       pp.scale = problem.softmax_scale();
-      const flash2::Params window = flash2::make_params(problem, args);  // causal folded in
-      pp.window_left = window.window_left;
-      pp.window_right = window.window_right;
+      fill_window(pp, problem);
       pp.settings = settings_.as<float>();
       pp.sink = options_.config.sink ? 1 : 0;
       pp.q_mean = reinterpret_cast<float*>(base + layout.q_mean);
@@ -375,38 +363,31 @@ class SparsePlan final : public KernelPlan {
   unsigned long long* counters_ = nullptr;
 };
 
-class SparseCudaBackend final : public Backend {
+BackendIdentity identity(Kind kind) {
+  switch (kind) {
+    case Kind::Sparge:
+      return {"sparge", "sparge (predicted block-sparse attention on flash3 / flash2)", {DeviceType::Cuda, 0},
+              "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; flash3 kernel on sm_90 "
+              "(128x128 blocks), flash2 on sm80+ (kernel config flash2)"};
+    case Kind::BlockSparse:
+      return {"block-sparse", "block-sparse (flash3 / flash2 with a given block mask)", {DeviceType::Cuda, 0},
+              "fp16/bf16, head dim 64/128, causal, window, GQA; --block-mask SPEC; flash3 kernel on sm_90, flash2 "
+              "on sm80+"};
+    case Kind::SpargeSage:
+      break;
+  }
+  return {"sparge-sage", "sparge-sage (predicted block-sparse attention on sage2)", {DeviceType::Cuda, 0},
+          "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; sage2's INT8/FP8 wgmma "
+          "kernel (128x128 blocks), sm_90a only; quantization included"};
+}
+
+class SparseCudaBackend final : public IdentifiedBackend {
  public:
-  explicit SparseCudaBackend(Kind kind) : kind_(kind), predicted_(kind != Kind::BlockSparse) {
+  explicit SparseCudaBackend(Kind kind)
+      : IdentifiedBackend(identity(kind)), kind_(kind), predicted_(kind != Kind::BlockSparse) {
     if (kind == Kind::SpargeSage) sage2_ = sage::make_sage2_block_sparse();
   }
 
-  std::string_view name() const override {
-    return kind_ == Kind::Sparge ? "sparge" : kind_ == Kind::BlockSparse ? "block-sparse" : "sparge-sage";
-  }
-  std::string_view display_name() const override {
-    switch (kind_) {
-      case Kind::Sparge: return "sparge (predicted block-sparse attention on flash3 / flash2)";
-      case Kind::BlockSparse: return "block-sparse (flash3 / flash2 with a given block mask)";
-      case Kind::SpargeSage: return "sparge-sage (predicted block-sparse attention on sage2)";
-    }
-    return "";
-  }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    switch (kind_) {
-      case Kind::Sparge:
-        return "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; flash3 kernel on sm_90 "
-               "(128x128 blocks), flash2 on sm80+ (kernel config flash2)";
-      case Kind::BlockSparse:
-        return "fp16/bf16, head dim 64/128, causal, window, GQA; --block-mask SPEC; flash3 kernel on sm_90, flash2 "
-               "on sm80+";
-      case Kind::SpargeSage:
-        return "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; sage2's INT8/FP8 wgmma "
-               "kernel (128x128 blocks), sm_90a only; quantization included";
-    }
-    return "";
-  }
   std::vector<std::string> option_keys() const override { return sparse::SparseOptions::keys(predicted_); }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)sparse::SparseOptions::parse(options, predicted_);

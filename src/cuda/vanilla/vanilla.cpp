@@ -58,17 +58,13 @@ class CublasHandle {
   int device_ = -1;
 };
 
-class CudaVanillaBackend final : public Backend {
+class CudaVanillaBackend final : public IdentifiedBackend {
  public:
-  std::string_view name() const override { return "cuda-vanilla"; }
-  std::string_view display_name() const override {
-    return "vanilla attention (attnsuite, cuBLAS + softmax kernel)";
-  }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    return "fp16/bf16, materializes B·Hq·Nq·Nk scores in the input dtype, causal, window, GQA/MQA, "
-           "any head dim, BSHD/BHSD";
-  }
+  CudaVanillaBackend()
+      : IdentifiedBackend({"cuda-vanilla", "vanilla attention (attnsuite, cuBLAS + softmax kernel)",
+                           {DeviceType::Cuda, 0},
+                           "fp16/bf16, materializes B·Hq·Nq·Nk scores in the input dtype, causal, window, GQA/MQA, "
+                           "any head dim, BSHD/BHSD"}) {}
 
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);

@@ -297,10 +297,16 @@ class CudnnSdpaPlan final : public KernelPlan {
   std::unordered_map<GraphKey, CachedGraph, GraphKeyHash> graphs_;
 };
 
-class CudnnSdpaBackend final : public Backend {
+class CudnnSdpaBackend final : public IdentifiedBackend {
  public:
   CudnnSdpaBackend()
-      : display_name_(fmt::format("cuDNN SDPA (cuDNN {} fused flash attention)", cudnn_version_string())) {}
+      : IdentifiedBackend(
+            {"cudnn", fmt::format("cuDNN SDPA (cuDNN {} fused flash attention)", cudnn_version_string()),
+             {DeviceType::Cuda, 0},
+             "fp16/bf16, head dims <= 256 and multiples of 8 (d_v too), causal (bottom-right; seq_q <= seq_kv), "
+             "GQA/MQA, BSHD/BHSD via strides, LSE; backward (sdpa_backward graph; cuDNN's head-dim limits, "
+             "deterministic option); sm80+; one graph per shape, pass and strides",
+             "cuDNN"}) {}
   ~CudnnSdpaBackend() override {
     for (auto& [device, handle] : handles_) {
       if (cudaSetDevice(device) == cudaSuccess) cudnnDestroy(handle);
@@ -308,16 +314,6 @@ class CudnnSdpaBackend final : public Backend {
   }
   CudnnSdpaBackend(const CudnnSdpaBackend&) = delete;
   CudnnSdpaBackend& operator=(const CudnnSdpaBackend&) = delete;
-
-  std::string_view name() const override { return "cudnn"; }
-  std::string_view display_name() const override { return display_name_; }
-  std::string_view peer_of() const override { return "cuDNN"; }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    return "fp16/bf16, head dims <= 256 and multiples of 8 (d_v too), causal (bottom-right; seq_q <= seq_kv), "
-           "GQA/MQA, BSHD/BHSD via strides, LSE; backward (sdpa_backward graph; cuDNN's head-dim limits, "
-           "deterministic option); sm80+; one graph per shape, pass and strides";
-  }
 
   // Whether cuDNN takes a problem is known only by building its graph: the answer is kept per
   // graph key, and the graph built for it is kept for the next plan of that key.
@@ -437,7 +433,6 @@ class CudnnSdpaBackend final : public Backend {
     spare_.emplace(key, std::move(graph));
   }
 
-  std::string display_name_;
   mutable std::mutex mutex_;
   mutable std::unordered_map<int, cudnnHandle_t> handles_;
   // cuDNN's answer per graph key, a fact about the installed cuDNN and the GPU; refusals are

@@ -104,21 +104,18 @@ const Module& module() {
 }
 
 // What a torch peer is where its module cannot be loaded: it refuses every problem, saying why.
-class UnloadedTorchBackend final : public Backend {
+class UnloadedTorchBackend final : public IdentifiedBackend {
  public:
-  UnloadedTorchBackend(std::string_view name, std::string reason) : name_(name), reason_(std::move(reason)) {}
-  std::string_view name() const override { return name_; }
-  std::string_view display_name() const override { return "PyTorch SDPA peer (not loaded)"; }
-  std::string_view peer_of() const override { return "PyTorch"; }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override { return "none here: " + reason_; }
+  UnloadedTorchBackend(std::string_view name, std::string reason)
+      : IdentifiedBackend({std::string(name), "PyTorch SDPA peer (not loaded)", {DeviceType::Cuda, 0},
+                           "none here: " + reason, "PyTorch"}),
+        reason_(std::move(reason)) {}
   Support supports(const AttentionProblem&) const override { return Support::no(reason_); }
   std::unique_ptr<KernelPlan> plan(const AttentionProblem&, const PlanOptions&) const override {
-    throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name_, reason_));
+    throw Error(ErrorKind::Unsupported, fmt::format("{}: {}", name(), reason_));
   }
 
  private:
-  std::string_view name_;
   std::string reason_;
 };
 

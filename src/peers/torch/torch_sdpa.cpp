@@ -285,15 +285,15 @@ class TorchPlan final : public KernelPlan {
   std::shared_ptr<TorchGraph> graph_;
 };
 
-class TorchBackend final : public Backend {
- public:
-  explicit TorchBackend(Kind kind) : kind_(kind), info_(info_of(kind)) {}
+BackendIdentity identity(Kind kind) {
+  const KindInfo info = info_of(kind);
+  return {std::string(info.name), std::string(info.display_name), {DeviceType::Cuda, 0},
+          std::string(info.capabilities), "PyTorch"};
+}
 
-  std::string_view name() const override { return info_.name; }
-  std::string_view display_name() const override { return info_.display_name; }
-  std::string_view peer_of() const override { return "PyTorch"; }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override { return std::string(info_.capabilities); }
+class TorchBackend final : public IdentifiedBackend {
+ public:
+  explicit TorchBackend(Kind kind) : IdentifiedBackend(identity(kind)), kind_(kind) {}
 
   Support supports(const AttentionProblem& problem) const override {
     std::lock_guard lock(mutex_);
@@ -518,7 +518,6 @@ class TorchBackend final : public Backend {
   }
 
   Kind kind_;
-  KindInfo info_;
   mutable std::mutex mutex_;
   mutable std::unordered_map<AttentionProblem, Support, ProblemHash> support_cache_;
   mutable std::unordered_map<AttentionProblem, Support, ProblemHash> backward_support_cache_;

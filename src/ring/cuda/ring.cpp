@@ -501,17 +501,15 @@ class RingPlan final : public KernelPlan {
   const void *last_q_ = nullptr, *last_k_ = nullptr, *last_v_ = nullptr;
 };
 
-class RingBackend final : public Backend {
+class RingBackend final : public IdentifiedBackend {
  public:
-  std::string_view name() const override { return "ring"; }
-  std::string_view display_name() const override {
-    return "Ring attention over the visible GPUs (attnsuite; NCCL, zigzag, flash3/flash2 blocks)";
-  }
-  Device device() const override { return {DeviceType::Cuda, 0}; }
-  std::string capabilities() const override {
-    return "fp16/bf16, context parallel over W GPUs (option ring_world; default all visible), NCCL send/recv "
-           "overlapped with the local kernel, zigzag causal, GQA/MQA, BSHD, seq_q == seq_kv >= 2W, no window";
-  }
+  RingBackend()
+      : IdentifiedBackend({"ring",
+                           "Ring attention over the visible GPUs (attnsuite; NCCL, zigzag, flash3/flash2 blocks)",
+                           {DeviceType::Cuda, 0},
+                           "fp16/bf16, context parallel over W GPUs (option ring_world; default all visible), NCCL "
+                           "send/recv overlapped with the local kernel, zigzag causal, GQA/MQA, BSHD, "
+                           "seq_q == seq_kv >= 2W, no window"}) {}
   std::vector<std::string> option_keys() const override { return {"ring_world", "ring_mode", "ring_inputs"}; }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)RingOptions::parse(options);
