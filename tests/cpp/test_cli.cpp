@@ -94,7 +94,7 @@ TEST(Cli, BadInputGivesOneLineAndExitCode2) {
   expect_usage_error({"bench", "--backends", "cpu-flash", "--batch", "0", "--out", out.string()}, "'batch' = 0");
   expect_usage_error({"bench", "--backends", "cpu-flash", "--seq", "-5", "--out", out.string()}, "");
   expect_usage_error({"bench", "--backends", "cpu-flash", "--model", "gpt-9", "--out", out.string()}, "unknown model 'gpt-9'");
-  expect_usage_error({"bench", "--backends", "cpu-flash", "--dtype", "fp8", "--out", out.string()}, "fp8");
+  expect_usage_error({"bench", "--backends", "cpu-flash", "--dtype", "fp4", "--out", out.string()}, "fp4");
   expect_usage_error({"bench", "--suite", "no-such-suite", "--out", out.string()}, "unknown suite");
   expect_usage_error({"bench", "--backends", "cpu-flash", "--causal", "maybe", "--out", out.string()}, "--causal maybe");
   expect_usage_error({"bench", "--bogus-flag"}, "bogus");
