@@ -42,7 +42,8 @@ installed=$("$python" -c 'import attnsuite, os; print(os.path.dirname(attnsuite.
 case "$installed" in
   "$root"/*) echo "test-wheel: imported attnsuite from the source tree ($installed), not the installed package" >&2; exit 1 ;;
 esac
-"$scripts/attnsuite" list >list.txt
+# Wide enough that no cell wraps (list fits its table to the terminal): one line per backend.
+COLUMNS=1000 "$scripts/attnsuite" list >list.txt
 echo "test-wheel: $scripts/attnsuite list ran ($(wc -l <list.txt) lines)" >&2
 
 # The torch peers are expected where torch has CUDA of the toolkit's major version and the
@@ -65,7 +66,11 @@ if [ "$cuda_build" = 1 ] && [ -n "$torch_cuda" ] && [ "$torch_cuda" != None ] &&
       exit 1
     fi
   done
-  grep -qF "FlashAttention-2 (PyTorch flash backend)" list.txt
+  if ! grep -qF "FlashAttention-2 (PyTorch flash backend)" list.txt; then
+    cat list.txt >&2
+    echo "test-wheel: torch-flash is not named 'FlashAttention-2 (PyTorch flash backend)' in attnsuite list" >&2
+    exit 1
+  fi
   echo "test-wheel: torch peers listed and loaded (torch for CUDA $torch_cuda, CUDA toolkit $toolkit)" >&2
 else
   echo "test-wheel: torch peers not expected (CUDA build: $cuda_build, torch's CUDA: ${torch_cuda:-no torch}, toolkit: ${toolkit:-none})" >&2
