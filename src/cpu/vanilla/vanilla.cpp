@@ -114,8 +114,10 @@ class VanillaBackend final : public IdentifiedBackend {
     dense.k = dense_f32(args.k);
     dense.v = dense_f32(args.v);
     dense.o = dense_f32(args.o);
-    for (auto [from, to] : {std::pair{&args.q, &dense.q}, std::pair{&args.k, &dense.k}, std::pair{&args.v, &dense.v}}) {
-      auto* out = static_cast<float*>(to->data);
+    // A pair, not a structured binding: clang (the sanitizer build) does not let a lambda capture one.
+    for (const auto& pair : {std::pair{&args.q, &dense.q}, std::pair{&args.k, &dense.k}, std::pair{&args.v, &dense.v}}) {
+      const TensorView* from = pair.first;
+      auto* out = static_cast<float*>(pair.second->data);
       const auto rows = from->shape[0] * from->shape[1] * from->shape[2];
       parallel_for(rows, cpu_threads(), [&](std::int64_t row, int) {
         const std::int64_t s = row / from->shape[2] % from->shape[1], h = row % from->shape[2];
