@@ -116,9 +116,11 @@ inline Result empty_result(const AttentionProblem& p) {
           std::vector<double>(static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q)};
 }
 
-// Plain loops in double over the same (16-bit) input values; rows that see no key give O = 0
-// and LSE = -inf.
-inline Result reference_f64(const AttentionProblem& p, const Inputs& in) {
+// Plain loops in double over element accessors q(b, s, h, d), k(…), v(…); rows that see no key
+// give O = 0 and LSE = -inf. round_p_out: P rounded to e4m3 before P·V (the row sum is not) and O
+// to bf16, the FP8 kernels' naive same-dtype model.
+template <class Q, class K, class V>
+Result reference_of(const AttentionProblem& p, const Q& q, const K& k, const V& v, bool round_p_out = false) {
   Result r = empty_result(p);
   const double scale = p.softmax_scale();
   parallel_rows(static_cast<std::int64_t>(p.batch) * p.heads_q * p.seq_q, [&](std::int64_t row) {
@@ -135,17 +137,34 @@ inline Result reference_f64(const AttentionProblem& p, const Inputs& in) {
     double max = -std::numeric_limits<double>::infinity();
     for (std::int64_t j = begin; j < end; ++j) {
       double dot = 0.0;
-      for (int d = 0; d < p.head_dim; ++d) dot += double(in.q.at(p.dtype, b, i, h, d)) * in.k.at(p.dtype, b, j, kvh, d);
+      for (int d = 0; d < p.head_dim; ++d) dot += q(b, i, h, d) * k(b, j, kvh, d);
       s[j - begin] = dot * scale;
       max = std::max(max, s[j - begin]);
     }
     double sum = 0.0;
     for (auto& value : s) sum += (value = std::exp(value - max));
-    for (std::int64_t j = begin; j < end; ++j)
-      for (int d = 0; d < p.dim_v(); ++d) out[d] += s[j - begin] / sum * in.v.at(p.dtype, b, j, kvh, d);
+    for (std::int64_t j = begin; j < end; ++j) {
+      const double weight =
+          round_p_out ? e4m3_bits_to_float(float_to_e4m3_bits(static_cast<float>(s[j - begin]))) : s[j - begin];
+      for (int d = 0; d < p.dim_v(); ++d) out[d] += weight * v(b, j, kvh, d);
+    }
+    for (int d = 0; d < p.dim_v(); ++d) {
+      out[d] /= sum;
+      if (round_p_out) out[d] = round_to(DType::BF16, static_cast<float>(out[d]));
+    }
     r.lse[row] = max + std::log(sum);
   });
   return r;
+}
+
+// reference_of over the same (16-bit) input values.
+inline Result reference_f64(const AttentionProblem& p, const Inputs& in) {
+  const auto at = [&](const HostTensor& t) {
+    return [&p, &t](std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
+      return static_cast<double>(t.at(p.dtype, b, s, h, d));
+    };
+  };
+  return reference_of(p, at(in.q), at(in.k), at(in.v));
 }
 
 // The naive same-dtype implementation that sets the error bound: inputs in the problem's

@@ -64,40 +64,12 @@ std::vector<double> dequantized_e4m3(const HostTensor& t) {
 // rounded to e4m3 before P·V (the row sum is not) and O to bf16.
 Result reference_of_values(const AttentionProblem& p, const Inputs& layout, const std::vector<double>& q,
                            const std::vector<double>& k, const std::vector<double>& v, bool fp8_p) {
-  Result r = empty_result(p);
-  const double scale = p.softmax_scale();
-  parallel_rows(static_cast<std::int64_t>(p.batch) * p.heads_q * p.seq_q, [&](std::int64_t row) {
-    const std::int64_t i = row % p.seq_q, h = row / p.seq_q % p.heads_q, b = row / p.seq_q / p.heads_q;
-    const std::int64_t kvh = p.kv_head_of(static_cast<int>(h));
-    const std::int64_t begin = p.key_begin(i), end = p.key_end(i);
-    double* out = &r.out[out_index(p, b, h, i)];
-    std::fill(out, out + p.dim_v(), 0.0);
-    if (begin >= end) {
-      r.lse[row] = -std::numeric_limits<double>::infinity();
-      return;
-    }
-    std::vector<double> s(end - begin);
-    double max = -std::numeric_limits<double>::infinity();
-    for (std::int64_t j = begin; j < end; ++j) {
-      double dot = 0.0;
-      for (int d = 0; d < p.head_dim; ++d) dot += q[layout.q.offset(b, i, h, d)] * k[layout.k.offset(b, j, kvh, d)];
-      s[j - begin] = dot * scale;
-      max = std::max(max, s[j - begin]);
-    }
-    double sum = 0.0;
-    for (auto& value : s) sum += (value = std::exp(value - max));
-    for (std::int64_t j = begin; j < end; ++j) {
-      const double weight = fp8_p ? e4m3_bits_to_float(float_to_e4m3_bits(static_cast<float>(s[j - begin])))
-                                  : s[j - begin];
-      for (int d = 0; d < p.dim_v(); ++d) out[d] += weight * v[layout.v.offset(b, j, kvh, d)];
-    }
-    for (int d = 0; d < p.dim_v(); ++d) {
-      out[d] /= sum;
-      if (fp8_p) out[d] = round_to(DType::BF16, static_cast<float>(out[d]));
-    }
-    r.lse[row] = max + std::log(sum);
-  });
-  return r;
+  const auto at = [](const HostTensor& t, const std::vector<double>& values) {
+    return [&t, &values](std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
+      return values[t.offset(b, s, h, d)];
+    };
+  };
+  return reference_of(p, at(layout.q, q), at(layout.k, k), at(layout.v, v), fp8_p);
 }
 
 // The device output in (b, h, i, d) order.
