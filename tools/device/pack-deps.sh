@@ -2,8 +2,8 @@
 # Run HERE (the Debian 12 dev machine), not on the GPU machine: fetches the Debian packages of
 # the host-side dependencies that the GPU machine's image lacks (fmt, CLI11, nlohmann-json,
 # toml++, GoogleTest, OpenBLAS and its Fortran runtime, pkgconf) with `apt-get download` and
-# unpacks them under .device-build/deps (ignored by git), pruned to ~45 MiB (the 58 MiB static
-# OpenBLAS archive and the docs go). The lead's device call then names `.device-build/deps` in
+# unpacks them under .device-build/deps (ignored by git), pruned to ~17 MiB (the 58 MiB static
+# OpenBLAS archive and the docs go, the shared library is xz-compressed). The lead's device call then names `.device-build/deps` in
 # `carry`; tools/device/run.sh finds it there. Nothing is installed on either machine.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -24,6 +24,9 @@ find "$dest" \( -name 'libopenblas*.a' -o -name 'liblapack*' -o -name 'libblas*'
 arch_lib="$dest/usr/lib/x86_64-linux-gnu"
 ln -sf openblas-pthread/libopenblas.so.0 "$arch_lib/libopenblas.so.0"
 ln -sf libopenblas.so.0 "$arch_lib/libopenblas.so"
+# OpenBLAS's 36 MiB library travels xz-compressed (~9 MiB; a call carries 64 MiB with the checkout,
+# whose committed results passed 18 MiB on 2026-12-06); run.sh unpacks it before configuring.
+xz -9 -T2 "$arch_lib"/openblas-pthread/libopenblasp-r*.so
 # cudnn-frontend's headers (PyPI nvidia-cudnn-frontend) for the cudnn peer: the GPU image has
 # cuDNN but not the frontend.
 python3 -m pip download -q --no-deps --only-binary=:all: nvidia-cudnn-frontend==1.32.0 -d "$work"

@@ -105,6 +105,10 @@ cmake_args=(-DCMAKE_BUILD_TYPE=Release -DATTNSUITE_CUDA=ON "-DCMAKE_CUDA_ARCHITE
             -DATTNSUITE_FLASH3=ON)
 if [ -d "$deps/usr" ]; then
   arch_lib="$deps/usr/lib/x86_64-linux-gnu"
+  # pack-deps.sh compresses OpenBLAS's shared library to fit the call's 64 MiB.
+  for packed in "$arch_lib"/openblas-pthread/*.so.xz; do
+    [ -f "$packed" ] && { xz -dc "$packed" >"${packed%.xz}" || python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' "$packed" "${packed%.xz}"; }
+  done
   cmake_args+=("-DCMAKE_PREFIX_PATH=$deps/usr")
   # OpenBLAS's own dependencies (libgfortran, libquadmath) are not on the binaries' RUNPATH.
   export LD_LIBRARY_PATH="$arch_lib:$arch_lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
