@@ -9,7 +9,8 @@ shift || true
 # python3-matplotlib: the report's plots (src/report/plots.py), from Debian so that it installs on
 # a clean machine without pip (Debian's own python3 is externally managed); `attnsuite report`
 # finds the python3 that has it (a pyenv python3 first on the PATH may not).
-packages=(cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+# clang-format: the test command's format check (tools/check_format.py; Debian 12's is version 14).
+packages=(cmake ninja-build g++ clang-format libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev
           libopenblas-dev libtomlplusplus-dev python3 python3-matplotlib python3-dev python3-venv)
 # More for one build, e.g. clang and libFuzzer for scripts/reliability.sh.
 read -r -a extra_packages <<< "${ATTNSUITE_EXTRA_PACKAGES:-}"

@@ -9,11 +9,11 @@
 #include "attnsuite/error.hpp"
 #include "attnsuite/registry.hpp"
 #include "bench/gpu_workers.hpp"
-#include "report/shard.hpp"
-#include "report/sweep.hpp"
 #include "commands.hpp"
 #include "core/cancel.hpp"
+#include "report/shard.hpp"
 #include "report/sinks.hpp"
+#include "report/sweep.hpp"
 
 #if ATTNSUITE_HAVE_CUDA
 #include "cuda/cuda_backends.hpp"
@@ -124,9 +124,7 @@ std::string format_duration(double seconds) {
                        : fmt::format("{}:{:02}", total / 60, total % 60);
 }
 
-std::string describe_case(const bench::Case& c) {
-  return fmt::format("{} {}", c.backend, c.problem.describe());
-}
+std::string describe_case(const bench::Case& c) { return fmt::format("{} {}", c.backend, c.problem.describe()); }
 
 class Progress {
  public:
@@ -165,11 +163,15 @@ class Progress {
 void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("--suite", f->suite,
                  "Suite name (bench/suites/NAME) or a .json/.toml file (default: headline with a GPU, else default)");
-  app.add_option("-b,--backends", f->backends, "Backends to run (comma-separated; see `attnsuite list`)")->delimiter(',');
-  app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16, e4m3 (comma-separated; e4m3: FP8 inputs with a per-tensor scale, bf16 out)")->delimiter(',');
+  app.add_option("-b,--backends", f->backends, "Backends to run (comma-separated; see `attnsuite list`)")
+      ->delimiter(',');
+  app.add_option("--dtype", f->dtypes,
+                 "fp32, fp16, bf16, e4m3 (comma-separated; e4m3: FP8 inputs with a per-tensor scale, bf16 out)")
+      ->delimiter(',');
   app.add_option("--batch", f->batches, "Batch sizes")->delimiter(',');
-  app.add_option("--tokens", f->tokens,
-                 "Tokens per batch: batch = tokens / seq, rounded down (overrides --batch; at least the longest --seq)");
+  app.add_option(
+      "--tokens", f->tokens,
+      "Tokens per batch: batch = tokens / seq, rounded down (overrides --batch; at least the longest --seq)");
   app.add_option("--seq", f->seqs, "Sequence lengths (queries; keys too unless --seq-kv)")->delimiter(',');
   app.add_option("--seq-kv", f->seq_kvs, "Key/value sequence lengths")->delimiter(',');
   app.add_option("--model", f->models, "Model presets that set the head axes (see `attnsuite list`)")->delimiter(',');
@@ -177,11 +179,17 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("--kv-heads", f->kv_heads, "Key/value heads (GQA/MQA; default = --heads)")->delimiter(',');
   app.add_option("--head-dim", f->head_dims, "Head dims")->delimiter(',');
   app.add_option("--causal", f->causal, "true, false or both")->delimiter(',');
-  app.add_option("--pass", f->passes, "fwd, bwd, fwd+bwd (comma-separated; bwd times the backward alone)")->delimiter(',');
-  app.add_option("--generator", f->generators, "Input generators (randn, uniform, banded, clustered, sinks, npy:DIR, safetensors:FILE; docs/generators.md)")->delimiter(',');
+  app.add_option("--pass", f->passes, "fwd, bwd, fwd+bwd (comma-separated; bwd times the backward alone)")
+      ->delimiter(',');
+  app.add_option(
+         "--generator", f->generators,
+         "Input generators (randn, uniform, banded, clustered, sinks, npy:DIR, safetensors:FILE; docs/generators.md)")
+      ->delimiter(',');
   app.add_option("--layout", f->layout, "bshd or bhsd");
-  app.add_option("--sparse-config", f->sparse_config, "Tuned sparse config for sparge/sparge-sage/cpu-sparge (tune --sparse writes it)");
-  app.add_option("--block-mask", f->block_mask, "Block mask for block-sparse/cpu-block-sparse: band:W, random:P, file:PATH");
+  app.add_option("--sparse-config", f->sparse_config,
+                 "Tuned sparse config for sparge/sparge-sage/cpu-sparge (tune --sparse writes it)");
+  app.add_option("--block-mask", f->block_mask,
+                 "Block mask for block-sparse/cpu-block-sparse: band:W, random:P, file:PATH");
   app.add_option("--kernel-config", f->kernel_configs,
                  "Kernel config to run, per backend: BACKEND=CONFIG (comma-separated; a wrong name is an error listing "
                  "the allowed ones; default: the kernel-config cache, else the built-in rule)")
@@ -195,13 +203,15 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
   app.add_option("--max-reps", f->max_reps, "Most measured repetitions");
   app.add_option("--warmup", f->warmup, "Warm-up runs");
   app.add_option("--max-time-ms", f->max_time_ms, "Time budget per case for the measured repetitions");
-  app.add_option("--reference-gflop", f->reference_gflop, "Max GFLOP of fp64 reference per shape (else heads are sampled)");
+  app.add_option("--reference-gflop", f->reference_gflop,
+                 "Max GFLOP of fp64 reference per shape (else heads are sampled)");
   app.add_flag("--hot", f->hot, "Keep caches warm between samples (default: flush the last-level cache)");
   app.add_option("-o,--out", f->out, "Output directory (default: results/<suite>-<time>)");
   app.add_flag("--resume", f->resume, "Finish an interrupted sweep in --out, skipping finished cases");
   app.add_flag("--force", f->force, "Overwrite results already in --out");
   app.add_flag("-q,--quiet", f->quiet, "No progress and no table: the one-line summary (and errors) only");
-  app.add_option("--gpus", f->gpus, "Run on several GPUs: all, or indices 0,1,... (one worker per GPU, one merged result)");
+  app.add_option("--gpus", f->gpus,
+                 "Run on several GPUs: all, or indices 0,1,... (one worker per GPU, one merged result)");
   app.add_option("--shard", f->shard,
                  "This process's part of a sweep split over processes, RANK/WORLD (default: from mpirun, torchrun or "
                  "Slurm variables); writes OUT/shard-RANK-of-WORLD for `attnsuite merge`");
@@ -233,7 +243,8 @@ BenchPlan make_bench_plan(const BenchFlags& f) {
     plan.suite_json = bench::load_suite_json(saved.string());
     plan.source = saved.string();
   } else {
-    if (f.resume && f.out.empty()) throw Error(ErrorKind::Usage, "--resume needs --out DIR: the directory of the sweep to finish");
+    if (f.resume && f.out.empty())
+      throw Error(ErrorKind::Usage, "--resume needs --out DIR: the directory of the sweep to finish");
     if (f.resume) {
       // Nothing to finish there (a typo, or a run stopped before it saved its suite): a command
       // that names what to run starts it (so the same command can be repeated until the sweep is
@@ -243,7 +254,8 @@ BenchPlan make_bench_plan(const BenchFlags& f) {
                     fmt::format("--resume: '{}' holds no sweep to finish (no {}); check the path, or give --suite or "
                                 "--backends to start a sweep there",
                                 out_folder.string(), bench::kSuiteFile));
-      plan.notice = fmt::format("'{}' holds no sweep to finish (no {}): starting it", out_folder.string(), bench::kSuiteFile);
+      plan.notice =
+          fmt::format("'{}' holds no sweep to finish (no {}): starting it", out_folder.string(), bench::kSuiteFile);
     }
     plan.suite_json = bench::load_suite_json(suite);
   }

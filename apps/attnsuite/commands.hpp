@@ -3,13 +3,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/plan.hpp"
 #include "report/shard.hpp"
@@ -59,7 +57,7 @@ struct BenchPlan {
   // Multi-process sweeps (docs/multi-gpu.md): this process's shard, from --shard or the
   // launcher's environment (mpirun, torchrun, Slurm); unset for an ordinary run.
   std::optional<bench::ShardInfo> shard;
-  std::string gpus;  // --gpus as given (all | 0,1,...); parsed when the sweep starts
+  std::string gpus;    // --gpus as given (all | 0,1,...); parsed when the sweep starts
   std::string notice;  // a line for stderr before the sweep starts (--resume that starts a sweep)
 };
 

@@ -30,7 +30,8 @@ constexpr const char* kBootstrap =
     "except ImportError as error:\n"
     "    hint = ('install the package: pip install . (or build it in-tree: ./scripts/setup.sh)' if error.name in "
     "('attnsuite', 'attnsuite._core') else 'install the exporter\\'s dependencies: pip install onnx onnxruntime')\n"
-    "    sys.stderr.write(f'attnsuite: error: export-onnx runs in the attnsuite Python package and needs {error.name}; '\n"
+    "    sys.stderr.write(f'attnsuite: error: export-onnx runs in the attnsuite Python package and needs {error.name}; "
+    "'\n"
     "                     f'{hint} (python: {sys.executable})\\n')\n"
     "    sys.exit(2)\n"
     "sys.exit(main(sys.argv[1:], prog='attnsuite export-onnx'))\n";
@@ -76,9 +77,10 @@ Action add_export_onnx(CLI::App& app) {
     pid_t child = 0;
     const int spawned = posix_spawnp(&child, python.c_str(), nullptr, nullptr, argv.data(), envp.data());
     if (spawned != 0)
-      throw Error(ErrorKind::Usage, fmt::format("export-onnx runs the Python package, but '{}' could not be started: {} "
-                                                "(set ATTNSUITE_PYTHON to a python3 that has attnsuite installed)",
-                                                python, std::strerror(spawned)));
+      throw Error(ErrorKind::Usage,
+                  fmt::format("export-onnx runs the Python package, but '{}' could not be started: {} "
+                              "(set ATTNSUITE_PYTHON to a python3 that has attnsuite installed)",
+                              python, std::strerror(spawned)));
     int status = 0;
     while (waitpid(child, &status, 0) < 0) {
       if (errno != EINTR) throw Error(ErrorKind::Internal, fmt::format("waitpid: {}", std::strerror(errno)));

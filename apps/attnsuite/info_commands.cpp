@@ -1,8 +1,8 @@
 // `attnsuite list` and `attnsuite info`.
-#include <CLI/Version.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
+#include <CLI/Version.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -11,8 +11,8 @@
 #include "bench/result.hpp"
 #include "commands.hpp"
 #include "core/host_info.hpp"
-#include "core/presets.hpp"
 #include "core/peak.hpp"
+#include "core/presets.hpp"
 #include "report/table.hpp"
 
 #if ATTNSUITE_HAVE_CUDA
@@ -43,7 +43,8 @@ Support runs_here(Backend& backend, bool* backward = nullptr) {
   p.head_dim = 64;
   const bool cpu = backend.device().type == DeviceType::Cpu;
   std::vector<Support> refusals;
-  for (const DType dtype : cpu ? std::vector{DType::F32, DType::F16, DType::BF16} : std::vector{DType::F16, DType::BF16, DType::F32}) {
+  for (const DType dtype :
+       cpu ? std::vector{DType::F32, DType::F16, DType::BF16} : std::vector{DType::F16, DType::BF16, DType::F32}) {
     p.dtype = dtype;
     Support support = backend.supports(p);
     if (support) {
@@ -77,14 +78,20 @@ Action add_list(CLI::App&) {
       if (!backend.peer_of().empty()) what += fmt::format(" [peer: {}]", backend.peer_of());
       // backward: whether it has one (training: bench --pass bwd, fwd+bwd) for the problem that
       // runs, or the backend's word on an experimental one.
-      const std::string backward_column =
-          !backend.backward_status().empty() ? std::string(backend.backward_status()) : backward ? "yes" : "no";
+      const std::string backward_column = !backend.backward_status().empty() ? std::string(backend.backward_status())
+                                          : backward                         ? "yes"
+                                                                             : "no";
       backends.add_row({name, std::string(to_string(backend.device().type)), what,
                         support ? "yes" : "no: " + support.reason, backward_column, backend.capabilities()});
     }
     const std::size_t width = report::terminal_columns();
     fmt::print("Backends\n{}\n", backends.terminal(width));
-    report::TextTable models({{"model"}, {"hidden", report::Align::Right}, {"q heads", report::Align::Right}, {"kv heads", report::Align::Right}, {"head dim", report::Align::Right}, {"note", report::Align::Left, 0, true}});
+    report::TextTable models({{"model"},
+                              {"hidden", report::Align::Right},
+                              {"q heads", report::Align::Right},
+                              {"kv heads", report::Align::Right},
+                              {"head dim", report::Align::Right},
+                              {"note", report::Align::Left, 0, true}});
     for (const auto& m : model_presets())
       models.add_row({m.name, std::to_string(m.hidden), std::to_string(m.heads_q), std::to_string(m.heads_kv),
                       std::to_string(m.head_dim), m.note});
@@ -137,9 +144,14 @@ Action add_info(CLI::App& app) {
     nlohmann::json gpus = nlohmann::json::array();
     for (int i = 0; i < cuda::cuda_device_count(); ++i) {
       const cuda::CudaDeviceInfo d = cuda::query_cuda_device(i);
-      gpus.push_back({{"index", i}, {"name", d.name}, {"driver", d.driver_version}, {"cuda_runtime", d.runtime_version},
-                      {"compute_capability", d.compute_capability()}, {"sms", d.sm_count},
-                      {"l2_mib", d.l2_bytes / 1048576.0}, {"memory_gib", d.memory_bytes / 1073741824.0},
+      gpus.push_back({{"index", i},
+                      {"name", d.name},
+                      {"driver", d.driver_version},
+                      {"cuda_runtime", d.runtime_version},
+                      {"compute_capability", d.compute_capability()},
+                      {"sms", d.sm_count},
+                      {"l2_mib", d.l2_bytes / 1048576.0},
+                      {"memory_gib", d.memory_bytes / 1073741824.0},
                       {"ceilings", bench::to_json(cuda::measure_gpu_ceilings(i))}});
     }
     info["gpus"] = gpus;
@@ -155,8 +167,10 @@ Action add_info(CLI::App& app) {
     fmt::print("fp32 peak  {:.1f} GFLOP/s measured (independent {} FMA chains on every thread{}); CPU kernels run {}\n",
                peak, isa == cpu::CpuIsa::Avx512 ? "AVX-512" : "AVX2",
                wider_than_avx2 ? fmt::format("; AVX2: {:.1f}", peak_avx2) : std::string(), cpu::to_string(kernels_isa));
-    fmt::print("host copy  {:.1f} GB/s measured (memcpy on every thread, bytes read + written); "
-               "dispatch {:.1f} µs (empty parallel_for)\n", copy, dispatch);
+    fmt::print(
+        "host copy  {:.1f} GB/s measured (memcpy on every thread, bytes read + written); "
+        "dispatch {:.1f} µs (empty parallel_for)\n",
+        copy, dispatch);
     fmt::print("OpenBLAS   {}\n", openblas_get_config());
 #if ATTNSUITE_HAVE_CUDA
     for (const auto& g : info["gpus"])
@@ -166,10 +180,11 @@ Action add_info(CLI::App& app) {
                  g["driver"].get<std::string>(), g["cuda_runtime"].get<int>());
     for (const auto& g : info["gpus"]) {
       const auto& c = g["ceilings"];
-      fmt::print("GPU {} ceilings: copy {:.0f} GB/s; GEMM {} fp16 {:.0f}, bf16 {:.0f}, fp8 {:.0f} TFLOP/s; launch {:.1f} µs\n",
-                 g["index"].get<int>(), c["gpu_copy_gbps"].get<double>(), c["gpu_gemm_shape"].get<std::string>(),
-                 c["gpu_fp16_tflops"].get<double>(), c["gpu_bf16_tflops"].get<double>(),
-                 c["gpu_fp8_tflops"].get<double>(), c["gpu_launch_us"].get<double>());
+      fmt::print(
+          "GPU {} ceilings: copy {:.0f} GB/s; GEMM {} fp16 {:.0f}, bf16 {:.0f}, fp8 {:.0f} TFLOP/s; launch {:.1f} µs\n",
+          g["index"].get<int>(), c["gpu_copy_gbps"].get<double>(), c["gpu_gemm_shape"].get<std::string>(),
+          c["gpu_fp16_tflops"].get<double>(), c["gpu_bf16_tflops"].get<double>(), c["gpu_fp8_tflops"].get<double>(),
+          c["gpu_launch_us"].get<double>());
     }
     if (info["gpus"].empty()) fmt::print("GPU        {}\n", info["gpu_unavailable"].get<std::string>());
 #else

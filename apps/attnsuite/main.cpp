@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <vector>
 
@@ -35,8 +34,10 @@ int main(int argc, char** argv) {
       cli::add_merge);
   add("compare", "Compare two results files case by case (A = baseline, B = new)", cli::add_compare);
   add("tune", "Find the batch size of highest throughput under memory and p95 limits (--batch)", cli::add_tune);
-  add("export-onnx", "Write an attention layer or block as ONNX (Attention op and MatMul/Softmax graph), "
-      "checked against the reference (runs the Python package; --help for its options)", cli::add_export_onnx);
+  add("export-onnx",
+      "Write an attention layer or block as ONNX (Attention op and MatMul/Softmax graph), "
+      "checked against the reference (runs the Python package; --help for its options)",
+      cli::add_export_onnx);
 
 #if ATTNSUITE_HAVE_ONNXRUNTIME_PEER
   // Peers outside the library (they embed Python), added after the built-in backends.

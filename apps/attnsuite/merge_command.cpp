@@ -2,10 +2,10 @@
 // (mpirun, torchrun, a Slurm array; issue 10, docs/multi-gpu.md) into the normal result files.
 #include <fmt/format.h>
 
-#include "report/shard.hpp"
-#include "report/sweep.hpp"
 #include "commands.hpp"
+#include "report/shard.hpp"
 #include "report/sinks.hpp"
+#include "report/sweep.hpp"
 
 namespace attnsuite::cli {
 

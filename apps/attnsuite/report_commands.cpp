@@ -47,7 +47,8 @@ Action add_report(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   app.add_option("file", f->file, "Results file: results.json, results.jsonl, results.csv or tune.json")->required();
-  app.add_option("--html", f->html, "Write one self-contained HTML page (tables, plots, machine, backends) to this file");
+  app.add_option("--html", f->html,
+                 "Write one self-contained HTML page (tables, plots, machine, backends) to this file");
   app.add_option("--markdown", f->markdown, "Write the report as Markdown to this file (plots linked from --plots)");
   app.add_option("--plots", f->plots, "Write the plots (PNG and SVG, matplotlib) into this directory");
   app.add_option("--compare", f->compare, "Another results file (the baseline A) to compare this one (B) against");
@@ -87,7 +88,8 @@ Action add_report(CLI::App& app) {
       std::string why_not;
       const std::optional<std::string> python = report::find_plot_python(&why_not);
       if (!python && !f->plots.empty())
-        throw Error(ErrorKind::Usage, "--plots: " + why_not);  // a flag this machine cannot serve, as --gpus without a GPU
+        throw Error(ErrorKind::Usage,
+                    "--plots: " + why_not);  // a flag this machine cannot serve, as --gpus without a GPU
       if (python) {
         std::filesystem::path dir = f->plots;
         if (dir.empty()) {
@@ -124,8 +126,8 @@ Action add_compare(CLI::App& app) {
     const auto a = load_existing(f->a);
     const auto b = load_existing(f->b);
     const report::Comparison comparison = report::compare_runs(a.rows, b.rows);
-    fmt::print("A = {}\nB = {}\nflagged faster/slower beyond 2x the measured noise\n{}",
-               f->a, f->b, comparison.terminal);
+    fmt::print("A = {}\nB = {}\nflagged faster/slower beyond 2x the measured noise\n{}", f->a, f->b,
+               comparison.terminal);
     if (!f->markdown.empty()) report::write_file_atomic(f->markdown, comparison.markdown);
     if (comparison.faster + comparison.slower + comparison.same == 0) {
       fmt::print(stderr, "attnsuite: nothing compared: no case has a median in both files\n");

@@ -13,15 +13,15 @@
 #include <set>
 
 #include "attnsuite/error.hpp"
+#include "attnsuite/kernel_configs.hpp"
 #include "attnsuite/registry.hpp"
 #include "bench/plan.hpp"
 #include "bench/profile.hpp"
 #include "bench/runner.hpp"
-#include "report/sweep.hpp"
 #include "commands.hpp"
 #include "core/atomic_file.hpp"
 #include "report/sinks.hpp"
-#include "attnsuite/kernel_configs.hpp"
+#include "report/sweep.hpp"
 #include "tune/backend_cache.hpp"
 #include "tune/kernel_tuner.hpp"
 #include "tune/sparse_tuner.hpp"
@@ -82,8 +82,9 @@ nlohmann::json overrides_from(const TuneFlags& f) {
 
 std::string probe_line(const bench::ResultRow& r) {
   if (r.status == bench::CaseStatus::Ok && r.tokens_per_s && r.ms_p95)
-    return fmt::format("batch {}: {} tokens/s, p95 {} ms, peak extra {} MiB", r.batch, report::format_si(*r.tokens_per_s),
-                       report::format_ms(*r.ms_p95), report::format_ms(r.peak_mem_mib.value_or(0)));
+    return fmt::format("batch {}: {} tokens/s, p95 {} ms, peak extra {} MiB", r.batch,
+                       report::format_si(*r.tokens_per_s), report::format_ms(*r.ms_p95),
+                       report::format_ms(r.peak_mem_mib.value_or(0)));
   return fmt::format("batch {}: {}: {}", r.batch, bench::to_string(r.status), r.reason);
 }
 
@@ -97,8 +98,9 @@ int tune_kernels(TuneFlags& f) {
   const std::filesystem::path cache_path =
       f.kernel_cache.empty() ? KernelConfigCache::default_path() : std::filesystem::path(f.kernel_cache);
   if (cache_path.empty())
-    throw Error(ErrorKind::Usage,
-                "tune --kernels: the kernel-config cache is off (ATTNSUITE_KERNEL_CACHE=off); pass --kernel-cache FILE");
+    throw Error(
+        ErrorKind::Usage,
+        "tune --kernels: the kernel-config cache is off (ATTNSUITE_KERNEL_CACHE=off); pass --kernel-cache FILE");
   // Read (and validate) the existing cache before measuring anything: a broken file is an error
   // here, not something to overwrite.
   KernelConfigCache cache = KernelConfigCache::load(cache_path);
@@ -112,7 +114,8 @@ int tune_kernels(TuneFlags& f) {
   Registry& registry = Registry::global();
   for (const auto& name : spec.backends) (void)registry.find(name);
 
-  const std::filesystem::path out_dir = f.out.empty() ? tune::default_out_dir("tune-kernels-" + spec.name) : std::filesystem::path(f.out);
+  const std::filesystem::path out_dir =
+      f.out.empty() ? tune::default_out_dir("tune-kernels-" + spec.name) : std::filesystem::path(f.out);
   const std::filesystem::path json_path = out_dir / "tune.json";
   if (std::filesystem::exists(json_path) && !f.force)
     throw Error(ErrorKind::Usage, fmt::format("'{}' already exists; use --force to overwrite it", json_path.string()));
@@ -184,9 +187,8 @@ int tune_kernels(TuneFlags& f) {
   fmt::print("{} of {} {} tuned; kernel-config cache: {} ({} entries). Results in {}/\n", tuned, tuning.size(),
              tuning.size() == 1 ? "case" : "cases", cache_path.string(), merged.size(), out_dir.string());
   if (interrupted) fmt::print(stderr, "attnsuite: interrupted; the cases tuned so far are saved\n");
-  const bool failed = std::any_of(rows.begin(), rows.end(), [](const bench::ResultRow& r) {
-    return r.status == bench::CaseStatus::Failed;
-  });
+  const bool failed = std::any_of(rows.begin(), rows.end(),
+                                  [](const bench::ResultRow& r) { return r.status == bench::CaseStatus::Failed; });
   if (tuned == 0 && !interrupted && !failed)
     fmt::print(stderr, "attnsuite: nothing tuned: no case has a kernel configuration to choose that runs here\n");
   return run_exit_code(interrupted, failed, tuned == 0);
@@ -211,11 +213,14 @@ int run_sparse_tune(const TuneFlags& f) {
   target.min_sparsity = f.min_sparsity;
   target.validate();
   if (f.backends.size() != 1)
-    throw Error(ErrorKind::Usage, "tune --sparse needs one backend: -b sparge or sparge-sage (GPU), or -b cpu-sparge (CPU)");
+    throw Error(ErrorKind::Usage,
+                "tune --sparse needs one backend: -b sparge or sparge-sage (GPU), or -b cpu-sparge (CPU)");
   const std::string& backend = f.backends.front();
   Registry& registry = Registry::global();
   const Device device = registry.find(backend).device();
-  const std::string dense = !f.dense_backend.empty() ? f.dense_backend : device.type == DeviceType::Cpu ? "cpu-flash" : "flash2";
+  const std::string dense = !f.dense_backend.empty()         ? f.dense_backend
+                            : device.type == DeviceType::Cpu ? "cpu-flash"
+                                                             : "flash2";
   AttentionProblem problem;
   problem.batch = f.batch_size;
   problem.seq_q = problem.seq_kv = f.seqs.empty() ? 4096 : f.seqs.front();
@@ -225,7 +230,9 @@ int run_sparse_tune(const TuneFlags& f) {
   problem.dtype = DType::BF16;
   if (!f.dtypes.empty()) {
     const auto dtype = parse_dtype(f.dtypes.front());
-    if (!dtype) throw Error(ErrorKind::Usage, fmt::format("--dtype '{}' is not a dtype; allowed: {}", f.dtypes.front(), kAllowedDTypes));
+    if (!dtype)
+      throw Error(ErrorKind::Usage,
+                  fmt::format("--dtype '{}' is not a dtype; allowed: {}", f.dtypes.front(), kAllowedDTypes));
     problem.dtype = *dtype;
   }
   if (!f.causal.empty()) {
@@ -235,11 +242,13 @@ int run_sparse_tune(const TuneFlags& f) {
   problem.validate();
   const std::vector<std::string> generators = f.generators.empty() ? std::vector<std::string>{"banded"} : f.generators;
   const std::uint64_t seed = static_cast<std::uint64_t>(f.seed.value_or(0));
-  if (f.seed && *f.seed < 0) throw Error(ErrorKind::Usage, fmt::format("--seed {} out of range; allowed: 0 or more", *f.seed));
+  if (f.seed && *f.seed < 0)
+    throw Error(ErrorKind::Usage, fmt::format("--seed {} out of range; allowed: 0 or more", *f.seed));
 
   std::filesystem::path out_path = f.sparse_out;
   if (out_path.empty()) {
-    const std::filesystem::path out_dir = f.out.empty() ? tune::default_out_dir("tune-sparse") : std::filesystem::path(f.out);
+    const std::filesystem::path out_dir =
+        f.out.empty() ? tune::default_out_dir("tune-sparse") : std::filesystem::path(f.out);
     out_path = out_dir / "sparse-config.json";
   }
   if (std::filesystem::exists(out_path) && !f.force)
@@ -252,7 +261,8 @@ int run_sparse_tune(const TuneFlags& f) {
   document["sink"] = true;
   document["backend"] = backend;
   document["dense_backend"] = dense;
-  document["block"] = {{"m", sparse::block_shape_for(problem.head_dim).m}, {"n", sparse::block_shape_for(problem.head_dim).n}};
+  document["block"] = {{"m", sparse::block_shape_for(problem.head_dim).m},
+                       {"n", sparse::block_shape_for(problem.head_dim).n}};
   document["created_at"] = bench::utc_now_iso8601();
   nlohmann::json layers = nlohmann::json::array();
   bool failed = false;
@@ -280,16 +290,21 @@ int run_sparse_tune(const TuneFlags& f) {
       dense_heads += result.config.heads[h].dense ? 1 : 0;
     }
     const double allowed = target.allowed_error();
-    layer["held_out"] = {{"seed", held_seed}, {"worst_error", worst},
-                         {"min_predicted_sparsity_mean", sparsity}, {"meets_target", worst <= allowed},
+    layer["held_out"] = {{"seed", held_seed},
+                         {"worst_error", worst},
+                         {"min_predicted_sparsity_mean", sparsity},
+                         {"meets_target", worst <= allowed},
                          {"kernel", held_out.kernel_config()}};
     failed = worst > allowed;
-    fmt::print("{}: {} heads ({} dense), predicted sparsity {:.1f}% (held out, mean over heads of the least sparse "
-               "input), worst {} {:.4f} (allowed {:.4f}){}; {} evaluations in {:.2f} s ({:.2f} s with the calibration inputs "
-               "and the dense outputs)\n",
-               name, problem.heads_q, dense_heads, sparsity * 100,
-               target.metric == tune::SparseMetric::Cosine ? "1 − cos" : target.metric == tune::SparseMetric::Rmse ? "RMSE" : "rel L1",
-               worst, allowed, worst <= allowed ? "" : " — ABOVE TARGET", result.evaluations, result.seconds, total_seconds);
+    fmt::print(
+        "{}: {} heads ({} dense), predicted sparsity {:.1f}% (held out, mean over heads of the least sparse "
+        "input), worst {} {:.4f} (allowed {:.4f}){}; {} evaluations in {:.2f} s ({:.2f} s with the calibration inputs "
+        "and the dense outputs)\n",
+        name, problem.heads_q, dense_heads, sparsity * 100,
+        target.metric == tune::SparseMetric::Cosine ? "1 − cos"
+        : target.metric == tune::SparseMetric::Rmse ? "RMSE"
+                                                    : "rel L1",
+        worst, allowed, worst <= allowed ? "" : " — ABOVE TARGET", result.evaluations, result.seconds, total_seconds);
     layers.push_back(layer);
   }
   document["layers"] = layers;
@@ -309,8 +324,9 @@ Action add_tune(CLI::App& app) {
   app.add_option("--kernel-cache", f->kernel_cache,
                  "Kernel-config cache file that --kernels updates (default: $ATTNSUITE_KERNEL_CACHE, else "
                  "$XDG_CACHE_HOME/attnsuite/kernel-configs.json or ~/.cache/attnsuite/kernel-configs.json)");
-  app.add_flag("--sparse", f->sparse,
-               "Tune the sparse predictor per head to an error target (-b sparge|sparge-sage|cpu-sparge; writes --sparse-out)");
+  app.add_flag(
+      "--sparse", f->sparse,
+      "Tune the sparse predictor per head to an error target (-b sparge|sparge-sage|cpu-sparge; writes --sparse-out)");
   app.add_option("--target", f->target, "--sparse: relative L1 against the dense output at most this (default 0.05)");
   app.add_option("--target-cos", f->target_cos, "--sparse: cosine similarity at least this instead");
   app.add_option("--target-rmse", f->target_rmse, "--sparse: RMSE at most this instead");
@@ -318,15 +334,18 @@ Action add_tune(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--min-sparsity", f->min_sparsity, "--sparse: heads below this predicted sparsity fall back to dense")
       ->capture_default_str();
-  app.add_option("--calibration", f->calibration, "--sparse: calibration inputs per layer (seeds seed..)")->capture_default_str();
+  app.add_option("--calibration", f->calibration, "--sparse: calibration inputs per layer (seeds seed..)")
+      ->capture_default_str();
   app.add_option("--batch-size", f->batch_size, "--sparse: batch of the calibration inputs")->capture_default_str();
   app.add_option("--generator", f->generators,
                  "--sparse: one layer per generator (banded, clustered, sinks, npy:DIR, safetensors:FILE); "
                  "--kernels/--batch: the suite's input generators")
       ->delimiter(',');
   app.add_option("--seed", f->seed, "--sparse: first calibration seed (held-out check: the next seed after them)");
-  app.add_option("--dense-backend", f->dense_backend, "--sparse: dense output to compare with (default flash2 / cpu-flash)");
-  app.add_option("--sparse-out", f->sparse_out, "--sparse: the config file to write (default <out>/sparse-config.json)");
+  app.add_option("--dense-backend", f->dense_backend,
+                 "--sparse: dense output to compare with (default flash2 / cpu-flash)");
+  app.add_option("--sparse-out", f->sparse_out,
+                 "--sparse: the config file to write (default <out>/sparse-config.json)");
   app.add_option("--suite", f->suite, "Suite whose cases to tune (default: headline with a GPU, else default)");
   app.add_option("-b,--backends", f->backends, "Backends (comma-separated)")->delimiter(',');
   app.add_option("--dtype", f->dtypes, "fp32, fp16, bf16, e4m3")->delimiter(',');
@@ -336,7 +355,8 @@ Action add_tune(CLI::App& app) {
   app.add_option("--kv-heads", f->kv_heads, "Key/value heads")->delimiter(',');
   app.add_option("--head-dim", f->head_dims, "Head dims")->delimiter(',');
   app.add_option("--causal", f->causal, "true, false or both")->delimiter(',');
-  app.add_option("--pass", f->passes, "--batch/--kernels: fwd, bwd, fwd+bwd (fwd+bwd: tune a training step)")->delimiter(',');
+  app.add_option("--pass", f->passes, "--batch/--kernels: fwd, bwd, fwd+bwd (fwd+bwd: tune a training step)")
+      ->delimiter(',');
   app.add_option("--max-memory-gib", f->max_memory_gib,
                  "Memory limit per case: inputs plus the peak extra memory (default: what the device has)");
   app.add_option("--p95-ms", f->p95_ms, "p95 latency target per forward (default: none)");
@@ -368,7 +388,8 @@ Action add_tune(CLI::App& app) {
   app.add_flag("-q,--quiet", f->quiet, "No progress and no table: the closing lines (and errors) only");
   app.add_option("--cache", f->cache,
                  "Backend cache to update with the fastest backends per shape class, which backend=\"auto\" "
-                 "reads (default: " + tune::default_cache_path().string() + ")");
+                 "reads (default: " +
+                     tune::default_cache_path().string() + ")");
   app.add_flag("--no-cache", f->no_cache, "Do not update the backend cache");
 
   return [f]() -> int {
@@ -378,7 +399,8 @@ Action add_tune(CLI::App& app) {
     if (f->sparse) return run_sparse_tune(*f);
     if (!f->batch)
       throw Error(ErrorKind::Usage,
-                  "tune needs --batch (the batch-size tuner), --kernels (kernel configurations) or --sparse (the sparse predictor)");
+                  "tune needs --batch (the batch-size tuner), --kernels (kernel configurations) or --sparse (the "
+                  "sparse predictor)");
 
     tune::TuneOptions options;
     options.limits.min_batch = f->min_batch;
@@ -393,7 +415,8 @@ Action add_tune(CLI::App& app) {
     options.reference_gflop = f->reference_gflop;
     options.out_dir = f->out;
     options.force = f->force;
-    if (!f->no_cache) options.cache_path = f->cache.empty() ? tune::default_cache_path() : std::filesystem::path(f->cache);
+    if (!f->no_cache)
+      options.cache_path = f->cache.empty() ? tune::default_cache_path() : std::filesystem::path(f->cache);
     options.cancelled = interrupt_requested;
     if (!f->quiet) {
       options.on_case = [](const bench::ResultRow& c) {

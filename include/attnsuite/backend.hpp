@@ -80,8 +80,8 @@ struct PlanOptions {
 struct RunReport {
   std::string kernel_config;  // empty for a backend without configurations
   struct Sparse {
-    double predicted_sparsity = 0;  // 1 − kept / visible key blocks
-    double achieved_sparsity = 0;   // 1 − (Q·Kᵀ + P·V work done) / (2 × visible), P·V skips counted
+    double predicted_sparsity = 0;       // 1 − kept / visible key blocks
+    double achieved_sparsity = 0;        // 1 − (Q·Kᵀ + P·V work done) / (2 × visible), P·V skips counted
     std::optional<double> predictor_ms;  // time of the predictor within that run
   };
   std::optional<Sparse> sparse;  // sparse backends whose run has finished when it returns (CPU)
@@ -209,8 +209,11 @@ class FunctionPlan final : public KernelPlan {
   using Backward = std::function<void(const BackwardArgs&, Stream, RunReport&)>;
   FunctionPlan(std::string kernel_config, std::size_t workspace, Forward forward, Backward backward = {},
                std::size_t backward_workspace = 0)
-      : kernel_config_(std::move(kernel_config)), workspace_(workspace), backward_workspace_(backward_workspace),
-        forward_(std::move(forward)), backward_(std::move(backward)) {}
+      : kernel_config_(std::move(kernel_config)),
+        workspace_(workspace),
+        backward_workspace_(backward_workspace),
+        forward_(std::move(forward)),
+        backward_(std::move(backward)) {}
   std::string_view kernel_config() const override { return kernel_config_; }
   std::size_t workspace_bytes() const override { return workspace_; }
   std::size_t backward_workspace_bytes() const override { return backward_workspace_; }

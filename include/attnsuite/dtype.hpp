@@ -20,9 +20,7 @@ std::optional<DType> parse_dtype(std::string_view name);
 // The names parse_dtype takes, for error messages: "fp32, fp16, bf16, e4m3".
 inline constexpr std::string_view kAllowedDTypes = "fp32, fp16, bf16, e4m3";
 
-constexpr std::size_t size_of(DType dtype) {
-  return dtype == DType::F32 ? 4 : dtype == DType::E4M3 ? 1 : 2;
-}
+constexpr std::size_t size_of(DType dtype) { return dtype == DType::F32 ? 4 : dtype == DType::E4M3 ? 1 : 2; }
 
 // The dtype of the output O of a problem whose inputs are `input`: the same, except e4m3 inputs
 // give bf16 (as FP8 attention kernels write: an e4m3 O would need a scale chosen before the
@@ -68,20 +66,32 @@ float quantize_e4m3(const float* src, std::uint8_t* dst, std::size_t count);
 // without the tensor's descale: load(TensorView, offset) applies it).
 inline float load_as_float(const void* data, DType dtype, std::int64_t index) {
   switch (dtype) {
-    case DType::F32: return static_cast<const float*>(data)[index];
-    case DType::F16: return fp16_bits_to_float(static_cast<const std::uint16_t*>(data)[index]);
-    case DType::BF16: return bf16_bits_to_float(static_cast<const std::uint16_t*>(data)[index]);
-    case DType::E4M3: return e4m3_bits_to_float(static_cast<const std::uint8_t*>(data)[index]);
+    case DType::F32:
+      return static_cast<const float*>(data)[index];
+    case DType::F16:
+      return fp16_bits_to_float(static_cast<const std::uint16_t*>(data)[index]);
+    case DType::BF16:
+      return bf16_bits_to_float(static_cast<const std::uint16_t*>(data)[index]);
+    case DType::E4M3:
+      return e4m3_bits_to_float(static_cast<const std::uint8_t*>(data)[index]);
   }
   return 0.0f;
 }
 
 inline void store_from_float(void* data, DType dtype, std::int64_t index, float value) {
   switch (dtype) {
-    case DType::F32: static_cast<float*>(data)[index] = value; break;
-    case DType::F16: static_cast<std::uint16_t*>(data)[index] = float_to_fp16_bits(value); break;
-    case DType::BF16: static_cast<std::uint16_t*>(data)[index] = float_to_bf16_bits(value); break;
-    case DType::E4M3: static_cast<std::uint8_t*>(data)[index] = float_to_e4m3_bits(value); break;
+    case DType::F32:
+      static_cast<float*>(data)[index] = value;
+      break;
+    case DType::F16:
+      static_cast<std::uint16_t*>(data)[index] = float_to_fp16_bits(value);
+      break;
+    case DType::BF16:
+      static_cast<std::uint16_t*>(data)[index] = float_to_bf16_bits(value);
+      break;
+    case DType::E4M3:
+      static_cast<std::uint8_t*>(data)[index] = float_to_e4m3_bits(value);
+      break;
   }
 }
 

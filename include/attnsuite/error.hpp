@@ -29,25 +29,25 @@ class Error : public std::runtime_error {
 };
 
 namespace detail {
-[[noreturn]] void throw_check_failure(ErrorKind kind, const char* expression, const char* file,
-                                      int line, const std::string& message);
+[[noreturn]] void throw_check_failure(ErrorKind kind, const char* expression, const char* file, int line,
+                                      const std::string& message);
 }  // namespace detail
 
 }  // namespace attnsuite
 
 // ATTNSUITE_CHECK(cond, kind, message): throws attnsuite::Error with file:line, the failing
 // expression and the message when cond is false.
-#define ATTNSUITE_CHECK(cond, kind, message)                                                   \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
+#define ATTNSUITE_CHECK(cond, kind, message)                                                  \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
       ::attnsuite::detail::throw_check_failure((kind), #cond, __FILE__, __LINE__, (message)); \
-    }                                                                                          \
+    }                                                                                         \
   } while (0)
 
 // For user-facing validation: one clear line (value and what is allowed), no file:line.
-#define ATTNSUITE_REQUIRE(cond, message)                                        \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      throw ::attnsuite::Error(::attnsuite::ErrorKind::Usage, (message));       \
-    }                                                                           \
+#define ATTNSUITE_REQUIRE(cond, message)                                  \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      throw ::attnsuite::Error(::attnsuite::ErrorKind::Usage, (message)); \
+    }                                                                     \
   } while (0)

@@ -12,12 +12,11 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
-
-#include <nlohmann/json.hpp>
 
 #include "attnsuite/problem.hpp"
 

@@ -17,7 +17,7 @@ struct AttentionProblem {
   int seq_q = 1;
   int seq_kv = 1;
   int head_dim = 64;
-  int head_dim_v = 0;  // 0 means head_dim
+  int head_dim_v = 0;        // 0 means head_dim
   DType dtype = DType::F32;  // of Q, K, V; O is output_dtype()
   Layout layout = Layout::BSHD;
   // Causal masking is bottom-right aligned, as in FlashAttention 2.1+: query i sees key j when

@@ -52,8 +52,7 @@ struct TensorView {
   bool is_dense() const;
 
   // Dense strides for a shape (b, s, h, d) laid out in the given order.
-  static std::array<std::int64_t, 4> dense_strides(const std::array<std::int64_t, 4>& shape,
-                                                    Layout layout);
+  static std::array<std::int64_t, 4> dense_strides(const std::array<std::int64_t, 4>& shape, Layout layout);
 };
 
 // The log-sum-exp output: float32, logical shape (batch, heads, seq_q), dense.

@@ -2,6 +2,8 @@
 // without copies (numpy on the CPU; torch, cupy, jax on the GPU); every call goes through the
 // same Registry, problem validation and harness (run_sweep) as the CLI. The Python-facing API,
 // defaults and docs are in python/attnsuite/__init__.py.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -9,10 +11,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
 #include <signal.h>
 
 #include <algorithm>
@@ -30,14 +28,14 @@
 #include "attnsuite/attnsuite.hpp"
 #include "bench/plan.hpp"
 #include "bench/profile.hpp"
+#include "core/atomic_file.hpp"
 #include "core/cancel.hpp"
-#include "report/sweep.hpp"
 #include "core/host_info.hpp"
 #include "core/presets.hpp"
-#include "core/atomic_file.hpp"
 #include "report/load.hpp"
 #include "report/plots.hpp"
 #include "report/sinks.hpp"
+#include "report/sweep.hpp"
 #include "tune/backend_cache.hpp"
 #include "tune/tune_run.hpp"
 
@@ -76,14 +74,27 @@ std::string dlpack_dtype_name(const nb::dlpack::dtype& dtype) {
   using Code = nb::dlpack::dtype_code;
   std::string kind;
   switch (static_cast<Code>(dtype.code)) {
-    case Code::Int: kind = "int"; break;
-    case Code::UInt: kind = "uint"; break;
-    case Code::Float: kind = "float"; break;
-    case Code::Bfloat: kind = "bfloat"; break;
-    case Code::Complex: kind = "complex"; break;
-    case Code::Bool: return "bool";
-    case static_cast<Code>(kDlpackFloat8E4m3fn): return "float8_e4m3fn";
-    default: kind = fmt::format("dlpack-code-{}-", dtype.code);
+    case Code::Int:
+      kind = "int";
+      break;
+    case Code::UInt:
+      kind = "uint";
+      break;
+    case Code::Float:
+      kind = "float";
+      break;
+    case Code::Bfloat:
+      kind = "bfloat";
+      break;
+    case Code::Complex:
+      kind = "complex";
+      break;
+    case Code::Bool:
+      return "bool";
+    case static_cast<Code>(kDlpackFloat8E4m3fn):
+      return "float8_e4m3fn";
+    default:
+      kind = fmt::format("dlpack-code-{}-", dtype.code);
   }
   std::string name = fmt::format("{}{}", kind, dtype.bits);
   if (dtype.lanes != 1) name += fmt::format("x{}", dtype.lanes);
@@ -114,7 +125,8 @@ std::string device_name(const Device& device) {
 Device device_of(int device_type, int device_id, const char* what) {
   if (device_type == nb::device::cpu::value) return {DeviceType::Cpu, 0};
   if (device_type == nb::device::cuda::value) return {DeviceType::Cuda, device_id};
-  throw Error(ErrorKind::Usage, fmt::format("{} is on DLPack device type {}; allowed: CPU (1), CUDA (2)", what, device_type));
+  throw Error(ErrorKind::Usage,
+              fmt::format("{} is on DLPack device type {}; allowed: CPU (1), CUDA (2)", what, device_type));
 }
 
 Layout parse_layout(std::string_view layout) {
@@ -128,8 +140,9 @@ Layout parse_layout(std::string_view layout) {
 template <class A>
 TensorView view_of(const A& array, Layout layout, const char* what, bool uint8_as_e4m3 = false) {
   if (array.ndim() != 4)
-    throw Error(ErrorKind::Usage, fmt::format("{} has {} dims; attention takes 4-D arrays ({})", what, array.ndim(),
-                                              layout == Layout::BSHD ? "batch, seq, heads, dim" : "batch, heads, seq, dim"));
+    throw Error(ErrorKind::Usage,
+                fmt::format("{} has {} dims; attention takes 4-D arrays ({})", what, array.ndim(),
+                            layout == Layout::BSHD ? "batch, seq, heads, dim" : "batch, heads, seq, dim"));
   TensorView view;
   view.data = const_cast<void*>(static_cast<const void*>(array.data()));
   view.dtype = dtype_of(array.dtype(), what, uint8_as_e4m3);
@@ -306,7 +319,7 @@ const tune::MachineKey& machine_key(const Device& device) {
 
 struct Choice {
   Backend* backend = nullptr;
-  std::string source;       // "backend cache PATH (CLASS)", "default order", or "named"
+  std::string source;              // "backend cache PATH (CLASS)", "default order", or "named"
   std::vector<std::string> tried;  // "auto": the candidates in order, with why each was passed over
 };
 
@@ -361,8 +374,8 @@ Choice choose_uncached(std::string_view name, const Call& call) {
   }
   // Only `reference` reads any strides; the kernels need a contiguous last dim. "auto" says so
   // rather than fall back to the slowest backend.
-  for (const auto& [what, view] : {std::pair<const char*, const TensorView*>{"q", &call.args.q}, {"k", &call.args.k},
-                                   {"v", &call.args.v}})
+  for (const auto& [what, view] :
+       {std::pair<const char*, const TensorView*>{"q", &call.args.q}, {"k", &call.args.k}, {"v", &call.args.v}})
     if (view->strides[3] != 1)
       throw Error(ErrorKind::Usage,
                   fmt::format("{} has stride {} in its last dim; backend \"auto\" needs 1 (a contiguous last dim: "
@@ -444,24 +457,24 @@ PlanOptions python_plan_options(const Backend& backend, const std::string& kerne
 }
 
 std::string forward(const std::string& backend_name, const Array& q, const Array& k, const Array& v, MutableArray& o,
-                    std::optional<MutableArray>& lse, bool causal, std::optional<float> scale, const std::string& layout,
-                    int window_left, int window_right, std::uintptr_t stream, const std::string& kernel_config,
-                    const std::map<std::string, std::string>& options, const std::string& dtype,
-                    const std::optional<std::vector<float>>& descale) {
+                    std::optional<MutableArray>& lse, bool causal, std::optional<float> scale,
+                    const std::string& layout, int window_left, int window_right, std::uintptr_t stream,
+                    const std::string& kernel_config, const std::map<std::string, std::string>& options,
+                    const std::string& dtype, const std::optional<std::vector<float>>& descale) {
   Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right, {dtype, descale});
   const auto& p = call.problem;
   TensorView out = view_of(o, p.layout, "out");
   // e4m3 inputs give bf16 O; on the CPU a float32 out takes it widened (exactly): numpy has no
   // bfloat16.
   const bool widen = p.dtype == DType::E4M3 && out.dtype == DType::F32 && out.device.type == DeviceType::Cpu;
-  ATTNSUITE_REQUIRE(out.dtype == p.output_dtype() || widen,
-                    p.dtype == DType::E4M3
-                        ? fmt::format("out has dtype {}; e4m3 inputs give bfloat16 (float32 on the CPU)",
-                                      to_string(out.dtype))
-                        : fmt::format("out has dtype {}; it must be q's, {}", to_string(out.dtype), to_string(p.dtype)));
-  ATTNSUITE_REQUIRE(out.device == call.args.q.device, fmt::format("out is on {}; it must be on q's device, {}",
-                                                                  device_name(out.device),
-                                                                  device_name(call.args.q.device)));
+  ATTNSUITE_REQUIRE(
+      out.dtype == p.output_dtype() || widen,
+      p.dtype == DType::E4M3
+          ? fmt::format("out has dtype {}; e4m3 inputs give bfloat16 (float32 on the CPU)", to_string(out.dtype))
+          : fmt::format("out has dtype {}; it must be q's, {}", to_string(out.dtype), to_string(p.dtype)));
+  ATTNSUITE_REQUIRE(out.device == call.args.q.device,
+                    fmt::format("out is on {}; it must be on q's device, {}", device_name(out.device),
+                                device_name(call.args.q.device)));
   const std::array<std::int64_t, 4> out_shape{p.batch, p.seq_q, p.heads_q, p.dim_v()};
   ATTNSUITE_REQUIRE(out.shape == out_shape,
                     fmt::format("out has (batch, seq, heads, dim) ({}, {}, {}, {}); it must be ({}, {}, {}, {}): "
@@ -474,8 +487,8 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
   if (lse) {
     ATTNSUITE_REQUIRE(lse->ndim() == 3 && lse->dtype() == nb::dtype<float>() &&
                           static_cast<int>(lse->shape(0)) == p.batch && static_cast<int>(lse->shape(1)) == p.heads_q &&
-                          static_cast<int>(lse->shape(2)) == p.seq_q &&
-                          (p.seq_q == 1 || lse->stride(2) == 1) && (p.heads_q == 1 || lse->stride(1) == p.seq_q) &&
+                          static_cast<int>(lse->shape(2)) == p.seq_q && (p.seq_q == 1 || lse->stride(2) == 1) &&
+                          (p.heads_q == 1 || lse->stride(1) == p.seq_q) &&
                           (p.batch == 1 || lse->stride(0) == static_cast<std::int64_t>(p.heads_q) * p.seq_q),
                       "lse must be a dense float32 array of shape (batch, heads_q, seq_q)");
     lse_view = {static_cast<float*>(lse->data()), call.args.q.device};
@@ -543,9 +556,9 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
 // its out and lse and the gradient d_out, through backend `backend_name` (a name: the one the
 // forward ran, which attention() returns). Returns the backend's name.
 std::string backward(const std::string& backend_name, const Array& q, const Array& k, const Array& v, const Array& o,
-                     const Array& d_o, const Array& lse, MutableArray& dq, MutableArray& dk, MutableArray& dv, bool causal,
-                     std::optional<float> scale, const std::string& layout, int window_left, int window_right,
-                     bool deterministic, std::uintptr_t stream, const std::string& kernel_config,
+                     const Array& d_o, const Array& lse, MutableArray& dq, MutableArray& dk, MutableArray& dv,
+                     bool causal, std::optional<float> scale, const std::string& layout, int window_left,
+                     int window_right, bool deterministic, std::uintptr_t stream, const std::string& kernel_config,
                      const std::map<std::string, std::string>& options) {
   ATTNSUITE_REQUIRE(backend_name != "auto",
                     "backward takes the backend the forward ran (attention(..., return_backend=True) "
@@ -562,7 +575,8 @@ std::string backward(const std::string& backend_name, const Array& q, const Arra
                       fmt::format("{} must have q's dtype ({}) and device and the shape ({}, {}, {}, {}) (batch, seq, "
                                   "heads, dim)",
                                   what, to_string(p.dtype), shape[0], shape[1], shape[2], shape[3]));
-    ATTNSUITE_REQUIRE(view.strides[3] == 1, fmt::format("{} has stride {} in its last dim; it must be 1", what, view.strides[3]));
+    ATTNSUITE_REQUIRE(view.strides[3] == 1,
+                      fmt::format("{} has stride {} in its last dim; it must be 1", what, view.strides[3]));
     return view;
   };
   args.o = like(view_of(o, p.layout, "out"), "out", out_shape);
@@ -585,8 +599,9 @@ std::string backward(const std::string& backend_name, const Array& q, const Arra
   plan_options.backward = true;
   plan_options.deterministic = deterministic;
   const std::unique_ptr<KernelPlan> plan = backend.plan(p, plan_options);
-  ATTNSUITE_REQUIRE(!plan->produces_own_output(),
-                    fmt::format("backend '{}' returns its own gradients; run it through attnsuite.bench()", backend.name()));
+  ATTNSUITE_REQUIRE(
+      !plan->produces_own_output(),
+      fmt::format("backend '{}' returns its own gradients; run it through attnsuite.bench()", backend.name()));
   const std::size_t workspace_bytes = plan->backward_workspace_bytes();
   const auto run_stream = reinterpret_cast<Stream>(stream);
   if (backend.device().type == DeviceType::Cpu) {
@@ -788,7 +803,8 @@ class RunSignals {
 
  private:
   static struct sigaction& previous(int signal_number) {
-    static struct sigaction previous_int {}, previous_term {};
+    static struct sigaction previous_int {
+    }, previous_term{};
     return signal_number == SIGINT ? previous_int : previous_term;
   }
   static void on_signal(int signal_number, siginfo_t* info, void* context) {
@@ -857,9 +873,9 @@ std::string tune_batch(const std::string& suite, const std::string& overrides_te
     };
     options.on_probe = [tell](const bench::ResultRow& r) {
       tell("probe", r.status == bench::CaseStatus::Ok && r.tokens_per_s && r.ms_p95
-                          ? fmt::format("batch {}: {} tokens/s, p95 {} ms", r.batch, report::format_si(*r.tokens_per_s),
-                                        report::format_ms(*r.ms_p95))
-                          : fmt::format("batch {}: {}: {}", r.batch, bench::to_string(r.status), r.reason));
+                        ? fmt::format("batch {}: {} tokens/s, p95 {} ms", r.batch, report::format_si(*r.tokens_per_s),
+                                      report::format_ms(*r.ms_p95))
+                        : fmt::format("batch {}: {}: {}", r.batch, bench::to_string(r.status), r.reason));
     };
     options.on_sweep = [tell] { tell("sweep", "exhaustive sweep"); };
   }
@@ -867,7 +883,8 @@ std::string tune_batch(const std::string& suite, const std::string& overrides_te
   nlohmann::json suite_json = bench::load_suite_json(source);
   const nlohmann::json overrides = nlohmann::json::parse(overrides_text);
   if (!overrides.empty()) suite_json = bench::merge_suite(std::move(suite_json), overrides);
-  const bench::SweepSpec spec = tune::tune_spec(suite_json, overrides.empty() ? source : source + " + arguments", options);
+  const bench::SweepSpec spec =
+      tune::tune_spec(suite_json, overrides.empty() ? source : source + " + arguments", options);
   tune::TuneOutcome outcome;
   RunSignals signals(handle_signals);
   {
@@ -928,7 +945,8 @@ nb::list plot(const std::string& results_path, const std::string& out_dir, const
 // An uninitialized array the library owns until the last DLPack consumer drops it (an object
 // with __dlpack__, which numpy.from_dlpack / jax.dlpack.from_dlpack take): for
 // frameworks whose arrays cannot be written (jax), and for CUDA outputs without a framework.
-nb::ndarray<nb::array_api> empty(const std::vector<std::size_t>& shape, const std::string& dtype_name, int device_type, int device_id) {
+nb::ndarray<nb::array_api> empty(const std::vector<std::size_t>& shape, const std::string& dtype_name, int device_type,
+                                 int device_id) {
   const auto dtype = parse_dtype(dtype_name);
   ATTNSUITE_REQUIRE(dtype.has_value(), fmt::format("dtype '{}' is not allowed: {}", dtype_name, kAllowedDTypes));
   std::size_t count = 1;
@@ -937,7 +955,7 @@ nb::ndarray<nb::array_api> empty(const std::vector<std::size_t>& shape, const st
   nb::dlpack::dtype dl{};
   dl.code = *dtype == DType::E4M3 ? kDlpackFloat8E4m3fn
                                   : static_cast<std::uint8_t>(*dtype == DType::BF16 ? nb::dlpack::dtype_code::Bfloat
-                                                                                     : nb::dlpack::dtype_code::Float);
+                                                                                    : nb::dlpack::dtype_code::Float);
   dl.bits = static_cast<std::uint8_t>(size_of(*dtype) * 8);
   dl.lanes = 1;
   void* data = nullptr;
@@ -1001,7 +1019,8 @@ std::string run_sweep(const std::string& suite, const std::string& overrides_tex
   std::string source = suite.empty() ? default_suite() : suite;
   if (!overrides.empty()) {
     suite_json = bench::merge_suite(std::move(suite_json), overrides);
-    if (suite.empty()) bench::name_custom_sweep(suite_json, overrides, fmt::format("arguments over the {} suite", source));
+    if (suite.empty())
+      bench::name_custom_sweep(suite_json, overrides, fmt::format("arguments over the {} suite", source));
     source += " + arguments";
   }
   const bench::SweepSpec spec = bench::parse_suite(suite_json, source);
@@ -1087,9 +1106,9 @@ NB_MODULE(_core, m) {
   m.attr("__version__") = ATTNSUITE_VERSION;
   m.attr("cuda_build") = static_cast<bool>(ATTNSUITE_HAVE_CUDA);
 
-  g_unsupported_error = PyErr_NewExceptionWithDoc(
-      "attnsuite._core.UnsupportedError", "The chosen backend cannot run this problem (the message says why).",
-      PyExc_ValueError, nullptr);
+  g_unsupported_error = PyErr_NewExceptionWithDoc("attnsuite._core.UnsupportedError",
+                                                  "The chosen backend cannot run this problem (the message says why).",
+                                                  PyExc_ValueError, nullptr);
   m.attr("UnsupportedError") = nb::handle(g_unsupported_error);
   // attnsuite::Error -> Python: bad input ValueError, an unsupported problem UnsupportedError
   // (a ValueError), out of memory MemoryError, files OSError, the rest RuntimeError.

@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -97,7 +97,8 @@ std::unique_ptr<DeviceContext> make_device_context(Device device) {
 #if ATTNSUITE_HAVE_CUDA
   return cuda::make_cuda_context(device.index);
 #else
-  throw Error(ErrorKind::Unsupported, "this build of attnsuite has no CUDA support (configured with ATTNSUITE_CUDA=OFF or without nvcc)");
+  throw Error(ErrorKind::Unsupported,
+              "this build of attnsuite has no CUDA support (configured with ATTNSUITE_CUDA=OFF or without nvcc)");
 #endif
 }
 

@@ -7,7 +7,6 @@
 #include <deque>
 #include <fstream>
 #include <mutex>
-
 #include <nlohmann/json.hpp>
 
 #include "attnsuite/dtype.hpp"
@@ -35,9 +34,15 @@ void convert(const std::vector<char>& bytes, Stored type, std::vector<float>& ou
   const std::size_t n = bytes.size() / stored_size(type);
   out.resize(n);
   switch (type) {
-    case Stored::F32: std::memcpy(out.data(), bytes.data(), n * 4); break;
-    case Stored::F16: convert_to_float(bytes.data(), DType::F16, out.data(), n); break;
-    case Stored::BF16: convert_to_float(bytes.data(), DType::BF16, out.data(), n); break;
+    case Stored::F32:
+      std::memcpy(out.data(), bytes.data(), n * 4);
+      break;
+    case Stored::F16:
+      convert_to_float(bytes.data(), DType::F16, out.data(), n);
+      break;
+    case Stored::BF16:
+      convert_to_float(bytes.data(), DType::BF16, out.data(), n);
+      break;
     case Stored::F64:
       for (std::size_t i = 0; i < n; ++i) {
         double x;
@@ -64,7 +69,8 @@ std::string npy_field(const std::string& header, const std::string& key, const s
   const char close = open == '(' ? ')' : open == '\'' ? '\'' : ',';
   const auto end = header.find(close, begin + 1);
   if (end == std::string::npos) bad_file(path, "malformed npy header");
-  return header.substr(open == '(' || open == '\'' ? begin + 1 : begin, end - begin - (open == '(' || open == '\'' ? 1 : 0));
+  return header.substr(open == '(' || open == '\'' ? begin + 1 : begin,
+                       end - begin - (open == '(' || open == '\'' ? 1 : 0));
 }
 
 }  // namespace
@@ -81,7 +87,8 @@ LoadedTensor load_npy(const std::string& path, bool header_only) {
     header_len = static_cast<unsigned char>(b[0]) | (static_cast<std::size_t>(static_cast<unsigned char>(b[1])) << 8);
   } else if (major == 2 || major == 3) {
     const auto b = read_bytes(in, path, 4);
-    for (int i = 3; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(b[static_cast<std::size_t>(i)]);
+    for (int i = 3; i >= 0; --i)
+      header_len = (header_len << 8) | static_cast<unsigned char>(b[static_cast<std::size_t>(i)]);
   } else {
     bad_file(path, fmt::format("npy format version {} not supported; allowed: 1, 2, 3", major));
   }
@@ -90,10 +97,15 @@ LoadedTensor load_npy(const std::string& path, bool header_only) {
   const std::string header(header_bytes.begin(), header_bytes.end());
   const std::string descr = npy_field(header, "descr", path);
   Stored type;
-  if (descr == "<f4" || descr == "=f4") type = Stored::F32;
-  else if (descr == "<f2" || descr == "=f2") type = Stored::F16;
-  else if (descr == "<f8" || descr == "=f8") type = Stored::F64;
-  else bad_file(path, fmt::format("dtype '{}' not supported; allowed: <f4 (float32), <f2 (float16), <f8 (float64)", descr));
+  if (descr == "<f4" || descr == "=f4")
+    type = Stored::F32;
+  else if (descr == "<f2" || descr == "=f2")
+    type = Stored::F16;
+  else if (descr == "<f8" || descr == "=f8")
+    type = Stored::F64;
+  else
+    bad_file(path,
+             fmt::format("dtype '{}' not supported; allowed: <f4 (float32), <f2 (float16), <f8 (float64)", descr));
   if (npy_field(header, "fortran_order", path).find("True") != std::string::npos)
     bad_file(path, "Fortran-ordered arrays are not supported; save with np.ascontiguousarray");
   LoadedTensor t;
@@ -120,11 +132,13 @@ LoadedTensor load_safetensors(const std::string& path, const std::string& tensor
   if (!in) bad_file(path, "cannot be read");
   const auto len_bytes = read_bytes(in, path, 8);
   std::uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(len_bytes[static_cast<std::size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    header_len = (header_len << 8) | static_cast<unsigned char>(len_bytes[static_cast<std::size_t>(i)]);
   if (header_len > (std::uint64_t{100} << 20)) bad_file(path, "not a .safetensors file (header length over 100 MiB)");
   const auto header_bytes = read_bytes(in, path, static_cast<std::size_t>(header_len));
   const nlohmann::json header = nlohmann::json::parse(header_bytes.begin(), header_bytes.end(), nullptr, false);
-  if (header.is_discarded() || !header.is_object()) bad_file(path, "not a .safetensors file (header is not a JSON object)");
+  if (header.is_discarded() || !header.is_object())
+    bad_file(path, "not a .safetensors file (header is not a JSON object)");
   if (!header.contains(tensor)) {
     std::vector<std::string> names;
     for (const auto& [key, value] : header.items())
@@ -138,19 +152,26 @@ LoadedTensor load_safetensors(const std::string& path, const std::string& tensor
     bad_file(path, fmt::format("tensor '{}': malformed header entry", tensor));
   const std::string dtype = entry["dtype"].get<std::string>();
   Stored type;
-  if (dtype == "F32") type = Stored::F32;
-  else if (dtype == "F16") type = Stored::F16;
-  else if (dtype == "BF16") type = Stored::BF16;
-  else if (dtype == "F64") type = Stored::F64;
-  else bad_file(path, fmt::format("tensor '{}': dtype {} not supported; allowed: F32, F16, BF16, F64", tensor, dtype));
+  if (dtype == "F32")
+    type = Stored::F32;
+  else if (dtype == "F16")
+    type = Stored::F16;
+  else if (dtype == "BF16")
+    type = Stored::BF16;
+  else if (dtype == "F64")
+    type = Stored::F64;
+  else
+    bad_file(path, fmt::format("tensor '{}': dtype {} not supported; allowed: F32, F16, BF16, F64", tensor, dtype));
   LoadedTensor t;
   for (const auto& s : entry["shape"]) {
-    if (!s.is_number_integer() || s.get<std::int64_t>() < 0) bad_file(path, fmt::format("tensor '{}': malformed shape", tensor));
+    if (!s.is_number_integer() || s.get<std::int64_t>() < 0)
+      bad_file(path, fmt::format("tensor '{}': malformed shape", tensor));
     t.shape.push_back(s.get<std::int64_t>());
   }
   const auto begin = entry["data_offsets"][0].get<std::uint64_t>(), end = entry["data_offsets"][1].get<std::uint64_t>();
   if (end < begin || end - begin != static_cast<std::uint64_t>(element_count(t.shape)) * stored_size(type))
-    bad_file(path, fmt::format("tensor '{}': data_offsets [{}, {}) do not match its shape and dtype", tensor, begin, end));
+    bad_file(path,
+             fmt::format("tensor '{}': data_offsets [{}, {}) do not match its shape and dtype", tensor, begin, end));
   if (header_only) return t;
   in.seekg(static_cast<std::streamoff>(8 + header_len + begin));
   convert(read_bytes(in, path, static_cast<std::size_t>(end - begin)), type, t.values);
@@ -165,9 +186,10 @@ void check_shape(const std::string& what, const std::vector<std::int64_t>& shape
   const std::vector<std::int64_t> want{batch, seq, heads, dim};
   const bool ok = shape == want || (batch == 1 && shape == std::vector<std::int64_t>{seq, heads, dim});
   if (!ok)
-    throw Error(ErrorKind::Usage, fmt::format("{}: shape ({}) does not match the problem's (batch, seq, heads, dim) = ({}); "
-                                              "pass matching --batch/--seq/--heads/--kv-heads/--head-dim",
-                                              what, fmt::join(shape, ", "), fmt::join(want, ", ")));
+    throw Error(ErrorKind::Usage,
+                fmt::format("{}: shape ({}) does not match the problem's (batch, seq, heads, dim) = ({}); "
+                            "pass matching --batch/--seq/--heads/--kv-heads/--head-dim",
+                            what, fmt::join(shape, ", "), fmt::join(want, ", ")));
 }
 
 LoadedTensor load_captured(const std::string& kind, const std::string& path, const char* name, bool header_only) {
@@ -184,23 +206,27 @@ const GeneratorInfo& captured_generator(std::string_view name) {
     if (g.name == name) return g;
   const auto colon = name.find(':');
   const std::string kind(name.substr(0, colon)), path(name.substr(colon + 1));
-  if (path.empty()) throw Error(ErrorKind::Usage, fmt::format("input generator '{}' needs a path: {}:PATH", name, kind));
+  if (path.empty())
+    throw Error(ErrorKind::Usage, fmt::format("input generator '{}' needs a path: {}:PATH", name, kind));
   for (const char* tensor : {"q", "k", "v"}) {
     const LoadedTensor t = load_captured(kind, path, tensor, true);  // early, clear errors
     if (t.shape.size() != 3 && t.shape.size() != 4)
       throw Error(ErrorKind::Usage, fmt::format("input file '{}' tensor {}: {} dims; needs (batch, seq, heads, dim) or "
-                                                "(seq, heads, dim)", path, tensor, t.shape.size()));
+                                                "(seq, heads, dim)",
+                                                path, tensor, t.shape.size()));
   }
   GeneratorInfo info;
   info.name = std::string(name);
-  info.description = kind == "npy" ? "captured Q/K/V from DIR/q.npy, k.npy, v.npy" : "captured Q/K/V from a .safetensors file";
+  info.description =
+      kind == "npy" ? "captured Q/K/V from DIR/q.npy, k.npy, v.npy" : "captured Q/K/V from a .safetensors file";
   info.fill = [kind, path](const AttentionProblem& p, std::uint64_t, std::span<float> q, std::span<float> k,
                            std::span<float> v) {
     const struct {
       const char* name;
       std::span<float> out;
       int seq, heads, dim;
-    } tensors[] = {{"q", q, p.seq_q, p.heads_q, p.head_dim}, {"k", k, p.seq_kv, p.heads_kv, p.head_dim},
+    } tensors[] = {{"q", q, p.seq_q, p.heads_q, p.head_dim},
+                   {"k", k, p.seq_kv, p.heads_kv, p.head_dim},
                    {"v", v, p.seq_kv, p.heads_kv, p.dim_v()}};
     for (const auto& t : tensors) {
       LoadedTensor data = load_captured(kind, path, t.name, false);

@@ -46,7 +46,6 @@ void fill_uniform(const AttentionProblem&, std::uint64_t seed, std::span<float> 
   fill_tensor(genmath::Kind::Uniform, seed, 2, v);
 }
 
-
 // --- Generators that reveal the accuracy problems of quantized kernels (sage, sage2) -----------
 // Host only (no device_kind): the runner uploads them. docs/generators.md describes each.
 namespace sage_inputs {
@@ -174,7 +173,8 @@ void add_band(const AttentionProblem& p, std::uint64_t seed, int head, int posit
   const int half = p.head_dim / 2;
   const double c = amplitude(p.head_dim, logit) / std::sqrt(static_cast<double>(half));
   for (int f = 0; f < half; ++f) {
-    const double omega = kTwoPi / 512.0 * structured_uniform(seed, 0xba11d, static_cast<std::uint64_t>(head) * 4096 + f);
+    const double omega =
+        kTwoPi / 512.0 * structured_uniform(seed, 0xba11d, static_cast<std::uint64_t>(head) * 4096 + f);
     const double angle = omega * position;
     row[static_cast<std::size_t>(2 * f)] += static_cast<float>(c * std::cos(angle));
     row[static_cast<std::size_t>(2 * f + 1)] += static_cast<float>(c * std::sin(angle));
@@ -218,7 +218,8 @@ void fill_clustered(const AttentionProblem& p, std::uint64_t seed, std::span<flo
   fill_structured(p, seed, q, k, v, [&](int, int b, int position, int head, std::span<float> row) {
     const std::uint64_t segment = static_cast<std::uint64_t>(position / kSegment);
     const int cluster = static_cast<int>(
-        genmath::mix(seed ^ genmath::mix((static_cast<std::uint64_t>(b) * 65536 + head) * 1048576 + segment)) % kClusters);
+        genmath::mix(seed ^ genmath::mix((static_cast<std::uint64_t>(b) * 65536 + head) * 1048576 + segment)) %
+        kClusters);
     const double* mu = centroids.data() + (static_cast<std::size_t>(head) * kClusters + cluster) * d;
     for (int i = 0; i < d; ++i) row[static_cast<std::size_t>(i)] += static_cast<float>(amp * mu[i]);
   });
@@ -248,7 +249,8 @@ void fill_sinks(const AttentionProblem& p, std::uint64_t seed, std::span<float> 
     for (int s = 0; s < std::min(kSinkTokens, p.seq_kv); ++s)
       for (int h = 0; h < p.heads_kv; ++h)
         for (std::int64_t i = 0; i < dv; ++i)
-          v[static_cast<std::size_t>(((static_cast<std::int64_t>(b) * p.seq_kv + s) * p.heads_kv + h) * dv + i)] *= 0.1f;
+          v[static_cast<std::size_t>(((static_cast<std::int64_t>(b) * p.seq_kv + s) * p.heads_kv + h) * dv + i)] *=
+              0.1f;
 }
 
 }  // namespace
@@ -271,7 +273,8 @@ const std::vector<GeneratorInfo>& generators() {
        sage_inputs::fill_peaked, std::nullopt},
       // Structured inputs for sparse attention (docs/generators.md).
       {"banded", "locality: a rotary-like positional code, attention within ~512 tokens", fill_banded, std::nullopt},
-      {"clustered", "8 clusters per head over segments of 256 tokens: non-local sparsity", fill_clustered, std::nullopt},
+      {"clustered", "8 clusters per head over segments of 256 tokens: non-local sparsity", fill_clustered,
+       std::nullopt},
       {"sinks", "banded plus 4 attention-sink keys that take a large share of every query's mass", fill_sinks,
        std::nullopt},
   };

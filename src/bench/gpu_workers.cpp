@@ -20,8 +20,9 @@ std::vector<int> parse_gpu_list(const std::string& text) {
 #if ATTNSUITE_HAVE_CUDA
   const int count = cuda::cuda_device_count();
   if (count == 0)
-    throw Error(ErrorKind::Usage, fmt::format("--gpus {}: no CUDA GPU is visible ({}); allowed: a GPU machine, or no --gpus",
-                                              text, cuda::cuda_unavailable_reason()));
+    throw Error(ErrorKind::Usage,
+                fmt::format("--gpus {}: no CUDA GPU is visible ({}); allowed: a GPU machine, or no --gpus", text,
+                            cuda::cuda_unavailable_reason()));
   std::vector<int> gpus;
   if (text == "all") {
     for (int i = 0; i < count; ++i) gpus.push_back(i);
@@ -36,8 +37,8 @@ std::vector<int> parse_gpu_list(const std::string& text) {
     if (error != std::errc() || ptr != text.data() + end || index < 0)
       throw Error(ErrorKind::Usage, fmt::format("--gpus {}: expected 'all' or GPU indices like 0,1,2", text));
     if (index >= count)
-      throw Error(ErrorKind::Usage, fmt::format("--gpus {}: GPU {} does not exist; {} visible (0..{})", text, index,
-                                                count, count - 1));
+      throw Error(ErrorKind::Usage,
+                  fmt::format("--gpus {}: GPU {} does not exist; {} visible (0..{})", text, index, count, count - 1));
     if (!seen.insert(index).second)
       throw Error(ErrorKind::Usage, fmt::format("--gpus {}: GPU {} is listed twice", text, index));
     gpus.push_back(index);
@@ -45,7 +46,8 @@ std::vector<int> parse_gpu_list(const std::string& text) {
   }
   return gpus;
 #else
-  throw Error(ErrorKind::Usage, fmt::format("--gpus {}: this attnsuite was built without CUDA; allowed: no --gpus", text));
+  throw Error(ErrorKind::Usage,
+              fmt::format("--gpus {}: this attnsuite was built without CUDA; allowed: no --gpus", text));
 #endif
 }
 
@@ -92,7 +94,8 @@ bool run_on_workers(int workers, const std::vector<IndexedCase>& todo, const std
       }
     } catch (const Error& error) {
       std::lock_guard guard(lock);
-      if (!failure) failure = std::make_exception_ptr(Error(error.kind(), fmt::format("{}: {}", label(index), error.what())));
+      if (!failure)
+        failure = std::make_exception_ptr(Error(error.kind(), fmt::format("{}: {}", label(index), error.what())));
       stop.store(true);
     } catch (...) {
       std::lock_guard guard(lock);
@@ -138,7 +141,9 @@ bool run_on_gpus(const SweepSpec& spec, const std::vector<int>& gpus, const std:
   if (callbacks.on_start)
     mapped.on_start = [&](const IndexedCase& item, int w) { callbacks.on_start(item, gpu_of(w)); };
   if (callbacks.on_row)
-    mapped.on_row = [&](const IndexedCase& item, int w, ResultRow row) { callbacks.on_row(item, gpu_of(w), std::move(row)); };
+    mapped.on_row = [&](const IndexedCase& item, int w, ResultRow row) {
+      callbacks.on_row(item, gpu_of(w), std::move(row));
+    };
   return run_on_workers(static_cast<int>(gpus.size()), todo, on_gpu, make_worker, label, serial, mapped);
 }
 

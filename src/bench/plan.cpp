@@ -2,22 +2,21 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-
 #include <toml++/toml.h>
 
-#include <filesystem>
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <limits>
 #include <set>
 
 #include "attnsuite/error.hpp"
 #include "bench/embedded_suites.hpp"
 #include "bench/generators.hpp"
-#include "core/json_limits.hpp"
-#include "core/presets.hpp"
 #include "core/atomic_file.hpp"
 #include "core/enum_names.hpp"
+#include "core/json_limits.hpp"
+#include "core/presets.hpp"
 
 namespace attnsuite::bench {
 
@@ -59,8 +58,9 @@ std::vector<int> int_list(const Json& value, const std::string& source, const st
   std::vector<int> out;
   for (const auto& item : as_list(value)) {
     if (!item.is_number_integer() && !item.is_number_unsigned())
-      bad(source, key, fmt::format("must be an integer or a list of integers between {} and {}, got {}", min, max,
-                                   describe_value(item)));
+      bad(source, key,
+          fmt::format("must be an integer or a list of integers between {} and {}, got {}", min, max,
+                      describe_value(item)));
     // Unsigned values above INT64_MAX would wrap to negative numbers in get<std::int64_t>().
     if (item.is_number_unsigned() && item.get<std::uint64_t>() > static_cast<std::uint64_t>(max))
       bad(source, key, fmt::format("= {} is out of range: allowed {}..{}", item.get<std::uint64_t>(), min, max));
@@ -86,7 +86,8 @@ std::vector<std::string> string_list(const Json& value, const std::string& sourc
                                      bool free_text = false) {
   std::vector<std::string> out;
   for (const auto& item : as_list(value)) {
-    if (!item.is_string()) bad(source, key, fmt::format("must be a string or a list of strings, got {}", describe_value(item)));
+    if (!item.is_string())
+      bad(source, key, fmt::format("must be a string or a list of strings, got {}", describe_value(item)));
     out.push_back(item.get<std::string>());
     const bool control = std::any_of(out.back().begin(), out.back().end(),
                                      [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
@@ -100,7 +101,8 @@ std::vector<std::string> string_list(const Json& value, const std::string& sourc
 double number_in(const Json& value, const std::string& source, const std::string& key, double min, double max) {
   if (!value.is_number()) bad(source, key, fmt::format("must be a number, got {}", describe_value(value)));
   const double number = value.get<double>();
-  if (!(number >= min && number <= max)) bad(source, key, fmt::format("= {} is out of range: allowed {}..{}", number, min, max));
+  if (!(number >= min && number <= max))
+    bad(source, key, fmt::format("= {} is out of range: allowed {}..{}", number, min, max));
   return number;
 }
 
@@ -109,8 +111,9 @@ void check_keys(const Json& object, const std::string& source, const std::string
   if (!object.is_object()) bad(source, where, fmt::format("must be an object, got {}", describe_value(object)));
   for (const auto& [key, value] : object.items()) {
     if (!allowed.contains(key))
-      throw Error(ErrorKind::Usage, fmt::format("suite '{}': unknown key '{}{}'; allowed: {}", source,
-                                                where.empty() ? "" : where + ".", printable(key), fmt::join(allowed, ", ")));
+      throw Error(ErrorKind::Usage,
+                  fmt::format("suite '{}': unknown key '{}{}'; allowed: {}", source, where.empty() ? "" : where + ".",
+                              printable(key), fmt::join(allowed, ", ")));
   }
 }
 
@@ -140,8 +143,9 @@ Json parse_suite_text(const std::string& text, const std::string& extension, con
       return toml_to_json(toml::parse(text, source));
     } catch (const toml::parse_error& error) {
       // toml++ quotes the offending text, newlines included (found by fuzz_suite): escaped here.
-      throw Error(ErrorKind::Usage, fmt::format("suite '{}': malformed TOML at line {}: {}", source,
-                                                error.source().begin.line, printable(std::string(error.description()))));
+      throw Error(ErrorKind::Usage,
+                  fmt::format("suite '{}': malformed TOML at line {}: {}", source, error.source().begin.line,
+                              printable(std::string(error.description()))));
     }
   }
   // Nesting is refused while parsing (core/json_limits.hpp); a valid suite is 3 levels deep.
@@ -166,7 +170,8 @@ std::vector<std::string> embedded_suite_names() {
 
 Json load_suite_json(const std::string& name_or_path) {
   for (const auto& suite : embedded_suites())
-    if (suite.name == name_or_path) return parse_suite_text(std::string(suite.text), std::string(suite.extension), name_or_path);
+    if (suite.name == name_or_path)
+      return parse_suite_text(std::string(suite.text), std::string(suite.extension), name_or_path);
   const std::filesystem::path path(name_or_path);
   const std::string extension = path.extension().string();
   if (extension != ".json" && extension != ".toml")
@@ -188,7 +193,8 @@ Json load_suite_json(const std::string& name_or_path) {
 
 void name_custom_sweep(Json& suite, const Json& overrides, const std::string& what) {
   bool changes_cases = false;
-  for (const auto& [key, value] : overrides.items()) changes_cases = changes_cases || (key != "timing" && key != "accuracy");
+  for (const auto& [key, value] : overrides.items())
+    changes_cases = changes_cases || (key != "timing" && key != "accuracy");
   if (!changes_cases || !suite.is_object()) return;
   suite["name"] = "custom";
   suite["description"] = what;
@@ -199,7 +205,8 @@ Json merge_suite(Json base, const Json& overrides) {
   for (const auto& [key, value] : overrides.items()) {
     if (key == "timing" || key == "accuracy" || key == "backend_options" || key == "kernel_config") {
       if (base.contains(key) && !base[key].is_object())
-        throw Error(ErrorKind::Usage, fmt::format("suite: '{}' must be an object, got {}", key, describe_value(base[key])));
+        throw Error(ErrorKind::Usage,
+                    fmt::format("suite: '{}' must be an object, got {}", key, describe_value(base[key])));
       if (!value.is_object()) {
         base[key] = value;  // parse_suite names what is wrong with it
         continue;
@@ -229,15 +236,14 @@ std::string_view to_string(Pass pass) { return name_of(kPassNames, pass, "fwd");
 
 std::optional<Pass> parse_pass(std::string_view text) { return value_of(kPassNames, text); }
 
-double flops_factor(Pass pass) {
-  return pass == Pass::Forward ? 1.0 : pass == Pass::Backward ? 2.5 : 3.5;
-}
+double flops_factor(Pass pass) { return pass == Pass::Forward ? 1.0 : pass == Pass::Backward ? 2.5 : 3.5; }
 
 SweepSpec parse_suite(const Json& suite, const std::string& source) {
-  check_keys(suite, source, "",
-             {"name", "description", "backends", "dtype", "batch", "tokens_per_batch", "seq", "seq_kv", "model",
-              "heads", "kv_heads", "head_dim", "hidden", "causal", "pass", "generator", "layout", "window", "seed",
-              "timing", "accuracy", "backend_options", "kernel_config"});
+  check_keys(
+      suite, source, "",
+      {"name",   "description", "backends", "dtype",    "batch",    "tokens_per_batch", "seq",          "seq_kv",
+       "model",  "heads",       "kv_heads", "head_dim", "hidden",   "causal",           "pass",         "generator",
+       "layout", "window",      "seed",     "timing",   "accuracy", "backend_options",  "kernel_config"});
   SweepSpec spec;
   if (suite.contains("name")) {
     spec.name = string_list(suite["name"], source, "name").front();
@@ -252,7 +258,8 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
           fmt::format("= {} is not allowed: 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'",
                       describe_value(suite["name"])));
   }
-  if (suite.contains("description")) spec.description = string_list(suite["description"], source, "description", true).front();
+  if (suite.contains("description"))
+    spec.description = string_list(suite["description"], source, "description", true).front();
   if (!suite.contains("backends")) bad(source, "backends", "is missing: name at least one backend");
   spec.backends = string_list(suite["backends"], source, "backends");
   if (suite.contains("dtype")) {
@@ -281,26 +288,28 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
     // hidden = heads × head_dim: one head count per head dim (the fa3-grid convention).
     if (suite.contains("heads")) bad(source, "hidden", "cannot be combined with heads: hidden / head_dim sets them");
     const int hidden = int_list(suite["hidden"], source, "hidden").front();
-    const auto dims = suite.contains("head_dim") ? int_list(suite["head_dim"], source, "head_dim") : std::vector<int>{64};
+    const auto dims =
+        suite.contains("head_dim") ? int_list(suite["head_dim"], source, "head_dim") : std::vector<int>{64};
     std::vector<int> kv_heads;
     if (suite.contains("kv_heads")) kv_heads = int_list(suite["kv_heads"], source, "kv_heads");
     if (static_cast<std::uint64_t>(dims.size()) * std::max<std::size_t>(kv_heads.size(), 1) > kMaxCases)
-      bad(source, "head_dim", fmt::format("× kv_heads make {} head configurations; a sweep may hold at most {} cases",
-                                          static_cast<std::uint64_t>(dims.size()) * std::max<std::size_t>(kv_heads.size(), 1),
-                                          kMaxCases));
+      bad(source, "head_dim",
+          fmt::format("× kv_heads make {} head configurations; a sweep may hold at most {} cases",
+                      static_cast<std::uint64_t>(dims.size()) * std::max<std::size_t>(kv_heads.size(), 1), kMaxCases));
     spec.heads.clear();
     for (int d : dims) {
       if (hidden % d != 0) bad(source, "hidden", fmt::format("= {} is not a multiple of head_dim {}", hidden, d));
-      for (int kv : kv_heads.empty() ? std::vector<int>{hidden / d} : kv_heads) spec.heads.push_back({hidden / d, kv, d, ""});
+      for (int kv : kv_heads.empty() ? std::vector<int>{hidden / d} : kv_heads)
+        spec.heads.push_back({hidden / d, kv, d, ""});
     }
   } else if (suite.contains("heads") || suite.contains("kv_heads") || suite.contains("head_dim")) {
     const auto heads = suite.contains("heads") ? int_list(suite["heads"], source, "heads") : std::vector<int>{16};
-    const auto dims = suite.contains("head_dim") ? int_list(suite["head_dim"], source, "head_dim")
-                                                 : std::vector<int>{64};
+    const auto dims =
+        suite.contains("head_dim") ? int_list(suite["head_dim"], source, "head_dim") : std::vector<int>{64};
     std::vector<int> kv_heads;
     if (suite.contains("kv_heads")) kv_heads = int_list(suite["kv_heads"], source, "kv_heads");
-    const std::uint64_t head_configs = static_cast<std::uint64_t>(heads.size()) *
-                                       std::max<std::size_t>(kv_heads.size(), 1) * dims.size();
+    const std::uint64_t head_configs =
+        static_cast<std::uint64_t>(heads.size()) * std::max<std::size_t>(kv_heads.size(), 1) * dims.size();
     if (head_configs > kMaxCases)
       bad(source, "heads",
           fmt::format("× kv_heads × head_dim make {} head configurations; a sweep may hold at most {} cases",
@@ -321,7 +330,8 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
   if (suite.contains("causal")) {
     spec.causal.clear();
     for (const auto& item : as_list(suite["causal"])) {
-      if (!item.is_boolean()) bad(source, "causal", fmt::format("must be true, false or a list of them, got {}", describe_value(item)));
+      if (!item.is_boolean())
+        bad(source, "causal", fmt::format("must be true, false or a list of them, got {}", describe_value(item)));
       spec.causal.push_back(item.get<bool>());
     }
     if (spec.causal.empty()) bad(source, "causal", "is an empty list");
@@ -341,21 +351,29 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
     spec.window_left = window[0];
     spec.window_right = window[1];
   }
-  if (suite.contains("seed")) spec.seed = static_cast<std::uint64_t>(int_list(suite["seed"], source, "seed", 0, std::numeric_limits<int>::max()).front());
+  if (suite.contains("seed"))
+    spec.seed =
+        static_cast<std::uint64_t>(int_list(suite["seed"], source, "seed", 0, std::numeric_limits<int>::max()).front());
   if (suite.contains("timing")) {
     const auto& timing = suite["timing"];
-    check_keys(timing, source, "timing",
-               {"warmup", "warmup_ms", "min_reps", "max_reps", "noise", "min_time_ms", "max_time_ms", "timeout_ms",
-                "cold"});
+    check_keys(
+        timing, source, "timing",
+        {"warmup", "warmup_ms", "min_reps", "max_reps", "noise", "min_time_ms", "max_time_ms", "timeout_ms", "cold"});
     auto& m = spec.timing.measure;
-    if (timing.contains("warmup")) m.warmup_reps = int_list(timing["warmup"], source, "timing.warmup", 0, 1000000).front();
+    if (timing.contains("warmup"))
+      m.warmup_reps = int_list(timing["warmup"], source, "timing.warmup", 0, 1000000).front();
     if (timing.contains("warmup_ms")) m.warmup_ms = number_in(timing["warmup_ms"], source, "timing.warmup_ms", 0, 6e5);
-    if (timing.contains("min_reps")) m.min_reps = int_list(timing["min_reps"], source, "timing.min_reps", 1, 1000000).front();
-    if (timing.contains("max_reps")) m.max_reps = int_list(timing["max_reps"], source, "timing.max_reps", 1, 100000000).front();
+    if (timing.contains("min_reps"))
+      m.min_reps = int_list(timing["min_reps"], source, "timing.min_reps", 1, 1000000).front();
+    if (timing.contains("max_reps"))
+      m.max_reps = int_list(timing["max_reps"], source, "timing.max_reps", 1, 100000000).front();
     if (timing.contains("noise")) m.noise_target = number_in(timing["noise"], source, "timing.noise", 1e-6, 1.0);
-    if (timing.contains("min_time_ms")) m.min_time_ms = number_in(timing["min_time_ms"], source, "timing.min_time_ms", 0, 3.6e6);
-    if (timing.contains("max_time_ms")) m.max_time_ms = number_in(timing["max_time_ms"], source, "timing.max_time_ms", 0, 3.6e6);
-    if (timing.contains("timeout_ms")) m.timeout_ms = number_in(timing["timeout_ms"], source, "timing.timeout_ms", 1, 3.6e7);
+    if (timing.contains("min_time_ms"))
+      m.min_time_ms = number_in(timing["min_time_ms"], source, "timing.min_time_ms", 0, 3.6e6);
+    if (timing.contains("max_time_ms"))
+      m.max_time_ms = number_in(timing["max_time_ms"], source, "timing.max_time_ms", 0, 3.6e6);
+    if (timing.contains("timeout_ms"))
+      m.timeout_ms = number_in(timing["timeout_ms"], source, "timing.timeout_ms", 1, 3.6e7);
     if (timing.contains("cold")) {
       if (!timing["cold"].is_boolean()) bad(source, "timing.cold", "must be true or false");
       spec.timing.cold = timing["cold"].get<bool>();
@@ -365,7 +383,8 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
   if (suite.contains("accuracy")) {
     check_keys(suite["accuracy"], source, "accuracy", {"reference_gflop"});
     if (suite["accuracy"].contains("reference_gflop"))
-      spec.reference_gflop = number_in(suite["accuracy"]["reference_gflop"], source, "accuracy.reference_gflop", 0, 1e6);
+      spec.reference_gflop =
+          number_in(suite["accuracy"]["reference_gflop"], source, "accuracy.reference_gflop", 0, 1e6);
   }
   if (suite.contains("backend_options")) {
     const auto& options = suite["backend_options"];
@@ -408,16 +427,21 @@ SweepSpec parse_suite(const Json& suite, const std::string& source) {
 }
 
 std::uint64_t case_count(const SweepSpec& spec) {
-  const std::size_t sizes[] = {spec.generators.size(), spec.dtypes.size(), spec.heads.size(), spec.causal.size(),
-                               spec.seq_q.size(),      std::max<std::size_t>(spec.seq_kv.size(), 1),
-                               spec.tokens_per_batch > 0 ? 1 : spec.batches.size(), spec.backends.size(),
+  const std::size_t sizes[] = {spec.generators.size(),
+                               spec.dtypes.size(),
+                               spec.heads.size(),
+                               spec.causal.size(),
+                               spec.seq_q.size(),
+                               std::max<std::size_t>(spec.seq_kv.size(), 1),
+                               spec.tokens_per_batch > 0 ? 1 : spec.batches.size(),
+                               spec.backends.size(),
                                spec.passes.size()};
   std::uint64_t count = 1;
   for (const std::size_t size : sizes) {
     if (size == 0) return 0;
     // Saturates instead of wrapping: anything above kMaxCases is refused anyway.
     count = count > std::numeric_limits<std::uint64_t>::max() / size ? std::numeric_limits<std::uint64_t>::max()
-                                                                       : count * size;
+                                                                     : count * size;
   }
   return count;
 }
@@ -425,8 +449,8 @@ std::uint64_t case_count(const SweepSpec& spec) {
 std::vector<Case> expand(const SweepSpec& spec) {
   const std::uint64_t count = case_count(spec);
   if (count > kMaxCases)
-    throw Error(ErrorKind::Usage,
-                fmt::format("sweep '{}': the axes make {} cases; a sweep may hold at most {}", spec.name, count, kMaxCases));
+    throw Error(ErrorKind::Usage, fmt::format("sweep '{}': the axes make {} cases; a sweep may hold at most {}",
+                                              spec.name, count, kMaxCases));
   std::vector<Case> cases;
   cases.reserve(static_cast<std::size_t>(count));
   for (const auto& generator : spec.generators)
@@ -435,38 +459,38 @@ std::vector<Case> expand(const SweepSpec& spec) {
         for (bool causal : spec.causal)
           for (int seq_q : spec.seq_q)
             for (int seq_kv : spec.seq_kv.empty() ? std::vector<int>{seq_q} : spec.seq_kv)
-              for (int batch : spec.tokens_per_batch > 0 ? std::vector<int>{spec.tokens_per_batch / seq_q}
-                                                         : spec.batches)
+              for (int batch :
+                   spec.tokens_per_batch > 0 ? std::vector<int>{spec.tokens_per_batch / seq_q} : spec.batches)
                 for (Pass pass : spec.passes)
-                for (const auto& backend : spec.backends) {
-                  Case c;
-                  c.pass = pass;
-                  auto& p = c.problem;
-                  p.batch = batch;
-                  p.heads_q = heads.heads_q;
-                  p.heads_kv = heads.heads_kv;
-                  p.seq_q = seq_q;
-                  p.seq_kv = seq_kv;
-                  p.head_dim = heads.head_dim;
-                  p.dtype = dtype;
-                  p.layout = spec.layout;
-                  p.causal = causal;
-                  p.window_left = spec.window_left;
-                  p.window_right = spec.window_right;
-                  c.backend = backend;
-                  c.generator = generator;
-                  c.seed = spec.seed;
-                  c.model = heads.model;
-                  c.backend_options = spec.backend_options;
-                  if (const auto config = spec.kernel_configs.find(backend); config != spec.kernel_configs.end())
-                    c.kernel_config = config->second;
-                  try {
-                    p.validate();
-                  } catch (const Error& error) {
-                    c.invalid_reason = error.what();
+                  for (const auto& backend : spec.backends) {
+                    Case c;
+                    c.pass = pass;
+                    auto& p = c.problem;
+                    p.batch = batch;
+                    p.heads_q = heads.heads_q;
+                    p.heads_kv = heads.heads_kv;
+                    p.seq_q = seq_q;
+                    p.seq_kv = seq_kv;
+                    p.head_dim = heads.head_dim;
+                    p.dtype = dtype;
+                    p.layout = spec.layout;
+                    p.causal = causal;
+                    p.window_left = spec.window_left;
+                    p.window_right = spec.window_right;
+                    c.backend = backend;
+                    c.generator = generator;
+                    c.seed = spec.seed;
+                    c.model = heads.model;
+                    c.backend_options = spec.backend_options;
+                    if (const auto config = spec.kernel_configs.find(backend); config != spec.kernel_configs.end())
+                      c.kernel_config = config->second;
+                    try {
+                      p.validate();
+                    } catch (const Error& error) {
+                      c.invalid_reason = error.what();
+                    }
+                    cases.push_back(std::move(c));
                   }
-                  cases.push_back(std::move(c));
-                }
   return cases;
 }
 

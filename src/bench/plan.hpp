@@ -3,11 +3,10 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "attnsuite/problem.hpp"
 #include "bench/statistics.hpp"
@@ -41,9 +40,9 @@ struct SweepSpec {
   std::vector<std::string> backends;
   std::vector<DType> dtypes{DType::F16};
   std::vector<int> batches{1};
-  int tokens_per_batch = 0;   // > 0: batch = tokens_per_batch / seq_q (>= every seq_q), batches ignored
+  int tokens_per_batch = 0;  // > 0: batch = tokens_per_batch / seq_q (>= every seq_q), batches ignored
   std::vector<int> seq_q{1024};
-  std::vector<int> seq_kv;    // empty: the same as seq_q (self-attention)
+  std::vector<int> seq_kv;  // empty: the same as seq_q (self-attention)
   std::vector<HeadConfig> heads{HeadConfig{}};
   std::vector<bool> causal{false};
   std::vector<Pass> passes{Pass::Forward};

@@ -1,11 +1,11 @@
 #include "bench/result.hpp"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cmath>
 #include <limits>
 #include <variant>
-
-#include <fmt/format.h>
 
 #include "attnsuite/error.hpp"
 #include "core/enum_names.hpp"
@@ -16,9 +16,8 @@ namespace {
 
 // One table drives the column list, JSON writing and reading, and the column types, so a new
 // column is added in exactly one place.
-using Member =
-    std::variant<std::string ResultRow::*, int ResultRow::*, std::uint64_t ResultRow::*,
-                 bool ResultRow::*, std::optional<double> ResultRow::*, CaseStatus ResultRow::*>;
+using Member = std::variant<std::string ResultRow::*, int ResultRow::*, std::uint64_t ResultRow::*, bool ResultRow::*,
+                            std::optional<double> ResultRow::*, CaseStatus ResultRow::*>;
 
 struct Field {
   const char* name;
@@ -114,16 +113,15 @@ template <class Json>
 Json row_to_json(const ResultRow& row) {
   Json out = Json::object();
   for (const Field& field : kFields) {
-    out[field.name] = std::visit(
-        Overloaded{
-            [&](std::optional<double> ResultRow::*m) -> Json {
-              const auto& value = row.*m;
-              return value ? number_to_json<Json>(*value) : Json(nullptr);
-            },
-            [&](CaseStatus ResultRow::*m) -> Json { return std::string(to_string(row.*m)); },
-            [&](auto m) -> Json { return row.*m; },
-        },
-        field.member);
+    out[field.name] = std::visit(Overloaded{
+                                     [&](std::optional<double> ResultRow::*m) -> Json {
+                                       const auto& value = row.*m;
+                                       return value ? number_to_json<Json>(*value) : Json(nullptr);
+                                     },
+                                     [&](CaseStatus ResultRow::*m) -> Json { return std::string(to_string(row.*m)); },
+                                     [&](auto m) -> Json { return row.*m; },
+                                 },
+                                 field.member);
   }
   return out;
 }
@@ -136,8 +134,8 @@ std::string describe_json(const nlohmann::json& value) {
 
 [[noreturn]] void malformed(std::string_view what, std::string_view name, std::string_view expected,
                             const nlohmann::json& got) {
-  throw Error(ErrorKind::Io, fmt::format("{}: field '{}': expected {}, got {}", what, name,
-                                         expected, describe_json(got)));
+  throw Error(ErrorKind::Io,
+              fmt::format("{}: field '{}': expected {}, got {}", what, name, expected, describe_json(got)));
 }
 
 // Error(Io) "<what>: expected a JSON object, got ..." unless value is one.
@@ -157,13 +155,11 @@ template <class Int>
 Int read_integer(const nlohmann::json& value, std::string_view what, std::string_view name) {
   if (value.is_number_unsigned()) {
     const auto v = value.get<std::uint64_t>();
-    if (v <= static_cast<std::uint64_t>(std::numeric_limits<Int>::max()))
-      return static_cast<Int>(v);
+    if (v <= static_cast<std::uint64_t>(std::numeric_limits<Int>::max())) return static_cast<Int>(v);
   } else if (value.is_number_integer()) {
     const auto v = value.get<std::int64_t>();
     if constexpr (std::is_signed_v<Int>) {
-      if (v >= std::numeric_limits<Int>::min() && v <= std::numeric_limits<Int>::max())
-        return static_cast<Int>(v);
+      if (v >= std::numeric_limits<Int>::min() && v <= std::numeric_limits<Int>::max()) return static_cast<Int>(v);
     } else if (v >= 0) {
       return static_cast<Int>(v);
     }
@@ -173,12 +169,10 @@ Int read_integer(const nlohmann::json& value, std::string_view what, std::string
         v <= static_cast<double>(std::numeric_limits<Int>::max()))
       return static_cast<Int>(v);
   }
-  malformed(what, name,
-            std::is_signed_v<Int> ? "a 32-bit integer" : "a non-negative 64-bit integer", value);
+  malformed(what, name, std::is_signed_v<Int> ? "a 32-bit integer" : "a non-negative 64-bit integer", value);
 }
 
-std::optional<double> read_number(const nlohmann::json& value, std::string_view what,
-                                  std::string_view name) {
+std::optional<double> read_number(const nlohmann::json& value, std::string_view what, std::string_view name) {
   if (value.is_null()) return std::nullopt;
   if (value.is_number()) return value.get<double>();
   if (value.is_string()) {
@@ -192,8 +186,7 @@ std::optional<double> read_number(const nlohmann::json& value, std::string_view 
 
 bool read_bool(const nlohmann::json& value, std::string_view what, std::string_view name) {
   if (value.is_boolean()) return value.get<bool>();
-  if (value.is_number_integer() &&
-      (value.get<std::int64_t>() == 0 || value.get<std::int64_t>() == 1))
+  if (value.is_number_integer() && (value.get<std::int64_t>() == 0 || value.get<std::int64_t>() == 1))
     return value.get<std::int64_t>() == 1;
   malformed(what, name, "true or false", value);
 }
@@ -210,9 +203,8 @@ std::string_view to_string(CaseStatus status) { return name_of(kCaseStatusNames,
 std::optional<CaseStatus> parse_case_status(std::string_view text) { return value_of(kCaseStatusNames, text); }
 
 std::string ResultRow::shape_key() const {
-  return fmt::format("{} {} B{} H{}/{} N{}/{} D{} causal={} window={},{} gen={} seed={}", dtype,
-                     layout, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, causal ? 1 : 0,
-                     window_left, window_right, generator, seed) +
+  return fmt::format("{} {} B{} H{}/{} N{}/{} D{} causal={} window={},{} gen={} seed={}", dtype, layout, batch, heads_q,
+                     heads_kv, seq_q, seq_kv, head_dim, causal ? 1 : 0, window_left, window_right, generator, seed) +
          (pass == "fwd" || pass.empty() ? "" : " pass=" + pass);
 }
 
@@ -245,9 +237,7 @@ std::optional<ColumnType> column_type(std::string_view column) {
 
 nlohmann::json to_json(const ResultRow& row) { return row_to_json<nlohmann::json>(row); }
 
-nlohmann::ordered_json to_ordered_json(const ResultRow& row) {
-  return row_to_json<nlohmann::ordered_json>(row);
-}
+nlohmann::ordered_json to_ordered_json(const ResultRow& row) { return row_to_json<nlohmann::ordered_json>(row); }
 
 ResultRow row_from_json(const nlohmann::json& value) {
   constexpr std::string_view what = "result row";
@@ -265,19 +255,12 @@ ResultRow row_from_json(const nlohmann::json& value) {
     std::visit(Overloaded{
                    [&](std::string ResultRow::*m) { row.*m = read_string(cell, what, field.name); },
                    [&](int ResultRow::*m) { row.*m = read_integer<int>(cell, what, field.name); },
-                   [&](std::uint64_t ResultRow::*m) {
-                     row.*m = read_integer<std::uint64_t>(cell, what, field.name);
-                   },
+                   [&](std::uint64_t ResultRow::*m) { row.*m = read_integer<std::uint64_t>(cell, what, field.name); },
                    [&](bool ResultRow::*m) { row.*m = read_bool(cell, what, field.name); },
-                   [&](std::optional<double> ResultRow::*m) {
-                     row.*m = read_number(cell, what, field.name);
-                   },
+                   [&](std::optional<double> ResultRow::*m) { row.*m = read_number(cell, what, field.name); },
                    [&](CaseStatus ResultRow::*m) {
-                     const auto status = cell.is_string()
-                                             ? parse_case_status(cell.get<std::string>())
-                                             : std::nullopt;
-                     if (!status)
-                       malformed(what, field.name, "\"ok\", \"skipped\" or \"failed\"", cell);
+                     const auto status = cell.is_string() ? parse_case_status(cell.get<std::string>()) : std::nullopt;
+                     if (!status) malformed(what, field.name, "\"ok\", \"skipped\" or \"failed\"", cell);
                      row.*m = *status;
                    },
                },
@@ -327,16 +310,24 @@ DeviceCeilings ceilings_from_json(const nlohmann::json& value) {
 
 nlohmann::json to_json(const RunHeader& header) {
   return {
-      {"tool_version", header.tool_version},   {"git_commit", header.git_commit},
-      {"started_at", header.started_at},       {"finished_at", header.finished_at},
-      {"hostname", header.hostname},           {"cpu_model", header.cpu_model},
-      {"cpu_threads", header.cpu_threads},     {"simd", header.simd},
+      {"tool_version", header.tool_version},
+      {"git_commit", header.git_commit},
+      {"started_at", header.started_at},
+      {"finished_at", header.finished_at},
+      {"hostname", header.hostname},
+      {"cpu_model", header.cpu_model},
+      {"cpu_threads", header.cpu_threads},
+      {"simd", header.simd},
       {"cpu_fp32_peak_gflops", header.cpu_fp32_peak_gflops},
-      {"gpu_name", header.gpu_name},           {"gpu_driver", header.gpu_driver},
-      {"cuda_version", header.cuda_version},   {"cudnn_version", header.cudnn_version},
-      {"torch_version", header.torch_version}, {"ceilings", to_json(header.ceilings)},
+      {"gpu_name", header.gpu_name},
+      {"gpu_driver", header.gpu_driver},
+      {"cuda_version", header.cuda_version},
+      {"cudnn_version", header.cudnn_version},
+      {"torch_version", header.torch_version},
+      {"ceilings", to_json(header.ceilings)},
       {"suite", header.suite},
-      {"settings", header.settings},           {"interrupted", header.interrupted},
+      {"settings", header.settings},
+      {"interrupted", header.interrupted},
   };
 }
 

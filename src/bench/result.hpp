@@ -2,12 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "attnsuite/error.hpp"
 #include "core/ceilings.hpp"
@@ -75,7 +74,7 @@ struct ResultRow {
   std::optional<double> intensity, compute_ceiling_pct, memory_ceiling_pct;
   std::string bottleneck;
   CaseStatus status = CaseStatus::Ok;
-  std::string reason;               // why skipped or failed; warnings for ok rows
+  std::string reason;  // why skipped or failed; warnings for ok rows
   // Not a column: the kind of the attnsuite::Error that failed the case, so that a tuner can
   // tell "out of memory" (infeasible) from a broken backend. Unset for ok and skipped rows.
   std::optional<ErrorKind> error_kind;

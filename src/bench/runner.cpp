@@ -83,7 +83,8 @@ HostTensor make_host_tensor(const std::vector<float>& dense_bshd, std::array<std
     for (std::int64_t b = 0; b < shape[0]; ++b)
       for (std::int64_t s = 0; s < shape[1]; ++s)
         for (std::int64_t h = 0; h < shape[2]; ++h, source += shape[3])
-          std::memcpy(t.bytes.data() + t.view.offset(b, s, h, 0), dense.data() + source, static_cast<std::size_t>(shape[3]));
+          std::memcpy(t.bytes.data() + t.view.offset(b, s, h, 0), dense.data() + source,
+                      static_cast<std::size_t>(shape[3]));
     return t;
   }
   if (layout == Layout::BSHD) {
@@ -139,9 +140,9 @@ double prepare_host_bytes(const AttentionProblem& p, double reference_gflop) {
   const double rows = p.flops() * 1e-9 <= reference_gflop
                           ? total_rows
                           : std::clamp(std::floor(reference_gflop / std::max(row_gflop, 1e-12)), 1.0, total_rows);
-  const double reference = rows * (static_cast<double>(p.dim_v()) + 2.0) * sizeof(double) +
-                           cpu::cpu_threads() * static_cast<double>(p.seq_kv) * (p.head_dim + p.dim_v() + 1) *
-                               sizeof(double);
+  const double reference =
+      rows * (static_cast<double>(p.dim_v()) + 2.0) * sizeof(double) +
+      cpu::cpu_threads() * static_cast<double>(p.seq_kv) * (p.head_dim + p.dim_v() + 1) * sizeof(double);
   return inputs + std::max(generated, reference);
 }
 
@@ -181,14 +182,16 @@ void check_backend_options(const SweepSpec& spec, Registry& registry) {
       return std::ranges::find(keys, key) != keys.end();
     });
     if (!taken)
-      throw Error(ErrorKind::Usage, fmt::format("backend option '{}' is taken by none of the backends ({}); sparse_config: "
-                                                "sparge, sparge-sage, cpu-sparge; block_mask: block-sparse, cpu-block-sparse; "
-                                                "experimental_backward: flash2",
-                                                key, fmt::join(spec.backends, ", ")));
+      throw Error(ErrorKind::Usage,
+                  fmt::format("backend option '{}' is taken by none of the backends ({}); sparse_config: "
+                              "sparge, sparge-sage, cpu-sparge; block_mask: block-sparse, cpu-block-sparse; "
+                              "experimental_backward: flash2",
+                              key, fmt::join(spec.backends, ", ")));
   }
 }
 
-std::map<std::string, std::string> options_taken_by(const Backend& backend, const std::map<std::string, std::string>& options) {
+std::map<std::string, std::string> options_taken_by(const Backend& backend,
+                                                    const std::map<std::string, std::string>& options) {
   std::map<std::string, std::string> taken;
   for (const std::string& key : backend.option_keys())
     if (const auto found = options.find(key); found != options.end()) taken.insert(*found);
@@ -297,33 +300,35 @@ const Runner::Prepared& Runner::prepare(const Case& c) {
     prepared->reference_out.resize(prepared->rows.size() * dv);
     prepared->reference_lse.resize(prepared->rows.size());
     const std::size_t element = size_of(p.dtype);
-    cpu::parallel_for(static_cast<std::int64_t>(prepared->rows.size()), cpu::cpu_threads(), [&](std::int64_t item, int) {
-      const auto n = static_cast<std::size_t>(item);
-      const std::int64_t index = prepared->rows[n];
-      const int slice = static_cast<int>(index / p.seq_q);
-      const int b = slice / p.heads_q, h = slice % p.heads_q;
-      const std::int64_t i = index % p.seq_q;
-      double* out = prepared->reference_out.data() + n * dv;
-      const std::int64_t begin = p.key_begin(i), end = p.key_end(i);
-      if (end <= begin) {  // a row that sees no key
-        std::fill(out, out + dv, 0.0);
-        prepared->reference_lse[n] = -std::numeric_limits<double>::infinity();
-        return;
-      }
-      // Row i alone: one query against the key prefix [0, end), keys before `begin` windowed away.
-      AttentionProblem row_problem = p;
-      row_problem.seq_q = 1;
-      row_problem.seq_kv = static_cast<int>(end);
-      row_problem.causal = false;
-      row_problem.window_right = -1;
-      row_problem.window_left = begin > 0 ? static_cast<int>(end - 1 - begin) : -1;
-      AttentionArgs row_args = args;
-      row_args.q.data = static_cast<unsigned char*>(args.q.data) + i * args.q.strides[1] * static_cast<std::int64_t>(element);
-      row_args.q.shape[1] = 1;
-      row_args.k.shape[1] = end;
-      row_args.v.shape[1] = end;
-      cpu::reference_head_f64(row_problem, row_args, b, h, out, prepared->reference_lse.data() + n);
-    });
+    cpu::parallel_for(
+        static_cast<std::int64_t>(prepared->rows.size()), cpu::cpu_threads(), [&](std::int64_t item, int) {
+          const auto n = static_cast<std::size_t>(item);
+          const std::int64_t index = prepared->rows[n];
+          const int slice = static_cast<int>(index / p.seq_q);
+          const int b = slice / p.heads_q, h = slice % p.heads_q;
+          const std::int64_t i = index % p.seq_q;
+          double* out = prepared->reference_out.data() + n * dv;
+          const std::int64_t begin = p.key_begin(i), end = p.key_end(i);
+          if (end <= begin) {  // a row that sees no key
+            std::fill(out, out + dv, 0.0);
+            prepared->reference_lse[n] = -std::numeric_limits<double>::infinity();
+            return;
+          }
+          // Row i alone: one query against the key prefix [0, end), keys before `begin` windowed away.
+          AttentionProblem row_problem = p;
+          row_problem.seq_q = 1;
+          row_problem.seq_kv = static_cast<int>(end);
+          row_problem.causal = false;
+          row_problem.window_right = -1;
+          row_problem.window_left = begin > 0 ? static_cast<int>(end - 1 - begin) : -1;
+          AttentionArgs row_args = args;
+          row_args.q.data =
+              static_cast<unsigned char*>(args.q.data) + i * args.q.strides[1] * static_cast<std::int64_t>(element);
+          row_args.q.shape[1] = 1;
+          row_args.k.shape[1] = end;
+          row_args.v.shape[1] = end;
+          cpu::reference_head_f64(row_problem, row_args, b, h, out, prepared->reference_lse.data() + n);
+        });
   }
   prepared_ = std::move(prepared);
   return *prepared_;
@@ -352,9 +357,10 @@ void Runner::check_fits(const Case& c, const Backend& backend, const KernelPlan&
   if (host_device) on_host += on_device;
   const double host_free = static_cast<double>(host_info().available_memory_bytes());
   if (host_free > 0 && on_host > host_free)
-    throw Error(ErrorKind::OutOfMemory,
-                fmt::format("out of memory: the case needs {:.2f} GiB of host memory{}, {:.2f} GiB free", on_host / kGiB,
-                            host_device ? "" : " (inputs, fp64 reference, output copy)", host_free / kGiB));
+    throw Error(
+        ErrorKind::OutOfMemory,
+        fmt::format("out of memory: the case needs {:.2f} GiB of host memory{}, {:.2f} GiB free", on_host / kGiB,
+                    host_device ? "" : " (inputs, fp64 reference, output copy)", host_free / kGiB));
   if (host_device) return;
   const double device_free = static_cast<double>(ctx.free_bytes());
   if (device_free > 0 && on_device > device_free)
@@ -371,8 +377,9 @@ Runner::DeviceInputs Runner::upload(DeviceContext& ctx, const Prepared& in, cons
   const AttentionProblem& p = c.problem;
   const GeneratorInfo& generator = find_generator(c.generator);
   std::uint64_t tensor_index = 0;
-  for (auto [view, host, buffer] : {std::tuple{&inputs.args.q, &in.q, &inputs.q}, std::tuple{&inputs.args.k, &in.k, &inputs.k},
-                                    std::tuple{&inputs.args.v, &in.v, &inputs.v}}) {
+  for (auto [view, host, buffer] :
+       {std::tuple{&inputs.args.q, &in.q, &inputs.q}, std::tuple{&inputs.args.k, &in.k, &inputs.k},
+        std::tuple{&inputs.args.v, &in.v, &inputs.v}}) {
     *buffer = ctx.allocate(host->bytes.size());
     *view = host->view;
     view->data = (*buffer)->data();
@@ -389,7 +396,8 @@ Runner::DeviceInputs Runner::upload(DeviceContext& ctx, const Prepared& in, cons
 
 // O and the LSE (poisoned: an element a backend never writes fails the check) and the
 // workspace, unless the plan returns its own output.
-void Runner::prepare_outputs(DeviceContext& ctx, const KernelPlan& plan, const AttentionProblem& p, DeviceInputs& inputs) {
+void Runner::prepare_outputs(DeviceContext& ctx, const KernelPlan& plan, const AttentionProblem& p,
+                             DeviceInputs& inputs) {
   AttentionArgs& args = inputs.args;
   if (!plan.produces_own_output()) {
     inputs.o = ctx.allocate(output_bytes(p));
@@ -455,7 +463,8 @@ bool Runner::check_accuracy(DeviceContext& ctx, KernelPlan& plan, const Prepared
     const int b = slice / p.heads_q, h = slice % p.heads_q;
     const int s = static_cast<int>(index % p.seq_q);
     const double* ref = in.reference_out.data() + n * static_cast<std::size_t>(p.dim_v());
-    for (int d = 0; d < p.dim_v(); ++d) accuracy.add(load_as_float(host_o.data(), p.output_dtype(), result.offset(b, s, h, d)), ref[d]);
+    for (int d = 0; d < p.dim_v(); ++d)
+      accuracy.add(load_as_float(host_o.data(), p.output_dtype(), result.offset(b, s, h, d)), ref[d]);
     if (host_lse.empty()) continue;
     const double ref_lse = in.reference_lse[n];
     const float got = host_lse[static_cast<std::size_t>(slice) * p.seq_q + s];
@@ -566,9 +575,10 @@ void Runner::prepare_gradients(Prepared& in, const Case& c) {
 
   const std::int64_t slices = static_cast<std::int64_t>(p.batch) * p.heads_kv;
   const double slice_gflop = 2.5 * p.flops() * 1e-9 / static_cast<double>(slices);
-  const std::int64_t count =
-      std::clamp<std::int64_t>(static_cast<std::int64_t>(spec_.reference_gflop / std::max(slice_gflop, 1e-12)), 1, slices);
-  for (std::int64_t i = 0; i < count; ++i) in.gradient_slices.push_back(count == 1 ? 0 : i * (slices - 1) / (count - 1));
+  const std::int64_t count = std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(spec_.reference_gflop / std::max(slice_gflop, 1e-12)), 1, slices);
+  for (std::int64_t i = 0; i < count; ++i)
+    in.gradient_slices.push_back(count == 1 ? 0 : i * (slices - 1) / (count - 1));
   const std::size_t group = static_cast<std::size_t>(p.group_size());
   const std::size_t dq_size = group * p.seq_q * p.head_dim, dk_size = static_cast<std::size_t>(p.seq_kv) * p.head_dim,
                     dv_size = static_cast<std::size_t>(p.seq_kv) * p.dim_v();
@@ -583,9 +593,9 @@ void Runner::prepare_gradients(Prepared& in, const Case& c) {
   cpu::parallel_for(static_cast<std::int64_t>(in.gradient_slices.size()), cpu::cpu_threads(), [&](std::int64_t n, int) {
     const std::int64_t slice = in.gradient_slices[static_cast<std::size_t>(n)];
     const auto at = static_cast<std::size_t>(n);
-    cpu::reference_backward_kv_head_f64(p, args, static_cast<int>(slice / p.heads_kv), static_cast<int>(slice % p.heads_kv),
-                                        in.reference_dq.data() + at * dq_size, in.reference_dk.data() + at * dk_size,
-                                        in.reference_dv.data() + at * dv_size);
+    cpu::reference_backward_kv_head_f64(p, args, static_cast<int>(slice / p.heads_kv),
+                                        static_cast<int>(slice % p.heads_kv), in.reference_dq.data() + at * dq_size,
+                                        in.reference_dk.data() + at * dk_size, in.reference_dv.data() + at * dv_size);
   });
 }
 
@@ -593,8 +603,8 @@ void Runner::prepare_gradients(Prepared& in, const Case& c) {
 // (poisoned before), compared with the fp64 reference on the compared slices. The peak memory is
 // what the pass allocates beyond its inputs: for bwd beyond Q, K, V, O, LSE and dO; for fwd+bwd
 // beyond Q, K, V and dO. False when a gradient holds NaN/Inf (the row has failed).
-bool Runner::check_gradients(DeviceContext& ctx, KernelPlan& plan, const Prepared& in, DeviceInputs& inputs,
-                             Pass pass, ResultRow& row) {
+bool Runner::check_gradients(DeviceContext& ctx, KernelPlan& plan, const Prepared& in, DeviceInputs& inputs, Pass pass,
+                             ResultRow& row) {
   const AttentionProblem& p = in.problem;
   const Device device = ctx.device();
   auto allocate_like = [&](std::unique_ptr<DeviceAllocation>& buffer, const TensorView& like, bool poisoned) {
@@ -658,7 +668,8 @@ bool Runner::check_gradients(DeviceContext& ctx, KernelPlan& plan, const Prepare
     const std::int64_t dim = view.shape[3];
     const std::size_t per_slice = reference[g]->size() / in.gradient_slices.size();
     for (std::size_t n = 0; n < in.gradient_slices.size(); ++n) {
-      const int b = static_cast<int>(in.gradient_slices[n] / p.heads_kv), kv = static_cast<int>(in.gradient_slices[n] % p.heads_kv);
+      const int b = static_cast<int>(in.gradient_slices[n] / p.heads_kv),
+                kv = static_cast<int>(in.gradient_slices[n] % p.heads_kv);
       const double* ref = reference[g]->data() + n * per_slice;
       // dQ: the group's q heads in order; dK, dV: the kv head.
       const int heads = g == 0 ? group : 1;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "attnsuite/registry.hpp"
 #include "attnsuite/device_context.hpp"
+#include "attnsuite/registry.hpp"
 #include "bench/plan.hpp"
 #include "bench/result.hpp"
 

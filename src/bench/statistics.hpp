@@ -27,14 +27,14 @@ struct Statistics {
 Statistics summarize(std::vector<double> samples);
 
 struct MeasureOptions {
-  int warmup_reps = 1;           // at least this many unmeasured runs ...
-  double warmup_ms = 0.0;        // ... and at least this long
-  int min_reps = 5;              // never stop before this many samples
+  int warmup_reps = 1;     // at least this many unmeasured runs ...
+  double warmup_ms = 0.0;  // ... and at least this long
+  int min_reps = 5;        // never stop before this many samples
   int max_reps = 10000;
-  double noise_target = 0.01;    // stop when relative_median_error() falls under this ...
-  double min_time_ms = 0.0;      // ... once the samples add up to at least this
-  double max_time_ms = 2000.0;   // the time budget: stop when the samples add up to this
-  double timeout_ms = 30000.0;   // wall-clock safety net, warm-up and cache flushes included
+  double noise_target = 0.01;   // stop when relative_median_error() falls under this ...
+  double min_time_ms = 0.0;     // ... once the samples add up to at least this
+  double max_time_ms = 2000.0;  // the time budget: stop when the samples add up to this
+  double timeout_ms = 30000.0;  // wall-clock safety net, warm-up and cache flushes included
 };
 
 struct Measurement {

@@ -1,6 +1,7 @@
 #include "core/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <string>
 #include <system_error>
-
-#include <fmt/format.h>
 
 #include "attnsuite/error.hpp"
 
@@ -29,8 +28,8 @@ class TempFile {
     // O_EXCL with a name unique to this process and call; retry in the unlikely event that a
     // stale file of a crashed process with the same pid is in the way.
     for (int attempt = 0; attempt < 100; ++attempt) {
-      path_ = directory / fmt::format(".{}.tmp-{}-{}", target.filename().string(),
-                                      static_cast<long>(::getpid()), counter.fetch_add(1));
+      path_ = directory / fmt::format(".{}.tmp-{}-{}", target.filename().string(), static_cast<long>(::getpid()),
+                                      counter.fetch_add(1));
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd_ >= 0) return;
       if (errno != EEXIST) break;
@@ -92,8 +91,7 @@ void write_file_atomic(const fs::path& path, std::string_view content) {
   temp.release();
   // Make the rename itself durable. Best effort: some file systems refuse fsync on directories.
   const fs::path directory = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  if (const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      dir_fd >= 0) {
+  if (const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
     ::fsync(dir_fd);
     ::close(dir_fd);
   }
@@ -103,15 +101,12 @@ void ensure_writable_directory(const fs::path& directory) {
   std::error_code error;
   fs::create_directories(directory, error);
   if (error) {
-    throw Error(ErrorKind::Io, fmt::format("cannot create directory '{}': {}", directory.string(),
-                                           error.message()));
+    throw Error(ErrorKind::Io, fmt::format("cannot create directory '{}': {}", directory.string(), error.message()));
   }
   if (!fs::is_directory(directory, error)) {
-    throw Error(ErrorKind::Io,
-                fmt::format("cannot use '{}' as a directory: it is not one", directory.string()));
+    throw Error(ErrorKind::Io, fmt::format("cannot use '{}' as a directory: it is not one", directory.string()));
   }
-  if (::access(directory.c_str(), W_OK | X_OK) != 0)
-    throw_io("write into directory", directory, errno);
+  if (::access(directory.c_str(), W_OK | X_OK) != 0) throw_io("write into directory", directory, errno);
 }
 
 std::string read_text_file(const fs::path& path) {

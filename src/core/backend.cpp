@@ -15,8 +15,9 @@
 namespace attnsuite {
 
 RunReport KernelPlan::backward(const BackwardArgs&, Stream) {
-  throw Error(ErrorKind::Unsupported, "this plan has no backward (make it with PlanOptions::backward on a backend "
-                                      "whose supports_backward() says yes)");
+  throw Error(ErrorKind::Unsupported,
+              "this plan has no backward (make it with PlanOptions::backward on a backend "
+              "whose supports_backward() says yes)");
 }
 
 Support Backend::supports_backward(const AttentionProblem&) const {

@@ -12,9 +12,9 @@ namespace attnsuite::cuda {
 
 struct CudaDeviceInfo {
   int index = 0;
-  std::string name;            // "NVIDIA H200"
-  std::string pci_bus_id;      // "0000:19:00.0"
-  std::string driver_version;  // NVIDIA driver "580.159.04" (NVML), else the CUDA driver API "13.0"
+  std::string name;             // "NVIDIA H200"
+  std::string pci_bus_id;       // "0000:19:00.0"
+  std::string driver_version;   // NVIDIA driver "580.159.04" (NVML), else the CUDA driver API "13.0"
   int cuda_driver_version = 0;  // cudaDriverGetVersion, e.g. 13000
   int runtime_version = 0;      // cudaRuntimeGetVersion, e.g. 13000
   int cc_major = 0;

@@ -14,12 +14,11 @@ namespace attnsuite {
 
 namespace {
 // The names to_string gives, then the other spellings parse_dtype takes.
-constexpr EnumName<DType> kDTypeNames[] = {{DType::F32, "fp32"}, {DType::F16, "fp16"}, {DType::BF16, "bf16"},
-                                           {DType::E4M3, "e4m3"}};
-constexpr EnumName<DType> kDTypeAliases[] = {{DType::F32, "float32"}, {DType::F32, "f32"},
-                                             {DType::F16, "float16"}, {DType::F16, "f16"},
-                                             {DType::F16, "half"},    {DType::BF16, "bfloat16"},
-                                             {DType::E4M3, "fp8"},    {DType::E4M3, "float8_e4m3fn"}};
+constexpr EnumName<DType> kDTypeNames[] = {
+    {DType::F32, "fp32"}, {DType::F16, "fp16"}, {DType::BF16, "bf16"}, {DType::E4M3, "e4m3"}};
+constexpr EnumName<DType> kDTypeAliases[] = {
+    {DType::F32, "float32"}, {DType::F32, "f32"},       {DType::F16, "float16"}, {DType::F16, "f16"},
+    {DType::F16, "half"},    {DType::BF16, "bfloat16"}, {DType::E4M3, "fp8"},    {DType::E4M3, "float8_e4m3fn"}};
 }  // namespace
 
 std::string_view to_string(DType dtype) { return name_of(kDTypeNames, dtype, "?"); }
@@ -36,9 +35,9 @@ std::uint16_t float_to_fp16_bits(float value) {
   std::memcpy(&bits, &value, 4);
   const std::uint32_t sign = (bits >> 16) & 0x8000u;
   std::uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (magnitude > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);   // NaN
   if (magnitude >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow, inf
-  if (magnitude < 0x38800000u) {  // subnormal or zero in fp16
+  if (magnitude < 0x38800000u) {                                                    // subnormal or zero in fp16
     if (magnitude < 0x33000000u) return static_cast<std::uint16_t>(sign);
     const std::uint32_t exponent = magnitude >> 23;
     const std::uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
@@ -79,7 +78,9 @@ float fp16_bits_to_float(std::uint16_t half) {
 
 void convert_to_float(const void* src, DType dtype, float* dst, std::size_t count) {
   switch (dtype) {
-    case DType::F32: std::memcpy(dst, src, count * 4); return;
+    case DType::F32:
+      std::memcpy(dst, src, count * 4);
+      return;
     case DType::BF16: {
       const auto* in = static_cast<const std::uint16_t*>(src);
       for (std::size_t i = 0; i < count; ++i) dst[i] = bf16_bits_to_float(in[i]);
@@ -107,7 +108,9 @@ void convert_to_float(const void* src, DType dtype, float* dst, std::size_t coun
 
 void convert_from_float(const float* src, void* dst, DType dtype, std::size_t count) {
   switch (dtype) {
-    case DType::F32: std::memcpy(dst, src, count * 4); return;
+    case DType::F32:
+      std::memcpy(dst, src, count * 4);
+      return;
     case DType::BF16: {
       auto* out = static_cast<std::uint16_t*>(dst);
       for (std::size_t i = 0; i < count; ++i) out[i] = float_to_bf16_bits(src[i]);

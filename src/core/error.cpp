@@ -6,13 +6,20 @@ namespace attnsuite {
 
 std::string_view to_string(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::Usage: return "usage";
-    case ErrorKind::Unsupported: return "unsupported";
-    case ErrorKind::OutOfMemory: return "out of memory";
-    case ErrorKind::Device: return "device";
-    case ErrorKind::Io: return "io";
-    case ErrorKind::Internal: return "internal";
-    case ErrorKind::Cancelled: return "cancelled";
+    case ErrorKind::Usage:
+      return "usage";
+    case ErrorKind::Unsupported:
+      return "unsupported";
+    case ErrorKind::OutOfMemory:
+      return "out of memory";
+    case ErrorKind::Device:
+      return "device";
+    case ErrorKind::Io:
+      return "io";
+    case ErrorKind::Internal:
+      return "internal";
+    case ErrorKind::Cancelled:
+      return "cancelled";
   }
   return "unknown";
 }

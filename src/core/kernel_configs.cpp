@@ -38,9 +38,8 @@ const nlohmann::json& field(const nlohmann::json& object, const char* name, std:
 std::string kernel_shape_class(const AttentionProblem& problem) {
   std::string mask = problem.causal ? "causal" : "dense";
   if (problem.window_left >= 0 || problem.window_right >= 0) mask += "-window";
-  return fmt::format("{} d{} {} q{} kv{} bh{}", to_string(problem.dtype), problem.head_dim, mask,
-                     bucket(problem.seq_q), bucket(problem.seq_kv),
-                     bucket(static_cast<std::int64_t>(problem.batch) * problem.heads_q));
+  return fmt::format("{} d{} {} q{} kv{} bh{}", to_string(problem.dtype), problem.head_dim, mask, bucket(problem.seq_q),
+                     bucket(problem.seq_kv), bucket(static_cast<std::int64_t>(problem.batch) * problem.heads_q));
 }
 
 std::filesystem::path KernelConfigCache::default_path() {
@@ -73,7 +72,8 @@ KernelConfigCache& KernelConfigCache::global() {
 KernelConfigCache KernelConfigCache::from_json(const nlohmann::json& document, std::string_view source) {
   if (!document.is_object() || document.value("format", "") != kFormat)
     throw Error(ErrorKind::Usage, fmt::format("kernel-config cache {}: not an attnsuite kernel-config file "
-                                              "(\"format\": \"{}\" missing)", source, kFormat));
+                                              "(\"format\": \"{}\" missing)",
+                                              source, kFormat));
   if (!document.contains("version") || !document["version"].is_number_integer() ||
       document["version"].get<std::int64_t>() != kVersion)
     throw Error(ErrorKind::Usage,
@@ -107,8 +107,8 @@ KernelConfigCache KernelConfigCache::load(const std::filesystem::path& path) {
   std::stringstream text;
   text << file.rdbuf();
   const auto too_deep = [&] {
-    throw Error(ErrorKind::Usage, fmt::format("kernel-config cache {}: nested deeper than {} levels", path.string(),
-                                              kMaxJsonDepth));
+    throw Error(ErrorKind::Usage,
+                fmt::format("kernel-config cache {}: nested deeper than {} levels", path.string(), kMaxJsonDepth));
   };
   nlohmann::json document = nlohmann::json::parse(text.str(), json_depth_limit(too_deep), /*allow_exceptions=*/false);
   if (document.is_discarded())

@@ -44,9 +44,8 @@ HostBuffer::HostBuffer(std::size_t bytes) : bytes_(bytes) {
     const std::size_t available = host_info().available_memory_bytes();
     if (available > 0 && bytes > available) {
       bytes_ = 0;
-      throw Error(ErrorKind::OutOfMemory,
-                  fmt::format("out of host memory: needs {:.2f} GiB, {:.2f} GiB free", bytes / 1073741824.0,
-                              available / 1073741824.0));
+      throw Error(ErrorKind::OutOfMemory, fmt::format("out of host memory: needs {:.2f} GiB, {:.2f} GiB free",
+                                                      bytes / 1073741824.0, available / 1073741824.0));
     }
   }
   constexpr std::size_t kAlign = 64;

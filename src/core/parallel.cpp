@@ -29,8 +29,7 @@ void parallel_for(std::int64_t count, int threads,
   auto run = [&](int thread_index) {
     CancellableScope scope(cancellable);
     try {
-      for (std::int64_t item = next.fetch_add(1); item < count && !failed.load();
-           item = next.fetch_add(1)) {
+      for (std::int64_t item = next.fetch_add(1); item < count && !failed.load(); item = next.fetch_add(1)) {
         throw_if_cancelled();
         body(item, thread_index);
       }

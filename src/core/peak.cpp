@@ -1,8 +1,7 @@
 #include "core/peak.hpp"
 
-#include <immintrin.h>
-
 #include <fmt/format.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -40,8 +39,7 @@ long fma_loop_avx2(double seconds, volatile float* sink) {
       for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], multiplier, addend);
     }
     ++rounds;
-  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
-           seconds);
+  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds);
   __m256 total = acc[0];
   for (int c = 1; c < kChains; ++c) total = _mm256_add_ps(total, acc[c]);
   *sink = _mm256_cvtss_f32(total);
@@ -59,11 +57,10 @@ ATTNSUITE_TARGET_AVX512 long fma_loop_avx512(double seconds, volatile float* sin
   do {
     for (long step = 0; step < kFmasPerRound; ++step) {
       ATTNSUITE_UNROLL  // rolled, the 24 chains lived in memory: 60% of AVX2's peak
-      for (int c = 0; c < kChainsAvx512; ++c) acc[c] = _mm512_fmadd_ps(acc[c], multiplier, addend);
+          for (int c = 0; c < kChainsAvx512; ++c) acc[c] = _mm512_fmadd_ps(acc[c], multiplier, addend);
     }
     ++rounds;
-  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
-           seconds);
+  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds);
   __m512 total = acc[0];
   for (int c = 1; c < kChainsAvx512; ++c) total = _mm512_add_ps(total, acc[c]);
   *sink = _mm512_cvtss_f32(total);
@@ -85,8 +82,7 @@ double measure_once(CpuIsa isa, double seconds) {
     const auto start = std::chrono::steady_clock::now();
     const bool wide = isa == CpuIsa::Avx512;
     const long fmas = wide ? fma_loop_avx512(seconds, &sinks[index]) : fma_loop_avx2(seconds, &sinks[index]);
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double flops_per_fma = wide ? 32.0 : 16.0;  // lanes × 2
     gflops[index] = static_cast<double>(fmas) * flops_per_fma / elapsed * 1e-9;
   };
@@ -110,9 +106,7 @@ double measure_fp32_fma_peak_gflops(CpuIsa isa, double seconds) {
   return best;
 }
 
-double measure_fp32_fma_peak_gflops(double seconds) {
-  return measure_fp32_fma_peak_gflops(widest_cpu_isa(), seconds);
-}
+double measure_fp32_fma_peak_gflops(double seconds) { return measure_fp32_fma_peak_gflops(widest_cpu_isa(), seconds); }
 
 double measure_host_copy_gbps(int trials) {
   const std::size_t bytes = std::max<std::size_t>(4 * host_info().llc_bytes, std::size_t{256} << 20);

@@ -50,8 +50,7 @@ void AttentionProblem::validate() const {
   static constexpr int kMaxDim = 1 << 30;
   auto positive = [](const char* what, int value) {
     ATTNSUITE_REQUIRE(value > 0 && value <= kMaxDim,
-                      fmt::format("{} = {} is not allowed: it must be between 1 and {}", what, value,
-                                  kMaxDim));
+                      fmt::format("{} = {} is not allowed: it must be between 1 and {}", what, value, kMaxDim));
   };
   positive("batch", batch);
   positive("heads_q", heads_q);
@@ -60,16 +59,15 @@ void AttentionProblem::validate() const {
   positive("seq_kv", seq_kv);
   positive("head_dim", head_dim);
   ATTNSUITE_REQUIRE(head_dim_v >= 0 && head_dim_v <= kMaxDim,
-                    fmt::format("head_dim_v = {} is not allowed: 0 (same as head_dim) or a positive size",
-                                head_dim_v));
+                    fmt::format("head_dim_v = {} is not allowed: 0 (same as head_dim) or a positive size", head_dim_v));
   // Element counts of Q, K, V and O: each must fit the backends' 64-bit element offsets and be
   // exact in a double (the FLOP and byte models), so at most 2^53. Each size alone is at most
   // 2^30, so these products are exact enough in double and cannot overflow it.
   static constexpr double kMaxElements = 9007199254740992.0;  // 2^53
   auto elements = [](const char* what, const char* formula, double count) {
     ATTNSUITE_REQUIRE(count <= kMaxElements,
-                      fmt::format("the problem is too large: {} would hold {:.3g} elements ({}); at most 2^53",
-                                  what, count, formula));
+                      fmt::format("the problem is too large: {} would hold {:.3g} elements ({}); at most 2^53", what,
+                                  count, formula));
   };
   const double dv = static_cast<double>(dim_v());
   elements("Q", "batch × seq_q × heads_q × head_dim", static_cast<double>(batch) * seq_q * heads_q * head_dim);
@@ -80,9 +78,9 @@ void AttentionProblem::validate() const {
                     fmt::format("heads_q = {} is not divisible by heads_kv = {}: GQA/MQA needs "
                                 "heads_q to be a multiple of heads_kv",
                                 heads_q, heads_kv));
-  ATTNSUITE_REQUIRE(window_left >= -1 && window_right >= -1,
-                    fmt::format("window ({}, {}) is not allowed: each side is -1 (unbounded) or >= 0",
-                                window_left, window_right));
+  ATTNSUITE_REQUIRE(
+      window_left >= -1 && window_right >= -1,
+      fmt::format("window ({}, {}) is not allowed: each side is -1 (unbounded) or >= 0", window_left, window_right));
   ATTNSUITE_REQUIRE(std::isfinite(scale) && scale >= 0.0f,
                     fmt::format("scale = {} is not allowed: 0 (default 1/sqrt(head_dim)) or a "
                                 "positive finite number",
@@ -90,8 +88,8 @@ void AttentionProblem::validate() const {
 }
 
 std::string AttentionProblem::describe() const {
-  std::string text = fmt::format("B={} Hq={} Hkv={} Nq={} Nk={} D={}", batch, heads_q, heads_kv,
-                                 seq_q, seq_kv, head_dim);
+  std::string text =
+      fmt::format("B={} Hq={} Hkv={} Nq={} Nk={} D={}", batch, heads_q, heads_kv, seq_q, seq_kv, head_dim);
   if (head_dim_v > 0 && head_dim_v != head_dim) text += fmt::format(" Dv={}", head_dim_v);
   text += fmt::format(" {} {}", to_string(dtype), to_string(layout));
   if (causal) text += " causal";

@@ -10,8 +10,8 @@ namespace attnsuite::cpu {
 // The fp64 reference for one (batch, q head) slice: out is seq_q × dim_v (row-major), lse is
 // seq_q (natural log; -inf for rows that see no key). Inputs are read through args.q/k/v (any
 // dtype, any strides, on the CPU); accumulation is in double throughout.
-void reference_head_f64(const AttentionProblem& problem, const AttentionArgs& args, int batch_index,
-                        int q_head, double* out, double* lse);
+void reference_head_f64(const AttentionProblem& problem, const AttentionArgs& args, int batch_index, int q_head,
+                        double* out, double* lse);
 
 // The backward for one (batch, kv head): dq holds the group's q heads one after another
 // (group_size × seq_q × head_dim), dk and dv the kv head's gradients summed over the group in

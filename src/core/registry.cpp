@@ -33,8 +33,7 @@ Backend& Registry::find(std::string_view name) {
     if (!entry.instance) entry.instance = entry.factory();
     return *entry.instance;
   }
-  throw Error(ErrorKind::Usage,
-              fmt::format("unknown backend '{}'; available: {}", name, fmt::join(names(), ", ")));
+  throw Error(ErrorKind::Usage, fmt::format("unknown backend '{}'; available: {}", name, fmt::join(names(), ", ")));
 }
 
 std::vector<std::string> Registry::names() const {

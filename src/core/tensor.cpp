@@ -9,8 +9,7 @@ std::string_view to_string(DeviceType type) { return type == DeviceType::Cpu ? "
 
 std::string_view to_string(Layout layout) { return layout == Layout::BSHD ? "bshd" : "bhsd"; }
 
-std::array<std::int64_t, 4> TensorView::dense_strides(const std::array<std::int64_t, 4>& shape,
-                                                      Layout layout) {
+std::array<std::int64_t, 4> TensorView::dense_strides(const std::array<std::int64_t, 4>& shape, Layout layout) {
   const std::int64_t b = shape[0], s = shape[1], h = shape[2], d = shape[3];
   (void)b;
   if (layout == Layout::BSHD) return {s * h * d, h * d, d, 1};

@@ -28,8 +28,8 @@ void check_view(std::string_view backend, const char* what, const TensorView& vi
 
 // Checks that args match the problem (shapes, dtypes, CPU device, O in problem.output_dtype()) and,
 // when contiguous_last_dim, that every view has stride 1 in its last dim. Throws Error.
-void check_args(std::string_view backend, const AttentionProblem& problem,
-                const AttentionArgs& args, bool contiguous_last_dim);
+void check_args(std::string_view backend, const AttentionProblem& problem, const AttentionArgs& args,
+                bool contiguous_last_dim);
 
 // The kernel-config cache key of a CPU backend: the CPU model, the thread count and the vector
 // ISA the kernels run (as "N threads, avx512" in the driver field: a tile size tuned for one

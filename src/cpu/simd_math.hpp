@@ -38,9 +38,7 @@ inline __m256 exp2_ps(__m256 x) {
 }
 
 // e^x = 2^(x·log2 e), same accuracy and the same -inf -> 0 rule.
-inline __m256 exp_ps(__m256 x) {
-  return exp2_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.4426950408889634f)));
-}
+inline __m256 exp_ps(__m256 x) { return exp2_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.4426950408889634f))); }
 
 inline float reduce_max(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -143,7 +141,8 @@ struct Avx512 {
     return simd::reduce_max(half);
   }
   ATTNSUITE_TARGET_AVX512 static Vec zero_where_minus_inf(Vec v) {
-    const __mmask16 minus_inf = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_EQ_OQ);
+    const __mmask16 minus_inf =
+        _mm512_cmp_ps_mask(v, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_EQ_OQ);
     return _mm512_mask_mov_ps(v, minus_inf, _mm512_setzero_ps());
   }
   // begin and end 64-byte aligned.

@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "attnsuite/device_context.hpp"
 #include "attnsuite/kernel_configs.hpp"
 #include "attnsuite/registry.hpp"
-#include "attnsuite/device_context.hpp"
 #include "core/cuda_device.hpp"
 
 namespace attnsuite::cuda {

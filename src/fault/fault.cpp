@@ -58,10 +58,9 @@ std::uint64_t fail_here(Site site) noexcept {
 
 void arm_from_spec(std::string_view spec) {
   const auto bad = [&] {
-    return Error(ErrorKind::Usage,
-                 fmt::format("ATTNSUITE_FAULT='{}' is not allowed: alloc:N or cuda:N (N >= 1), "
-                             "comma-separated for both",
-                             spec));
+    return Error(ErrorKind::Usage, fmt::format("ATTNSUITE_FAULT='{}' is not allowed: alloc:N or cuda:N (N >= 1), "
+                                               "comma-separated for both",
+                                               spec));
   };
   std::uint64_t nth_of[2] = {0, 0};  // parsed first, armed only when the whole spec is good
   std::string_view rest = spec;

@@ -1,11 +1,11 @@
 #include "report/compare.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "bench/statistics.hpp"
 #include "report/sinks.hpp"
@@ -73,9 +73,7 @@ void judge(ComparedCase& compared) {
   compared.ratio = ratio;
   compared.noise = std::sqrt(spread_a * spread_a + spread_b * spread_b);
   const double threshold = bench::same_within(spread_a, spread_b);
-  compared.verdict = ratio > 1 + threshold   ? Verdict::Faster
-                     : ratio < 1 - threshold ? Verdict::Slower
-                                             : Verdict::Same;
+  compared.verdict = ratio > 1 + threshold ? Verdict::Faster : ratio < 1 - threshold ? Verdict::Slower : Verdict::Same;
 
   if (a.rel_l1 && b.rel_l1) {
     const double before = *a.rel_l1;
@@ -104,12 +102,18 @@ std::string verdict_cell(const ComparedCase& compared) {
 
 std::string_view to_string(Verdict verdict) {
   switch (verdict) {
-    case Verdict::Faster: return "faster";
-    case Verdict::Slower: return "slower";
-    case Verdict::Same: return "same";
-    case Verdict::NotComparable: return "not comparable";
-    case Verdict::OnlyInA: return "only in A";
-    case Verdict::OnlyInB: return "only in B";
+    case Verdict::Faster:
+      return "faster";
+    case Verdict::Slower:
+      return "slower";
+    case Verdict::Same:
+      return "same";
+    case Verdict::NotComparable:
+      return "not comparable";
+    case Verdict::OnlyInA:
+      return "only in A";
+    case Verdict::OnlyInB:
+      return "only in B";
   }
   return "unknown";
 }
@@ -117,8 +121,7 @@ std::string_view to_string(Verdict verdict) {
 std::optional<double> relative_spread(const ResultRow& row) {
   if (!row.ms_median || !(*row.ms_median > 0)) return std::nullopt;
   if (row.ms_stddev) return *row.ms_stddev / *row.ms_median;
-  if (row.ms_p05 && row.ms_p95)
-    return (*row.ms_p95 - *row.ms_p05) / (kP05ToP95Sigmas * *row.ms_median);
+  if (row.ms_p05 && row.ms_p95) return (*row.ms_p95 - *row.ms_p05) / (kP05ToP95Sigmas * *row.ms_median);
   return std::nullopt;
 }
 
@@ -158,12 +161,24 @@ Comparison compare_runs(const std::vector<ResultRow>& a, const std::vector<Resul
                    {"verdict", Align::Left, 60}});
   for (const ComparedCase& compared : result.cases) {
     switch (compared.verdict) {
-      case Verdict::Faster: ++result.faster; break;
-      case Verdict::Slower: ++result.slower; break;
-      case Verdict::Same: ++result.same; break;
-      case Verdict::NotComparable: ++result.not_comparable; break;
-      case Verdict::OnlyInA: ++result.only_in_a; break;
-      case Verdict::OnlyInB: ++result.only_in_b; break;
+      case Verdict::Faster:
+        ++result.faster;
+        break;
+      case Verdict::Slower:
+        ++result.slower;
+        break;
+      case Verdict::Same:
+        ++result.same;
+        break;
+      case Verdict::NotComparable:
+        ++result.not_comparable;
+        break;
+      case Verdict::OnlyInA:
+        ++result.only_in_a;
+        break;
+      case Verdict::OnlyInB:
+        ++result.only_in_b;
+        break;
     }
     if (compared.accuracy_worse) ++result.accuracy_worse;
     table.add_row({compared.label, ms_cell(compared.a), ms_cell(compared.b),
@@ -174,8 +189,8 @@ Comparison compare_runs(const std::vector<ResultRow>& a, const std::vector<Resul
   const std::string counts = fmt::format(
       "{} faster, {} slower, {} same, {} not comparable, {} only in A, {} only in B; {} with "
       "worse accuracy (ratio = A ms / B ms: > 1 means B is faster)",
-      result.faster, result.slower, result.same, result.not_comparable, result.only_in_a,
-      result.only_in_b, result.accuracy_worse);
+      result.faster, result.slower, result.same, result.not_comparable, result.only_in_a, result.only_in_b,
+      result.accuracy_worse);
   result.markdown = table.markdown() + "\n" + counts + "\n";
   result.terminal = table.terminal() + counts + "\n";
   result.html = table.html() + "<p>" + escape_html(counts) + "</p>\n";

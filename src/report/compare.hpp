@@ -18,8 +18,7 @@ enum class Verdict {
   OnlyInA,
   OnlyInB,
 };
-std::string_view to_string(
-    Verdict verdict);  // "faster", "slower", "same", "not comparable", "only in A", "only in B"
+std::string_view to_string(Verdict verdict);  // "faster", "slower", "same", "not comparable", "only in A", "only in B"
 
 struct ComparedCase {
   std::string case_key;
@@ -49,7 +48,6 @@ std::optional<double> relative_spread(const bench::ResultRow& row);
 // Matches rows by case_key() (when a key repeats within a run, the later row wins: a re-run).
 // Verdict for ok pairs: faster if ratio > 1 + t, slower if ratio < 1 − t, else same, where
 // t = max(2·noise, 0.01).
-Comparison compare_runs(const std::vector<bench::ResultRow>& a,
-                        const std::vector<bench::ResultRow>& b);
+Comparison compare_runs(const std::vector<bench::ResultRow>& a, const std::vector<bench::ResultRow>& b);
 
 }  // namespace attnsuite::report

@@ -156,8 +156,9 @@ std::string tuning_limits(const bench::RunHeader& header) {
   text += t.contains("max_memory_gib") && t["max_memory_gib"].is_number()
               ? fmt::format(", memory at most {:.4g} GiB", t["max_memory_gib"].get<double>())
               : ", memory limited by the device";
-  text += t.contains("p95_ms") && t["p95_ms"].is_number() ? fmt::format(", p95 at most {:.4g} ms", t["p95_ms"].get<double>())
-                                                          : ", no p95 target";
+  text += t.contains("p95_ms") && t["p95_ms"].is_number()
+              ? fmt::format(", p95 at most {:.4g} ms", t["p95_ms"].get<double>())
+              : ", no p95 target";
   if (t.value("exhaustive", false)) text += ", checked by an exhaustive sweep";
   return text;
 }
@@ -218,8 +219,8 @@ std::string render_html(const ReportDocument& d) {
 
   out += "<h2 id=\"machine\">Machine</h2>\n<div class=\"scroll\">" + machine_table(d.header).html() + "</div>\n";
   const auto& k = d.header.ceilings;
-  const bool measured = k.cpu_fp32_gflops > 0 || k.host_copy_gbps > 0 || k.gpu_copy_gbps > 0 ||
-                        k.gpu_fp16_tflops > 0 || k.gpu_bf16_tflops > 0;
+  const bool measured = k.cpu_fp32_gflops > 0 || k.host_copy_gbps > 0 || k.gpu_copy_gbps > 0 || k.gpu_fp16_tflops > 0 ||
+                        k.gpu_bf16_tflops > 0;
   const TextTable ceilings = ceilings_table(k);
   out += "<h2 id=\"ceilings\">Device ceilings</h2>\n";
   if (measured) {
@@ -249,15 +250,18 @@ std::string render_html(const ReportDocument& d) {
   }
 
   out += "<h2 id=\"plots\">Plots</h2>\n";
-  if (d.plots.empty()) out += "<p class=\"note\">" + escape_html(d.plots_note.empty() ? "No plots." : d.plots_note) + "</p>\n";
+  if (d.plots.empty())
+    out += "<p class=\"note\">" + escape_html(d.plots_note.empty() ? "No plots." : d.plots_note) + "</p>\n";
   for (const PlotFile& plot : d.plots) {
     out += "<figure id=\"plot-" + escape_html(plot.name) + "\">\n" + inline_svg(read_text_file(plot.svg), plot.name);
-    out += "\n<figcaption><b>" + escape_html(plot.title) + ".</b> " + escape_html(plot.caption) + "</figcaption>\n</figure>\n";
+    out += "\n<figcaption><b>" + escape_html(plot.title) + ".</b> " + escape_html(plot.caption) +
+           "</figcaption>\n</figure>\n";
   }
 
-  out += "<h2 id=\"backends\">Backends</h2>\n<p class=\"note\">Peers keep their own project's name; ours go by "
-         "their registry name.</p>\n<div class=\"scroll\">" +
-         backends_table(d.backends).html() + "</div>\n";
+  out +=
+      "<h2 id=\"backends\">Backends</h2>\n<p class=\"note\">Peers keep their own project's name; ours go by "
+      "their registry name.</p>\n<div class=\"scroll\">" +
+      backends_table(d.backends).html() + "</div>\n";
   out += "</main>\n</body>\n</html>\n";
   return out;
 }
@@ -273,13 +277,14 @@ std::string render_markdown(const ReportDocument& d, const fs::path& markdown_pa
   if (has_profile(d.rows))
     out += "## Profile\n\n" + std::string(kBottleneckRule) + "\n\n" + profile_table(d.rows).markdown() + "\n";
   if (d.comparison)
-    out += "## Compared with another run\n\nA = " + d.compare_a + "  \nB = " + d.compare_b + "\n\n" + d.comparison->markdown + "\n";
+    out += "## Compared with another run\n\nA = " + d.compare_a + "  \nB = " + d.compare_b + "\n\n" +
+           d.comparison->markdown + "\n";
   if (!d.plots.empty()) {
     out += "## Plots\n\n";
     const fs::path base = fs::absolute(markdown_path).parent_path();
     for (const PlotFile& plot : d.plots) {
-      out += fmt::format("![{}]({})\n\n*{}.* {}\n\n", plot.title, fs::relative(plot.png, base).generic_string(), plot.title,
-                         plot.caption);
+      out += fmt::format("![{}]({})\n\n*{}.* {}\n\n", plot.title, fs::relative(plot.png, base).generic_string(),
+                         plot.title, plot.caption);
     }
   } else if (!d.plots_note.empty()) {
     out += "## Plots\n\n" + d.plots_note + "\n\n";

@@ -1,6 +1,7 @@
 #include "report/jsonl.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,11 +9,9 @@
 #include <cstring>
 #include <utility>
 
-#include <fmt/format.h>
-
 #include "attnsuite/error.hpp"
-#include "core/json_limits.hpp"
 #include "core/atomic_file.hpp"
+#include "core/json_limits.hpp"
 
 namespace attnsuite::report {
 
@@ -23,8 +22,7 @@ off_t complete_lines_length(int fd, off_t size, const std::filesystem::path& pat
   char chunk[4096];
   off_t end = size;
   while (end > 0) {
-    const off_t begin =
-        end > static_cast<off_t>(sizeof chunk) ? end - static_cast<off_t>(sizeof chunk) : 0;
+    const off_t begin = end > static_cast<off_t>(sizeof chunk) ? end - static_cast<off_t>(sizeof chunk) : 0;
     const ssize_t got = ::pread(fd, chunk, static_cast<std::size_t>(end - begin), begin);
     if (got < 0) {
       if (errno == EINTR) continue;
@@ -38,9 +36,7 @@ off_t complete_lines_length(int fd, off_t size, const std::filesystem::path& pat
   return 0;
 }
 
-bool is_blank(std::string_view line) {
-  return line.find_first_not_of(" \t\r") == std::string_view::npos;
-}
+bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
 
 }  // namespace
 
@@ -84,26 +80,21 @@ JsonlWriter& JsonlWriter::operator=(JsonlWriter&& other) noexcept {
   return *this;
 }
 
-void JsonlWriter::append(const bench::ResultRow& row) {
-  write_line(bench::to_ordered_json(row).dump());
-}
+void JsonlWriter::append(const bench::ResultRow& row) { write_line(bench::to_ordered_json(row).dump()); }
 
 void JsonlWriter::append_header(const bench::RunHeader& header) {
   write_line(nlohmann::json{{"header", bench::to_json(header)}}.dump());
 }
 
 void JsonlWriter::write_line(std::string line) {
-  if (fd_ < 0)
-    throw Error(ErrorKind::Io,
-                fmt::format("cannot write '{}': writer was moved from", path_.string()));
+  if (fd_ < 0) throw Error(ErrorKind::Io, fmt::format("cannot write '{}': writer was moved from", path_.string()));
   line.push_back('\n');
   // One write per line: with O_APPEND, a line is never interleaved with another writer's.
   write_all(fd_, line, "append to", path_);
   if (::fsync(fd_) != 0) throw_io("append to", path_, errno);
 }
 
-std::vector<bench::ResultRow> read_jsonl(const std::filesystem::path& path,
-                                         std::vector<std::string>* warnings,
+std::vector<bench::ResultRow> read_jsonl(const std::filesystem::path& path, std::vector<std::string>* warnings,
                                          bench::RunHeader* header) {
   const std::string text = read_text_file(path);
 
@@ -123,21 +114,21 @@ std::vector<bench::ResultRow> read_jsonl(const std::filesystem::path& path,
   bool have_header = false;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const auto [line_number, line] = lines[i];
-    nlohmann::json value = nlohmann::json::parse(line, json_depth_limit([&, number = line_number] {
-      throw Error(ErrorKind::Io, fmt::format("{} line {}: nested deeper than {} levels", path.string(), number,
-                                             kMaxJsonDepth));
-    }), /*allow_exceptions=*/false);
+    nlohmann::json value = nlohmann::json::parse(
+        line, json_depth_limit([&, number = line_number] {
+          throw Error(ErrorKind::Io,
+                      fmt::format("{} line {}: nested deeper than {} levels", path.string(), number, kMaxJsonDepth));
+        }),
+        /*allow_exceptions=*/false);
     if (value.is_discarded()) {
       if (i + 1 == lines.size()) {
         if (warnings) {
-          warnings->push_back(
-              fmt::format("{} line {}: skipped an incomplete last line (an interrupted write)",
-                          path.string(), line_number));
+          warnings->push_back(fmt::format("{} line {}: skipped an incomplete last line (an interrupted write)",
+                                          path.string(), line_number));
         }
         break;
       }
-      throw Error(ErrorKind::Io,
-                  fmt::format("{} line {}: not valid JSON", path.string(), line_number));
+      throw Error(ErrorKind::Io, fmt::format("{} line {}: not valid JSON", path.string(), line_number));
     }
     try {
       if (value.is_object() && value.contains("header") && !value.contains("backend")) {
@@ -147,8 +138,7 @@ std::vector<bench::ResultRow> read_jsonl(const std::filesystem::path& path,
       }
       rows.push_back(bench::row_from_json(value));
     } catch (const Error& error) {
-      throw Error(ErrorKind::Io,
-                  fmt::format("{} line {}: {}", path.string(), line_number, error.what()));
+      throw Error(ErrorKind::Io, fmt::format("{} line {}: {}", path.string(), line_number, error.what()));
     }
   }
   return rows;

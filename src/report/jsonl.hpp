@@ -43,8 +43,7 @@ class JsonlWriter {
 // skipped with a message in *warnings (when given); a bad line anywhere else throws Error(Io)
 // with the file and line number. Blank lines are ignored. When header is given, it receives the
 // first {"header": ...} line (left as is when there is none).
-std::vector<bench::ResultRow> read_jsonl(const std::filesystem::path& path,
-                                         std::vector<std::string>* warnings,
+std::vector<bench::ResultRow> read_jsonl(const std::filesystem::path& path, std::vector<std::string>* warnings,
                                          bench::RunHeader* header = nullptr);
 
 }  // namespace attnsuite::report

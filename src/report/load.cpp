@@ -1,15 +1,15 @@
 #include "report/load.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <optional>
 
-#include <fmt/format.h>
-
 #include "attnsuite/error.hpp"
-#include "core/json_limits.hpp"
 #include "core/atomic_file.hpp"
+#include "core/json_limits.hpp"
 #include "report/jsonl.hpp"
 
 namespace attnsuite::report {
@@ -45,8 +45,7 @@ std::vector<CsvRecord> parse_csv(std::string_view text, std::string_view source)
   const auto end_record = [&] {
     end_cell();
     // A blank line is no record.
-    if (!(record.cells.size() == 1 && record.cells[0].empty()))
-      records.push_back(std::move(record));
+    if (!(record.cells.size() == 1 && record.cells[0].empty())) records.push_back(std::move(record));
     record = {};
     record_open = false;
   };
@@ -74,14 +73,15 @@ std::vector<CsvRecord> parse_csv(std::string_view text, std::string_view source)
     switch (c) {
       case '"':
         if (!cell.empty() || cell_was_quoted) {
-          throw Error(ErrorKind::Io,
-                      fmt::format("{} line {}: a quote inside an unquoted cell", source, line));
+          throw Error(ErrorKind::Io, fmt::format("{} line {}: a quote inside an unquoted cell", source, line));
         }
         in_quotes = true;
         cell_was_quoted = true;
         quote_line = line;
         break;
-      case ',': end_cell(); break;
+      case ',':
+        end_cell();
+        break;
       case '\r':
         if (i + 1 < text.size() && text[i + 1] == '\n') break;  // the '\n' ends the record
         [[fallthrough]];
@@ -91,15 +91,13 @@ std::vector<CsvRecord> parse_csv(std::string_view text, std::string_view source)
         break;
       default:
         if (cell_was_quoted) {
-          throw Error(ErrorKind::Io,
-                      fmt::format("{} line {}: text after a closing quote", source, line));
+          throw Error(ErrorKind::Io, fmt::format("{} line {}: text after a closing quote", source, line));
         }
         cell += c;
     }
   }
   if (in_quotes) {
-    throw Error(ErrorKind::Io,
-                fmt::format("{} line {}: a quoted cell is never closed", source, quote_line));
+    throw Error(ErrorKind::Io, fmt::format("{} line {}: a quoted cell is never closed", source, quote_line));
   }
   if (record_open) end_record();
   return records;
@@ -121,7 +119,8 @@ std::string lowercase(std::string_view text) {
 // The JSON value row_from_json expects for a cell, or nullopt when the text does not fit.
 std::optional<nlohmann::json> cell_to_json(std::string_view text, ColumnType type) {
   switch (type) {
-    case ColumnType::Text: return nlohmann::json(std::string(text));
+    case ColumnType::Text:
+      return nlohmann::json(std::string(text));
     case ColumnType::Integer: {
       if (std::uint64_t value = 0; parse_whole(text, value)) return nlohmann::json(value);
       if (std::int64_t value = 0; parse_whole(text, value)) return nlohmann::json(value);
@@ -146,10 +145,14 @@ std::optional<nlohmann::json> cell_to_json(std::string_view text, ColumnType typ
 
 std::string_view expected_for(ColumnType type) {
   switch (type) {
-    case ColumnType::Text: return "text";
-    case ColumnType::Integer: return "an integer";
-    case ColumnType::Boolean: return "true or false";
-    case ColumnType::Number: return "a number, nan, inf or an empty cell";
+    case ColumnType::Text:
+      return "text";
+    case ColumnType::Integer:
+      return "an integer";
+    case ColumnType::Boolean:
+      return "true or false";
+    case ColumnType::Number:
+      return "a number, nan, inf or an empty cell";
   }
   return "a value";
 }
@@ -158,9 +161,10 @@ LoadedResults load_json(const std::filesystem::path& path) {
   const std::string text = read_text_file(path);
   nlohmann::json document;
   try {
-    document = nlohmann::json::parse(text, json_depth_limit([&] {
-      throw Error(ErrorKind::Io, fmt::format("{}: nested deeper than {} levels", path.string(), kMaxJsonDepth));
-    }));
+    document = nlohmann::json::parse(
+        text, json_depth_limit([&] {
+          throw Error(ErrorKind::Io, fmt::format("{}: nested deeper than {} levels", path.string(), kMaxJsonDepth));
+        }));
   } catch (const nlohmann::json::exception& error) {  // parse_error, and out_of_range for 1e999
     // nlohmann's message carries the line and column of the error.
     throw Error(ErrorKind::Io, fmt::format("{}: not valid JSON: {}", path.string(), error.what()));
@@ -180,8 +184,7 @@ LoadedResults load_json(const std::filesystem::path& path) {
     }
   } else {
     throw Error(ErrorKind::Io,
-                fmt::format("{}: expected an object with a \"rows\" array (or an array of rows)",
-                            path.string()));
+                fmt::format("{}: expected an object with a \"rows\" array (or an array of rows)", path.string()));
   }
   if (document.is_object()) {
     if (const auto tuning = document.find("tuning"); tuning != document.end()) {
@@ -213,8 +216,8 @@ std::vector<ResultRow> rows_from_csv(std::string_view text, std::string_view sou
   for (const std::string& name : header.cells) types.push_back(bench::column_type(name));
   for (const char* required : {"backend", "status"}) {
     if (std::find(header.cells.begin(), header.cells.end(), required) == header.cells.end()) {
-      throw Error(ErrorKind::Io, fmt::format("{} line {}: the header has no '{}' column", source,
-                                             header.line, required));
+      throw Error(ErrorKind::Io,
+                  fmt::format("{} line {}: the header has no '{}' column", source, header.line, required));
     }
   }
 
@@ -223,18 +226,16 @@ std::vector<ResultRow> rows_from_csv(std::string_view text, std::string_view sou
   for (std::size_t r = 1; r < records.size(); ++r) {
     const CsvRecord& record = records[r];
     if (record.cells.size() != header.cells.size()) {
-      throw Error(ErrorKind::Io,
-                  fmt::format("{} line {}: {} cells, but the header has {}", source, record.line,
-                              record.cells.size(), header.cells.size()));
+      throw Error(ErrorKind::Io, fmt::format("{} line {}: {} cells, but the header has {}", source, record.line,
+                                             record.cells.size(), header.cells.size()));
     }
     nlohmann::json object = nlohmann::json::object();
     for (std::size_t c = 0; c < record.cells.size(); ++c) {
       if (!types[c]) continue;  // a column of a newer version
       auto value = cell_to_json(record.cells[c], *types[c]);
       if (!value) {
-        throw Error(ErrorKind::Io, fmt::format("{} line {}: column '{}': expected {}, got '{}'",
-                                               source, record.line, header.cells[c],
-                                               expected_for(*types[c]), record.cells[c]));
+        throw Error(ErrorKind::Io, fmt::format("{} line {}: column '{}': expected {}, got '{}'", source, record.line,
+                                               header.cells[c], expected_for(*types[c]), record.cells[c]));
       }
       object[header.cells[c]] = std::move(*value);
     }
@@ -250,9 +251,8 @@ std::vector<ResultRow> rows_from_csv(std::string_view text, std::string_view sou
 LoadedResults load_results(const std::filesystem::path& path) {
   const std::string extension = lowercase(path.extension().string());
   if (extension != ".json" && extension != ".jsonl" && extension != ".csv") {
-    throw Error(ErrorKind::Usage,
-                fmt::format("{}: unknown results format '{}'; expected .json, .jsonl or .csv",
-                            path.string(), extension));
+    throw Error(ErrorKind::Usage, fmt::format("{}: unknown results format '{}'; expected .json, .jsonl or .csv",
+                                              path.string(), extension));
   }
   if (extension == ".json") return load_json(path);
   LoadedResults loaded;

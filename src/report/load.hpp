@@ -2,11 +2,10 @@
 #pragma once
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/result.hpp"
 
@@ -16,7 +15,7 @@ struct LoadedResults {
   bench::RunHeader header;  // default (empty) for CSV, and for JSONL without a header line
   std::vector<bench::ResultRow> rows;
   std::vector<std::string> warnings;  // e.g. an incomplete last JSONL line that was skipped
-  nlohmann::json tuning;  // a tune file's "tuning" array (attnsuite tune --batch); null otherwise
+  nlohmann::json tuning;              // a tune file's "tuning" array (attnsuite tune --batch); null otherwise
 };
 
 // By extension: .json ({"header", "rows"}, or a bare array of rows), .jsonl, .csv. Throws

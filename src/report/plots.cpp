@@ -1,6 +1,7 @@
 #include "report/plots.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "attnsuite/error.hpp"
 #include "bench/profile.hpp"

@@ -11,10 +11,10 @@
 
 #include "attnsuite/error.hpp"
 #include "bench/runner.hpp"
-#include "report/sweep.hpp"
 #include "core/atomic_file.hpp"
 #include "report/jsonl.hpp"
 #include "report/sinks.hpp"
+#include "report/sweep.hpp"
 
 namespace attnsuite::bench {
 
@@ -49,7 +49,8 @@ std::optional<ShardInfo> shard_from_environment(const std::function<const char*(
   const auto number = [&](const char* name) -> int {
     const char* text = get(name);
     const auto value = text ? parse_int(text) : std::nullopt;
-    if (!value) throw Error(ErrorKind::Usage, fmt::format("environment: {}='{}' is not an integer", name, text ? text : ""));
+    if (!value)
+      throw Error(ErrorKind::Usage, fmt::format("environment: {}='{}' is not an integer", name, text ? text : ""));
     return *value;
   };
   const auto local_rank = [&]() {
@@ -59,8 +60,9 @@ std::optional<ShardInfo> shard_from_environment(const std::function<const char*(
   };
   const auto checked = [&](ShardInfo info) {
     if (info.world < 1 || info.rank < 0 || info.rank >= info.world)
-      throw Error(ErrorKind::Usage, fmt::format("environment: {} gives rank {} of world size {}; need 0 <= rank < world",
-                                                info.source, info.rank, info.world));
+      throw Error(ErrorKind::Usage,
+                  fmt::format("environment: {} gives rank {} of world size {}; need 0 <= rank < world", info.source,
+                              info.rank, info.world));
     info.local_rank = local_rank();
     return info;
   };
@@ -83,19 +85,22 @@ std::optional<ShardInfo> shard_from_environment(const std::function<const char*(
     const int id = number("SLURM_ARRAY_TASK_ID");
     const int min = get("SLURM_ARRAY_TASK_MIN") ? number("SLURM_ARRAY_TASK_MIN") : 0;
     const int step = get("SLURM_ARRAY_TASK_STEP") ? number("SLURM_ARRAY_TASK_STEP") : 1;
-    if (step < 1) throw Error(ErrorKind::Usage, fmt::format("environment: SLURM_ARRAY_TASK_STEP={} must be >= 1", step));
+    if (step < 1)
+      throw Error(ErrorKind::Usage, fmt::format("environment: SLURM_ARRAY_TASK_STEP={} must be >= 1", step));
     int count = 0;
     if (get("SLURM_ARRAY_TASK_COUNT")) {
       count = number("SLURM_ARRAY_TASK_COUNT");
     } else if (get("SLURM_ARRAY_TASK_MAX")) {
       count = (number("SLURM_ARRAY_TASK_MAX") - min) / step + 1;
     } else {
-      throw Error(ErrorKind::Usage,
-                  "environment: SLURM_ARRAY_TASK_ID is set but neither SLURM_ARRAY_TASK_COUNT nor SLURM_ARRAY_TASK_MAX");
+      throw Error(
+          ErrorKind::Usage,
+          "environment: SLURM_ARRAY_TASK_ID is set but neither SLURM_ARRAY_TASK_COUNT nor SLURM_ARRAY_TASK_MAX");
     }
     if ((id - min) % step != 0)
       throw Error(ErrorKind::Usage, fmt::format("environment: SLURM_ARRAY_TASK_ID={} is not MIN={} plus a multiple of "
-                                                "STEP={}", id, min, step));
+                                                "STEP={}",
+                                                id, min, step));
     return checked({(id - min) / step, count, -1, "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT (Slurm job array)"});
   }
   if (get("SLURM_PROCID") || get("SLURM_NTASKS")) {
@@ -138,7 +143,8 @@ Shard read_shard(const fs::path& dir, std::vector<std::string>& warnings) {
   const fs::path meta_path = dir / kShardFile;
   if (!fs::exists(meta_path))
     throw Error(ErrorKind::Usage, fmt::format("merge: '{}' is not a shard (no {}; shards are written by bench under "
-                                              "mpirun/torchrun/Slurm or with --shard)", dir.string(), kShardFile));
+                                              "mpirun/torchrun/Slurm or with --shard)",
+                                              dir.string(), kShardFile));
   nlohmann::json meta;
   try {
     meta = nlohmann::json::parse(report::read_text_file(meta_path));
@@ -199,8 +205,9 @@ MergeOutcome merge_shards(const MergeOptions& options) {
                               shard.info.world));
     const auto [it, inserted] = by_rank.emplace(shard.info.rank, &shard);
     if (!inserted)
-      throw Error(ErrorKind::Usage, fmt::format("merge: '{}' and '{}' are both shard {} of {}", it->second->dir.string(),
-                                                shard.dir.string(), shard.info.rank, shard.info.world));
+      throw Error(ErrorKind::Usage,
+                  fmt::format("merge: '{}' and '{}' are both shard {} of {}", it->second->dir.string(),
+                              shard.dir.string(), shard.info.rank, shard.info.world));
   }
   const int world = first.info.world;
   for (int rank = 0; rank < world; ++rank)
@@ -211,14 +218,16 @@ MergeOutcome merge_shards(const MergeOptions& options) {
   // The plan itself, from the suite the shards saved, so the merged rows keep its order.
   const fs::path suite_path = first.dir / kSuiteFile;
   if (!fs::exists(suite_path))
-    throw Error(ErrorKind::Usage, fmt::format("merge: '{}' is missing: the shard's plan is unknown", suite_path.string()));
+    throw Error(ErrorKind::Usage,
+                fmt::format("merge: '{}' is missing: the shard's plan is unknown", suite_path.string()));
   const nlohmann::json suite_json = load_suite_json(suite_path.string());
   const std::vector<Case> cases = expand(parse_suite(suite_json, suite_path.string()));
   if (plan_fingerprint(cases) != first.plan)
-    throw Error(ErrorKind::Usage,
-                fmt::format("merge: the plan of '{}' ({}) is not the one the shards ran ({}); was it edited, or were the "
-                            "shards made by another attnsuite version?",
-                            suite_path.string(), plan_fingerprint(cases), first.plan));
+    throw Error(
+        ErrorKind::Usage,
+        fmt::format("merge: the plan of '{}' ({}) is not the one the shards ran ({}); was it edited, or were the "
+                    "shards made by another attnsuite version?",
+                    suite_path.string(), plan_fingerprint(cases), first.plan));
   std::map<std::string, std::vector<std::size_t>> index_of;
   for (std::size_t i = 0; i < cases.size(); ++i) index_of[row_for_case(cases[i], nullptr).case_key()].push_back(i);
 
@@ -229,8 +238,8 @@ MergeOutcome merge_shards(const MergeOptions& options) {
       const std::string key = row.case_key();
       const auto found = index_of.find(key);
       if (found == index_of.end())
-        throw Error(ErrorKind::Usage, fmt::format("merge: '{}' holds a case that is not in the plan: {}",
-                                                  shard.dir.string(), key));
+        throw Error(ErrorKind::Usage,
+                    fmt::format("merge: '{}' holds a case that is not in the plan: {}", shard.dir.string(), key));
       // A plan may list one case twice (repeated axis values): fill its slots in order.
       std::optional<std::size_t> slot;
       for (const std::size_t index : found->second)
@@ -291,7 +300,8 @@ MergeOutcome merge_shards(const MergeOptions& options) {
     if (fs::exists(options.out_dir / name)) existing.emplace_back(name);
   if (!existing.empty() && !options.force)
     throw Error(ErrorKind::Usage, fmt::format("output directory '{}' already holds results ({}); use --force to "
-                                              "overwrite them", options.out_dir.string(), fmt::join(existing, ", ")));
+                                              "overwrite them",
+                                              options.out_dir.string(), fmt::join(existing, ", ")));
   std::string jsonl = nlohmann::json{{"header", to_json(outcome.header)}}.dump() + "\n";
   for (const ResultRow& row : outcome.rows) jsonl += to_ordered_json(row).dump() + "\n";
   report::write_file_atomic(options.out_dir / kRowsFile, jsonl);

@@ -33,8 +33,7 @@ struct ShardInfo {
 //   SLURM_PROCID/SLURM_NTASKS (srun).
 // nullopt when none is set. A malformed or inconsistent value (rank >= world, world < 1, one of a
 // pair missing) throws Error(Usage) naming the variables. `getenv` is for tests.
-std::optional<ShardInfo> shard_from_environment(
-    const std::function<const char*(const char*)>& getenv_fn = nullptr);
+std::optional<ShardInfo> shard_from_environment(const std::function<const char*(const char*)>& getenv_fn = nullptr);
 
 // "RANK/WORLD" as given to --shard; Error(Usage) otherwise.
 ShardInfo parse_shard(const std::string& text);

@@ -1,11 +1,11 @@
 #include "report/sinks.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 #include "report/table.hpp"
 
@@ -128,10 +128,9 @@ TextTable summary_table(const std::vector<ResultRow>& rows) {
         table.add_spanning_row({shape, backend_label(*row)}, status_text(*row));
         continue;
       }
-      table.add_row({shape, backend_label(*row), cell(row->ms_median, format_ms),
-                     cell(row->ms_p95, format_ms), cell(row->tokens_per_s, format_si),
-                     cell(row->tflops, significant3), cell(row->speedup_vs_vanilla, format_ratio),
-                     cell(row->peak_mem_mib, significant3),
+      table.add_row({shape, backend_label(*row), cell(row->ms_median, format_ms), cell(row->ms_p95, format_ms),
+                     cell(row->tokens_per_s, format_si), cell(row->tflops, significant3),
+                     cell(row->speedup_vs_vanilla, format_ratio), cell(row->peak_mem_mib, significant3),
                      cell(row->mem_vs_vanilla, format_percent), cell(row->rel_l1, format_error),
                      cell(row->cos_sim, format_cos), status_text(*row)});
     }
@@ -213,13 +212,9 @@ std::string results_json_text(const bench::RunHeader& header, const std::vector<
   return out.dump(2) + "\n";
 }
 
-std::string summary_markdown(const std::vector<ResultRow>& rows) {
-  return summary_table(rows).markdown();
-}
+std::string summary_markdown(const std::vector<ResultRow>& rows) { return summary_table(rows).markdown(); }
 
-std::string summary_terminal(const std::vector<ResultRow>& rows) {
-  return summary_table(rows).terminal();
-}
+std::string summary_terminal(const std::vector<ResultRow>& rows) { return summary_table(rows).terminal(); }
 
 std::string vanilla_backend_for(std::string_view device) {
   if (device == "cpu") return "cpu-vanilla";
@@ -258,8 +253,7 @@ void fill_relative_to_vanilla(std::vector<ResultRow>& rows) {
 
 std::string shape_summary(const ResultRow& row) {
   std::string text = fmt::format("B{} H{}/{} ", row.batch, row.heads_q, row.heads_kv);
-  text += row.seq_q == row.seq_kv ? fmt::format("N{}", row.seq_q)
-                                  : fmt::format("N{}/{}", row.seq_q, row.seq_kv);
+  text += row.seq_q == row.seq_kv ? fmt::format("N{}", row.seq_q) : fmt::format("N{}/{}", row.seq_q, row.seq_kv);
   text += fmt::format(" d{} {}", row.head_dim, row.dtype);
   if (row.causal) text += " causal";
   if (row.window_left >= 0 || row.window_right >= 0) {
@@ -278,8 +272,7 @@ std::string backend_label(const ResultRow& row) {
 
 std::string format_si(double value) {
   if (!std::isfinite(value)) return significant3(value);
-  static constexpr std::pair<double, const char*> kPrefixes[] = {
-      {1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
+  static constexpr std::pair<double, const char*> kPrefixes[] = {{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
   for (const auto& [scale, prefix] : kPrefixes) {
     // 999.7 k prints as 1.00 M, not 1000 k.
     if (std::fabs(value) >= scale * 0.9995) return significant3(value / scale) + " " + prefix;

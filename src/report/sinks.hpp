@@ -1,10 +1,9 @@
 // Sinks: rows to CSV, JSON, Markdown and terminal tables, and the columns relative to vanilla.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/result.hpp"
 #include "report/table.hpp"
@@ -17,11 +16,9 @@ namespace attnsuite::report {
 std::string to_csv(const std::vector<bench::ResultRow>& rows);
 
 // {"header": {...}, "rows": [...]}.
-nlohmann::json to_results_json(const bench::RunHeader& header,
-                               const std::vector<bench::ResultRow>& rows);
+nlohmann::json to_results_json(const bench::RunHeader& header, const std::vector<bench::ResultRow>& rows);
 // The text of a results .json file: the same document, rows' keys in column order, indented.
-std::string results_json_text(const bench::RunHeader& header,
-                              const std::vector<bench::ResultRow>& rows);
+std::string results_json_text(const bench::RunHeader& header, const std::vector<bench::ResultRow>& rows);
 
 // One line per case, grouped by shape (groups in order of first appearance): shape, backend
 // (peers by their display name), median and p95 ms, tokens/s, TFLOP/s, speedup and memory vs

@@ -62,9 +62,15 @@ std::string git_commit() {
 
 nlohmann::json settings_of(const SweepSpec& spec) {
   const auto& m = spec.timing.measure;
-  return {{"cold_cache", spec.timing.cold},     {"warmup_reps", m.warmup_reps},   {"min_reps", m.min_reps},
-          {"max_reps", m.max_reps},             {"noise_target", m.noise_target}, {"min_time_ms", m.min_time_ms},
-          {"max_time_ms", m.max_time_ms},       {"timeout_ms", m.timeout_ms},     {"seed", spec.seed},
+  return {{"cold_cache", spec.timing.cold},
+          {"warmup_reps", m.warmup_reps},
+          {"min_reps", m.min_reps},
+          {"max_reps", m.max_reps},
+          {"noise_target", m.noise_target},
+          {"min_time_ms", m.min_time_ms},
+          {"max_time_ms", m.max_time_ms},
+          {"timeout_ms", m.timeout_ms},
+          {"seed", spec.seed},
           {"reference_gflop", spec.reference_gflop}};
 }
 
@@ -254,8 +260,9 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options_in, Re
     for (const auto& row : outcome.rows) finished.insert(row.case_key());
     outcome.resumed = outcome.rows.size();
   }
-  if (!options.suite_json.is_null()) report::write_file_atomic(options.out_dir / kSuiteFile,
-                                                                 options.suite_json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  if (!options.suite_json.is_null())
+    report::write_file_atomic(options.out_dir / kSuiteFile,
+                              options.suite_json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 
   const std::vector<Case> cases = expand(spec);
   std::vector<const Case*> todo;
@@ -270,8 +277,10 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options_in, Re
     }
   }
   if (options.shard) {
-    const nlohmann::json meta = {{"rank", options.shard->rank}, {"world", options.shard->world},
-                                 {"plan", plan_fingerprint(cases)}, {"cases", planned},
+    const nlohmann::json meta = {{"rank", options.shard->rank},
+                                 {"world", options.shard->world},
+                                 {"plan", plan_fingerprint(cases)},
+                                 {"cases", planned},
                                  {"source", options.shard->source}};
     report::write_file_atomic(options.out_dir / kShardFile, meta.dump(2) + "\n");
   }
@@ -286,31 +295,32 @@ SweepOutcome run_sweep(const SweepSpec& spec, const SweepOptions& options_in, Re
   if (!options.gpus.empty()) {
     run_sweep_on_gpus(spec, options, registry, cases, todo, todo_index, outcome, progress);
   } else {
-  Runner runner(spec, registry);
-  const bool has_cuda_backend = std::any_of(spec.backends.begin(), spec.backends.end(), [&](const std::string& name) {
-    return registry.contains(name) && registry.find(name).device().type == DeviceType::Cuda;
-  });
-  if (options.cuda_device >= 0 && has_cuda_backend) runner.use_cuda_device(options.cuda_device);
-  for (const Case* c : todo) {
-    if (options.cancelled && options.cancelled()) {
-      outcome.interrupted = true;
-      break;
+    Runner runner(spec, registry);
+    const bool has_cuda_backend = std::any_of(spec.backends.begin(), spec.backends.end(), [&](const std::string& name) {
+      return registry.contains(name) && registry.find(name).device().type == DeviceType::Cuda;
+    });
+    if (options.cuda_device >= 0 && has_cuda_backend) runner.use_cuda_device(options.cuda_device);
+    for (const Case* c : todo) {
+      if (options.cancelled && options.cancelled()) {
+        outcome.interrupted = true;
+        break;
+      }
+      progress.started(c);
+      std::optional<ResultRow> row = runner.run(*c, options.cancelled);
+      if (!row) {
+        outcome.interrupted = true;
+        break;
+      }
+      progress.finished(std::move(*row));
     }
-    progress.started(c);
-    std::optional<ResultRow> row = runner.run(*c, options.cancelled);
-    if (!row) {
-      outcome.interrupted = true;
-      break;
-    }
-    progress.finished(std::move(*row));
-  }
   }  // serial
 
   outcome.header.finished_at = utc_now_iso8601();
   outcome.header.interrupted = outcome.interrupted;
   report::fill_relative_to_vanilla(outcome.rows);
   report::write_file_atomic(options.out_dir / kCsvFile, report::to_csv(outcome.rows));
-  report::write_file_atomic(options.out_dir / kJsonFile, report::to_results_json(outcome.header, outcome.rows).dump(2) + "\n");
+  report::write_file_atomic(options.out_dir / kJsonFile,
+                            report::to_results_json(outcome.header, outcome.rows).dump(2) + "\n");
   report::write_file_atomic(options.out_dir / kMarkdownFile, report::summary_markdown(outcome.rows));
   return outcome;
 }

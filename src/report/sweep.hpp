@@ -4,10 +4,9 @@
 
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "attnsuite/registry.hpp"
 #include "bench/plan.hpp"
@@ -17,10 +16,10 @@
 namespace attnsuite::bench {
 
 struct SweepProgress {
-  std::size_t done = 0;      // cases finished, this run and resumed
+  std::size_t done = 0;  // cases finished, this run and resumed
   std::size_t total = 0;
-  double eta_seconds = -1;   // -1 until one case was timed
-  const Case* current = nullptr;  // the case about to run; null once finished
+  double eta_seconds = -1;              // -1 until one case was timed
+  const Case* current = nullptr;        // the case about to run; null once finished
   const ResultRow* finished = nullptr;  // the row just recorded
 };
 

@@ -1,7 +1,6 @@
 #include "report/table.hpp"
 
 #include <fmt/format.h>
-
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -62,8 +61,7 @@ std::vector<std::string> wrap(std::string_view text, std::size_t width) {
   std::size_t start = 0;
   while (start < text.size()) {
     const std::size_t space = text.find_first_of(" \n", start);
-    std::string_view word =
-        text.substr(start, space == std::string_view::npos ? text.npos : space - start);
+    std::string_view word = text.substr(start, space == std::string_view::npos ? text.npos : space - start);
     start = space == std::string_view::npos ? text.size() : space + 1;
     if (word.empty()) continue;
     while (display_width(word) > width) {
@@ -86,9 +84,8 @@ std::vector<std::string> wrap(std::string_view text, std::size_t width) {
 }  // namespace
 
 std::size_t display_width(std::string_view text) {
-  return static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) {
-    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  }));
+  return static_cast<std::size_t>(
+      std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 TextTable::TextTable(std::vector<TableColumn> columns) : columns_(std::move(columns)) {}
@@ -135,11 +132,20 @@ std::string escape_html(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -276,8 +282,8 @@ std::string TextTable::terminal(std::size_t fit_width) const {
       std::vector<std::vector<std::string>> cell_lines(count);
       std::size_t height = 1;
       for (std::size_t c = 0; c < count; ++c) {
-        cell_lines[c] = display_width(shown[r][c]) > widths[c] ? wrap(shown[r][c], widths[c])
-                                                               : std::vector{shown[r][c]};
+        cell_lines[c] =
+            display_width(shown[r][c]) > widths[c] ? wrap(shown[r][c], widths[c]) : std::vector{shown[r][c]};
         height = std::max(height, cell_lines[c].size());
       }
       for (std::size_t l = 0; l < height; ++l) {

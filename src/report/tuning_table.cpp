@@ -37,16 +37,13 @@ TextTable tuning_table(const nlohmann::json& tuning) {
   };
   for (const auto& entry : tuning) {
     any_sweep = any_sweep || entry.contains("exhaustive");
-    if (const auto search = entry.find("search"); search != entry.end()) any_stop = any_stop || !stopped(*search).empty();
+    if (const auto search = entry.find("search"); search != entry.end())
+      any_stop = any_stop || !stopped(*search).empty();
   }
-  std::vector<TableColumn> columns = {{"backend", Align::Left},
-                                              {"shape", Align::Left},
-                                              {"seq len", Align::Right},
-                                              {"best batch", Align::Right},
-                                              {"tokens/s", Align::Right},
-                                              {"p95 ms", Align::Right},
-                                              {"peak memory", Align::Right},
-                                              {"evaluations", Align::Right}};
+  std::vector<TableColumn> columns = {{"backend", Align::Left},      {"shape", Align::Left},
+                                      {"seq len", Align::Right},     {"best batch", Align::Right},
+                                      {"tokens/s", Align::Right},    {"p95 ms", Align::Right},
+                                      {"peak memory", Align::Right}, {"evaluations", Align::Right}};
   if (any_stop) columns.push_back({"search stopped", Align::Left});
   if (any_sweep) {
     columns.push_back({"sweep best", Align::Right});
@@ -86,12 +83,11 @@ TextTable tuning_table(const nlohmann::json& tuning) {
         cells.insert(cells.end(), {"–", "–", std::to_string(sweep->value("evaluations", 0)), "no sweep best"});
       } else {
         const bool agrees = sweep->value("agrees", false);
-        cells.insert(cells.end(),
-                     {std::to_string(sweep_best.value("batch", 0)),
-                      format_si(number_at(sweep_best, "tokens_per_s").value_or(0)),
-                      std::to_string(sweep->value("evaluations", 0)),
-                      agrees ? fmt::format("yes ({:.1f}%)", 100 * sweep->value("search_vs_sweep", 1.0))
-                             : fmt::format("NO ({:.1f}%)", 100 * sweep->value("search_vs_sweep", 1.0))});
+        cells.insert(cells.end(), {std::to_string(sweep_best.value("batch", 0)),
+                                   format_si(number_at(sweep_best, "tokens_per_s").value_or(0)),
+                                   std::to_string(sweep->value("evaluations", 0)),
+                                   agrees ? fmt::format("yes ({:.1f}%)", 100 * sweep->value("search_vs_sweep", 1.0))
+                                          : fmt::format("NO ({:.1f}%)", 100 * sweep->value("search_vs_sweep", 1.0))});
       }
     }
     table.add_row(std::move(cells));

@@ -223,7 +223,8 @@ class CpuRingBackend final : public IdentifiedBackend {
             for (std::int64_t e = 0; e < dv; ++e)
               store_from_float(args.o.data, args.o.dtype, args.o.offset(b, begin + s, h, e), row[e]);
             if (!args.lse.empty())
-              args.lse.data[(b * hq + h) * p.seq_q + begin + s] = acc_lse[i][static_cast<std::size_t>((b * hq + h) * length + s)];
+              args.lse.data[(b * hq + h) * p.seq_q + begin + s] =
+                  acc_lse[i][static_cast<std::size_t>((b * hq + h) * length + s)];
           }
     }
   }

@@ -19,9 +19,7 @@ RingSchedule::RingSchedule(int world, std::int64_t seq) : world_(world), seq_(se
   if (!refusal.empty()) throw Error(ErrorKind::Usage, refusal);
 }
 
-std::int64_t RingSchedule::chunk_begin(int chunk) const {
-  return static_cast<std::int64_t>(chunk) * seq_ / chunks();
-}
+std::int64_t RingSchedule::chunk_begin(int chunk) const { return static_cast<std::int64_t>(chunk) * seq_ / chunks(); }
 
 std::vector<ChunkPair> RingSchedule::pairs(int rank, int step, bool causal) const {
   std::vector<ChunkPair> out;

@@ -25,8 +25,10 @@ SparseOptions SparseOptions::parse(const std::map<std::string, std::string>& opt
       AttentionProblem probe;
       probe.head_dim = 128;
       probe.seq_q = probe.seq_kv = 256;
-      if (value->rfind("file:", 0) != 0) (void)make_block_mask(*value, probe, block_shape_for(128));
-      else if (value->size() <= 5) throw Error(ErrorKind::Usage, "bad block mask 'file:'; needs a path: file:PATH");
+      if (value->rfind("file:", 0) != 0)
+        (void)make_block_mask(*value, probe, block_shape_for(128));
+      else if (value->size() <= 5)
+        throw Error(ErrorKind::Usage, "bad block mask 'file:'; needs a path: file:PATH");
       parsed.mask_spec = *value;
     }
     return parsed;
@@ -47,8 +49,8 @@ SparseOptions SparseOptions::parse(const std::map<std::string, std::string>& opt
 
 Support SparseOptions::supports(const AttentionProblem& problem, bool predicted) const {
   if (predicted && config.heads.size() != 1 && static_cast<int>(config.heads.size()) != problem.heads_q)
-    return Support::no(fmt::format("sparse config '{}' has settings for {} heads; the problem has {} q heads", config_path,
-                                   config.heads.size(), problem.heads_q));
+    return Support::no(fmt::format("sparse config '{}' has settings for {} heads; the problem has {} q heads",
+                                   config_path, config.heads.size(), problem.heads_q));
   return Support::yes();
 }
 

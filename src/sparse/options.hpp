@@ -16,7 +16,7 @@ namespace attnsuite::sparse {
 // PlanOptions::options from the suite's "backend_options" or bench's --sparse-config / --block-mask.
 struct SparseOptions {
   SparseConfig config;
-  std::string config_path;  // for messages; empty: defaults
+  std::string config_path;          // for messages; empty: defaults
   std::string mask_spec = "dense";  // block-sparse without --block-mask computes every block
 
   // The option keys of a predicted (sparge) or given-mask (block-sparse) backend.

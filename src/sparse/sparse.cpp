@@ -16,12 +16,16 @@ namespace attnsuite::sparse {
 
 BlockShape block_shape_for(int head_dim) {
   switch (head_dim) {
-    case 64: return {128, 64, 32};
-    case 128: return {128, 32, 32};
-    case 256: return {64, 32, 16};
+    case 64:
+      return {128, 64, 32};
+    case 128:
+      return {128, 32, 32};
+    case 256:
+      return {64, 32, 16};
     default:
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("head dim {} not supported by the block-sparse kernels; allowed: 64, 128, 256", head_dim));
+      throw Error(
+          ErrorKind::Unsupported,
+          fmt::format("head dim {} not supported by the block-sparse kernels; allowed: 64, 128, 256", head_dim));
   }
 }
 
@@ -34,8 +38,8 @@ namespace {
 
 void check_unit(double value, const char* name, int head, bool allow_zero) {
   if (!(value >= 0.0 && value <= 1.0) || (!allow_zero && value == 0.0))
-    throw Error(ErrorKind::Usage, fmt::format("sparse config head {}: {} {} out of range; allowed: {}", head, name, value,
-                                              allow_zero ? "0 to 1" : "greater than 0, at most 1"));
+    throw Error(ErrorKind::Usage, fmt::format("sparse config head {}: {} {} out of range; allowed: {}", head, name,
+                                              value, allow_zero ? "0 to 1" : "greater than 0, at most 1"));
 }
 
 }  // namespace
@@ -50,8 +54,9 @@ void SparseConfig::validate(int heads_q) const {
     const HeadSettings& s = heads[i];
     const int h = static_cast<int>(i);
     if (!(s.sim_threshold >= -1.0 && s.sim_threshold <= 1.0))
-      throw Error(ErrorKind::Usage,
-                  fmt::format("sparse config head {}: sim_threshold {} out of range; allowed: -1 to 1", h, s.sim_threshold));
+      throw Error(
+          ErrorKind::Usage,
+          fmt::format("sparse config head {}: sim_threshold {} out of range; allowed: -1 to 1", h, s.sim_threshold));
     check_unit(s.cdf_threshold, "cdf_threshold", h, false);
     check_unit(s.topk, "topk", h, true);
     if (!(s.pv_threshold > 0.0))
@@ -84,7 +89,8 @@ HeadSettings head_settings_from_json(const nlohmann::json& value, const std::str
   number("topk", s.topk);
   number("pv_threshold", s.pv_threshold);
   if (value.contains("dense")) {
-    if (!value["dense"].is_boolean()) throw Error(ErrorKind::Usage, fmt::format("{}: 'dense' must be true or false", where));
+    if (!value["dense"].is_boolean())
+      throw Error(ErrorKind::Usage, fmt::format("{}: 'dense' must be true or false", where));
     s.dense = value["dense"].get<bool>();
   }
   return s;
@@ -103,12 +109,14 @@ SparseConfig config_from_json(const nlohmann::json& document, const std::string&
     throw Error(ErrorKind::Usage, fmt::format("{}: layer {} needs a non-empty \"heads\" array", source, layer));
   SparseConfig config;
   if (document.contains("sink")) {
-    if (!document["sink"].is_boolean()) throw Error(ErrorKind::Usage, fmt::format("{}: 'sink' must be true or false", source));
+    if (!document["sink"].is_boolean())
+      throw Error(ErrorKind::Usage, fmt::format("{}: 'sink' must be true or false", source));
     config.sink = document["sink"].get<bool>();
   }
   config.heads.clear();
   for (std::size_t h = 0; h < entry["heads"].size(); ++h)
-    config.heads.push_back(head_settings_from_json(entry["heads"][h], fmt::format("{}: layer {} head {}", source, layer, h)));
+    config.heads.push_back(
+        head_settings_from_json(entry["heads"][h], fmt::format("{}: layer {} head {}", source, layer, h)));
   try {
     config.validate(0);
   } catch (const Error& error) {
@@ -127,9 +135,7 @@ SparseConfig load_config(const std::string& path, int layer) {
   return config_from_json(document, path, layer);
 }
 
-std::int64_t BlockMask::kept_blocks() const {
-  return std::accumulate(count.begin(), count.end(), std::int64_t{0});
-}
+std::int64_t BlockMask::kept_blocks() const { return std::accumulate(count.begin(), count.end(), std::int64_t{0}); }
 
 std::pair<int, int> visible_blocks(const AttentionProblem& p, BlockShape shape, int m_block) {
   const std::int64_t first = static_cast<std::int64_t>(m_block) * shape.m;
@@ -190,7 +196,8 @@ PooledBlocks pool_blocks(const TensorView& x, int block_rows) {
     const int rows = end - begin;
     double sim = 0;
     for (int d = 0; d < out.dim; ++d) {
-      out.mean[static_cast<std::size_t>(item) * out.dim + d] = static_cast<float>(sum[static_cast<std::size_t>(d)] / rows);
+      out.mean[static_cast<std::size_t>(item) * out.dim + d] =
+          static_cast<float>(sum[static_cast<std::size_t>(d)] / rows);
       const double u = unit[static_cast<std::size_t>(d)] / rows;
       sim += u * u;
     }
@@ -214,8 +221,8 @@ BlockMask empty_mask(const AttentionProblem& p, BlockShape shape) {
 }
 }  // namespace
 
-BlockMask select_blocks(const AttentionProblem& p, BlockShape shape, const SparseConfig& config,
-                        const PooledBlocks& q, const PooledBlocks& k) {
+BlockMask select_blocks(const AttentionProblem& p, BlockShape shape, const SparseConfig& config, const PooledBlocks& q,
+                        const PooledBlocks& k) {
   BlockMask mask = empty_mask(p, shape);
   const std::size_t slots = mask.count.size();
   const double scale = p.softmax_scale();
@@ -292,7 +299,8 @@ BlockMask dense_mask(const AttentionProblem& p, BlockShape shape) {
   const std::size_t slots = mask.count.size();
   for (std::size_t slot = 0; slot < slots; ++slot) {
     const auto [lo, hi] = visible_blocks(p, shape, static_cast<int>(slot % static_cast<std::size_t>(mask.m_blocks)));
-    for (int j = lo; j < hi; ++j) mask.index[slot * static_cast<std::size_t>(mask.n_blocks) + static_cast<std::size_t>(mask.count[slot]++)] = j;
+    for (int j = lo; j < hi; ++j)
+      mask.index[slot * static_cast<std::size_t>(mask.n_blocks) + static_cast<std::size_t>(mask.count[slot]++)] = j;
   }
   return mask;
 }
@@ -349,25 +357,32 @@ BlockMask mask_from_file(const std::string& path, const AttentionProblem& p, Blo
                                               integer("block_m"), integer("block_n"), p.head_dim, shape.m, shape.n));
   if (!doc.contains("masks") || !doc["masks"].is_array() ||
       (doc["masks"].size() != 1 && static_cast<int>(doc["masks"].size()) != p.heads_q))
-    throw Error(ErrorKind::Usage, fmt::format("block mask file '{}': 'masks' must hold 1 or {} (q heads) lists", path, p.heads_q));
+    throw Error(ErrorKind::Usage,
+                fmt::format("block mask file '{}': 'masks' must hold 1 or {} (q heads) lists", path, p.heads_q));
   BlockMask mask = dense_mask(p, shape);
   for (int b = 0; b < p.batch; ++b)
     for (int h = 0; h < p.heads_q; ++h) {
       const auto& head = doc["masks"][doc["masks"].size() == 1 ? 0 : static_cast<std::size_t>(h)];
       if (!head.is_array() || static_cast<int>(head.size()) != mask.m_blocks)
-        throw Error(ErrorKind::Usage, fmt::format("block mask file '{}': head {} needs {} q-block lists (seq_q {} / {})",
-                                                  path, h, mask.m_blocks, p.seq_q, shape.m));
+        throw Error(ErrorKind::Usage,
+                    fmt::format("block mask file '{}': head {} needs {} q-block lists (seq_q {} / {})", path, h,
+                                mask.m_blocks, p.seq_q, shape.m));
       for (int mb = 0; mb < mask.m_blocks; ++mb) {
         const std::size_t slot = mask.slot(b, h, mb);
         const auto& list = head[static_cast<std::size_t>(mb)];
         if (!list.is_array())
-          throw Error(ErrorKind::Usage, fmt::format("block mask file '{}': head {} q block {} is not a list", path, h, mb));
+          throw Error(ErrorKind::Usage,
+                      fmt::format("block mask file '{}': head {} q block {} is not a list", path, h, mb));
         int count = 0;
         for (const auto& j : list) {
           if (!j.is_number_integer() || j.get<int>() < 0 || j.get<int>() >= mask.n_blocks)
-            throw Error(ErrorKind::Usage, fmt::format("block mask file '{}': head {} q block {}: key block {} out of range "
-                                                      "0..{}", path, h, mb, j.dump(), mask.n_blocks - 1));
-          if (count < mask.n_blocks) mask.index[slot * static_cast<std::size_t>(mask.n_blocks) + static_cast<std::size_t>(count++)] = j.get<int>();
+            throw Error(ErrorKind::Usage,
+                        fmt::format("block mask file '{}': head {} q block {}: key block {} out of range "
+                                    "0..{}",
+                                    path, h, mb, j.dump(), mask.n_blocks - 1));
+          if (count < mask.n_blocks)
+            mask.index[slot * static_cast<std::size_t>(mask.n_blocks) + static_cast<std::size_t>(count++)] =
+                j.get<int>();
         }
         mask.count[slot] = count;
       }
@@ -418,8 +433,10 @@ BlockMask make_block_mask(const std::string& spec, const AttentionProblem& p, Bl
       std::int32_t* list = mask.index.data() + slot * static_cast<std::size_t>(mask.n_blocks);
       int count = 0;
       for (int j = lo; j < hi; ++j) {
-        const std::uint64_t bits = bench::genmath::mix(seed ^ bench::genmath::mix(slot * 1000003u + static_cast<std::uint64_t>(j)));
-        if (bench::genmath::unit_open(bits) <= value || block_is_partial(p, shape, mb, j) || j == hi - 1) list[count++] = j;
+        const std::uint64_t bits =
+            bench::genmath::mix(seed ^ bench::genmath::mix(slot * 1000003u + static_cast<std::uint64_t>(j)));
+        if (bench::genmath::unit_open(bits) <= value || block_is_partial(p, shape, mb, j) || j == hi - 1)
+          list[count++] = j;
       }
       mask.count[slot] = count;
     }
@@ -444,7 +461,8 @@ double SparseStats::achieved_sparsity() const {
 void sparse_forward(const AttentionProblem& p, const AttentionArgs& args, BlockShape shape, const BlockMask& mask,
                     const SparseConfig& config, SparseStats* stats) {
   config.validate(p.heads_q);
-  ATTNSUITE_CHECK(mask.batch == p.batch && mask.heads == p.heads_q && mask.m_blocks == (p.seq_q + shape.m - 1) / shape.m &&
+  ATTNSUITE_CHECK(mask.batch == p.batch && mask.heads == p.heads_q &&
+                      mask.m_blocks == (p.seq_q + shape.m - 1) / shape.m &&
                       mask.n_blocks == (p.seq_kv + shape.n - 1) / shape.n,
                   ErrorKind::Internal, "block mask does not match the problem");
   const int dim = p.head_dim, dim_v = p.dim_v();
@@ -461,21 +479,25 @@ void sparse_forward(const AttentionProblem& p, const AttentionArgs& args, BlockS
     const int row0 = mb * shape.m;
     const int rows = shape.m;  // padded like the kernel's tile: rows past seq_q have Q = 0
     std::vector<float> q(static_cast<std::size_t>(rows) * dim, 0.0f), o(static_cast<std::size_t>(rows) * dim_v, 0.0f);
-    std::vector<float> row_max(static_cast<std::size_t>(rows), -INFINITY), row_sum(static_cast<std::size_t>(rows), 0.0f);
+    std::vector<float> row_max(static_cast<std::size_t>(rows), -INFINITY),
+        row_sum(static_cast<std::size_t>(rows), 0.0f);
     std::vector<float> s(static_cast<std::size_t>(rows) * shape.n), kt(static_cast<std::size_t>(shape.n) * dim),
         vt(static_cast<std::size_t>(shape.n) * dim_v);
     for (int r = 0; r < rows && row0 + r < p.seq_q; ++r)
       for (int d = 0; d < dim; ++d)
-        q[static_cast<std::size_t>(r) * dim + d] = load_as_float(args.q.data, args.q.dtype, args.q.offset(b, row0 + r, h, d));
+        q[static_cast<std::size_t>(r) * dim + d] =
+            load_as_float(args.q.data, args.q.dtype, args.q.offset(b, row0 + r, h, d));
     const std::int32_t* list = mask.index.data() + static_cast<std::size_t>(item) * mask.n_blocks;
     for (int c = 0; c < mask.count[static_cast<std::size_t>(item)]; ++c) {
       const int key0 = list[c] * shape.n;
       const int keys = std::min(shape.n, p.seq_kv - key0);
       for (int j = 0; j < keys; ++j) {
         for (int d = 0; d < dim; ++d)
-          kt[static_cast<std::size_t>(j) * dim + d] = load_as_float(args.k.data, args.k.dtype, args.k.offset(b, key0 + j, kvh, d));
+          kt[static_cast<std::size_t>(j) * dim + d] =
+              load_as_float(args.k.data, args.k.dtype, args.k.offset(b, key0 + j, kvh, d));
         for (int d = 0; d < dim_v; ++d)
-          vt[static_cast<std::size_t>(j) * dim_v + d] = load_as_float(args.v.data, args.v.dtype, args.v.offset(b, key0 + j, kvh, d));
+          vt[static_cast<std::size_t>(j) * dim_v + d] =
+              load_as_float(args.v.data, args.v.dtype, args.v.offset(b, key0 + j, kvh, d));
       }
       for (int g = 0; g < groups; ++g) {
         bool skip_pv = true;
@@ -534,7 +556,8 @@ void sparse_forward(const AttentionProblem& p, const AttentionArgs& args, BlockS
                          o[static_cast<std::size_t>(r) * dim_v + d] * inverse);
       if (!args.lse.empty())
         args.lse.data[(static_cast<std::int64_t>(b) * p.heads_q + h) * p.seq_q + row0 + r] =
-            sum > 0 ? row_max[static_cast<std::size_t>(r)] * scale + std::log(sum) : (std::isnan(sum) ? sum : -INFINITY);
+            sum > 0 ? row_max[static_cast<std::size_t>(r)] * scale + std::log(sum)
+                    : (std::isnan(sum) ? sum : -INFINITY);
     }
   });
   if (stats != nullptr) {

@@ -17,11 +17,10 @@
 
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "attnsuite/backend.hpp"
 
@@ -41,11 +40,11 @@ BlockShape block_shape_for(int head_dim);
 
 // The tunable settings of one q head.
 struct HeadSettings {
-  double sim_threshold = 0.5;   // q/k blocks with self-similarity below this are always computed
+  double sim_threshold = 0.5;  // q/k blocks with self-similarity below this are always computed
   // Keep key blocks until this much predicted mass is kept. Untuned default: 0.95 measured
   // rel L1 0.16 on `banded` bf16 N = 1024 (cpu-sparge); tuned heads there sit at 0.97–0.98.
   double cdf_threshold = 0.98;
-  double topk = 0.0;            // > 0: keep this fraction of the visible key blocks instead
+  double topk = 0.0;  // > 0: keep this fraction of the visible key blocks instead
   // λ of the PV skip: a row group skips P·V of a block when every row's block max is below its
   // running max by more than λ (in scaled-score units, natural log). Infinity: never.
   double pv_threshold = std::numeric_limits<double>::infinity();
@@ -113,9 +112,9 @@ BlockMask select_blocks(const AttentionProblem& problem, BlockShape shape, const
                         const PooledBlocks& q, const PooledBlocks& k);
 
 // A user-given mask from a spec: "band:W" (key blocks less than W blocks from the q block's
-// diagonal, either side — the causal mask cuts the right side — plus block 0), "random:P" (each visible block kept with probability P, the diagonal always), or
-// "file:PATH" (JSON: {"block_m": M, "block_n": N, "masks": [[[k blocks of q block 0], ...] per
-// q head]}, one list per head or one for all). Throws Error(Usage) naming the bad spec.
+// diagonal, either side — the causal mask cuts the right side — plus block 0), "random:P" (each visible block kept with
+// probability P, the diagonal always), or "file:PATH" (JSON: {"block_m": M, "block_n": N, "masks": [[[k blocks of q
+// block 0], ...] per q head]}, one list per head or one for all). Throws Error(Usage) naming the bad spec.
 BlockMask make_block_mask(const std::string& spec, const AttentionProblem& problem, BlockShape shape,
                           std::uint64_t seed = 0);
 // Drops masked-out entries: sorts, dedups and clips every list to its visible range.
@@ -133,7 +132,7 @@ BlockMask dense_mask(const AttentionProblem& problem, BlockShape shape);
 struct SparseStats {
   std::int64_t visible_blocks = 0;
   std::int64_t computed_blocks = 0;
-  std::int64_t pv_groups = 0;       // (row group, computed block) pairs
+  std::int64_t pv_groups = 0;  // (row group, computed block) pairs
   std::int64_t pv_skipped_groups = 0;
   double predictor_ms = 0;
   double predicted_sparsity() const;  // 1 − computed / visible
@@ -143,7 +142,7 @@ struct SparseStats {
 // The block-sparse forward on the CPU: online softmax over the kept key blocks only, fp32
 // accumulation, P·V skipped per row group under each head's pv_threshold exactly as the CUDA
 // kernel decides it. Writes args.o (and args.lse when given). Fills stats when not null.
-void sparse_forward(const AttentionProblem& problem, const AttentionArgs& args, BlockShape shape,
-                    const BlockMask& mask, const SparseConfig& config, SparseStats* stats);
+void sparse_forward(const AttentionProblem& problem, const AttentionArgs& args, BlockShape shape, const BlockMask& mask,
+                    const SparseConfig& config, SparseStats* stats);
 
 }  // namespace attnsuite::sparse

@@ -77,9 +77,8 @@ std::vector<std::string> order_of(const nlohmann::json& tokens_per_s) {
   std::vector<std::pair<double, std::string>> ranked;
   for (const auto& [name, value] : tokens_per_s.items())
     if (value.is_number()) ranked.emplace_back(value.get<double>(), name);
-  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  });
+  std::sort(ranked.begin(), ranked.end(),
+            [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
   std::vector<std::string> order;
   for (const auto& [value, name] : ranked) order.push_back(name);
   return order;
@@ -124,11 +123,11 @@ int merge_tuning(nlohmann::json& cache, const nlohmann::json& header, const nloh
     const MachineKey key = cpu ? MachineKey{header.value("cpu_model", ""), ""}
                                : MachineKey{header.value("gpu_name", ""), header.value("gpu_driver", "")};
     if (key.device.empty()) continue;
-    const std::string cls = class_of(entry.value("dtype", ""), entry.value("layout", "bshd"), entry.value("head_dim", 0),
-                                     entry.value("head_dim_v", 0), entry.value("causal", false),
-                                     entry.value("window_left", -1), entry.value("window_right", -1),
-                                     entry.value("heads_q", 0), entry.value("heads_kv", 0), entry.value("seq_q", 0),
-                                     entry.value("seq_kv", 0));
+    const std::string cls =
+        class_of(entry.value("dtype", ""), entry.value("layout", "bshd"), entry.value("head_dim", 0),
+                 entry.value("head_dim_v", 0), entry.value("causal", false), entry.value("window_left", -1),
+                 entry.value("window_right", -1), entry.value("heads_q", 0), entry.value("heads_kv", 0),
+                 entry.value("seq_q", 0), entry.value("seq_kv", 0));
     Sum& sum = found[{key.device, key.driver}][cls][entry.value("backend", "")];
     const auto search = entry.find("search");
     const nlohmann::json* best = nullptr;

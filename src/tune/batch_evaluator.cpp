@@ -23,8 +23,7 @@ RunnerBatchEvaluator::RunnerBatchEvaluator(bench::Runner& runner, Registry& regi
 std::optional<BatchMeasurement> RunnerBatchEvaluator::operator()(int batch) {
   bench::Case c = base_;
   c.problem.batch = batch;
-  const Device device =
-      registry_.contains(c.backend) ? registry_.find(c.backend).device() : Device{DeviceType::Cpu, 0};
+  const Device device = registry_.contains(c.backend) ? registry_.find(c.backend).device() : Device{DeviceType::Cpu, 0};
   const MemoryTracker& tracker = MemoryTracker::for_device(device.type, device.index);
   const std::size_t baseline = tracker.current();
   // The device's own count as well, where it has one (a GPU); a device that cannot be opened

@@ -113,8 +113,9 @@ void BatchLimits::validate() const {
   ATTNSUITE_REQUIRE(min_batch >= 1, fmt::format("--min-batch {} is not allowed: at least 1", min_batch));
   ATTNSUITE_REQUIRE(max_batch >= min_batch,
                     fmt::format("--max-batch {} is not allowed: at least --min-batch ({})", max_batch, min_batch));
-  ATTNSUITE_REQUIRE(!max_memory_bytes || *max_memory_bytes > 0,
-                    fmt::format("--max-memory-gib {} is not allowed: more than 0", max_memory_bytes.value_or(0) / kGiB));
+  ATTNSUITE_REQUIRE(
+      !max_memory_bytes || *max_memory_bytes > 0,
+      fmt::format("--max-memory-gib {} is not allowed: more than 0", max_memory_bytes.value_or(0) / kGiB));
   ATTNSUITE_REQUIRE(!max_p95_ms || *max_p95_ms > 0,
                     fmt::format("--p95-ms {} is not allowed: more than 0", max_p95_ms.value_or(0)));
   ATTNSUITE_REQUIRE(tolerance >= 0 && tolerance < 1,
@@ -146,13 +147,18 @@ BatchProbe judge(int batch, const BatchMeasurement& m, const BatchLimits& limits
   probe.batch = batch;
   probe.measurement = m;
   switch (m.outcome) {
-    case BatchMeasurement::Outcome::OutOfMemory: probe.infeasible_reason = m.reason; return probe;
-    case BatchMeasurement::Outcome::Failed: probe.infeasible_reason = "failed: " + m.reason; return probe;
-    case BatchMeasurement::Outcome::Ok: break;
+    case BatchMeasurement::Outcome::OutOfMemory:
+      probe.infeasible_reason = m.reason;
+      return probe;
+    case BatchMeasurement::Outcome::Failed:
+      probe.infeasible_reason = "failed: " + m.reason;
+      return probe;
+    case BatchMeasurement::Outcome::Ok:
+      break;
   }
   if (limits.max_memory_bytes && m.memory_bytes > *limits.max_memory_bytes) {
-    probe.infeasible_reason = fmt::format("memory {:.3g} GiB > limit {:.3g} GiB", m.memory_bytes / kGiB,
-                                          *limits.max_memory_bytes / kGiB);
+    probe.infeasible_reason =
+        fmt::format("memory {:.3g} GiB > limit {:.3g} GiB", m.memory_bytes / kGiB, *limits.max_memory_bytes / kGiB);
   } else if (limits.max_p95_ms && m.p95_ms > *limits.max_p95_ms) {
     probe.infeasible_reason = fmt::format("p95 {:.3g} ms > target {:.3g} ms", m.p95_ms, *limits.max_p95_ms);
   } else {
@@ -224,13 +230,13 @@ BatchTuneResult search_batch(const EvaluateBatch& evaluate, const BatchLimits& l
       int middle = 0;
     };
     std::vector<Side> sides;
-    for (const auto& [middle, neighbour] : {std::pair{left + (best - left) / 2, left},
-                                           std::pair{best + (right - best + 1) / 2, right}}) {
+    for (const auto& [middle, neighbour] :
+         {std::pair{left + (best - left) / 2, left}, std::pair{best + (right - best + 1) / 2, right}}) {
       if (middle <= left || middle >= right || middle == best || search.evaluated(middle)) continue;
       if (flat_towards(neighbour)) continue;
       const BatchProbe* known = search.known(neighbour);
-      sides.push_back({std::abs(neighbour - best), known && known->feasible ? known->measurement.tokens_per_s : -1.0,
-                       middle});
+      sides.push_back(
+          {std::abs(neighbour - best), known && known->feasible ? known->measurement.tokens_per_s : -1.0, middle});
     }
     if (sides.empty()) break;
     const Side& next = *std::max_element(sides.begin(), sides.end(), [](const Side& a, const Side& b) {

@@ -37,13 +37,13 @@ struct BatchMeasurement {
   double tokens_per_s = 0;
   double p95_ms = 0;
   double median_ms = 0;
-  double memory_bytes = 0;   // device memory the case held at its peak: inputs plus extra
-  double noise = 0;          // relative spread of the latency samples, 0 when unknown
+  double memory_bytes = 0;  // device memory the case held at its peak: inputs plus extra
+  double noise = 0;         // relative spread of the latency samples, 0 when unknown
   // Device memory in use after the probe minus before it (cudaMemGetInfo); unset where the
   // device cannot say. A caching allocator or a library's first-use workspace shows up here.
   std::optional<double> device_retained_bytes;
-  std::string reason;        // OutOfMemory / Failed: the error; Ok: warnings, if any
-  double seconds = 0;        // what the probe cost (wall time; a simulated cost in tests)
+  std::string reason;  // OutOfMemory / Failed: the error; Ok: warnings, if any
+  double seconds = 0;  // what the probe cost (wall time; a simulated cost in tests)
 };
 
 struct BatchLimits {
@@ -89,11 +89,11 @@ struct BatchTuneResult {
   // The largest feasible batch probed: the feasibility boundary the search found, unless the
   // grow phase stopped on a flat curve (flat_from) or at the time budget (0: none).
   int largest_feasible = 0;
-  bool interrupted = false;        // the evaluator was cancelled
-  std::string failure;             // an evaluation failed (not out of memory): why; the search stopped
-  int flat_from = 0;               // > 0: the grow phase stopped here, the step to it gained too little
+  bool interrupted = false;          // the evaluator was cancelled
+  std::string failure;               // an evaluation failed (not out of memory): why; the search stopped
+  int flat_from = 0;                 // > 0: the grow phase stopped here, the step to it gained too little
   bool time_budget_reached = false;  // probes were left out: the time budget was spent
-  double seconds = 0;              // the probes' cost, summed
+  double seconds = 0;                // the probes' cost, summed
   int evaluations() const { return static_cast<int>(probes.size()); }
   // Why there is no best: the failure, or why min_batch is infeasible.
   std::string no_result_reason() const;

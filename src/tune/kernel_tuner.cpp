@@ -151,8 +151,7 @@ report::TextTable kernel_tuning_table(const nlohmann::json& tuning) {
       if (candidate.value("config", "") == best) best_ms = number_at(candidate, "ms_median");
     }
     table.add_row({backend, shape, seq, entry.value("shape_class", ""),
-                   default_ms ? report::format_ms(*default_ms) : "–", best,
-                   best_ms ? report::format_ms(*best_ms) : "–",
+                   default_ms ? report::format_ms(*default_ms) : "–", best, best_ms ? report::format_ms(*best_ms) : "–",
                    fmt::format("{:.2f}×", entry.value("speedup_vs_default", 1.0)), std::to_string(candidates.size())});
   }
   return table;

@@ -10,10 +10,9 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "attnsuite/kernel_configs.hpp"
 #include "attnsuite/registry.hpp"
@@ -33,9 +32,9 @@ struct KernelTuneResult {
   bench::ResultRow identity;  // the case's fields
   KernelConfigKey key;
   std::vector<KernelCandidate> candidates;
-  std::string best;         // the chosen configuration; empty when none ran ok
-  double speedup = 1.0;     // default's median / best's median
-  std::string not_tuned;    // why the case was not tuned (no configurations, unsupported, failed)
+  std::string best;       // the chosen configuration; empty when none ran ok
+  double speedup = 1.0;   // default's median / best's median
+  std::string not_tuned;  // why the case was not tuned (no configurations, unsupported, failed)
   bool interrupted = false;
 };
 

@@ -6,22 +6,26 @@
 #include <chrono>
 #include <cmath>
 
+#include "attnsuite/device_context.hpp"
 #include "attnsuite/error.hpp"
 #include "attnsuite/registry.hpp"
-#include "attnsuite/device_context.hpp"
 #include "bench/generators.hpp"
 #include "core/parallel.hpp"
 
 namespace attnsuite::tune {
 
 void SparseTarget::validate() const {
-  const char* name = metric == SparseMetric::RelL1 ? "--target" : metric == SparseMetric::Cosine ? "--target-cos" : "--target-rmse";
+  const char* name = metric == SparseMetric::RelL1    ? "--target"
+                     : metric == SparseMetric::Cosine ? "--target-cos"
+                                                      : "--target-rmse";
   if (!(value > 0.0 && value < 1.0))
-    throw Error(ErrorKind::Usage, fmt::format("{} {} out of range; allowed: greater than 0 and less than 1", name, value));
+    throw Error(ErrorKind::Usage,
+                fmt::format("{} {} out of range; allowed: greater than 0 and less than 1", name, value));
   if (!(margin > 0.0 && margin <= 1.0))
     throw Error(ErrorKind::Usage, fmt::format("--margin {} out of range; allowed: greater than 0, at most 1", margin));
   if (!(min_sparsity >= 0.0 && min_sparsity < 1.0))
-    throw Error(ErrorKind::Usage, fmt::format("--min-sparsity {} out of range; allowed: 0 to less than 1", min_sparsity));
+    throw Error(ErrorKind::Usage,
+                fmt::format("--min-sparsity {} out of range; allowed: 0 to less than 1", min_sparsity));
 }
 
 SparseTuneResult tune_sparse_layer(const LayerEvaluator& evaluate, int heads, const SparseTarget& target,
@@ -163,7 +167,9 @@ BackendLayerEvaluator::BackendLayerEvaluator(const AttentionProblem& problem, co
   const Backend& dense = registry.find(dense_backend);
   const std::vector<std::string> keys = s.sparse->option_keys();
   if (std::find(keys.begin(), keys.end(), "sparse_config_json") == keys.end())
-    throw Error(ErrorKind::Usage, fmt::format("backend '{}' has no predictor to tune; use sparge, sparge-sage or cpu-sparge", sparse_backend));
+    throw Error(
+        ErrorKind::Usage,
+        fmt::format("backend '{}' has no predictor to tune; use sparge, sparge-sage or cpu-sparge", sparse_backend));
   if (exact_selection) {
     const std::vector<std::string> configs = s.sparse->kernel_configs(problem);
     if (std::find(configs.begin(), configs.end(), "flash2") != configs.end()) s.sparse_options.kernel_config = "flash2";
@@ -305,11 +311,13 @@ nlohmann::json layer_json(const std::string& name, const AttentionProblem& probl
   for (std::size_t h = 0; h < result.config.heads.size(); ++h) {
     nlohmann::json j = sparse::to_json(result.config.heads[h]);
     const HeadOutcome& o = result.outcome[h];
-    j["calibration"] = {{"rel_l1", o.rel_l1}, {"cosine", o.cosine}, {"rmse", o.rmse},
-                        {"predicted_sparsity", o.predicted_sparsity}};
+    j["calibration"] = {
+        {"rel_l1", o.rel_l1}, {"cosine", o.cosine}, {"rmse", o.rmse}, {"predicted_sparsity", o.predicted_sparsity}};
     heads.push_back(j);
   }
-  const char* metric = target.metric == SparseMetric::RelL1 ? "rel_l1" : target.metric == SparseMetric::Cosine ? "cosine" : "rmse";
+  const char* metric = target.metric == SparseMetric::RelL1    ? "rel_l1"
+                       : target.metric == SparseMetric::Cosine ? "cosine"
+                                                               : "rmse";
   return {{"name", name},
           {"shape", problem.describe()},
           {"heads_q", problem.heads_q},

@@ -13,10 +13,9 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "sparse/sparse.hpp"
 
@@ -26,7 +25,7 @@ enum class SparseMetric { RelL1, Cosine, Rmse };
 
 struct SparseTarget {
   SparseMetric metric = SparseMetric::RelL1;
-  double value = 0.05;   // rel L1 / RMSE at most this; cosine at least this
+  double value = 0.05;  // rel L1 / RMSE at most this; cosine at least this
   // Steps 1–2 aim at margin × the allowed error, step 3 at (1 + margin) / 2 × it; the rest is
   // left for inputs the search did not see (held-out error measured above calibration error).
   double margin = 0.6;
@@ -55,8 +54,8 @@ struct HeadOutcome {
 using LayerEvaluator = std::function<std::vector<HeadOutcome>(const sparse::SparseConfig&)>;
 
 struct SparseTuneResult {
-  sparse::SparseConfig config;          // one setting per q head
-  std::vector<HeadOutcome> outcome;     // of the final config
+  sparse::SparseConfig config;       // one setting per q head
+  std::vector<HeadOutcome> outcome;  // of the final config
   int evaluations = 0;
   double seconds = 0;
 };

@@ -15,9 +15,12 @@ constexpr double kGiB = 1073741824.0;
 
 std::string_view outcome_name(BatchMeasurement::Outcome outcome) {
   switch (outcome) {
-    case BatchMeasurement::Outcome::Ok: return "ok";
-    case BatchMeasurement::Outcome::OutOfMemory: return "out of memory";
-    case BatchMeasurement::Outcome::Failed: return "failed";
+    case BatchMeasurement::Outcome::Ok:
+      return "ok";
+    case BatchMeasurement::Outcome::OutOfMemory:
+      return "out of memory";
+    case BatchMeasurement::Outcome::Failed:
+      return "failed";
   }
   return "unknown";
 }
@@ -30,7 +33,9 @@ nlohmann::ordered_json probe_json(const BatchProbe& p) {
   out["feasible"] = p.feasible;
   out["reason"] = p.feasible ? p.measurement.reason : p.infeasible_reason;
   const bool measured = p.measurement.outcome == BatchMeasurement::Outcome::Ok;
-  auto number = [&](double value) { return measured ? nlohmann::ordered_json(value) : nlohmann::ordered_json(nullptr); };
+  auto number = [&](double value) {
+    return measured ? nlohmann::ordered_json(value) : nlohmann::ordered_json(nullptr);
+  };
   out["tokens_per_s"] = number(p.measurement.tokens_per_s);
   out["median_ms"] = number(p.measurement.median_ms);
   out["p95_ms"] = number(p.measurement.p95_ms);
@@ -92,7 +97,8 @@ nlohmann::ordered_json to_json(const TuneEntry& e) {
   limits["max_batch"] = e.limits.max_batch;
   limits["max_memory_gib"] = e.limits.max_memory_bytes ? nlohmann::ordered_json(*e.limits.max_memory_bytes / kGiB)
                                                        : nlohmann::ordered_json(nullptr);
-  limits["p95_ms"] = e.limits.max_p95_ms ? nlohmann::ordered_json(*e.limits.max_p95_ms) : nlohmann::ordered_json(nullptr);
+  limits["p95_ms"] =
+      e.limits.max_p95_ms ? nlohmann::ordered_json(*e.limits.max_p95_ms) : nlohmann::ordered_json(nullptr);
   limits["tolerance"] = e.limits.tolerance;
   limits["flat_gain"] = e.limits.flat_gain;
   limits["time_budget_s"] = e.limits.time_budget_s;

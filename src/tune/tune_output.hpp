@@ -3,10 +3,9 @@
 // (report/tuning_table.hpp), so a tune file renders anywhere a results file does.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/result.hpp"
 #include "tune/batch_tuner.hpp"

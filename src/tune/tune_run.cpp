@@ -7,9 +7,9 @@
 #include "attnsuite/error.hpp"
 #include "bench/profile.hpp"
 #include "bench/runner.hpp"
-#include "report/sweep.hpp"
 #include "core/atomic_file.hpp"
 #include "report/sinks.hpp"
+#include "report/sweep.hpp"
 #include "report/tuning_table.hpp"
 #include "tune/backend_cache.hpp"
 #include "tune/batch_evaluator.hpp"
@@ -81,12 +81,12 @@ TuneOutcome run_batch_tune(const bench::SweepSpec& spec, const TuneOptions& opti
     outcome.interrupted = entry.search.interrupted || (entry.sweep && entry.sweep->interrupted);
     // A case the backend cannot run here (its probe skipped) is not tuned, which is no failure;
     // a tune where that is every case ran nothing (TuneOutcome::nothing_ran).
-    const bool ran = std::any_of(evaluate.rows().begin(), evaluate.rows().end(), [](const bench::ResultRow& r) {
-      return r.status != bench::CaseStatus::Skipped;
-    });
+    const bool ran = std::any_of(evaluate.rows().begin(), evaluate.rows().end(),
+                                 [](const bench::ResultRow& r) { return r.status != bench::CaseStatus::Skipped; });
     any_ran = any_ran || ran;
     if (ran)
-      outcome.failed = outcome.failed || !entry.search.failure.empty() || (entry.sweep && !entry.sweep->failure.empty());
+      outcome.failed =
+          outcome.failed || !entry.search.failure.empty() || (entry.sweep && !entry.sweep->failure.empty());
     for (bench::ResultRow row : evaluate.rows()) {
       bench::apply_profile(row, header.ceilings);
       rows.push_back(std::move(row));
@@ -105,10 +105,11 @@ TuneOutcome run_batch_tune(const bench::SweepSpec& spec, const TuneOptions& opti
   report::write_file_atomic(outcome.out_dir / "tune.md", table.markdown());
   outcome.table_terminal = table.terminal();
   const bool forward_only = std::all_of(spec.passes.begin(), spec.passes.end(),
-                                       [](bench::Pass pass) { return pass == bench::Pass::Forward; });
+                                        [](bench::Pass pass) { return pass == bench::Pass::Forward; });
   if (options.cache_path && !forward_only)
-    outcome.warnings.push_back("backend cache not updated: it answers backend=\"auto\" for forwards, and this tune "
-                               "timed a pass with a backward");
+    outcome.warnings.push_back(
+        "backend cache not updated: it answers backend=\"auto\" for forwards, and this tune "
+        "timed a pass with a backward");
   if (options.cache_path && forward_only) {
     // A cache that cannot be written costs the next `auto` its choice, not the tune its results.
     try {

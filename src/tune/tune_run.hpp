@@ -6,12 +6,11 @@
 
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "attnsuite/registry.hpp"
 #include "bench/plan.hpp"
@@ -26,10 +25,10 @@ inline constexpr double kTuneReferenceGflop = 0.1;
 
 struct TuneOptions {
   BatchLimits limits;
-  bool exhaustive = false;               // also sweep every batch (the search's check)
+  bool exhaustive = false;                // also sweep every batch (the search's check)
   std::optional<double> reference_gflop;  // default: min(the suite's, kTuneReferenceGflop)
-  std::filesystem::path out_dir;         // empty: results/tune-<suite>-<time>
-  bool force = false;                    // overwrite a tune.json in out_dir
+  std::filesystem::path out_dir;          // empty: results/tune-<suite>-<time>
+  bool force = false;                     // overwrite a tune.json in out_dir
   // The backend cache to update; nullopt: none. The CLI's default is default_cache_path().
   std::optional<std::filesystem::path> cache_path;
   std::function<bool()> cancelled;

@@ -77,7 +77,7 @@ struct BackwardRuns {
 // ours), then `backward_runs` backwards from its saved outputs into poisoned dQ, dK, dV (or the
 // peer's own), each read back before the next.
 inline BackwardRuns run_backward_on_device(bench::DeviceContext* context, KernelPlan& plan, const AttentionProblem& p,
-                                    const Inputs& in, const HostTensor& d_o_host, int backward_runs = 1) {
+                                           const Inputs& in, const HostTensor& d_o_host, int backward_runs = 1) {
   const Device device = context->device();
   auto upload = [&](const HostTensor& host) {
     auto buffer = context->allocate(host.bytes());
@@ -256,7 +256,7 @@ inline double rounding_floor(DType dtype, double max_ref, double max_terms) {
 
 // FlashAttention's rule for one gradient; returns its max abs error.
 inline double expect_within(const char* what, const std::vector<double>& got, const std::vector<double>& naive,
-                     const std::vector<double>& truth, DType dtype, double max_terms) {
+                            const std::vector<double>& truth, DType dtype, double max_terms) {
   const ErrorStats error = compare(got, truth);
   const ErrorStats baseline = compare(naive, truth);
   const double tolerance = 2.0 * baseline.max_abs + rounding_floor(dtype, max_abs(truth), max_terms);

@@ -43,13 +43,13 @@ inline PlanOptions with_config(const std::string& config) {
 
 // Copies the inputs to the GPU, poisons O and LSE, plans and runs the backend, copies back.
 inline DeviceRun run_on_device(const std::string& backend_name, const AttentionProblem& p, const Inputs& in,
-                        const PlanOptions& options = {}) {
+                               const PlanOptions& options = {}) {
   auto context = cuda::make_cuda_context(0);
   const Backend& backend = Registry::global().find(backend_name);
   const std::unique_ptr<KernelPlan> plan = backend.plan(p, options);
   const HostTensor o_layout({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.layout);
-  auto q = context->allocate(in.q.bytes()), k = context->allocate(in.k.bytes()),
-       v = context->allocate(in.v.bytes()), o = context->allocate(o_layout.bytes());
+  auto q = context->allocate(in.q.bytes()), k = context->allocate(in.k.bytes()), v = context->allocate(in.v.bytes()),
+       o = context->allocate(o_layout.bytes());
   const std::size_t lse_bytes = sizeof(float) * p.batch * p.heads_q * p.seq_q;
   auto lse = context->allocate(lse_bytes);
   context->copy_to_device(q->data(), in.q.bits.data(), in.q.bytes());
@@ -84,7 +84,8 @@ inline DeviceRun run_on_device(const std::string& backend_name, const AttentionP
 }
 
 // Checks one backend on one problem with fresh random inputs; returns the kernel config that ran.
-inline std::string check_backend(const std::string& backend_name, const AttentionProblem& p, const PlanOptions& options = {}) {
+inline std::string check_backend(const std::string& backend_name, const AttentionProblem& p,
+                                 const PlanOptions& options = {}) {
   const std::uint64_t seed = std::random_device{}();
   SCOPED_TRACE(backend_name + " " + p.describe() + " seed " + std::to_string(seed));
   const Backend& backend = Registry::global().find(backend_name);
@@ -114,9 +115,9 @@ inline std::string check_backend(const std::string& backend_name, const Attentio
   const double floor = 2.0 * epsilon * std::exp2(std::floor(std::log2(std::max(max_abs(ref.out), 1.0 / 16))));
   const double bound = 2.0 * naive_err.max_abs + floor;
   EXPECT_EQ(err.nan_count, 0) << "NaN (poison never overwritten, or computed) in O";
-  EXPECT_LE(err.max_abs, bound) << "O max abs err " << err.max_abs << " (mean " << err.mean_abs
-                                << ") at flat index " << err.worst_index << "; naive " << to_string(p.dtype)
-                                << " max err " << naive_err.max_abs << ", floor " << floor;
+  EXPECT_LE(err.max_abs, bound) << "O max abs err " << err.max_abs << " (mean " << err.mean_abs << ") at flat index "
+                                << err.worst_index << "; naive " << to_string(p.dtype) << " max err "
+                                << naive_err.max_abs << ", floor " << floor;
 
   // LSE: -inf exactly where the row sees no key, else within the same kind of bound.
   std::vector<double> lse_got(run.lse.begin(), run.lse.end());
@@ -138,8 +139,8 @@ inline std::string check_backend(const std::string& backend_name, const Attentio
   const ErrorStats naive_lse_err = compare(finite_naive, finite_ref);
   const double lse_bound = 2.0 * naive_lse_err.max_abs + 1e-4 * std::max(1.0, max_abs(finite_ref));
   EXPECT_EQ(lse_err.nan_count, 0) << "NaN in LSE";
-  EXPECT_LE(lse_err.max_abs, lse_bound) << "LSE max abs err " << lse_err.max_abs << " at row "
-                                        << lse_err.worst_index << "; naive " << naive_lse_err.max_abs;
+  EXPECT_LE(lse_err.max_abs, lse_bound) << "LSE max abs err " << lse_err.max_abs << " at row " << lse_err.worst_index
+                                        << "; naive " << naive_lse_err.max_abs;
   std::printf("  %-13s %-58s O max err %.3g (naive %.3g, bound %.3g)  LSE max err %.3g\n", backend_name.c_str(),
               p.describe().c_str(), err.max_abs, naive_err.max_abs, bound, lse_err.max_abs);
   return run.kernel_config;

@@ -38,10 +38,10 @@ inline std::string cuda_device_missing() {
   return count == 0 ? "cudaGetDeviceCount returned 0" : "";
 }
 
-#define SKIP_WITHOUT_CUDA_DEVICE()                                                           \
-  do {                                                                                       \
-    const std::string missing = ::attnsuite::testing_support::cuda_device_missing();         \
-    if (!missing.empty()) GTEST_SKIP() << "no CUDA device: " << missing;                     \
+#define SKIP_WITHOUT_CUDA_DEVICE()                                                   \
+  do {                                                                               \
+    const std::string missing = ::attnsuite::testing_support::cuda_device_missing(); \
+    if (!missing.empty()) GTEST_SKIP() << "no CUDA device: " << missing;             \
   } while (0)
 #endif  // ATTNSUITE_HAVE_CUDA
 

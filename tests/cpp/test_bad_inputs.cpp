@@ -11,19 +11,18 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "attnsuite/attnsuite.hpp"
 #include "bench/plan.hpp"
 #include "bench/runner.hpp"
-#include "report/sweep.hpp"
 #include "cli_test_support.hpp"
 #include "core/host_info.hpp"
 #include "gpu_test_support.hpp"
 #include "report/jsonl.hpp"
+#include "report/sweep.hpp"
 
 namespace fs = std::filesystem;
 
@@ -68,11 +67,12 @@ void expect_cli_usage_error(const std::vector<std::string>& args, const std::str
 
 // A tiny CPU sweep's flags, output into `out`; `changes` replace a flag's value or add a flag
 // ({"--force", ""} adds a switch).
-std::vector<std::string> tiny(const fs::path& out, const std::vector<std::pair<std::string, std::string>>& changes = {}) {
+std::vector<std::string> tiny(const fs::path& out,
+                              const std::vector<std::pair<std::string, std::string>>& changes = {}) {
   std::vector<std::pair<std::string, std::string>> flags = {
-      {"--backends", "cpu-flash"}, {"--dtype", "fp32"},  {"--batch", "1"},         {"--seq", "16"},
-      {"--heads", "2"},            {"--head-dim", "32"}, {"--min-reps", "2"},      {"--max-time-ms", "5"},
-      {"--hot", ""},               {"--quiet", ""},      {"--out", out.string()}};
+      {"--backends", "cpu-flash"}, {"--dtype", "fp32"}, {"--batch", "1"},       {"--seq", "16"}, {"--heads", "2"},
+      {"--head-dim", "32"},        {"--min-reps", "2"}, {"--max-time-ms", "5"}, {"--hot", ""},   {"--quiet", ""},
+      {"--out", out.string()}};
   for (const auto& change : changes) {
     auto it = std::find_if(flags.begin(), flags.end(), [&](const auto& flag) { return flag.first == change.first; });
     if (it != flags.end()) {
@@ -93,15 +93,16 @@ std::vector<std::string> tiny(const fs::path& out, const std::vector<std::pair<s
 // Sizes.
 
 TEST(BadInputs, ZeroAndNegativeSizes) {
-  int AttentionProblem::*fields[] = {&AttentionProblem::batch,  &AttentionProblem::heads_q, &AttentionProblem::heads_kv,
-                                     &AttentionProblem::seq_q,  &AttentionProblem::seq_kv,  &AttentionProblem::head_dim};
+  int AttentionProblem::*fields[] = {&AttentionProblem::batch, &AttentionProblem::heads_q, &AttentionProblem::heads_kv,
+                                     &AttentionProblem::seq_q, &AttentionProblem::seq_kv,  &AttentionProblem::head_dim};
   const char* names[] = {"batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"};
   for (int i = 0; i < 6; ++i) {
     for (int value : {0, -1, INT_MIN}) {
       AttentionProblem p = valid_problem();
       p.*fields[i] = value;
       const std::string error = validation_error(p);
-      EXPECT_NE(error.find(std::string(names[i]) + " = " + std::to_string(value) + " is not allowed: it must be between 1 and 1073741824"),
+      EXPECT_NE(error.find(std::string(names[i]) + " = " + std::to_string(value) +
+                           " is not allowed: it must be between 1 and 1073741824"),
                 std::string::npos)
           << error;
     }
@@ -133,15 +134,18 @@ TEST(BadInputs, HugeSizes) {
   p.heads_kv = 1 << 10;
   p.head_dim = 1 << 10;
   const std::string error = validation_error(p);
-  EXPECT_NE(error.find("the problem is too large: Q would hold 1.15e+18 elements (batch × seq_q × heads_q × head_dim); at most 2^53"),
+  EXPECT_NE(error.find("the problem is too large: Q would hold 1.15e+18 elements (batch × seq_q × heads_q × head_dim); "
+                       "at most 2^53"),
             std::string::npos)
       << error;
   // Sizes beyond an int in a suite file or flag, and beyond 2^64.
   const fs::path out = scratch("huge");
-  expect_cli_usage_error(tiny(out, {{"--seq", "2000000000"}}), "'seq' = 2000000000 is out of range: allowed 1..1073741824");
+  expect_cli_usage_error(tiny(out, {{"--seq", "2000000000"}}),
+                         "'seq' = 2000000000 is out of range: allowed 1..1073741824");
   expect_cli_usage_error(tiny(out, {{"--seq", "99999999999999999999"}}), "--seq");
   // Within each limit, but too large together: recorded as a skipped case with the reason.
-  const CliResult r = run_cli(tiny(out, {{"--batch", "1048576"}, {"--seq", "1048576"}, {"--heads", "1024"}, {"--head-dim", "1024"}}));
+  const CliResult r =
+      run_cli(tiny(out, {{"--batch", "1048576"}, {"--seq", "1048576"}, {"--heads", "1024"}, {"--head-dim", "1024"}}));
   EXPECT_EQ(r.code, 3) << r.err;  // nothing ran: the one case was skipped
   const auto rows = report::read_jsonl(out / bench::kRowsFile, nullptr);
   ASSERT_EQ(rows.size(), 1u);
@@ -292,15 +296,20 @@ TEST(BadInputs, CasesLargerThanHostMemoryAreRefusedBeforeAllocating) {
     ADD_FAILURE() << "1 PiB allocated";
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::OutOfMemory);
-    EXPECT_NE(std::string(error.what()).find("out of host memory: needs 1048576.00 GiB, "), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("out of host memory: needs 1048576.00 GiB, "), std::string::npos)
+        << error.what();
   }
 }
 
 TEST(BadInputs, CliRecordsTheMemoryRefusalAndGoesOn) {
   const fs::path out = scratch("memory");
   // A tiny case, then one whose inputs alone are terabytes: the second is refused, the first ran.
-  const CliResult r = run_cli(tiny(out, {{"--batch", "1,2000000"}, {"--seq", "256"}, {"--heads", "32"}, {"--head-dim", "128"},
-                                         {"--max-reps", "2"}, {"--max-time-ms", "1"}}));
+  const CliResult r = run_cli(tiny(out, {{"--batch", "1,2000000"},
+                                         {"--seq", "256"},
+                                         {"--heads", "32"},
+                                         {"--head-dim", "128"},
+                                         {"--max-reps", "2"},
+                                         {"--max-time-ms", "1"}}));
   EXPECT_EQ(r.code, 1) << r.err;  // a case failed
   const auto rows = report::read_jsonl(out / bench::kRowsFile, nullptr);
   ASSERT_EQ(rows.size(), 2u);
@@ -361,9 +370,9 @@ TEST(BadInputs, MalformedSuiteFiles) {
   for (const auto& [name, text] : files) {
     SCOPED_TRACE(name);
     const fs::path suite = write_suite(name, text);
-    const std::string expected = name == "datetime.toml" ? "dates and times are not allowed"
-                                 : name.ends_with(".toml")  ? "malformed TOML at line"
-                                                            : "malformed JSON";
+    const std::string expected = name == "datetime.toml"   ? "dates and times are not allowed"
+                                 : name.ends_with(".toml") ? "malformed TOML at line"
+                                                           : "malformed JSON";
     expect_cli_usage_error({"bench", "--suite", suite.string(), "--out", out.string()}, expected);
   }
   // A directory where a file is expected, and a missing file.
@@ -387,12 +396,14 @@ TEST(BadInputs, HostileSuiteFiles) {
   const Hostile suites[] = {
       {"deep.json", R"({"backends": )" + deep + "}", "nested deeper than 32 levels"},
       {"deep_value.json", R"({"backends": "cpu-flash", "seq": )" + deep + "}", "nested deeper than 32 levels"},
-      {"nested_list.json", R"({"backends": [["cpu-flash"]]})", "'backends' must be a string or a list of strings, got a list of 1 items"},
+      {"nested_list.json", R"({"backends": [["cpu-flash"]]})",
+       "'backends' must be a string or a list of strings, got a list of 1 items"},
       {"deep.toml", "backends = " + std::string(1000, '[') + std::string(1000, ']') + "\n", "malformed TOML"},
       {"overflow.json", R"({"backends": "cpu-flash", "seq": 1e999})", "number overflow"},
       {"uint64.json", R"({"backends": "cpu-flash", "window": [18446744073709551615, 0]})",
        "'window' = 18446744073709551615 is out of range"},
-      {"int64_min.json", R"({"backends": "cpu-flash", "batch": -9223372036854775808})", "'batch' = -9223372036854775808 is out of range"},
+      {"int64_min.json", R"({"backends": "cpu-flash", "batch": -9223372036854775808})",
+       "'batch' = -9223372036854775808 is out of range"},
       {"float_size.json", R"({"backends": "cpu-flash", "batch": 2.5})", "'batch' must be an integer"},
       {"nan_noise.toml", "backends = \"cpu-flash\"\n[timing]\nnoise = nan\n", "'timing.noise' = nan is out of range"},
       {"string_size.json", R"({"backends": "cpu-flash", "batch": "four"})", "got \"four\""},
@@ -406,10 +417,12 @@ TEST(BadInputs, HostileSuiteFiles) {
       {"path_name.json", R"({"name": "../../etc", "backends": "cpu-flash"})", "'name' = \"../../etc\" is not allowed"},
       {"cases.json", R"({"backends": "cpu-flash", "seq": )" + many_seqs + R"(, "batch": )" + many_seqs + "}",
        "the axes make 1000000 cases"},
-      {"cases2.json", R"({"backends": ["cpu-flash", "reference"], "seq": )" + many_seqs + R"(, "batch": )" + many_seqs + "}",
+      {"cases2.json",
+       R"({"backends": ["cpu-flash", "reference"], "seq": )" + many_seqs + R"(, "batch": )" + many_seqs + "}",
        "the axes make 2000000 cases; a sweep may hold at most 1000000"},
-      {"heads.json", R"({"backends": "cpu-flash", "heads": )" + many_seqs + R"(, "kv_heads": )" + many_seqs +
-                         R"(, "head_dim": )" + many_seqs + "}",
+      {"heads.json",
+       R"({"backends": "cpu-flash", "heads": )" + many_seqs + R"(, "kv_heads": )" + many_seqs + R"(, "head_dim": )" +
+           many_seqs + "}",
        "make 1000000000 head configurations"},
   };
   for (const auto& [name, text, expected] : suites) {
@@ -425,7 +438,8 @@ TEST(BadInputs, HostileSuiteFiles) {
   {
     const fs::path big = write_suite("big.json", "");
     std::ofstream(big) << R"({"backends": "cpu-flash", "description": ")" << std::string(17 << 20, 'x') << "\"}";
-    expect_cli_usage_error({"bench", "--suite", big.string(), "--out", out.string()}, "a suite file may hold at most 16 MiB");
+    expect_cli_usage_error({"bench", "--suite", big.string(), "--out", out.string()},
+                           "a suite file may hold at most 16 MiB");
   }
   // Suite values that flags override: "timing" of the wrong type meets --min-reps.
   const fs::path timing = write_suite("timing.json", R"({"backends": "cpu-flash", "timing": [1]})");
@@ -463,7 +477,8 @@ TEST(BadInputs, ExistingResultsAreNeverOverwrittenWithoutForce) {
 TEST(BadInputs, UnwritableOutputDirectories) {
   // Work as root too (CI runs as root, which ignores permission bits): /proc takes no new
   // directories, and nothing can be created under a regular file.
-  expect_cli_usage_error(tiny("/proc/attnsuite-results"), "output directory: cannot create directory '/proc/attnsuite-results'");
+  expect_cli_usage_error(tiny("/proc/attnsuite-results"),
+                         "output directory: cannot create directory '/proc/attnsuite-results'");
   const fs::path file = scratch("parent_file");
   std::ofstream(file) << "x";
   expect_cli_usage_error(tiny(file / "results"), "output directory: cannot create directory");
@@ -471,7 +486,8 @@ TEST(BadInputs, UnwritableOutputDirectories) {
 }
 
 TEST(BadInputs, ReadOnlyOutputDirectory) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root writes into read-only directories; UnwritableOutputDirectories covers root";
+  if (::geteuid() == 0)
+    GTEST_SKIP() << "root writes into read-only directories; UnwritableOutputDirectories covers root";
   const fs::path out = scratch("readonly");
   fs::create_directories(out);
   ::chmod(out.c_str(), 0555);
@@ -523,8 +539,9 @@ TEST(BadInputs, FullyMaskedRowsThroughTheHarness) {
   // causal with seq_q > seq_kv: the first rows see no key; every backend's case is ok and
   // matches the reference (zeros there).
   const fs::path out = scratch("masked");
-  const CliResult r = run_cli(tiny(out, {{"--backends", "cpu-flash,cpu-vanilla,reference"}, {"--seq", "48"}, {"--seq-kv", "16"},
-                                         {"--causal", "true"}}));
+  const CliResult r = run_cli(tiny(
+      out,
+      {{"--backends", "cpu-flash,cpu-vanilla,reference"}, {"--seq", "48"}, {"--seq-kv", "16"}, {"--causal", "true"}}));
   EXPECT_EQ(r.code, 0) << r.err;
   for (const auto& row : report::read_jsonl(out / bench::kRowsFile, nullptr)) {
     EXPECT_EQ(row.status, bench::CaseStatus::Ok) << row.backend << ": " << row.reason;

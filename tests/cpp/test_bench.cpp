@@ -18,9 +18,9 @@
 #include "bench/statistics.hpp"
 #include "core/cancel.hpp"
 #include "cpu/common.hpp"
-#include "report/sweep.hpp"
 #include "cpu/cpu_backends.hpp"
 #include "report/jsonl.hpp"
+#include "report/sweep.hpp"
 
 namespace fs = std::filesystem;
 using namespace attnsuite;
@@ -39,7 +39,8 @@ fs::path fresh_dir(const std::string& name) {
 class FakeBackend final : public Backend {
  public:
   enum class Mode { Exact, LeaveUnwritten, Unsupported, OutOfMemory, BackwardUnwritten };
-  FakeBackend(std::string name, Mode mode, std::atomic<int>* calls) : name_(std::move(name)), mode_(mode), calls_(calls) {}
+  FakeBackend(std::string name, Mode mode, std::atomic<int>* calls)
+      : name_(std::move(name)), mode_(mode), calls_(calls) {}
   std::string_view name() const override { return name_; }
   std::string_view display_name() const override { return name_; }
   Device device() const override { return {}; }
@@ -68,8 +69,10 @@ class FakeBackend final : public Backend {
         cpu::reference_head_f64(p, args, b, h, out.data(), lse.data());
         for (int s = 0; s < p.seq_q; ++s) {
           for (int d = 0; d < p.dim_v(); ++d)
-            store_from_float(args.o.data, p.dtype, args.o.offset(b, s, h, d), static_cast<float>(out[s * p.dim_v() + d]));
-          if (!args.lse.empty()) args.lse.data[(static_cast<std::size_t>(b) * p.heads_q + h) * p.seq_q + s] = static_cast<float>(lse[s]);
+            store_from_float(args.o.data, p.dtype, args.o.offset(b, s, h, d),
+                             static_cast<float>(out[s * p.dim_v() + d]));
+          if (!args.lse.empty())
+            args.lse.data[(static_cast<std::size_t>(b) * p.heads_q + h) * p.seq_q + s] = static_cast<float>(lse[s]);
         }
       }
   }
@@ -146,7 +149,8 @@ TEST(Statistics, NoisyTimerConvergesToTheNoiseTarget) {
 
 TEST(Plan, ParsesAndExpandsWithBackendsInnermost) {
   const auto spec = parse_suite(nlohmann::json::parse(R"({"backends": ["a", "b"], "dtype": ["fp16", "bf16"],
-      "batch": [1, 4], "seq": [128, 256], "model": "llama-3.2-1b", "causal": [false, true]})"), "t");
+      "batch": [1, 4], "seq": [128, 256], "model": "llama-3.2-1b", "causal": [false, true]})"),
+                                "t");
   const auto cases = expand(spec);
   ASSERT_EQ(cases.size(), 2u * 2 * 2 * 2 * 2);
   EXPECT_EQ(cases[0].backend, "a");
@@ -159,7 +163,8 @@ TEST(Plan, ParsesAndExpandsWithBackendsInnermost) {
 
 TEST(Plan, TokensPerBatchSetsTheBatch) {
   const auto spec = parse_suite(nlohmann::json::parse(R"({"backends": "a", "tokens_per_batch": 16384,
-      "seq": [512, 5000, 16384]})"), "t");
+      "seq": [512, 5000, 16384]})"),
+                                "t");
   const auto cases = expand(spec);
   ASSERT_EQ(cases.size(), 3u);
   EXPECT_EQ(cases[0].problem.batch, 32);
@@ -176,7 +181,8 @@ TEST(Plan, TokensPerBatchSetsTheBatch) {
 }
 
 TEST(Plan, HiddenSetsHeadsPerHeadDim) {
-  const auto spec = parse_suite(nlohmann::json::parse(R"({"backends": "a", "hidden": 2048, "head_dim": [64, 128]})"), "t");
+  const auto spec =
+      parse_suite(nlohmann::json::parse(R"({"backends": "a", "hidden": 2048, "head_dim": [64, 128]})"), "t");
   ASSERT_EQ(spec.heads.size(), 2u);
   EXPECT_EQ(spec.heads[0].heads_q, 32);
   EXPECT_EQ(spec.heads[1].heads_q, 16);
@@ -205,7 +211,8 @@ TEST(Plan, BadSuitesGiveOneClearError) {
   EXPECT_NE(error_of(R"({"backends": "a", "batch": ["x"]})").find("must be an integer"), std::string::npos);
   EXPECT_NE(error_of(R"({"backends": "a", "batch": [1e300]})").find("must be an integer"), std::string::npos);
   EXPECT_NE(error_of(R"({"backends": "a", "seq": 99999999999})").find("out of range"), std::string::npos);
-  EXPECT_NE(error_of(R"({"backends": "a", "dtype": "fp4"})").find("allowed: fp32, fp16, bf16, e4m3"), std::string::npos);
+  EXPECT_NE(error_of(R"({"backends": "a", "dtype": "fp4"})").find("allowed: fp32, fp16, bf16, e4m3"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"backends": "a", "model": "gpt-9"})").find("unknown model 'gpt-9'"), std::string::npos);
   EXPECT_NE(error_of(R"({"backends": "a", "generator": "zeros"})").find("unknown input generator"), std::string::npos);
   EXPECT_NE(error_of(R"({"dtype": "fp16"})").find("'backends' is missing"), std::string::npos);
@@ -252,7 +259,8 @@ TEST(Plan, EverySuiteInTheRepoParses) {
 TEST(Runner, OkSkippedAndFailedRows) {
   Registry registry;
   registry.add("exact", [] { return std::make_unique<FakeBackend>("exact", FakeBackend::Mode::Exact, nullptr); });
-  registry.add("unwritten", [] { return std::make_unique<FakeBackend>("unwritten", FakeBackend::Mode::LeaveUnwritten, nullptr); });
+  registry.add("unwritten",
+               [] { return std::make_unique<FakeBackend>("unwritten", FakeBackend::Mode::LeaveUnwritten, nullptr); });
   registry.add("never", [] { return std::make_unique<FakeBackend>("never", FakeBackend::Mode::Unsupported, nullptr); });
   registry.add("oom", [] { return std::make_unique<FakeBackend>("oom", FakeBackend::Mode::OutOfMemory, nullptr); });
   SweepSpec spec = small_spec({"exact", "unwritten", "never", "oom", "missing"});
@@ -336,9 +344,8 @@ TEST(Runner, BackwardPassesCheckEachGradient) {
   spec.passes = {Pass::Forward, Pass::Backward, Pass::ForwardBackward};
   Registry registry;
   registry.add("reference", [] { return cpu::make_reference_backend(); });
-  registry.add("cpu-vanilla-nobwd", [] {
-    return std::make_unique<FakeBackend>("cpu-vanilla-nobwd", FakeBackend::Mode::Exact, nullptr);
-  });
+  registry.add("cpu-vanilla-nobwd",
+               [] { return std::make_unique<FakeBackend>("cpu-vanilla-nobwd", FakeBackend::Mode::Exact, nullptr); });
   registry.add("unwritten-bwd", [] {
     return std::make_unique<FakeBackend>("unwritten-bwd", FakeBackend::Mode::BackwardUnwritten, nullptr);
   });
@@ -362,7 +369,8 @@ TEST(Runner, BackwardPassesCheckEachGradient) {
     EXPECT_DOUBLE_EQ(*row.rel_l2, std::max({*row.dq_rel_l2, *row.dk_rel_l2, *row.dv_rel_l2}));
     EXPECT_DOUBLE_EQ(*row.accuracy_fraction, 1.0);
     const double factor = std::string(pass) == "bwd" ? 2.5 : 3.5;
-    EXPECT_NEAR(*row.tflops * *row.ms_median, factor * *fwd.tflops * *fwd.ms_median, 1e-9 * factor * *fwd.tflops * *fwd.ms_median);
+    EXPECT_NEAR(*row.tflops * *row.ms_median, factor * *fwd.tflops * *fwd.ms_median,
+                1e-9 * factor * *fwd.tflops * *fwd.ms_median);
     EXPECT_NE(row.shape_key(), fwd.shape_key());
   }
   EXPECT_EQ(rows["cpu-vanilla-nobwd bwd"].status, CaseStatus::Skipped);
@@ -373,7 +381,8 @@ TEST(Runner, BackwardPassesCheckEachGradient) {
 }
 
 TEST(Plan, PassAxis) {
-  const SweepSpec spec = parse_suite(nlohmann::json::parse(R"({"backends": ["reference"], "pass": ["fwd", "fwd+bwd"]})"), "t");
+  const SweepSpec spec =
+      parse_suite(nlohmann::json::parse(R"({"backends": ["reference"], "pass": ["fwd", "fwd+bwd"]})"), "t");
   ASSERT_EQ(spec.passes.size(), 2u);
   const auto cases = expand(spec);
   ASSERT_EQ(cases.size(), 2u);
@@ -471,7 +480,8 @@ TEST(GeneratorMath, LogAndSinCosMatchLibm) {
   }
   // Tiny arguments exercise the exponent path of the log.
   for (double u : {1.0, 0.5, 1e-300, 4.9e-324 * 2, 0.7071067811865476, 0.7071067811865475}) {
-    worst_log = std::max(worst_log, std::abs(bench::genmath::log_unit(u) - std::log(u)) / std::max(1.0, std::abs(std::log(u))));
+    worst_log =
+        std::max(worst_log, std::abs(bench::genmath::log_unit(u) - std::log(u)) / std::max(1.0, std::abs(std::log(u))));
   }
   EXPECT_LE(worst_log, 4e-16);
   EXPECT_LE(worst_trig, 2e-15);

@@ -1,4 +1,5 @@
 // The CLI as a user meets it: exit codes, one-line errors, files, and a real interrupted sweep.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -9,21 +10,18 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <set>
 #include <sstream>
 #include <thread>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
-#include "report/sweep.hpp"
-#include "report/jsonl.hpp"
-#include "report/load.hpp"
-
 #include "cli_test_support.hpp"
 #include "gpu_test_support.hpp"
+#include "report/jsonl.hpp"
+#include "report/load.hpp"
+#include "report/sweep.hpp"
 #include "report/table.hpp"
 
 namespace fs = std::filesystem;
@@ -33,11 +31,29 @@ namespace {
 
 // A tiny, fast sweep on the CPU backends. (A list flag given again adds to the list: --seq 9
 // makes the sequence lengths 7, 33, 9.)
-std::vector<std::string> tiny(const fs::path& out, std::vector<std::string> extra = {}, const std::string& head_dim = "32",
-                              const std::string& seq = "7,33") {
-  std::vector<std::string> args = {"bench", "--backends", "cpu-vanilla,cpu-flash", "--dtype", "fp32", "--batch", "1",
-                                   "--seq", seq, "--heads", "2", "--head-dim", head_dim, "--min-reps", "2",
-                                   "--max-time-ms", "5", "--hot", "--quiet", "--out", out.string()};
+std::vector<std::string> tiny(const fs::path& out, std::vector<std::string> extra = {},
+                              const std::string& head_dim = "32", const std::string& seq = "7,33") {
+  std::vector<std::string> args = {"bench",
+                                   "--backends",
+                                   "cpu-vanilla,cpu-flash",
+                                   "--dtype",
+                                   "fp32",
+                                   "--batch",
+                                   "1",
+                                   "--seq",
+                                   seq,
+                                   "--heads",
+                                   "2",
+                                   "--head-dim",
+                                   head_dim,
+                                   "--min-reps",
+                                   "2",
+                                   "--max-time-ms",
+                                   "5",
+                                   "--hot",
+                                   "--quiet",
+                                   "--out",
+                                   out.string()};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -80,8 +96,9 @@ TEST(Cli, BenchWritesEveryFileAndTheTable) {
   EXPECT_NE(report.out.find("cpu-vanilla"), std::string::npos);
   // A run from flags alone is not the default suite: "custom", in its title and its suite.json.
   EXPECT_NE(report.out.find("suite 'custom'"), std::string::npos) << report.out;
-  EXPECT_EQ(nlohmann::json::parse(slurp(out / "suite.json"))["description"].get<std::string>().rfind("flags over the ", 0),
-            0u);  // the default suite or, with a GPU, headline
+  EXPECT_EQ(
+      nlohmann::json::parse(slurp(out / "suite.json"))["description"].get<std::string>().rfind("flags over the ", 0),
+      0u);  // the default suite or, with a GPU, headline
   const CliResult compare = run_cli({"compare", (out / "results.json").string(), (out / "results.csv").string()});
   EXPECT_EQ(compare.code, 0) << compare.err;
   EXPECT_NE(compare.out.find("0 faster, 0 slower, 4 same"), std::string::npos) << compare.out;
@@ -93,10 +110,12 @@ TEST(Cli, BadInputGivesOneLineAndExitCode2) {
   expect_usage_error({"bench", "--backends", "nope", "--out", out.string()}, "unknown backend 'nope'; available:");
   expect_usage_error({"bench", "--backends", "cpu-flash", "--batch", "0", "--out", out.string()}, "'batch' = 0");
   expect_usage_error({"bench", "--backends", "cpu-flash", "--seq", "-5", "--out", out.string()}, "");
-  expect_usage_error({"bench", "--backends", "cpu-flash", "--model", "gpt-9", "--out", out.string()}, "unknown model 'gpt-9'");
+  expect_usage_error({"bench", "--backends", "cpu-flash", "--model", "gpt-9", "--out", out.string()},
+                     "unknown model 'gpt-9'");
   expect_usage_error({"bench", "--backends", "cpu-flash", "--dtype", "fp4", "--out", out.string()}, "fp4");
   expect_usage_error({"bench", "--suite", "no-such-suite", "--out", out.string()}, "unknown suite");
-  expect_usage_error({"bench", "--backends", "cpu-flash", "--causal", "maybe", "--out", out.string()}, "--causal maybe");
+  expect_usage_error({"bench", "--backends", "cpu-flash", "--causal", "maybe", "--out", out.string()},
+                     "--causal maybe");
   expect_usage_error({"bench", "--bogus-flag"}, "bogus");
   expect_usage_error({"report", "/no/such/results.json"}, "/no/such/results.json");
   const fs::path suite = fs::temp_directory_path() / ("attnsuite_cli_suite_" + std::to_string(::getpid()) + ".json");
@@ -213,10 +232,28 @@ TEST(Cli, NothingUsefulIsNotSuccess) {
 // files are valid, the exit code says interrupted, and --resume finishes without redoing cases.
 TEST(Cli, SigintMidSweepThenResume) {
   const fs::path out = scratch("sigint");
-  const std::vector<std::string> args = {"bench", "--backends", "cpu-flash,cpu-vanilla", "--dtype", "fp32",
-                                         "--batch", "1,2,3", "--seq", "64,128,256", "--heads", "2", "--head-dim", "32",
-                                         "--min-reps", "3", "--max-time-ms", "40", "--noise", "0.000001", "--quiet",
-                                         "--out", out.string()};
+  const std::vector<std::string> args = {"bench",
+                                         "--backends",
+                                         "cpu-flash,cpu-vanilla",
+                                         "--dtype",
+                                         "fp32",
+                                         "--batch",
+                                         "1,2,3",
+                                         "--seq",
+                                         "64,128,256",
+                                         "--heads",
+                                         "2",
+                                         "--head-dim",
+                                         "32",
+                                         "--min-reps",
+                                         "3",
+                                         "--max-time-ms",
+                                         "40",
+                                         "--noise",
+                                         "0.000001",
+                                         "--quiet",
+                                         "--out",
+                                         out.string()};
   const pid_t pid = spawn_cli(args);
   ASSERT_NE(pid, 0);
   // Wait for at least one finished case, then a random extra delay.
@@ -250,7 +287,7 @@ TEST(Cli, SigintMidSweepThenResume) {
   ASSERT_EQ(rows.size(), 18u);
   std::set<std::string> keys;
   for (const auto& row : rows) keys.insert(row.case_key());
-  EXPECT_EQ(keys.size(), 18u);  // no case twice
+  EXPECT_EQ(keys.size(), 18u);                          // no case twice
   for (std::size_t i = 0; i < rows_before.size(); ++i)  // finished cases kept as they were
     EXPECT_EQ(rows[i].ms_median, rows_before[i].ms_median);
   fs::remove_all(out);
@@ -279,7 +316,7 @@ constexpr double kStopWithinSeconds = 1.0;
 TEST(Cli, SigintInsideALargeCaseStopsWithinASecond) {
   struct Stop {
     const char* where;
-    int delay_ms;                       // after the small case finished
+    int delay_ms;  // after the small case finished
     std::vector<std::string> flags;
   };
   // cpu-flash at N = 16k, 2 heads × d64: a forward is 69 GFLOP (about a second on 2 cores),
@@ -291,10 +328,10 @@ TEST(Cli, SigintInsideALargeCaseStopsWithinASecond) {
   for (const Stop& stop : stops) {
     SCOPED_TRACE(stop.where);
     const fs::path out = scratch("large_case");
-    std::vector<std::string> args = {"bench", "--backends", "cpu-flash", "--dtype", "fp32", "--batch", "1", "--seq",
-                                     "64,16384", "--heads", "2", "--head-dim", "64", "--min-reps", "20",
-                                     "--noise", "0.000001", "--max-time-ms", "600000", "--hot", "--quiet",
-                                     "--out", out.string()};
+    std::vector<std::string> args = {"bench",  "--backends", "cpu-flash", "--dtype", "fp32",      "--batch",
+                                     "1",      "--seq",      "64,16384",  "--heads", "2",         "--head-dim",
+                                     "64",     "--min-reps", "20",        "--noise", "0.000001",  "--max-time-ms",
+                                     "600000", "--hot",      "--quiet",   "--out",   out.string()};
     args.insert(args.end(), stop.flags.begin(), stop.flags.end());
     const pid_t pid = spawn_cli(args);
     ASSERT_NE(pid, 0);
@@ -309,7 +346,8 @@ TEST(Cli, SigintInsideALargeCaseStopsWithinASecond) {
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
     std::printf("[ stopped  ] %s: exit %.3f s after SIGINT\n", stop.where, seconds);
-    RecordProperty(stop.delay_ms < 1000 ? "seconds_to_exit_reference" : "seconds_to_exit_forwards", fmt::format("{:.3f}", seconds));
+    RecordProperty(stop.delay_ms < 1000 ? "seconds_to_exit_reference" : "seconds_to_exit_forwards",
+                   fmt::format("{:.3f}", seconds));
     EXPECT_LT(seconds, kStopWithinSeconds);
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 130);
@@ -363,10 +401,29 @@ std::vector<attnsuite::bench::ResultRow> expect_valid_sweep_files(const fs::path
 TEST(Cli, SignalsAndKillsAtRandomPointsThenResume) {
   namespace bench = attnsuite::bench;
   const fs::path out = scratch("kills");
-  const std::vector<std::string> sweep = {"bench", "--backends", "cpu-flash,cpu-vanilla", "--dtype", "fp32",
-                                          "--batch", "1,2,3,4", "--seq", "64,128,256,384", "--heads", "2",
-                                          "--head-dim", "32", "--min-reps", "3", "--max-time-ms", "15",
-                                          "--noise", "0.000001", "--hot", "--quiet", "--out", out.string()};
+  const std::vector<std::string> sweep = {"bench",
+                                          "--backends",
+                                          "cpu-flash,cpu-vanilla",
+                                          "--dtype",
+                                          "fp32",
+                                          "--batch",
+                                          "1,2,3,4",
+                                          "--seq",
+                                          "64,128,256,384",
+                                          "--heads",
+                                          "2",
+                                          "--head-dim",
+                                          "32",
+                                          "--min-reps",
+                                          "3",
+                                          "--max-time-ms",
+                                          "15",
+                                          "--noise",
+                                          "0.000001",
+                                          "--hot",
+                                          "--quiet",
+                                          "--out",
+                                          out.string()};
   constexpr std::size_t kCases = 32;
   std::mt19937 rng(std::random_device{}());
   const int signals[] = {SIGINT, SIGTERM, SIGKILL};
@@ -420,7 +477,8 @@ TEST(Cli, SignalsAndKillsAtRandomPointsThenResume) {
     if (rows.size() > rows_before && rows.size() < kCases) ++interrupted_mid_sweep;
     rows_before = rows.size();
   }
-  std::printf("[ stops    ] 12 (SIGINT, SIGTERM, SIGKILL), %d of them mid-sweep after progress\n", interrupted_mid_sweep);
+  std::printf("[ stops    ] 12 (SIGINT, SIGTERM, SIGKILL), %d of them mid-sweep after progress\n",
+              interrupted_mid_sweep);
   const CliResult resumed = run_cli([&] {
     auto args = sweep;
     args.push_back("--resume");

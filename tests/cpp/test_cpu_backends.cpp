@@ -9,19 +9,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <ostream>
 #include <optional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "attnsuite/attnsuite.hpp"
-#include "shape_cases.hpp"
 #include "cli_test_support.hpp"
-#include "cpu/cpu_backends.hpp"
 #include "core/isa.hpp"
 #include "core/peak.hpp"
+#include "cpu/cpu_backends.hpp"
+#include "shape_cases.hpp"
 
 namespace attnsuite {
 namespace {
@@ -40,17 +40,14 @@ struct HostTensor {
 
 // The storage starts as all-ones bytes, a NaN in every dtype: padding a backend must not read
 // and outputs it must overwrite.
-HostTensor make_tensor(std::array<std::int64_t, 4> shape, DType dtype, Layout layout,
-                       std::int64_t dim_padding = 0) {
+HostTensor make_tensor(std::array<std::int64_t, 4> shape, DType dtype, Layout layout, std::int64_t dim_padding = 0) {
   std::array<std::int64_t, 4> padded = shape;
   padded[3] += dim_padding;
   HostTensor tensor;
   tensor.view.dtype = dtype;
   tensor.view.shape = shape;
   tensor.view.strides = TensorView::dense_strides(padded, layout);
-  tensor.storage.assign(
-      static_cast<std::size_t>(padded[0] * padded[1] * padded[2] * padded[3]) * size_of(dtype),
-      0xFF);
+  tensor.storage.assign(static_cast<std::size_t>(padded[0] * padded[1] * padded[2] * padded[3]) * size_of(dtype), 0xFF);
   tensor.view.data = tensor.storage.data();
   return tensor;
 }
@@ -68,8 +65,7 @@ void for_each_index(const TensorView& view, F&& body) {
 void fill_normal(HostTensor& tensor, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for_each_index(tensor.view, [&](auto b, auto s, auto h, auto d) {
-    store_from_float(tensor.view.data, tensor.view.dtype, tensor.view.offset(b, s, h, d),
-                     normal(rng));
+    store_from_float(tensor.view.data, tensor.view.dtype, tensor.view.offset(b, s, h, d), normal(rng));
   });
 }
 
@@ -107,14 +103,13 @@ bool visible(const AttentionProblem& p, std::int64_t i, std::int64_t j) {
 }
 
 float scale_of(const AttentionProblem& p) {
-  return p.scale != 0.0f ? p.scale
-                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)));
+  return p.scale != 0.0f ? p.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)));
 }
 
 // Real is double for the ground truth, float for the same-dtype naive implementation.
 template <class Real>
-Outputs naive_attention(const AttentionProblem& p, const std::vector<float>& q,
-                        const std::vector<float>& k, const std::vector<float>& v) {
+Outputs naive_attention(const AttentionProblem& p, const std::vector<float>& q, const std::vector<float>& k,
+                        const std::vector<float>& v) {
   const std::int64_t hq = p.heads_q, hkv = p.heads_kv, nq = p.seq_q, nk = p.seq_kv;
   const std::int64_t d_qk = p.head_dim, d_v = p.dim_v();
   const Real scale = scale_of(p);
@@ -188,13 +183,12 @@ struct RunOutput {
   RunReport report;
 };
 
-RunOutput run_backend(const Backend& backend, const AttentionProblem& p, const Inputs& in,
-                      std::int64_t dim_padding = 0, const PlanOptions& options = {}) {
+RunOutput run_backend(const Backend& backend, const AttentionProblem& p, const Inputs& in, std::int64_t dim_padding = 0,
+                      const PlanOptions& options = {}) {
   RunOutput run;
   run.o = make_tensor({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.dtype, p.layout, dim_padding);
   poison(run.o);
-  run.lse.assign(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q),
-                 std::numeric_limits<float>::quiet_NaN());
+  run.lse.assign(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q), std::numeric_limits<float>::quiet_NaN());
   AttentionArgs args;
   args.q = in.q.view;
   args.k = in.k.view;
@@ -248,21 +242,19 @@ std::vector<double> to_double(const std::vector<float>& values) {
 double output_floor(DType dtype, double max_ref) {
   if (dtype == DType::F32) return 1e-6;
   const int mantissa_bits = dtype == DType::F16 ? 10 : 7;
-  const double ulp = std::ldexp(
-      1.0, static_cast<int>(std::floor(std::log2(std::max(max_ref, 1e-3)))) - mantissa_bits);
+  const double ulp = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(std::max(max_ref, 1e-3)))) - mantissa_bits);
   return 2.0 * ulp;
 }
 
-void expect_within(const char* what, const ErrorStats& backend, const ErrorStats& naive,
-                   double floor) {
+void expect_within(const char* what, const ErrorStats& backend, const ErrorStats& naive, double floor) {
   const double tolerance = 2.0 * naive.max_abs + floor;
   EXPECT_EQ(backend.nans, 0) << what << ": " << backend.nans << " NaN elements";
   EXPECT_EQ(backend.wrong_infinities, 0) << what << ": " << backend.wrong_infinities
                                          << " elements where -inf was expected or produced wrongly";
-  EXPECT_LE(backend.max_abs, tolerance)
-      << what << ": max abs error " << backend.max_abs << " (element " << backend.worst
-      << "), mean abs error " << backend.mean_abs << "; naive same-dtype max " << naive.max_abs
-      << " mean " << naive.mean_abs << "; tolerance " << tolerance;
+  EXPECT_LE(backend.max_abs, tolerance) << what << ": max abs error " << backend.max_abs << " (element "
+                                        << backend.worst << "), mean abs error " << backend.mean_abs
+                                        << "; naive same-dtype max " << naive.max_abs << " mean " << naive.mean_abs
+                                        << "; tolerance " << tolerance;
 }
 
 // Checks a backend's O and LSE for problem p against the fp64 loop; returns what the run reported.
@@ -305,9 +297,6 @@ RunReport check_backend(const std::string& name, const AttentionProblem& p, std:
 // ---------------------------------------------------------------------------------------------
 // The cases: every backend × every shape it supports, in both layouts.
 
-
-
-
 std::vector<Case> cases() {
   std::vector<Case> list = shape_cases();
   // The forward's head dims beyond the shared ones.
@@ -329,18 +318,15 @@ std::vector<Param> params() {
   std::vector<Param> out;
   for (const char* backend : {"reference", "cpu-vanilla", "cpu-flash"}) {
     for (const Case& c : cases()) {
-      for (Layout layout : {Layout::BSHD, Layout::BHSD})
-        out.push_back({backend, c, DType::F32, layout});
+      for (Layout layout : {Layout::BSHD, Layout::BHSD}) out.push_back({backend, c, DType::F32, layout});
     }
   }
   // 16-bit inputs: vanilla is fp32 only.
   for (const char* backend : {"reference", "cpu-flash"}) {
-    for (const char* label :
-         {"seq33", "causal_q_gt_kv", "gqa_8_2", "dim40_dv72", "window_masks_rows"}) {
+    for (const char* label : {"seq33", "causal_q_gt_kv", "gqa_8_2", "dim40_dv72", "window_masks_rows"}) {
       for (const Case& c : cases()) {
         if (c.label != label) continue;
-        for (DType dtype : {DType::F16, DType::BF16})
-          out.push_back({backend, c, dtype, Layout::BSHD});
+        for (DType dtype : {DType::F16, DType::BF16}) out.push_back({backend, c, dtype, Layout::BSHD});
       }
     }
   }
@@ -367,8 +353,7 @@ TEST_P(CpuBackendAccuracy, MatchesFp64Loop) {
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   std::string name = info.param.backend + "_" + info.param.entry.label + "_" +
-                     std::string(to_string(info.param.dtype)) + "_" +
-                     std::string(to_string(info.param.layout));
+                     std::string(to_string(info.param.dtype)) + "_" + std::string(to_string(info.param.layout));
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
@@ -395,8 +380,7 @@ TEST(CpuBackends, ReferenceTakesAnyLastDimStride) {
   Inputs sparse = dense;
   for (HostTensor* t : {&sparse.q, &sparse.k, &sparse.v}) {
     HostTensor wide =
-        make_tensor({t->view.shape[0], t->view.shape[1], t->view.shape[2], t->view.shape[3] * 2},
-                    p.dtype, p.layout);
+        make_tensor({t->view.shape[0], t->view.shape[1], t->view.shape[2], t->view.shape[3] * 2}, p.dtype, p.layout);
     wide.view.shape = t->view.shape;
     wide.view.strides[3] = 2;
     for_each_index(t->view, [&](auto b, auto s, auto h, auto d) {
@@ -430,8 +414,7 @@ TEST(CpuBackends, ReferenceHeadMatchesLoop) {
   for (std::int64_t i = 0; i < p.seq_q; ++i) {
     EXPECT_NEAR(lse[i], truth.lse[(1 * p.heads_q + 3) * p.seq_q + i], 1e-12);
     for (std::int64_t d = 0; d < p.dim_v(); ++d)
-      EXPECT_NEAR(out[i * p.dim_v() + d],
-                  truth.o[((1 * p.seq_q + i) * p.heads_q + 3) * p.dim_v() + d], 1e-12);
+      EXPECT_NEAR(out[i * p.dim_v() + d], truth.o[((1 * p.seq_q + i) * p.heads_q + 3) * p.dim_v() + d], 1e-12);
   }
 }
 
@@ -443,10 +426,8 @@ TEST(CpuBackends, FlashIsDeterministic) {
     Backend& flash = Registry::global().find("cpu-flash");
     const RunOutput first = run_backend(flash, p, in);
     const RunOutput second = run_backend(flash, p, in);
-    EXPECT_EQ(std::memcmp(first.o.storage.data(), second.o.storage.data(), first.o.storage.size()),
-              0);
-    EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * sizeof(float)),
-              0);
+    EXPECT_EQ(std::memcmp(first.o.storage.data(), second.o.storage.data(), first.o.storage.size()), 0);
+    EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * sizeof(float)), 0);
   }
 }
 
@@ -454,27 +435,23 @@ TEST(CpuBackends, SupportsExplainsRefusals) {
   for (const char* name : {"reference", "cpu-vanilla", "cpu-flash"}) {
     Backend& backend = Registry::global().find(name);
     EXPECT_EQ(backend.device().type, DeviceType::Cpu);
-    for (int dim : {32, 40, 96, 256})
-      EXPECT_TRUE(backend.supports(shape(1, 1, 1, 8, 8, dim)).ok) << name << dim;
+    for (int dim : {32, 40, 96, 256}) EXPECT_TRUE(backend.supports(shape(1, 1, 1, 8, 8, dim)).ok) << name << dim;
     for (int dim : {16, 31, 257, 512}) {
       const Support support = backend.supports(shape(1, 1, 1, 8, 8, dim));
       EXPECT_FALSE(support.ok);
-      EXPECT_EQ(support.reason,
-                "head dim " + std::to_string(dim) + " not supported; allowed: 32..256");
+      EXPECT_EQ(support.reason, "head dim " + std::to_string(dim) + " not supported; allowed: 32..256");
     }
     const Support dim_v = backend.supports(shape(1, 1, 1, 8, 8, 64, 300));
     EXPECT_FALSE(dim_v.ok);
     EXPECT_EQ(dim_v.reason, "head dim 300 not supported; allowed: 32..256");
-    EXPECT_FALSE(
-        backend.supports(shape(1, 3, 2, 8, 8, 64)).ok);  // heads_q not a multiple of heads_kv
+    EXPECT_FALSE(backend.supports(shape(1, 3, 2, 8, 8, 64)).ok);  // heads_q not a multiple of heads_kv
   }
   for (DType dtype : {DType::F16, DType::BF16}) {
     AttentionProblem p = shape(1, 1, 1, 8, 8, 64);
     p.dtype = dtype;
     const Support vanilla = Registry::global().find("cpu-vanilla").supports(p);
     EXPECT_FALSE(vanilla.ok);
-    EXPECT_NE(vanilla.reason.find(std::string(to_string(dtype))), std::string::npos)
-        << vanilla.reason;
+    EXPECT_NE(vanilla.reason.find(std::string(to_string(dtype))), std::string::npos) << vanilla.reason;
     EXPECT_NE(vanilla.reason.find("allowed: fp32"), std::string::npos) << vanilla.reason;
     EXPECT_TRUE(Registry::global().find("cpu-flash").supports(p).ok);
     EXPECT_TRUE(Registry::global().find("reference").supports(p).ok);
@@ -506,12 +483,11 @@ TEST(CpuBackends, RegistersInOrder) {
   std::vector<std::string> first = builtin.names();
   ASSERT_GE(first.size(), 6u);
   first.resize(6);
-  EXPECT_EQ(first,
-            (std::vector<std::string>{"reference", "cpu-vanilla", "cpu-flash", "cpu-sparge", "cpu-block-sparse", "cpu-ring"}));
+  EXPECT_EQ(first, (std::vector<std::string>{"reference", "cpu-vanilla", "cpu-flash", "cpu-sparge", "cpu-block-sparse",
+                                             "cpu-ring"}));
   EXPECT_EQ(registry.find("reference").display_name(), "fp64 reference (attnsuite)");
   EXPECT_EQ(registry.find("cpu-vanilla").display_name(), "vanilla attention (attnsuite, OpenBLAS)");
-  EXPECT_EQ(registry.find("cpu-flash").display_name(),
-            "FlashAttention-style tiled CPU kernel (attnsuite)");
+  EXPECT_EQ(registry.find("cpu-flash").display_name(), "FlashAttention-style tiled CPU kernel (attnsuite)");
 }
 
 // Peak tracked bytes of one forward beyond what was allocated before it.
@@ -529,8 +505,7 @@ TEST(CpuBackends, FlashMemoryIsLinearVanillaIsQuadratic) {
   for (int seq : {1024, 2048}) {
     const AttentionProblem p = shape(1, 4, 4, seq, seq, 64);
     const Inputs in = make_inputs(p, 9);
-    const std::size_t scores_bytes =
-        static_cast<std::size_t>(p.batch) * p.heads_q * seq * seq * sizeof(float);
+    const std::size_t scores_bytes = static_cast<std::size_t>(p.batch) * p.heads_q * seq * seq * sizeof(float);
     const std::size_t vanilla = peak_extra_bytes("cpu-vanilla", p, in);
     const std::size_t flash = peak_extra_bytes("cpu-flash", p, in);
     EXPECT_GE(vanilla, scores_bytes) << "seq " << seq;
@@ -610,8 +585,9 @@ TEST_P(CpuFlashIsa, EveryCaseMatchesTheFp64Loop) {
     AttentionProblem p = param.entry.problem;
     p.dtype = param.dtype;
     p.layout = param.layout;
-    EXPECT_EQ(check_backend("cpu-flash", p, 0x5eed + std::hash<std::string>{}(param.entry.label), 0, options).kernel_config,
-              options.kernel_config);
+    EXPECT_EQ(
+        check_backend("cpu-flash", p, 0x5eed + std::hash<std::string>{}(param.entry.label), 0, options).kernel_config,
+        options.kernel_config);
   }
   check_backend("cpu-flash", with(shape(2, 4, 2, 45, 70, 64), true), 7, /*dim_padding=*/8, options);
 }
@@ -656,7 +632,8 @@ TEST(CpuFlashIsaSelection, EnvironmentVariableChoosesAndIsChecked) {
   const std::string tiles = flash.kernel_configs(p).front();
   unsetenv("ATTNSUITE_CPU_ISA");
   EXPECT_EQ(cpu::selected_cpu_isa(), cpu::widest_cpu_isa());
-  EXPECT_EQ(run_backend(flash, p, in).report.kernel_config, tiles + "/" + std::string(cpu::to_string(cpu::widest_cpu_isa())));
+  EXPECT_EQ(run_backend(flash, p, in).report.kernel_config,
+            tiles + "/" + std::string(cpu::to_string(cpu::widest_cpu_isa())));
 
   setenv("ATTNSUITE_CPU_ISA", "avx2", 1);
   EXPECT_EQ(run_backend(flash, p, in).report.kernel_config, tiles + "/avx2");

@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "attnsuite/attnsuite.hpp"
-#include "shape_cases.hpp"
+#include "core/peak.hpp"
 #include "cpu/backward.hpp"
 #include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
-#include "core/peak.hpp"
+#include "shape_cases.hpp"
 
 namespace attnsuite {
 namespace {
@@ -228,8 +228,6 @@ BackwardData make_data(const AttentionProblem& p, std::uint64_t seed) {
   data.set_forward();
   return data;
 }
-
-
 
 // ---------------------------------------------------------------------------------------------
 // The reference against finite differences of L = Σ dO∘O(Q, K, V), the forward in fp64 above.
@@ -453,7 +451,6 @@ void check_kernel(const std::string& name, BackwardData& data, int threads = cpu
 
 // ---------------------------------------------------------------------------------------------
 // The cases: every kernel × every shape, both layouts, fp32; 16-bit on a subset.
-
 
 std::vector<Case> cases() { return shape_cases(); }
 
@@ -837,8 +834,8 @@ TEST(CpuBackward, FlashMemoryIsLinearVanillaIsQuadratic) {
 // --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_Timing*'). Default case: N = 2048,
 // 16 heads, d 64, fp32, batch 1, non-causal. Environment: ATTNSUITE_BWD_SEQ, _HEADS, _CAUSAL=1,
 // _REPS (per kernel and round, default 5), _ROUNDS (default 3), _CONFIG (a flash tile config),
-// _ONLY=<kernel>, _THREADS (the kernels' threads; OpenBLAS keeps its own). Each round measures the FMA peak, then both kernels back to back; the machine
-// is shared, so compare rounds whose peak is near the quiet figure.
+// _ONLY=<kernel>, _THREADS (the kernels' threads; OpenBLAS keeps its own). Each round measures the FMA peak, then both
+// kernels back to back; the machine is shared, so compare rounds whose peak is near the quiet figure.
 int env_int(const char* name, int fallback) {
   const char* value = std::getenv(name);
   return value != nullptr ? std::atoi(value) : fallback;

@@ -82,9 +82,11 @@ TEST_P(CudaBackendTest, SlidingWindowWithFullyMaskedRows) {
   check_backend(GetParam(), p);
 }
 
-const std::vector<std::string> kCudaBackends = {"cuda-vanilla", "flash2",
+const std::vector<std::string> kCudaBackends = {
+    "cuda-vanilla",
+    "flash2",
 #if ATTNSUITE_HAVE_FLASH3
-                                                 "flash3",
+    "flash3",
 #endif
 };
 

@@ -118,8 +118,9 @@ TEST(CudaFlash2Backward, RefusedUnlessOptedIn) {
       ADD_FAILURE() << "a backward plan without the opt-in (value '" << value << "')";
     } catch (const Error& error) {
       EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
-      EXPECT_NE(std::string(error.what()).find("flash2's backward is experimental: not yet run on a GPU; opt in with "
-                                               "the backend option experimental_backward=1"),
+      EXPECT_NE(std::string(error.what())
+                    .find("flash2's backward is experimental: not yet run on a GPU; opt in with "
+                          "the backend option experimental_backward=1"),
                 std::string::npos)
           << error.what();
     }
@@ -255,9 +256,9 @@ TEST(CudaFlash2Backward, SlidingWindows) {
                     int heads_kv, int head_dim) {
     return windowed(make_problem(1, heads_q, heads_kv, seq_q, seq_kv, head_dim, dtype, layout, causal), left, right);
   };
-  check_both_modes(p(300, 300, true, 40, 0, DType::F16, Layout::BSHD, 2, 2, 64));   // local
+  check_both_modes(p(300, 300, true, 40, 0, DType::F16, Layout::BSHD, 2, 2, 64));    // local
   check_both_modes(p(250, 260, false, 17, 9, DType::BF16, Layout::BSHD, 2, 2, 64));  // both sides
-  check_both_modes(p(150, 40, true, 5, 0, DType::F16, Layout::BSHD, 2, 2, 64));     // rows that see no key
+  check_both_modes(p(150, 40, true, 5, 0, DType::F16, Layout::BSHD, 2, 2, 64));      // rows that see no key
   check_both_modes(p(120, 50, false, -1, 3, DType::BF16, Layout::BHSD, 2, 2, 128));  // right only
   check_both_modes(p(300, 300, true, 33, -1, DType::BF16, Layout::BHSD, 4, 2, 64));  // GQA
   check_both_modes(p(200, 150, false, 16, 4, DType::F16, Layout::BSHD, 2, 2, 128));

@@ -31,11 +31,11 @@ namespace {
 using namespace testing_support;
 
 // The flash3 tests that need the kernel itself skip (with the reason) where it cannot run.
-#define SKIP_UNLESS_FLASH3_RUNS(problem)                                                 \
-  do {                                                                                   \
-    SKIP_WITHOUT_CUDA_DEVICE();                                                          \
-    const Support flash3_support = Registry::global().find("flash3").supports(problem);  \
-    if (!flash3_support.ok) GTEST_SKIP() << flash3_support.reason;                       \
+#define SKIP_UNLESS_FLASH3_RUNS(problem)                                                \
+  do {                                                                                  \
+    SKIP_WITHOUT_CUDA_DEVICE();                                                         \
+    const Support flash3_support = Registry::global().find("flash3").supports(problem); \
+    if (!flash3_support.ok) GTEST_SKIP() << flash3_support.reason;                      \
   } while (0)
 
 TEST(CudaFlash3, Deterministic) {
@@ -375,8 +375,8 @@ TEST(CudaFlash3, RefusesWhatItDoesNotSupport) {
     EXPECT_TRUE(support.ok) << support.reason;
   } else {
     EXPECT_FALSE(support.ok);
-    EXPECT_EQ(support.reason, "flash3 needs sm_90 (Hopper); this GPU is sm_" +
-                                  std::to_string(info.compute_capability()));
+    EXPECT_EQ(support.reason,
+              "flash3 needs sm_90 (Hopper); this GPU is sm_" + std::to_string(info.compute_capability()));
   }
 }
 

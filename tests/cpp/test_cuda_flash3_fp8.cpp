@@ -84,11 +84,11 @@ std::vector<double> output_values(const AttentionProblem& p, const DeviceRun& ru
   return got;
 }
 
-#define SKIP_UNLESS_FLASH3_FP8_RUNS(problem)                                                    \
-  do {                                                                                          \
-    SKIP_WITHOUT_CUDA_DEVICE();                                                                 \
-    const Support fp8_support = Registry::global().find("flash3-fp8").supports(problem);        \
-    if (!fp8_support.ok) GTEST_SKIP() << fp8_support.reason;                                    \
+#define SKIP_UNLESS_FLASH3_FP8_RUNS(problem)                                             \
+  do {                                                                                   \
+    SKIP_WITHOUT_CUDA_DEVICE();                                                          \
+    const Support fp8_support = Registry::global().find("flash3-fp8").supports(problem); \
+    if (!fp8_support.ok) GTEST_SKIP() << fp8_support.reason;                             \
   } while (0)
 
 // One problem: O within the fp8 bound of the dequantized-input reference, LSE within 0.01
@@ -106,7 +106,8 @@ std::string check_flash3_fp8(const AttentionProblem& p, const PlanOptions& optio
 
   const ErrorStats err = compare(got, ref.out);
   const ErrorStats naive_err = compare(naive.out, ref.out);
-  const double floor = 2.0 * std::ldexp(1.0, -7) * std::exp2(std::floor(std::log2(std::max(max_abs(ref.out), 1.0 / 16))));
+  const double floor =
+      2.0 * std::ldexp(1.0, -7) * std::exp2(std::floor(std::log2(std::max(max_abs(ref.out), 1.0 / 16))));
   const double bound = 2.0 * naive_err.max_abs + floor;
   EXPECT_EQ(err.nan_count, 0) << "NaN (poison never overwritten, or computed) in O";
   EXPECT_LE(err.max_abs, bound) << "O max abs err " << err.max_abs << " (mean " << err.mean_abs << ") at flat index "
@@ -143,14 +144,14 @@ TEST(CudaFlash3Fp8, MatchesTheQuantizedReference) {
     int window_left, window_right;
   };
   const Case cases[] = {
-      {1, 1, 1, 1, 1, 128, Layout::BSHD, false, -1, -1},       // one key
-      {1, 2, 2, 7, 33, 64, Layout::BSHD, false, -1, -1},       // partial tiles only
-      {2, 4, 4, 257, 257, 128, Layout::BSHD, false, -1, -1},   // 3 K/V tiles, last one 1 key
-      {2, 4, 4, 257, 257, 64, Layout::BSHD, true, -1, -1},     // causal d64
-      {1, 8, 2, 333, 1000, 128, Layout::BHSD, true, -1, -1},   // GQA, seq_q < seq_kv, BHSD
-      {1, 4, 1, 1000, 300, 64, Layout::BSHD, true, -1, -1},    // MQA, seq_q > seq_kv: rows with no key
-      {1, 2, 2, 700, 700, 128, Layout::BSHD, false, 100, 0},   // sliding window
-      {1, 2, 2, 1500, 1500, 128, Layout::BSHD, false, -1, -1}, // 12 K/V tiles: the stage ring wraps 4 times
+      {1, 1, 1, 1, 1, 128, Layout::BSHD, false, -1, -1},        // one key
+      {1, 2, 2, 7, 33, 64, Layout::BSHD, false, -1, -1},        // partial tiles only
+      {2, 4, 4, 257, 257, 128, Layout::BSHD, false, -1, -1},    // 3 K/V tiles, last one 1 key
+      {2, 4, 4, 257, 257, 64, Layout::BSHD, true, -1, -1},      // causal d64
+      {1, 8, 2, 333, 1000, 128, Layout::BHSD, true, -1, -1},    // GQA, seq_q < seq_kv, BHSD
+      {1, 4, 1, 1000, 300, 64, Layout::BSHD, true, -1, -1},     // MQA, seq_q > seq_kv: rows with no key
+      {1, 2, 2, 700, 700, 128, Layout::BSHD, false, 100, 0},    // sliding window
+      {1, 2, 2, 1500, 1500, 128, Layout::BSHD, false, -1, -1},  // 12 K/V tiles: the stage ring wraps 4 times
   };
   // Both schedules (v2 "default", "v1"), each case against the e4m3 reference.
   const Backend& fp8 = Registry::global().find("flash3-fp8");
@@ -240,8 +241,9 @@ TEST(CudaFlash3Fp8, RefusesWhatItDoesNotSupport) {
   AttentionProblem p = make_problem(1, 2, 2, 128, 128, 128, DType::F16, Layout::BSHD, false);
   Support support = fp8.supports(p);
   EXPECT_FALSE(support.ok);
-  EXPECT_EQ(support.reason, "dtype fp16 not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend), "
-                            "e4m3 (experimental)");
+  EXPECT_EQ(support.reason,
+            "dtype fp16 not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend), "
+            "e4m3 (experimental)");
 
   p.dtype = DType::F32;
   support = fp8.supports(p);
@@ -292,8 +294,8 @@ TEST(CudaFlash3Fp8, RefusesWhatItDoesNotSupport) {
     }
   } else {
     EXPECT_FALSE(support.ok);
-    EXPECT_EQ(support.reason, "flash3-fp8 needs sm_90 (Hopper); this GPU is sm_" +
-                                  std::to_string(info.compute_capability()));
+    EXPECT_EQ(support.reason,
+              "flash3-fp8 needs sm_90 (Hopper); this GPU is sm_" + std::to_string(info.compute_capability()));
   }
 }
 
@@ -324,7 +326,8 @@ E4m3Tensor quantized(const HostTensor& t) {
   for (std::int64_t b = 0; b < t.shape[0]; ++b)
     for (std::int64_t s = 0; s < t.shape[1]; ++s)
       for (std::int64_t h = 0; h < t.shape[2]; ++h)
-        for (std::int64_t d = 0; d < t.shape[3]; ++d) out.bytes[static_cast<std::size_t>(t.offset(b, s, h, d))] = dense[i++];
+        for (std::int64_t d = 0; d < t.shape[3]; ++d)
+          out.bytes[static_cast<std::size_t>(t.offset(b, s, h, d))] = dense[i++];
   return out;
 }
 

@@ -49,10 +49,10 @@ void check_ring(int world) {
   const PlanOptions options = ring_option("ring_world", std::to_string(world));
   for (bool causal : {false, true}) {
     check_backend("ring", make_problem(1, 8, 8, 1024, 1024, 128, DType::BF16, Layout::BSHD, causal), options);
-    check_backend("ring",
-                  make_problem(2, 8, 2, 1000 + 2 * world + 1, 1000 + 2 * world + 1, 128, DType::BF16, Layout::BSHD,
-                               causal),
-                  options);
+    check_backend(
+        "ring",
+        make_problem(2, 8, 2, 1000 + 2 * world + 1, 1000 + 2 * world + 1, 128, DType::BF16, Layout::BSHD, causal),
+        options);
     check_backend("ring", make_problem(1, 4, 1, 777, 777, 64, DType::F16, Layout::BSHD, causal), options);
   }
 }
@@ -97,8 +97,10 @@ TEST(CudaRing, RefusesWhatItCannotShard) {
   EXPECT_EQ(refusal(p, one), "");
   const PlanOptions too_many = ring_option("ring_world", std::to_string(visible_gpus() + 1));
   EXPECT_NE(refusal(p, too_many).find("GPUs visible"), std::string::npos) << refusal(p, too_many);
-  for (const auto& [key, value] : {std::pair<std::string, std::string>{"ring_mode", "fast"}, {"ring_world", "0"},
-                                   {"ring_world", "x"}, {"ring_inputs", "cached"}}) {
+  for (const auto& [key, value] : {std::pair<std::string, std::string>{"ring_mode", "fast"},
+                                   {"ring_world", "0"},
+                                   {"ring_world", "x"},
+                                   {"ring_inputs", "cached"}}) {
     try {
       (void)ring.plan(p, ring_option(key, value));
       ADD_FAILURE() << key << " = " << value << " was accepted";

@@ -8,12 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "attnsuite/attnsuite.hpp"
 #include "cli_test_support.hpp"
@@ -29,7 +28,8 @@ TEST(E4m3Dtype, NamesSizeAndOutputDtype) {
   for (const char* name : {"e4m3", "fp8", "float8_e4m3fn"}) EXPECT_EQ(parse_dtype(name), DType::E4M3) << name;
   EXPECT_FALSE(parse_dtype("e5m2").has_value());
   EXPECT_FALSE(parse_dtype("fp8_e4m3").has_value());
-  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::E4M3}) EXPECT_EQ(parse_dtype(to_string(dtype)), dtype);
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::E4M3})
+    EXPECT_EQ(parse_dtype(to_string(dtype)), dtype);
   EXPECT_EQ(to_string(DType::E4M3), "e4m3");
   EXPECT_EQ(size_of(DType::E4M3), 1u);
   EXPECT_EQ(output_dtype(DType::E4M3), DType::BF16);
@@ -130,7 +130,8 @@ struct Pair {
   Tensor e4m3, f32;
 };
 
-Pair random_pair(std::array<std::int64_t, 4> shape, Layout layout, std::int64_t padding, float sigma, std::uint64_t seed) {
+Pair random_pair(std::array<std::int64_t, 4> shape, Layout layout, std::int64_t padding, float sigma,
+                 std::uint64_t seed) {
   Pair pair{make_tensor(shape, DType::E4M3, layout, padding), make_tensor(shape, DType::F32, layout)};
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, sigma);
@@ -142,7 +143,8 @@ Pair random_pair(std::array<std::int64_t, 4> shape, Layout layout, std::int64_t 
   for_each_index(pair.e4m3.view, [&](auto b, auto s, auto h, auto d) {
     const std::uint8_t byte = bytes[i++];
     pair.e4m3.storage[static_cast<std::size_t>(pair.e4m3.view.offset(b, s, h, d))] = byte;
-    static_cast<float*>(pair.f32.view.data)[pair.f32.view.offset(b, s, h, d)] = e4m3_bits_to_float(byte) * pair.e4m3.view.descale;
+    static_cast<float*>(pair.f32.view.data)[pair.f32.view.offset(b, s, h, d)] =
+        e4m3_bits_to_float(byte) * pair.e4m3.view.descale;
   });
   return pair;
 }
@@ -237,7 +239,8 @@ TEST(E4m3CpuBackends, MatchTheReferenceOfTheDequantizedInputs) {
           for (int i = 0; i < p.seq_q; ++i) {
             for (int d = 0; d < p.dim_v(); ++d, ++n) {
               const double got = o.view.load(o.view.offset(b, i, h, d));
-              max_err = std::max(max_err, std::isnan(got) ? std::numeric_limits<double>::infinity() : std::abs(got - ref_out[n]));
+              max_err = std::max(
+                  max_err, std::isnan(got) ? std::numeric_limits<double>::infinity() : std::abs(got - ref_out[n]));
             }
             const double want = ref_lse[static_cast<std::size_t>((b * p.heads_q + h) * p.seq_q + i)];
             const double got = lse[static_cast<std::size_t>((b * p.heads_q + h) * p.seq_q + i)];
@@ -267,8 +270,9 @@ TEST(E4m3CpuBackends, OthersRefuseWithAReason) {
     if (takes.count(name) > 0) {
       if (backend.device().type == DeviceType::Cpu) {
         EXPECT_TRUE(forward.ok) << forward.reason;
-        EXPECT_EQ(backward.reason, "e4m3 has no backward: e4m3 inputs are for inference (the gradients would need "
-                                   "a dtype and scales of their own)");
+        EXPECT_EQ(backward.reason,
+                  "e4m3 has no backward: e4m3 inputs are for inference (the gradients would need "
+                  "a dtype and scales of their own)");
       }
       continue;
     }
@@ -287,7 +291,8 @@ TEST(E4m3CpuBackends, OthersRefuseWithAReason) {
     ADD_FAILURE() << "cpu-sparge planned an e4m3 problem";
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
-    EXPECT_NE(std::string(error.what()).find("cpu-sparge: dtype e4m3 not supported"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("cpu-sparge: dtype e4m3 not supported"), std::string::npos)
+        << error.what();
   }
 }
 
@@ -298,10 +303,33 @@ TEST(E4m3CpuBackends, OthersRefuseWithAReason) {
 // Gaussian inputs); backends without e4m3 are skipped with their reason.
 TEST(E4m3Bench, CpuRowsSayE4m3AndMeasureTheKernelNotTheQuantization) {
   const fs::path out = scratch("e4m3-bench");
-  const CliResult r = run_cli({"bench", "--backends", "reference,cpu-vanilla,cpu-flash,cpu-sparge", "--dtype", "fp8",
-                               "--batch", "1", "--seq", "96", "--heads", "2", "--kv-heads", "1", "--head-dim", "64",
-                               "--causal", "both", "--layout", "bhsd", "--min-reps", "2", "--max-time-ms", "5", "--hot",
-                               "--quiet", "--out", out.string()});
+  const CliResult r = run_cli({"bench",
+                               "--backends",
+                               "reference,cpu-vanilla,cpu-flash,cpu-sparge",
+                               "--dtype",
+                               "fp8",
+                               "--batch",
+                               "1",
+                               "--seq",
+                               "96",
+                               "--heads",
+                               "2",
+                               "--kv-heads",
+                               "1",
+                               "--head-dim",
+                               "64",
+                               "--causal",
+                               "both",
+                               "--layout",
+                               "bhsd",
+                               "--min-reps",
+                               "2",
+                               "--max-time-ms",
+                               "5",
+                               "--hot",
+                               "--quiet",
+                               "--out",
+                               out.string()});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("8 cases: 6 ok, 2 skipped, 0 failed"), std::string::npos) << r.out;
   const auto json = nlohmann::json::parse(slurp(out / "results.json"));
@@ -336,8 +364,8 @@ TEST(E4m3Bench, SuiteDtypeNamesAndTheirErrors) {
                                 "--quiet", "--out", (dir / "out").string()});
   ASSERT_EQ(ok.code, 0) << ok.err;
   EXPECT_NE(ok.out.find("1 cases: 1 ok"), std::string::npos) << ok.out;
-  const CliResult bad = run_cli({"bench", "--backends", "cpu-flash", "--dtype", "e5m2", "--quiet", "--out",
-                                 (dir / "bad").string()});
+  const CliResult bad =
+      run_cli({"bench", "--backends", "cpu-flash", "--dtype", "e5m2", "--quiet", "--out", (dir / "bad").string()});
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(count_lines(bad.err), 1) << bad.err;
   EXPECT_NE(bad.err.find("allowed: fp32, fp16, bf16, e4m3"), std::string::npos) << bad.err;

@@ -7,23 +7,22 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "attnsuite/attnsuite.hpp"
-#include "report/sweep.hpp"
 #include "fault/fault.hpp"
 #include "gpu_test_support.hpp"
 #include "report/jsonl.hpp"
 #include "report/load.hpp"
+#include "report/sweep.hpp"
 
 namespace fs = std::filesystem;
 
@@ -55,7 +54,7 @@ bench::SweepSpec fixed_spec(std::vector<std::string> backends, DType dtype, int 
 
 struct FaultRun {
   bench::SweepOutcome outcome;
-  std::uint64_t events = 0;    // at the site, from the first case on
+  std::uint64_t events = 0;  // at the site, from the first case on
   std::uint64_t injected = 0;
 };
 
@@ -111,7 +110,8 @@ int survive_faults(const bench::SweepSpec& spec, fault::Site site, DeviceType tr
   const fs::path clean_dir = fresh_dir(name + "_clean");
   const FaultRun clean = sweep_with_fault(spec, clean_dir, site, 0);
   fs::remove_all(clean_dir);
-  for (const auto& row : clean.outcome.rows) EXPECT_EQ(row.status, bench::CaseStatus::Ok) << row.backend << ": " << row.reason;
+  for (const auto& row : clean.outcome.rows)
+    EXPECT_EQ(row.status, bench::CaseStatus::Ok) << row.backend << ": " << row.reason;
   EXPECT_GT(clean.events, 10u) << "the sweep makes too few events to inject faults into";
   EXPECT_EQ(tracker.current(), baseline);
   int tried = 0;
@@ -142,8 +142,9 @@ int survive_faults(const bench::SweepSpec& spec, fault::Site site, DeviceType tr
     fs::remove_all(out);
     ++tried;
   }
-  std::printf("[ faults   ] %d sweeps of %zu cases, each with event n of %llu failed (n = first ... last), all survived\n",
-              tried, clean.outcome.rows.size(), static_cast<unsigned long long>(clean.events));
+  std::printf(
+      "[ faults   ] %d sweeps of %zu cases, each with event n of %llu failed (n = first ... last), all survived\n",
+      tried, clean.outcome.rows.size(), static_cast<unsigned long long>(clean.events));
   return tried;
 }
 
@@ -159,7 +160,8 @@ TEST(FaultInjection, SpecParsing) {
   EXPECT_EQ(fault::fail_here(fault::Site::CudaCall), 0u);
   EXPECT_EQ(fault::fail_here(fault::Site::CudaCall), 2u);
   fault::disarm();
-  for (const char* bad : {"alloc", "alloc:", "alloc:0", "alloc:-1", "alloc:1x", "disk:3", "alloc:1,alloc:2", ",", "cuda:99999999999999999999"}) {
+  for (const char* bad : {"alloc", "alloc:", "alloc:0", "alloc:-1", "alloc:1x", "disk:3", "alloc:1,alloc:2", ",",
+                          "cuda:99999999999999999999"}) {
     try {
       fault::arm_from_spec(bad);
       ADD_FAILURE() << bad << " was accepted";
@@ -198,7 +200,8 @@ TEST(FaultInjection, CliReadsTheEnvironment) {
   const std::string command =
       std::string("ATTNSUITE_FAULT=alloc:9 '") + ATTNSUITE_CLI_PATH +
       "' bench --backends cpu-vanilla,cpu-flash --dtype fp32 --batch 1 --seq 7,33 --heads 2 --head-dim 32 "
-      "--min-reps 2 --max-reps 2 --warmup 1 --hot --quiet --out '" + out.string() + "' >/dev/null 2>&1";
+      "--min-reps 2 --max-reps 2 --warmup 1 --hot --quiet --out '" +
+      out.string() + "' >/dev/null 2>&1";
   const int status = std::system(command.c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 1);  // a case failed; the sweep finished

@@ -114,7 +114,8 @@ TEST(KernelTuner, TriesEveryConfigurationOfCpuFlashAndPicksOneThatRan) {
   for (std::size_t i = 0; i < configs.size(); ++i) {
     EXPECT_EQ(result.candidates[i].config, configs[i]);
     // The backend ran what was forced, and says with which vector ISA.
-    EXPECT_EQ(result.candidates[i].row.kernel_config, configs[i] + "/" + std::string(cpu::to_string(cpu::selected_cpu_isa())));
+    EXPECT_EQ(result.candidates[i].row.kernel_config,
+              configs[i] + "/" + std::string(cpu::to_string(cpu::selected_cpu_isa())));
     EXPECT_EQ(result.candidates[i].row.status, bench::CaseStatus::Ok) << result.candidates[i].row.reason;
   }
   ASSERT_FALSE(result.best.empty()) << result.not_tuned;
@@ -126,7 +127,8 @@ TEST(KernelTuner, TriesEveryConfigurationOfCpuFlashAndPicksOneThatRan) {
 TEST(KernelTuner, ABackendWithoutConfigurationsIsNotTuned) {
   const bench::SweepSpec spec = spec_for("cpu-vanilla");
   bench::Runner runner(spec, Registry::global());
-  const tune::KernelTuneResult result = tune::tune_kernel_case(runner, Registry::global(), bench::expand(spec).front(), {});
+  const tune::KernelTuneResult result =
+      tune::tune_kernel_case(runner, Registry::global(), bench::expand(spec).front(), {});
   EXPECT_TRUE(result.candidates.empty());
   EXPECT_NE(result.not_tuned.find("no kernel configurations"), std::string::npos) << result.not_tuned;
 }
@@ -152,10 +154,11 @@ TEST(KernelTunerCli, WritesTheCacheThatBenchThenUses) {
   const std::filesystem::path dir = scratch("tune_kernels");
   std::filesystem::create_directories(dir);
   const std::string cache = (dir / "cache" / "kernel-configs.json").string();
-  const std::vector<std::string> axes = {"--backends", "cpu-flash", "--dtype", "fp32", "--seq", "96",
-                                         "--heads", "2", "--head-dim", "64", "--causal", "false"};
-  std::vector<std::string> args = {"tune", "--kernels", "--suite", "default", "--kernel-cache", cache,
-                                   "--out", (dir / "tune").string(), "--max-time-ms", "50", "-q"};
+  const std::vector<std::string> axes = {"--backends", "cpu-flash", "--dtype",    "fp32", "--seq",    "96",
+                                         "--heads",    "2",         "--head-dim", "64",   "--causal", "false"};
+  std::vector<std::string> args = {"tune",           "--kernels", "--suite", "default",
+                                   "--kernel-cache", cache,       "--out",   (dir / "tune").string(),
+                                   "--max-time-ms",  "50",        "-q"};
   args.insert(args.end(), axes.begin(), axes.end());
   const auto tuned = run_cli(args);
   ASSERT_EQ(tuned.code, 0) << tuned.err << tuned.out;
@@ -172,8 +175,8 @@ TEST(KernelTunerCli, WritesTheCacheThatBenchThenUses) {
   EXPECT_NE(slurp(dir / "tune" / "tune.md").find(chosen), std::string::npos);
   EXPECT_EQ(tuned.out.find("│"), std::string::npos) << tuned.out;
 
-  std::vector<std::string> bench = {"bench", "--suite", "default", "--out", (dir / "bench").string(),
-                                    "--batch", "1", "--max-time-ms", "20", "-q"};
+  std::vector<std::string> bench = {"bench",   "--suite", "default",       "--out", (dir / "bench").string(),
+                                    "--batch", "1",       "--max-time-ms", "20",    "-q"};
   bench.insert(bench.end(), axes.begin(), axes.end());
   const auto ran = run_cli(bench, {"ATTNSUITE_KERNEL_CACHE=" + cache});
   ASSERT_EQ(ran.code, 0) << ran.err;
@@ -209,15 +212,17 @@ TEST(KernelTunerCli, TunesAShapeOnceWhateverItsGenerators) {
   std::ofstream(suite) << R"({"name": "t", "backends": ["cpu-flash"], "dtype": "fp32", "batch": [1], "seq": [64, 96],
                               "heads": [2], "head_dim": [64], "causal": [false], "generator": ["randn", "uniform"]})";
   const auto tune = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args = {"tune", "--kernels", "--suite", suite, "--kernel-cache", cache,
-                                     "--out", (dir / "tune").string(), "--force", "--max-time-ms", "20", "-q"};
+    std::vector<std::string> args = {"tune",           "--kernels",     "--suite", suite,
+                                     "--kernel-cache", cache,           "--out",   (dir / "tune").string(),
+                                     "--force",        "--max-time-ms", "20",      "-q"};
     args.insert(args.end(), extra.begin(), extra.end());
     return run_cli(args);
   };
   const auto both = tune({});
   ASSERT_EQ(both.code, 0) << both.err << both.out;
   const nlohmann::json result = nlohmann::json::parse(slurp(dir / "tune" / "tune.json"));
-  ASSERT_EQ(result["kernel_tuning"].size(), 2u) << "two shapes (N 64, 96), each once: " << result["kernel_tuning"].dump();
+  ASSERT_EQ(result["kernel_tuning"].size(), 2u)
+      << "two shapes (N 64, 96), each once: " << result["kernel_tuning"].dump();
   std::set<std::string> generators;
   for (const auto& row : result["rows"]) generators.insert(row["generator"].get<std::string>());
   EXPECT_EQ(generators, std::set<std::string>{"randn"}) << "the first generator's inputs";
@@ -264,8 +269,9 @@ TEST(KernelConfigs, SuiteKernelConfigGoesToItsBackendsCases) {
   EXPECT_NE(refused(R"({"backends": ["cpu-flash"], "kernel_config": {"flash9": "q96-k96"}})")
                 .find("'kernel_config.flash9' names a backend this sweep does not run; allowed: cpu-flash"),
             std::string::npos);
-  EXPECT_NE(refused(R"({"backends": ["cpu-flash"], "kernel_config": {"cpu-flash": 3}})").find("kernel_config.cpu-flash"),
-            std::string::npos);
+  EXPECT_NE(
+      refused(R"({"backends": ["cpu-flash"], "kernel_config": {"cpu-flash": 3}})").find("kernel_config.cpu-flash"),
+      std::string::npos);
   EXPECT_NE(refused(R"({"backends": ["cpu-flash"], "kernel_config": "q96-k96"})").find("must be an object"),
             std::string::npos);
 }
@@ -274,10 +280,11 @@ TEST(KernelConfigsCli, BenchRunsTheConfigItIsGivenAndRefusesAWrongOne) {
   const std::filesystem::path dir = scratch("bench_kernel_config");
   std::filesystem::remove_all(dir);
   const auto bench = [&](const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"bench",  "--backends", "cpu-flash", "--dtype",         "fp32", "--seq",
-                                     "96",     "--heads",    "2",         "--head-dim",      "64",   "--batch",
-                                     "1",      "--causal",   "false",     "--max-time-ms",   "20",   "-q",
-                                     "--out",  (dir / name).string()};
+    std::vector<std::string> args = {"bench", "--backends", "cpu-flash", "--dtype",
+                                     "fp32",  "--seq",      "96",        "--heads",
+                                     "2",     "--head-dim", "64",        "--batch",
+                                     "1",     "--causal",   "false",     "--max-time-ms",
+                                     "20",    "-q",         "--out",     (dir / name).string()};
     args.insert(args.end(), extra.begin(), extra.end());
     return run_cli(args, {"ATTNSUITE_KERNEL_CACHE=off"});
   };

@@ -14,12 +14,12 @@
 #include "attnsuite/attnsuite.hpp"
 #include "bench/gpu_workers.hpp"
 #include "bench/runner.hpp"
+#include "cli_test_support.hpp"
+#include "cpu/cpu_backends.hpp"
+#include "gpu_test_support.hpp"
+#include "report/jsonl.hpp"
 #include "report/shard.hpp"
 #include "report/sweep.hpp"
-#include "cli_test_support.hpp"
-#include "gpu_test_support.hpp"
-#include "cpu/cpu_backends.hpp"
-#include "report/jsonl.hpp"
 #include "ring/communicator.hpp"
 #include "ring/cpu_ring.hpp"
 #include "ring/lse_merge.hpp"
@@ -134,7 +134,8 @@ TEST(RingSchedule, EveryPairOnceCausalSkipsExactlyTheInvisibleAndWorkIsBalanced)
       for (int q = 0; q < s.chunks(); ++q)
         for (int k = 0; k < s.chunks(); ++k) {
           const int expected = causal && k > q ? 0 : 1;  // causal: a later chunk is invisible
-          EXPECT_EQ(visits[std::make_pair(q, k)], expected) << "W " << world << " causal " << causal << " pair " << q << "," << k;
+          EXPECT_EQ(visits[std::make_pair(q, k)], expected)
+              << "W " << world << " causal " << causal << " pair " << q << "," << k;
         }
       const auto [lo, hi] = std::minmax_element(work.begin(), work.end());
       EXPECT_LE(*hi - *lo, 2) << "W " << world << " causal " << causal << ": work differs by more than 1 chunk-pair";
@@ -251,7 +252,8 @@ TEST_P(CpuRing, MatchesTheReference) {
   // Poisoned: a row the ring never writes is NaN and fails.
   for (std::int64_t i = 0; i < args.o.numel(); ++i)
     store_from_float(args.o.data, p.dtype, i, std::numeric_limits<float>::quiet_NaN());
-  std::vector<float> lse(static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> lse(static_cast<std::size_t>(p.batch) * p.heads_q * p.seq_q,
+                         std::numeric_limits<float>::quiet_NaN());
   args.lse = {lse.data(), Device{}};
 
   auto backend = ring::make_cpu_ring_backend();
@@ -402,9 +404,7 @@ TEST(Workers, AWorkerThatCannotStartStopsThePoolWithItsName) {
   try {
     bench::run_on_workers(
         2, todo, [](const bench::Case&) { return true; },
-        [](int w) -> bench::Worker {
-          throw Error(ErrorKind::Device, "no such device " + std::to_string(w));
-        },
+        [](int w) -> bench::Worker { throw Error(ErrorKind::Device, "no such device " + std::to_string(w)); },
         [](int w) { return "GPU " + std::to_string(w); }, serial, {});
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
@@ -425,7 +425,8 @@ std::optional<bench::ShardInfo> shard_with(const std::map<std::string, std::stri
 
 TEST(ShardEnvironment, EachLauncher) {
   EXPECT_FALSE(shard_with({}).has_value());
-  auto s = shard_with({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}});
+  auto s =
+      shard_with({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}});
   ASSERT_TRUE(s);
   EXPECT_EQ(s->rank, 2);
   EXPECT_EQ(s->world, 4);
@@ -440,7 +441,9 @@ TEST(ShardEnvironment, EachLauncher) {
   EXPECT_EQ(s->world, 8);
   EXPECT_EQ(s->local_rank, 1);
   // A Slurm array 3-9:2 (3, 5, 7, 9): task 7 is rank 2 of 4.
-  s = shard_with({{"SLURM_ARRAY_TASK_ID", "7"}, {"SLURM_ARRAY_TASK_MIN", "3"}, {"SLURM_ARRAY_TASK_MAX", "9"},
+  s = shard_with({{"SLURM_ARRAY_TASK_ID", "7"},
+                  {"SLURM_ARRAY_TASK_MIN", "3"},
+                  {"SLURM_ARRAY_TASK_MAX", "9"},
                   {"SLURM_ARRAY_TASK_STEP", "2"}});
   ASSERT_TRUE(s);
   EXPECT_EQ(s->rank, 2);
@@ -472,7 +475,9 @@ TEST(ShardEnvironment, BrokenLaunchesAreOneClearError) {
   EXPECT_NE(message({{"RANK", "4"}, {"WORLD_SIZE", "4"}}).find("rank 4 of world size 4"), std::string::npos);
   EXPECT_NE(message({{"RANK", "x"}, {"WORLD_SIZE", "4"}}).find("RANK='x' is not an integer"), std::string::npos);
   EXPECT_NE(message({{"SLURM_ARRAY_TASK_ID", "1"}}).find("neither SLURM_ARRAY_TASK_COUNT"), std::string::npos);
-  EXPECT_NE(message({{"SLURM_ARRAY_TASK_ID", "4"}, {"SLURM_ARRAY_TASK_MIN", "3"}, {"SLURM_ARRAY_TASK_MAX", "9"},
+  EXPECT_NE(message({{"SLURM_ARRAY_TASK_ID", "4"},
+                     {"SLURM_ARRAY_TASK_MIN", "3"},
+                     {"SLURM_ARRAY_TASK_MAX", "9"},
                      {"SLURM_ARRAY_TASK_STEP", "2"}})
                 .find("not MIN=3 plus a multiple of STEP=2"),
             std::string::npos);
@@ -485,14 +490,15 @@ TEST(ShardEnvironment, BrokenLaunchesAreOneClearError) {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kSweep = {"bench",      "-b",          "cpu-flash,cpu-vanilla,cpu-ring", "--seq",
-                                         "48,70",      "--heads",     "2",
-                                         "--kv-heads", "1",           "--batch",     "1",          "--head-dim",
-                                         "32",         "--dtype",     "fp32,bf16",
-                                         "--causal",   "both",        "--min-reps",
-                                         "2",          "--max-reps",  "2",
-                                         "--warmup",   "0",           "--max-time-ms",
-                                         "20",         "-q"};
+const std::vector<std::string> kSweep = {"bench",    "-b",         "cpu-flash,cpu-vanilla,cpu-ring",
+                                         "--seq",    "48,70",      "--heads",
+                                         "2",        "--kv-heads", "1",
+                                         "--batch",  "1",          "--head-dim",
+                                         "32",       "--dtype",    "fp32,bf16",
+                                         "--causal", "both",       "--min-reps",
+                                         "2",        "--max-reps", "2",
+                                         "--warmup", "0",          "--max-time-ms",
+                                         "20",       "-q"};
 
 std::vector<std::string> sweep_into(const fs::path& out, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = kSweep;
@@ -517,23 +523,24 @@ void run_sharded(const fs::path& out, int world) {
   }
   command += "wait\n";
   ASSERT_EQ(std::system(command.c_str()), 0);
-  ASSERT_FALSE(fs::exists(logs / "failed")) << "a rank failed: " << testing_support::slurp(logs / "failed") << " "
-                                            << testing_support::slurp(logs / "0");
+  ASSERT_FALSE(fs::exists(logs / "failed"))
+      << "a rank failed: " << testing_support::slurp(logs / "failed") << " " << testing_support::slurp(logs / "0");
 }
 
 // The columns that do not depend on timing: what ran, where, and how accurate it was.
 const std::vector<std::string> kContentColumns = {
-    "backend", "display_name", "peer_of",  "device",  "gpu",          "dtype",       "layout", "batch",
-    "heads_q", "heads_kv",     "seq_q",    "seq_kv",  "head_dim",     "causal",      "window_left",
-    "window_right", "generator", "seed",   "max_abs_err", "rel_l2",   "rel_l1",      "cos_sim", "rmse",
-    "accuracy_fraction", "sparsity", "kernel_config", "status"};
+    "backend",     "display_name", "peer_of",           "device",   "gpu",           "dtype",    "layout",
+    "batch",       "heads_q",      "heads_kv",          "seq_q",    "seq_kv",        "head_dim", "causal",
+    "window_left", "window_right", "generator",         "seed",     "max_abs_err",   "rel_l2",   "rel_l1",
+    "cos_sim",     "rmse",         "accuracy_fraction", "sparsity", "kernel_config", "status"};
 
 TEST(ShardedSweep, ThreeProcessesMergedEqualOneRun) {
   const fs::path dir = scratch("sharded");
   const auto single = run_cli(sweep_into(dir / "single"));
   ASSERT_EQ(single.code, 0) << single.err;
   run_sharded(dir / "sharded", 3);
-  for (int r = 0; r < 3; ++r) EXPECT_TRUE(fs::exists(dir / "sharded" / ("shard-" + std::to_string(r) + "-of-3") / "shard.json"));
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(fs::exists(dir / "sharded" / ("shard-" + std::to_string(r) + "-of-3") / "shard.json"));
   const auto merged = run_cli({"merge", (dir / "sharded").string(), "--out", (dir / "merged").string(), "-q"});
   ASSERT_EQ(merged.code, 0) << merged.err;
   EXPECT_NE(merged.out.find("merged 3 shards: 24 cases"), std::string::npos) << merged.out;

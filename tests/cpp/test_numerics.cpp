@@ -88,7 +88,8 @@ Output run(const Backend& backend, const AttentionProblem& p, const Values& in) 
     for (std::int64_t b = 0; b < shape[0]; ++b)
       for (std::int64_t s = 0; s < shape[1]; ++s)
         for (std::int64_t h = 0; h < shape[2]; ++h)
-          for (std::int64_t d = 0; d < shape[3]; ++d) store_from_float(bytes.data(), p.dtype, view.offset(b, s, h, d), values[n++]);
+          for (std::int64_t d = 0; d < shape[3]; ++d)
+            store_from_float(bytes.data(), p.dtype, view.offset(b, s, h, d), values[n++]);
     keep.push_back(ctx->allocate(bytes.size()));
     ctx->copy_to_device(keep.back()->data(), bytes.data(), bytes.size());
     view.data = keep.back()->data();
@@ -131,7 +132,8 @@ Output run(const Backend& backend, const AttentionProblem& p, const Values& in) 
   for (std::int64_t b = 0; b < o_shape[0]; ++b)
     for (std::int64_t s = 0; s < o_shape[1]; ++s)
       for (std::int64_t h = 0; h < o_shape[2]; ++h)
-        for (std::int64_t d = 0; d < o_shape[3]; ++d) out.o.push_back(load_as_float(host.data(), p.dtype, o.offset(b, s, h, d)));
+        for (std::int64_t d = 0; d < o_shape[3]; ++d)
+          out.o.push_back(load_as_float(host.data(), p.dtype, o.offset(b, s, h, d)));
   if (!lse.empty()) {
     out.lse.resize(lse_elements);
     ctx->copy_to_host(out.lse.data(), lse.data, lse_elements * sizeof(float));
@@ -184,8 +186,8 @@ class Numerics : public ::testing::TestWithParam<std::string> {
   std::string skip_reason_;
 };
 
-#define PICK_OR_SKIP(problem)                  \
-  do {                                         \
+#define PICK_OR_SKIP(problem)                         \
+  do {                                                \
     if (!pick(problem)) GTEST_SKIP() << skip_reason_; \
   } while (0)
 
@@ -321,7 +323,8 @@ TEST_P(Numerics, InfInAQueryMakesThatRowNan) {
   in.q[index(p.seq_q, p.heads_q, p.head_dim, 0, row, head, dim)] = kInf;
   // Some key has K[j][dim] > 0, so that row's largest score is +Inf.
   bool positive = false;
-  for (std::int64_t j = 0; j < p.seq_kv; ++j) positive |= in.k[index(p.seq_kv, p.heads_kv, p.head_dim, 0, j, head, dim)] > 0;
+  for (std::int64_t j = 0; j < p.seq_kv; ++j)
+    positive |= in.k[index(p.seq_kv, p.heads_kv, p.head_dim, 0, j, head, dim)] > 0;
   ASSERT_TRUE(positive);
   const Output got = run(*backend_, p, in);
   for (std::int64_t d = 0; d < p.dim_v(); ++d)
@@ -341,7 +344,8 @@ TEST_P(Numerics, InfInAQueryMakesThatRowNan) {
 void check_fully_masked(Backend& backend, const AttentionProblem& p, bool non_finite_values) {
   Values in = random_values(p, 5);
   if (non_finite_values) {
-    for (std::int64_t j = 0; j < p.seq_kv; j += 3) in.v[index(p.seq_kv, p.heads_kv, p.dim_v(), 0, j, 0, j % p.dim_v())] = kNaN;
+    for (std::int64_t j = 0; j < p.seq_kv; j += 3)
+      in.v[index(p.seq_kv, p.heads_kv, p.dim_v(), 0, j, 0, j % p.dim_v())] = kNaN;
     in.v[index(p.seq_kv, p.heads_kv, p.dim_v(), 0, 1, 1, 2)] = kInf;
   }
   const Output got = run(backend, p, in);

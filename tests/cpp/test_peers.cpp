@@ -36,8 +36,8 @@
 
 #include "attnsuite/attnsuite.hpp"
 #include "attnsuite/device_context.hpp"
-#include "cpu/backward.hpp"
 #include "backward_test_support.hpp"
+#include "cpu/backward.hpp"
 #include "cuda/cuda_backends.hpp"
 #include "gpu_test_support.hpp"
 #include "peers/peers.hpp"

@@ -1,5 +1,8 @@
 // Result rows and the files and tables made of them: round trips, atomic writes, interrupted
 // JSONL, relative-to-vanilla columns, summary tables and compare verdicts.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,10 +13,6 @@
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <gtest/gtest.h>
 
 #include "attnsuite/error.hpp"
 #include "bench/result.hpp"
@@ -89,16 +88,12 @@ ResultRow full_row() {
 // Rows compare through their column-ordered JSON text, where NaN is "nan".
 std::string text_of(const ResultRow& row) { return bench::to_ordered_json(row).dump(); }
 
-void expect_same_rows(const std::vector<ResultRow>& expected,
-                      const std::vector<ResultRow>& actual) {
+void expect_same_rows(const std::vector<ResultRow>& expected, const std::vector<ResultRow>& actual) {
   ASSERT_EQ(expected.size(), actual.size());
-  for (std::size_t i = 0; i < expected.size(); ++i)
-    EXPECT_EQ(text_of(expected[i]), text_of(actual[i]));
+  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(text_of(expected[i]), text_of(actual[i]));
 }
 
-void write_raw(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
+void write_raw(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 std::string read_raw(const fs::path& path) { return report::read_text_file(path); }
 
@@ -106,8 +101,8 @@ class ReportFiles : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           fmt::format("attnsuite_report_{}_{}", info->name(), static_cast<long>(::getpid()));
+    dir_ =
+        fs::temp_directory_path() / fmt::format("attnsuite_report_{}_{}", info->name(), static_cast<long>(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -175,20 +170,16 @@ TEST(ResultRow, MalformedRowsNameTheField) {
 
   auto bad = json;
   bad["batch"] = "thirty-two";
-  EXPECT_NE(io_error_message([&] { bench::row_from_json(bad); }).find("'batch'"),
-            std::string::npos);
+  EXPECT_NE(io_error_message([&] { bench::row_from_json(bad); }).find("'batch'"), std::string::npos);
   bad = json;
   bad["status"] = "fine";
-  EXPECT_NE(io_error_message([&] { bench::row_from_json(bad); }).find("'status'"),
-            std::string::npos);
+  EXPECT_NE(io_error_message([&] { bench::row_from_json(bad); }).find("'status'"), std::string::npos);
   bad = json;
   bad["ms_median"] = true;
-  EXPECT_NE(io_error_message([&] { bench::row_from_json(bad); }).find("'ms_median'"),
-            std::string::npos);
+  EXPECT_NE(io_error_message([&] { bench::row_from_json(bad); }).find("'ms_median'"), std::string::npos);
   bad = json;
   bad.erase("backend");
-  EXPECT_NE(io_error_message([&] { bench::row_from_json(bad); }).find("'backend'"),
-            std::string::npos);
+  EXPECT_NE(io_error_message([&] { bench::row_from_json(bad); }).find("'backend'"), std::string::npos);
   io_error_message([&] { bench::row_from_json(nlohmann::json::array()); });
 }
 
@@ -230,14 +221,11 @@ TEST_F(ReportFiles, CsvRoundTripQuotesAndDigits) {
   skipped.status = CaseStatus::Skipped;
   skipped.ms_median.reset();
   skipped.reason = "head dim 96 not supported; allowed: 64, 128";
-  const std::vector<ResultRow> rows = {full_row(), make_row("cpu-vanilla", 12.345678901234),
-                                       skipped};
+  const std::vector<ResultRow> rows = {full_row(), make_row("cpu-vanilla", 12.345678901234), skipped};
 
   const std::string csv = report::to_csv(rows);
-  EXPECT_EQ(csv.substr(0, csv.find('\n')),
-            fmt::format("{}", fmt::join(bench::result_columns(), ",")));
-  EXPECT_NE(csv.find("\"warning: a \"\"quoted\"\", comma-separated\nmulti-line note\""),
-            std::string::npos);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), fmt::format("{}", fmt::join(bench::result_columns(), ",")));
+  EXPECT_NE(csv.find("\"warning: a \"\"quoted\"\", comma-separated\nmulti-line note\""), std::string::npos);
 
   const fs::path path = dir_ / "results.csv";
   report::write_file_atomic(path, csv);
@@ -246,8 +234,8 @@ TEST_F(ReportFiles, CsvRoundTripQuotesAndDigits) {
   EXPECT_EQ(loaded.rows[0].reason, rows[0].reason);
 
   // CRLF line ends and reordered / unknown columns (a spreadsheet's export) read the same.
-  const auto crlf = report::rows_from_csv(
-      "status,extra,backend,batch,ms_median\r\nok,x,cpu-flash,2,1.5\r\n", "crlf.csv");
+  const auto crlf =
+      report::rows_from_csv("status,extra,backend,batch,ms_median\r\nok,x,cpu-flash,2,1.5\r\n", "crlf.csv");
   ASSERT_EQ(crlf.size(), 1u);
   EXPECT_EQ(crlf[0].batch, 2);
   EXPECT_EQ(crlf[0].ms_median, 1.5);
@@ -284,8 +272,7 @@ TEST_F(ReportFiles, JsonlSurvivesAnInterruptedLastLine) {
   const fs::path path = dir_ / "run.jsonl";
   bench::RunHeader header;
   header.suite = "seed";
-  const std::vector<ResultRow> rows = {full_row(), make_row("cpu-flash", 2),
-                                       make_row("cpu-vanilla", 9)};
+  const std::vector<ResultRow> rows = {full_row(), make_row("cpu-flash", 2), make_row("cpu-vanilla", 9)};
   {
     report::JsonlWriter writer(path);
     writer.append_header(header);
@@ -357,8 +344,7 @@ TEST_F(ReportFiles, AtomicWriteReplacesAndLeavesNoTemporaries) {
 TEST_F(ReportFiles, FailedAtomicWriteLeavesTheTargetIntact) {
   // The parent is a regular file: no temporary can be created.
   write_raw(dir_ / "plain", "x");
-  const std::string message =
-      io_error_message([&] { report::write_file_atomic(dir_ / "plain" / "out.csv", "data"); });
+  const std::string message = io_error_message([&] { report::write_file_atomic(dir_ / "plain" / "out.csv", "data"); });
   EXPECT_NE(message.find("plain/out.csv"), std::string::npos) << message;
   EXPECT_NE(message.find("Not a directory"), std::string::npos) << message;
 
@@ -446,13 +432,11 @@ TEST(Sinks, SummaryTablesShowTheCells) {
   report::fill_relative_to_vanilla(rows);
 
   const std::string markdown = report::summary_markdown(rows);
-  EXPECT_NE(markdown.find("| B32 H16/16 N1024 d64 fp16 | cpu-flash | 0.826 |"), std::string::npos)
-      << markdown;
+  EXPECT_NE(markdown.find("| B32 H16/16 N1024 d64 fp16 | cpu-flash | 0.826 |"), std::string::npos) << markdown;
   EXPECT_NE(markdown.find("12.1×"), std::string::npos) << markdown;
   EXPECT_NE(markdown.find("10%"), std::string::npos) << markdown;
   EXPECT_NE(markdown.find("FlashAttention-2 (PyTorch flash backend)"), std::string::npos);
-  EXPECT_NE(markdown.find("skipped: head dim 64 \\| fp16 not supported"), std::string::npos)
-      << markdown;
+  EXPECT_NE(markdown.find("skipped: head dim 64 \\| fp16 not supported"), std::string::npos) << markdown;
   // Grouped by shape: the N2048 row comes after every N1024 row.
   EXPECT_GT(markdown.find("N2048"), markdown.find("PyTorch flash backend"));
 
@@ -525,8 +509,7 @@ TEST(Compare, Verdicts) {
   EXPECT_EQ(result.only_in_a, 1);
   EXPECT_EQ(result.only_in_b, 1);
   EXPECT_EQ(result.accuracy_worse, 1);
-  EXPECT_NE(result.markdown.find("| cpu-flash B32 H16/16 N1024 d64 fp16 | 10.0 | 5.00 | 2.00× |"),
-            std::string::npos)
+  EXPECT_NE(result.markdown.find("| cpu-flash B32 H16/16 N1024 d64 fp16 | 10.0 | 5.00 | 2.00× |"), std::string::npos)
       << result.markdown;
   EXPECT_NE(result.markdown.find("only in A"), std::string::npos);
   EXPECT_NE(result.terminal.find("accuracy worse"), std::string::npos) << result.terminal;

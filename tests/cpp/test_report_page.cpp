@@ -1,6 +1,7 @@
 // The profile (ceilings, roofline class), the sampler, and the report page: HTML and Markdown
 // rendered from committed results files (tests/data/report), plots made by matplotlib, and the
 // tune command as a user runs it.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,16 +11,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "attnsuite/registry.hpp"
+#include "attnsuite/sampler.hpp"
 #include "bench/profile.hpp"
 #include "bench/result.hpp"
-#include "attnsuite/sampler.hpp"
 #include "core/atomic_file.hpp"
 #include "report/html_report.hpp"
 #include "report/load.hpp"
@@ -94,10 +93,10 @@ TEST(Profile, ClassifiesByTheRoofAndTheLaunchTime) {
   roof.compute_flops_per_s = 100e12;  // ridge at 100 FLOP/byte
   roof.memory_bytes_per_s = 1e12;
   roof.launch_seconds = 5e-6;
-  EXPECT_EQ(bench::classify(1e12, 1e9, roof), bench::Bottleneck::Compute);   // 10 ms vs 1 ms
-  EXPECT_EQ(bench::classify(1e10, 1e9, roof), bench::Bottleneck::Memory);    // 0.1 ms vs 1 ms
-  EXPECT_EQ(bench::classify(1e8, 1e6, roof), bench::Bottleneck::Latency);    // 1 µs each < 5 µs
-  EXPECT_EQ(bench::classify(1e11, 1e9, roof), bench::Bottleneck::Compute);   // on the ridge
+  EXPECT_EQ(bench::classify(1e12, 1e9, roof), bench::Bottleneck::Compute);  // 10 ms vs 1 ms
+  EXPECT_EQ(bench::classify(1e10, 1e9, roof), bench::Bottleneck::Memory);   // 0.1 ms vs 1 ms
+  EXPECT_EQ(bench::classify(1e8, 1e6, roof), bench::Bottleneck::Latency);   // 1 µs each < 5 µs
+  EXPECT_EQ(bench::classify(1e11, 1e9, roof), bench::Bottleneck::Compute);  // on the ridge
   roof.memory_bytes_per_s = 0;
   EXPECT_FALSE(bench::classify(1e12, 1e9, roof).has_value());
 }
@@ -182,7 +181,8 @@ TEST(ReportPage, HtmlTableEscapesAndSpans) {
   table.add_separator();
   table.add_spanning_row({"skip"}, "head dim 96 < 128");
   const std::string html = table.html();
-  EXPECT_NE(html.find("<td>&lt;x &amp; y&gt;</td><td class=\"num\">1.5</td><td>&quot;q&quot;</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<td>&lt;x &amp; y&gt;</td><td class=\"num\">1.5</td><td>&quot;q&quot;</td>"), std::string::npos)
+      << html;
   EXPECT_NE(html.find("<td class=\"span\" colspan=\"2\">head dim 96 &lt; 128</td>"), std::string::npos) << html;
   EXPECT_EQ(count_of(html, "<tbody>"), 2u);
 }
@@ -290,7 +290,8 @@ TEST(ReportPage, PlotsAndTheHtmlPageFromTheCli) {
   EXPECT_NE(markdown.find("](plots/roofline.png)"), std::string::npos);
 
   // A tune file adds the tuner's curves.
-  const CliResult tune = run_cli({"report", (kData / "cpu-tune.json").string(), "--plots", (dir / "tune").string()}, dir);
+  const CliResult tune =
+      run_cli({"report", (kData / "cpu-tune.json").string(), "--plots", (dir / "tune").string()}, dir);
   ASSERT_EQ(tune.code, 0) << tune.err;
   EXPECT_TRUE(fs::exists(dir / "tune" / "tuner_throughput_vs_batch.png"));
   EXPECT_TRUE(fs::exists(dir / "tune" / "tuner_throughput_vs_batch.svg"));
@@ -300,8 +301,10 @@ TEST(ReportPage, PlotsAndTheHtmlPageFromTheCli) {
 TEST(ReportPage, HtmlWithoutMatplotlibSaysWhy) {
   const fs::path dir = fresh_dir("nompl");
   ::setenv("ATTNSUITE_PYTHON", "/nonexistent/python3", 1);
-  const CliResult r = run_cli({"report", (kData / "cpu-small.json").string(), "--html", (dir / "page.html").string()}, dir);
-  const CliResult plots = run_cli({"report", (kData / "cpu-small.json").string(), "--plots", (dir / "p").string()}, dir);
+  const CliResult r =
+      run_cli({"report", (kData / "cpu-small.json").string(), "--html", (dir / "page.html").string()}, dir);
+  const CliResult plots =
+      run_cli({"report", (kData / "cpu-small.json").string(), "--plots", (dir / "p").string()}, dir);
   ::unsetenv("ATTNSUITE_PYTHON");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("no Python 3 with matplotlib"), std::string::npos) << r.err;
@@ -315,9 +318,17 @@ TEST(ReportPage, HtmlWithoutMatplotlibSaysWhy) {
 
 TEST(TuneCli, TunesTheCpuBackendsAndWritesTheTable) {
   const fs::path dir = fresh_dir("tune");
-  const CliResult r = run_cli({"tune", "--batch", "--backends", "cpu-flash", "--seq", "64", "--heads", "2", "--head-dim",
-                               "32", "--dtype", "fp32", "--max-batch", "8", "--max-time-ms", "20", "--hot", "--exhaustive",
-                               "--out", (dir / "out").string(), "--cache", (dir / "cache" / "backends.json").string()},
+  const CliResult r = run_cli({"tune",          "--batch",
+                               "--backends",    "cpu-flash",
+                               "--seq",         "64",
+                               "--heads",       "2",
+                               "--head-dim",    "32",
+                               "--dtype",       "fp32",
+                               "--max-batch",   "8",
+                               "--max-time-ms", "20",
+                               "--hot",         "--exhaustive",
+                               "--out",         (dir / "out").string(),
+                               "--cache",       (dir / "cache" / "backends.json").string()},
                               dir);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("tune cpu-flash"), std::string::npos) << r.err;  // progress, without -q
@@ -347,9 +358,11 @@ TEST(TuneCli, TunesTheCpuBackendsAndWritesTheTable) {
   EXPECT_EQ(again.code, 2);
   EXPECT_NE(again.err.find("--force"), std::string::npos);
   // -q: no progress and no table, the closing lines alone.
-  const CliResult quiet = run_cli({"tune", "--batch", "--backends", "cpu-flash", "--seq", "64", "--heads", "2",
-                                   "--head-dim", "32", "--dtype", "fp32", "--max-batch", "2", "--max-time-ms", "5",
-                                   "--hot", "-q", "--out", (dir / "out").string(), "--force", "--no-cache"},
+  const CliResult quiet = run_cli({"tune",    "--batch",   "--backends",  "cpu-flash",  "--seq",
+                                   "64",      "--heads",   "2",           "--head-dim", "32",
+                                   "--dtype", "fp32",      "--max-batch", "2",          "--max-time-ms",
+                                   "5",       "--hot",     "-q",          "--out",      (dir / "out").string(),
+                                   "--force", "--no-cache"},
                                   dir);
   EXPECT_EQ(quiet.code, 0) << quiet.err;
   EXPECT_EQ(quiet.out.find("best batch"), std::string::npos) << quiet.out;
@@ -361,17 +374,34 @@ TEST(TuneCli, TunesTheCpuBackendsAndWritesTheTable) {
 // A tune where no case could run or be tuned is not a success (README, "Exit codes": 3).
 TEST(TuneCli, NothingToTuneIsExitCode3) {
   const fs::path dir = fresh_dir("tune_nothing");
-  const CliResult batch = run_cli({"tune", "--batch", "--backends", "cpu-flash", "--seq", "64", "--heads", "2",
-                                   "--head-dim", "7", "--dtype", "fp32", "--max-batch", "4", "--max-time-ms", "5", "-q",
-                                   "--out", (dir / "batch").string(), "--no-cache"},
+  const CliResult batch = run_cli({"tune",
+                                   "--batch",
+                                   "--backends",
+                                   "cpu-flash",
+                                   "--seq",
+                                   "64",
+                                   "--heads",
+                                   "2",
+                                   "--head-dim",
+                                   "7",
+                                   "--dtype",
+                                   "fp32",
+                                   "--max-batch",
+                                   "4",
+                                   "--max-time-ms",
+                                   "5",
+                                   "-q",
+                                   "--out",
+                                   (dir / "batch").string(),
+                                   "--no-cache"},
                                   dir);
   EXPECT_EQ(batch.code, 3) << batch.err;
   EXPECT_NE(batch.err.find("nothing ran: every case was skipped"), std::string::npos) << batch.err;
   EXPECT_TRUE(fs::exists(dir / "batch" / "tune.json"));
   // cpu-vanilla has no kernel configurations to choose from.
   const CliResult kernels = run_cli({"tune", "--kernels", "--backends", "cpu-vanilla", "--seq", "64", "--heads", "2",
-                                     "--head-dim", "32", "--dtype", "fp32", "--max-time-ms", "5", "-q",
-                                     "--out", (dir / "kernels").string(), "--kernel-cache", (dir / "kc.json").string()},
+                                     "--head-dim", "32", "--dtype", "fp32", "--max-time-ms", "5", "-q", "--out",
+                                     (dir / "kernels").string(), "--kernel-cache", (dir / "kc.json").string()},
                                     dir);
   EXPECT_EQ(kernels.code, 3) << kernels.err;
   EXPECT_NE(kernels.err.find("nothing tuned"), std::string::npos) << kernels.err;

@@ -48,11 +48,11 @@ cuda::sage::Mode mode_of(const std::string& backend) {
 }
 
 // Skips where the backend cannot run (no GPU; sage2 on a GPU or build without FP8 MMA).
-#define SKIP_UNLESS_RUNS(backend, problem)                                            \
-  do {                                                                                \
-    SKIP_WITHOUT_CUDA_DEVICE();                                                       \
-    const Support runs = Registry::global().find(backend).supports(problem);          \
-    if (!runs.ok) GTEST_SKIP() << (backend) << ": " << runs.reason;                   \
+#define SKIP_UNLESS_RUNS(backend, problem)                                   \
+  do {                                                                       \
+    SKIP_WITHOUT_CUDA_DEVICE();                                              \
+    const Support runs = Registry::global().find(backend).supports(problem); \
+    if (!runs.ok) GTEST_SKIP() << (backend) << ": " << runs.reason;          \
   } while (0)
 
 struct DeviceRun {
@@ -86,8 +86,8 @@ DeviceRun run_on_device(const std::string& backend_name, const AttentionProblem&
   options.kernel_config = config;
   const std::unique_ptr<KernelPlan> plan = backend.plan(p, options);
   const HostTensor o_layout({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.layout);
-  auto q = context->allocate(in.q.bytes()), k = context->allocate(in.k.bytes()),
-       v = context->allocate(in.v.bytes()), o = context->allocate(o_layout.bytes());
+  auto q = context->allocate(in.q.bytes()), k = context->allocate(in.k.bytes()), v = context->allocate(in.v.bytes()),
+       o = context->allocate(o_layout.bytes());
   const std::size_t lse_bytes = sizeof(float) * p.batch * p.heads_q * p.seq_q;
   auto lse = context->allocate(lse_bytes);
   context->copy_to_device(q->data(), in.q.bits.data(), in.q.bytes());
@@ -179,7 +179,8 @@ Accuracy check_backend(const std::string& backend_name, const AttentionProblem& 
                        const std::string& config = "") {
   SCOPED_TRACE(backend_name + " " + p.describe() + " " + what);
   const DeviceRun run = run_on_device(backend_name, p, in, /*harness_workspace=*/false, config);
-  EXPECT_EQ(run.kernel_config, config.empty() ? default_kernel_config(backend_name) : config) << "kernel config that ran";
+  EXPECT_EQ(run.kernel_config, config.empty() ? default_kernel_config(backend_name) : config)
+      << "kernel config that ran";
   const Result ref = reference_f64(p, in);
   const std::vector<double> got = output_of(p, run);
   const ErrorStats err = compare(got, ref.out);
@@ -200,9 +201,8 @@ Accuracy check_backend(const std::string& backend_name, const AttentionProblem& 
   EXPECT_EQ(lse_nan, 0) << "NaN in LSE";
   EXPECT_EQ(inf_mismatch, 0) << "rows whose LSE is -inf in one of reference and backend only";
   EXPECT_LE(lse_err, generator == "heavy-q" ? kMaxLseErrorHeavyQ : kMaxLseError) << "LSE max abs error";
-  std::printf("  %-6s %-5s %-56s %-10s cos %.6f  rel L1 %.4f  O max err %.3g  LSE max err %.3g\n",
-              backend_name.c_str(), run.kernel_config.c_str(), p.describe().c_str(), what.c_str(), acc.cos,
-              acc.rel_l1, err.max_abs, lse_err);
+  std::printf("  %-6s %-5s %-56s %-10s cos %.6f  rel L1 %.4f  O max err %.3g  LSE max err %.3g\n", backend_name.c_str(),
+              run.kernel_config.c_str(), p.describe().c_str(), what.c_str(), acc.cos, acc.rel_l1, err.max_abs, lse_err);
   return acc;
 }
 
@@ -216,8 +216,7 @@ class SageTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(SageTest, SequenceLengths) {
   for (int seq : {1, 7, 33, 1000, 4097})
     for (bool causal : {false, true}) {
-      const AttentionProblem p =
-          make_problem(seq > 1000 ? 1 : 2, 2, 2, seq, seq, 64, DType::F16, Layout::BSHD, causal);
+      const AttentionProblem p = make_problem(seq > 1000 ? 1 : 2, 2, 2, seq, seq, 64, DType::F16, Layout::BSHD, causal);
       SKIP_UNLESS_RUNS(GetParam(), p);
       check_random(GetParam(), p);
     }
@@ -351,13 +350,13 @@ TEST(SageQuantKernels, MatchTheHostReference) {
       if (quant_case.poison_blocks) {
         for (int s = 0; s < 16; ++s)
           for (int d = 0; d < p.head_dim; ++d) in.q.bits[static_cast<std::size_t>(in.q.offset(0, 16 + s, 0, d))] = 0;
-        in.q.bits[static_cast<std::size_t>(in.q.offset(0, 200, 1, 9))] = 0x7FC0;       // NaN
-        in.k.bits[static_cast<std::size_t>(in.k.offset(0, 100, 0, 4))] = 0x7F80;       // +inf
+        in.q.bits[static_cast<std::size_t>(in.q.offset(0, 200, 1, 9))] = 0x7FC0;  // NaN
+        in.k.bits[static_cast<std::size_t>(in.k.offset(0, 100, 0, 4))] = 0x7F80;  // +inf
         for (int s = 0; s < p.seq_kv; ++s) in.v.bits[static_cast<std::size_t>(in.v.offset(0, s, 1, 7))] = 0;
       }
       auto context = cuda::make_cuda_context(0);
-      const cuda::sage::WorkspaceLayout l = cuda::sage::workspace_layout(mode, p.batch, p.heads_q, p.heads_kv,
-                                                                         p.seq_q, p.seq_kv, p.head_dim);
+      const cuda::sage::WorkspaceLayout l =
+          cuda::sage::workspace_layout(mode, p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_kv, p.head_dim);
       auto q = context->allocate(in.q.bytes()), k = context->allocate(in.k.bytes()),
            v = context->allocate(in.v.bytes()), w = context->allocate(l.bytes);
       context->copy_to_device(q->data(), in.q.bits.data(), in.q.bytes());
@@ -448,8 +447,8 @@ TEST(SageQuantKernels, MatchTheHostReference) {
       for (int b = 0; b < p.batch; ++b) {
         for (int h = 0; h < p.heads_q; ++h) {
           const std::vector<float> x = slice(in.q, b, h, p.seq_q);
-          const auto ref = cuda::sage::reference::quantize_rows(x.data(), p.seq_q, d, cuda::sage::q_block_rows(mode),
-                                                                multiplier);
+          const auto ref =
+              cuda::sage::reference::quantize_rows(x.data(), p.seq_q, d, cuda::sage::q_block_rows(mode), multiplier);
           const std::size_t base = static_cast<std::size_t>(b * p.heads_q + h);
           const auto* got = reinterpret_cast<const std::int8_t*>(host.data() + l.q8) + base * p.seq_q * d;
           const auto* scale = reinterpret_cast<const float*>(host.data() + l.q_scale) + base * l.q_blocks;
@@ -492,9 +491,9 @@ TEST(SageQuantKernels, MatchTheHostReference) {
       EXPECT_LE(k_off_by_one, static_cast<std::int64_t>(p.batch) * p.heads_kv * p.seq_kv * d / 1000)
           << "K int8 values one step off: more than 0.1%";
       EXPECT_LE(worst_k_scale, 1e-5);
-      std::printf("  quantizers %s %s: K values one step off %lld, K scale worst rel diff %.2g\n",
-                  p.describe().c_str(), mode == cuda::sage::Mode::Sage ? "sage" : "sage2",
-                  static_cast<long long>(k_off_by_one), worst_k_scale);
+      std::printf("  quantizers %s %s: K values one step off %lld, K scale worst rel diff %.2g\n", p.describe().c_str(),
+                  mode == cuda::sage::Mode::Sage ? "sage" : "sage2", static_cast<long long>(k_off_by_one),
+                  worst_k_scale);
     }
 }
 
@@ -523,8 +522,8 @@ std::vector<std::string> configs_to_check(const std::string& name) {
 }
 
 // Every kernel config (`mma`, and `wgmma`, `wgmma-pingpong`, `wgmma-serial` on a compute
-// capability 9.0 GPU of a build with them), forced, on odd shapes: causal with seq_q != seq_kv, GQA, one row, both dtypes, BHSD, a
-// sliding window. (In tools/device/run.sh's compute-sanitizer filter.)
+// capability 9.0 GPU of a build with them), forced, on odd shapes: causal with seq_q != seq_kv, GQA, one row, both
+// dtypes, BHSD, a sliding window. (In tools/device/run.sh's compute-sanitizer filter.)
 TEST(SageBackends, EveryKernelConfigMatchesTheReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (const std::string name : {"sage", "sage2"}) {

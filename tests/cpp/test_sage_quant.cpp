@@ -63,7 +63,7 @@ TEST(SageQuant, Int8ScaleEdgeCases) {
   EXPECT_EQ(q.values[4], 0);
   EXPECT_EQ(q.values[5], 0);
   EXPECT_EQ(q.values[6], 0);
-  EXPECT_EQ(q.values[7], 0);   // 0.25 → 0
+  EXPECT_EQ(q.values[7], 0);  // 0.25 → 0
   EXPECT_FLOAT_EQ(q.scales[0], 2.0f / 127.0f * 0.25f);
   // Ties to even on both sides of zero, and saturation.
   EXPECT_EQ(quantize_int8(2.5f, 1.0f), 2);
@@ -129,8 +129,8 @@ TEST(SageQuant, NonFiniteInputGivesANonFiniteScaleAndZeros) {
 
 TEST(SageQuant, IntToFloatByTheExponentTrickIsExact) {
   const std::int32_t edge = 127 * 127 * 256;
-  for (std::int32_t x : {0, 1, -1, 2, -2, 12345, -54321, 127 * 127 * 128, -127 * 127 * 128, edge, -edge,
-                         (1 << 22) - 1, -(1 << 22)})
+  for (std::int32_t x :
+       {0, 1, -1, 2, -2, 12345, -54321, 127 * 127 * 128, -127 * 127 * 128, edge, -edge, (1 << 22) - 1, -(1 << 22)})
     EXPECT_EQ(int_to_float_exact(x), static_cast<float>(x)) << x;
   std::mt19937 rng(3);
   std::uniform_int_distribution<std::int32_t> dist(-edge, edge);
@@ -150,12 +150,12 @@ TEST(SageQuant, E4m3ConversionMatchesTheFormat) {
   EXPECT_EQ(float_to_e4m3_bits(std::numeric_limits<float>::infinity()), 0x7E);
   EXPECT_EQ(float_to_e4m3_bits(-std::numeric_limits<float>::infinity()), 0xFE);
   EXPECT_EQ(float_to_e4m3_bits(std::nanf("")) & 0x7F, 0x7F);
-  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(1.0f, -9)), 0x01);    // smallest subnormal
-  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(1.0f, -10)), 0x00);   // tie → even (0)
-  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(3.0f, -10)), 0x02);   // 1.5 steps → 2
-  EXPECT_EQ(float_to_e4m3_bits(1.0625f), 0x38);                 // tie between 1 and 1.125 → even
-  EXPECT_EQ(float_to_e4m3_bits(1.1875f), 0x3A);                 // tie between 1.125 and 1.25 → even
-  EXPECT_EQ(float_to_e4m3_bits(464.0f), 0x7E);                  // above 448 saturates
+  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(1.0f, -9)), 0x01);   // smallest subnormal
+  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(1.0f, -10)), 0x00);  // tie → even (0)
+  EXPECT_EQ(float_to_e4m3_bits(std::ldexp(3.0f, -10)), 0x02);  // 1.5 steps → 2
+  EXPECT_EQ(float_to_e4m3_bits(1.0625f), 0x38);                // tie between 1 and 1.125 → even
+  EXPECT_EQ(float_to_e4m3_bits(1.1875f), 0x3A);                // tie between 1.125 and 1.25 → even
+  EXPECT_EQ(float_to_e4m3_bits(464.0f), 0x7E);                 // above 448 saturates
   // Every finite code decodes and re-encodes to itself; midpoints round to the even neighbour.
   for (int code = 0; code < 256; ++code) {
     if ((code & 0x7F) == 0x7F) {
@@ -227,8 +227,7 @@ TEST(SageQuant, FusedDequantizationIsWithinOneIntegerStep) {
   }
   EXPECT_LE(worst_steps, 0.76);  // analytic: 0.75 (half an ulp of 1.5·2^23·c, worst at c = 4/3·2^k); measured 0.749
   std::printf("  fused dequantization: worst error %.3f integer steps (beyond the final rounding)\n", worst_steps);
-  EXPECT_EQ(std::fma(bits_float(static_cast<std::uint32_t>(12345 + kMagicFloatBits)), 0.0f, -12582912.0f * 0.0f),
-            0.0f);
+  EXPECT_EQ(std::fma(bits_float(static_cast<std::uint32_t>(12345 + kMagicFloatBits)), 0.0f, -12582912.0f * 0.0f), 0.0f);
 }
 
 // sage2's K groups (v6): the 32 keys of a 128-key tile whose scores one thread holds — columns
@@ -240,7 +239,8 @@ TEST(SageQuant, CtaBlocksAreTheRulesBlocks) {
   for (const Mode mode : {Mode::Sage, Mode::Sage2})
     for (const int d : {64, 128})
       for (const bool is_k : {false, true}) {
-        SCOPED_TRACE(std::string(mode == Mode::Sage ? "sage" : "sage2") + " d" + std::to_string(d) + (is_k ? " K" : " Q"));
+        SCOPED_TRACE(std::string(mode == Mode::Sage ? "sage" : "sage2") + " d" + std::to_string(d) +
+                     (is_k ? " K" : " Q"));
         const int block_rows = is_k ? k_block_rows(mode, d) : q_block_rows(mode);
         const CtaBlocks layout = cta_blocks(is_k && k_key_groups(mode), block_rows);
         EXPECT_EQ(layout.blocks() * layout.rows_per_block(), kQuantRowsPerCta);
@@ -269,7 +269,8 @@ TEST(SageQuant, Sage2KeyGroupsAreOneThreadsColumnsOfATile) {
       for (int lane = 0; lane < 32; ++lane) {
         std::set<int> groups;
         for (int i = 0; i < 16; ++i)
-          for (int e = 0; e < 2; ++e) groups.insert(k_scale_index(Mode::Sage2, d, tile * 128 + 8 * i + 2 * (lane % 4) + e));
+          for (int e = 0; e < 2; ++e)
+            groups.insert(k_scale_index(Mode::Sage2, d, tile * 128 + 8 * i + 2 * (lane % 4) + e));
         ASSERT_EQ(groups.size(), 1u);
         EXPECT_EQ(*groups.begin(), tile * 4 + lane % 4);
       }
@@ -297,7 +298,7 @@ TEST(SageQuant, Sage2KeyGroupsAreOneThreadsColumnsOfATile) {
 
 TEST(SageQuant, WorkspaceLayoutIsAlignedAndDisjoint) {
   const WorkspaceLayout l = workspace_layout(Mode::Sage2, 2, 8, 2, 1000, 777, 128);
-  EXPECT_EQ(l.q_blocks, 1000);  // sage2: one Q scale per row
+  EXPECT_EQ(l.q_blocks, 1000);                   // sage2: one Q scale per row
   EXPECT_EQ(l.k_blocks, (777 + 127) / 128 * 4);  // sage2: 4 key groups per 128-key tile
   EXPECT_EQ(l.splits, 4);
   EXPECT_EQ(l.v_keys, 832);

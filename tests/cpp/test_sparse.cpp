@@ -8,10 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "attnsuite/attnsuite.hpp"
 #include "attnsuite/device_context.hpp"
@@ -103,7 +102,8 @@ std::vector<double> masked_reference(const Host& h, sparse::BlockShape shape, co
         const int mb = i / shape.m;
         const std::size_t slot = mask.slot(b, hh, mb);
         std::vector<char> kept(static_cast<std::size_t>(mask.n_blocks), 0);
-        for (int c = 0; c < mask.count[slot]; ++c) kept[static_cast<std::size_t>(mask.index[slot * mask.n_blocks + c])] = 1;
+        for (int c = 0; c < mask.count[slot]; ++c)
+          kept[static_cast<std::size_t>(mask.index[slot * mask.n_blocks + c])] = 1;
         std::vector<double> s;
         std::vector<int> keys;
         double mx = -INFINITY;
@@ -208,11 +208,14 @@ TEST(SparseMasks, CoarsenKeepsATileWhereAnyOfItsBlocksIsKept) {
     for (std::size_t slot = 0; slot < mask.count.size(); ++slot) {
       std::vector<int> want;
       for (int c = 0; c < mask.count[slot]; ++c) {
-        const int tile = mask.index[slot * static_cast<std::size_t>(mask.n_blocks) + static_cast<std::size_t>(c)] / factor;
+        const int tile =
+            mask.index[slot * static_cast<std::size_t>(mask.n_blocks) + static_cast<std::size_t>(c)] / factor;
         if (want.empty() || want.back() != tile) want.push_back(tile);
       }
-      const std::vector<int> got(tiles.index.begin() + static_cast<std::ptrdiff_t>(slot * static_cast<std::size_t>(tiles.n_blocks)),
-                                 tiles.index.begin() + static_cast<std::ptrdiff_t>(slot * static_cast<std::size_t>(tiles.n_blocks)) + tiles.count[slot]);
+      const std::vector<int> got(
+          tiles.index.begin() + static_cast<std::ptrdiff_t>(slot * static_cast<std::size_t>(tiles.n_blocks)),
+          tiles.index.begin() + static_cast<std::ptrdiff_t>(slot * static_cast<std::size_t>(tiles.n_blocks)) +
+              tiles.count[slot]);
       EXPECT_EQ(got, want) << "slot " << slot << " factor " << factor;
       EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
     }
@@ -299,7 +302,8 @@ TEST(SparseInputs, LoadsNpyAndSafetensorsAndRejectsBadFiles) {
     const std::uint64_t len = text.size();
     out.write(reinterpret_cast<const char*>(&len), 8);
     out << text;
-    for (int t = 0; t < 3; ++t) out.write(reinterpret_cast<const char*>(bf.data()), static_cast<std::streamsize>(bytes));
+    for (int t = 0; t < 3; ++t)
+      out.write(reinterpret_cast<const char*>(bf.data()), static_cast<std::streamsize>(bytes));
   }
   bench::find_generator("safetensors:" + (dir / "qkv.safetensors").string()).fill(p, 0, q, k, v);
   EXPECT_EQ(k, values);  // the values are exact in bf16
@@ -308,7 +312,8 @@ TEST(SparseInputs, LoadsNpyAndSafetensorsAndRejectsBadFiles) {
   const fs::path bad = dir / "bad";
   fs::create_directories(bad);
   std::vector<std::int32_t> ints(values.size());
-  for (const char* name : {"q", "k", "v"}) write_npy(bad / (std::string(name) + ".npy"), "<i4", {1, 16, 2, 64}, ints.data(), ints.size() * 4);
+  for (const char* name : {"q", "k", "v"})
+    write_npy(bad / (std::string(name) + ".npy"), "<i4", {1, 16, 2, 64}, ints.data(), ints.size() * 4);
   try {
     bench::find_generator("npy:" + bad.string());
     ADD_FAILURE() << "int32 accepted";
@@ -409,7 +414,11 @@ struct DeviceInputs {
   cuda::DeviceBuffer q, k, v, o, workspace;
   AttentionArgs args;
   DeviceInputs(Host& h, std::size_t workspace_bytes)
-      : q(h.q.size()), k(h.k.size()), v(h.v.size()), o(h.o.size()), workspace(std::max<std::size_t>(workspace_bytes, 256)) {
+      : q(h.q.size()),
+        k(h.k.size()),
+        v(h.v.size()),
+        o(h.o.size()),
+        workspace(std::max<std::size_t>(workspace_bytes, 256)) {
     cudaMemcpy(q.data(), h.q.data(), h.q.size(), cudaMemcpyHostToDevice);
     cudaMemcpy(k.data(), h.k.data(), h.k.size(), cudaMemcpyHostToDevice);
     cudaMemcpy(v.data(), h.v.data(), h.v.size(), cudaMemcpyHostToDevice);
@@ -437,7 +446,8 @@ sparse::BlockMask in_tiles(const sparse::BlockMask& mask, int head_dim) {
 }
 
 // Relative L1 of `got` against `want` (both host outputs in the problem's dtype); NaN: infinity.
-double relative_l1(const AttentionProblem& p, const std::vector<unsigned char>& got, const std::vector<unsigned char>& want) {
+double relative_l1(const AttentionProblem& p, const std::vector<unsigned char>& got,
+                   const std::vector<unsigned char>& want) {
   double diff = 0, norm = 0;
   const std::size_t n = got.size() / size_of(p.dtype);
   for (std::size_t i = 0; i < n; ++i) {
@@ -485,7 +495,8 @@ TEST(SparseGpu, PredictorMatchesTheCpuRule) {
             1.0 - static_cast<double>(want.kept_blocks()) / static_cast<double>(sparse::visible_block_count(p, shape));
         // Pooling in fp32 on the GPU and fp64 here can move a block that sits exactly at the
         // cdf boundary: the predicted sparsity agrees to 0.5% of the blocks.
-        EXPECT_NEAR(report->predicted_sparsity, cpu_sparsity, 0.005) << config << " d" << d << (causal ? " causal" : "");
+        EXPECT_NEAR(report->predicted_sparsity, cpu_sparsity, 0.005)
+            << config << " d" << d << (causal ? " causal" : "");
         EXPECT_GT(report->predicted_sparsity, 0.3) << config;
         if (config == "flash3") {
           // The kernel's work: the same blocks coarsened to its tiles (1% of the tiles, 2-4×
@@ -514,7 +525,8 @@ TEST(SparseGpu, GivenMaskMatchesTheMaskedReferenceAndDenseMaskIsTheDenseKernel) 
       for (const std::string& config : block_sparse.kernel_configs(p)) {
         SCOPED_TRACE(config + " " + p.describe());
         const sparse::BlockShape shape = sparse::block_shape_for(p.head_dim);
-        const std::unique_ptr<KernelPlan> masked = block_sparse.plan(p, plan_options(config, "block_mask", "random:0.3"));
+        const std::unique_ptr<KernelPlan> masked =
+            block_sparse.plan(p, plan_options(config, "block_mask", "random:0.3"));
         EXPECT_EQ(masked->workspace_bytes(), 0u);
         DeviceInputs in(h, 0);
         cudaMemset(in.o.data(), 0xFF, in.o.bytes());

@@ -9,10 +9,9 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
-
-#include <nlohmann/json.hpp>
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/memory.hpp"
@@ -21,8 +20,8 @@
 #include "bench/runner.hpp"
 #include "core/host_info.hpp"
 #include "cpu/common.hpp"
-#include "tune/batch_evaluator.hpp"
 #include "tune/backend_cache.hpp"
+#include "tune/batch_evaluator.hpp"
 #include "tune/batch_tuner.hpp"
 #include "tune/tune_output.hpp"
 
@@ -44,7 +43,7 @@ struct CostModel {
   std::function<double(int)> tokens_per_s;  // the truth
   std::function<double(int)> memory_bytes = [](int batch) { return batch * 0.1 * kGiB; };
   double device_bytes = 1e30;
-  double noise = 0;  // relative standard deviation of a latency
+  double noise = 0;              // relative standard deviation of a latency
   double seconds_per_batch = 0;  // the simulated cost of a probe, per sequence of its batch
   std::uint64_t seed = 1;
 
@@ -208,7 +207,8 @@ TEST(BatchTuner, AFlatPeakWithinTheNoiseIsNotSplitFurther) {
       limits.tolerance = 0.01;
       const BatchTuneResult search = search_batch(model.evaluator(), limits);
       ASSERT_TRUE(search.best);
-      EXPECT_GE(model.tokens_per_s(search.best->batch), model.tokens_per_s(32) * (1 - 2 * std::sqrt(2.0) * noise - 0.01))
+      EXPECT_GE(model.tokens_per_s(search.best->batch),
+                model.tokens_per_s(32) * (1 - 2 * std::sqrt(2.0) * noise - 0.01))
           << "noise " << noise << " seed " << seed << ": chose " << search.best->batch;
       // Growing takes 4 (1, 4, 16, 32); then a few probes of the plateau (noise may move the
       // best off 32, and then both sides are looked at). Without the tolerance the noise-free
@@ -404,7 +404,8 @@ TEST(BatchTuner, ReportsWhyNoBatchIsFeasible) {
   const BatchTuneResult search = search_batch(model.evaluator(), limits);
   EXPECT_FALSE(search.best);
   EXPECT_EQ(search.evaluations(), 1);
-  EXPECT_NE(search.no_result_reason().find("batch 1 is infeasible: p95"), std::string::npos) << search.no_result_reason();
+  EXPECT_NE(search.no_result_reason().find("batch 1 is infeasible: p95"), std::string::npos)
+      << search.no_result_reason();
 }
 
 TEST(BatchTuner, StopsAtAFailureAndWhenCancelled) {
@@ -462,11 +463,11 @@ TEST(BatchTuner, SweepReusesKnownProbesAndStopsAtTheMemoryBoundary) {
   BatchLimits limits;
   const BatchTuneResult search = search_batch(model.evaluator(), limits);
   const int searched = model.calls;
-  const auto known_in_range = std::count_if(search.probes.begin(), search.probes.end(),
-                                            [](const BatchProbe& p) { return p.batch <= 41; });
+  const auto known_in_range =
+      std::count_if(search.probes.begin(), search.probes.end(), [](const BatchProbe& p) { return p.batch <= 41; });
   const BatchTuneResult sweep = sweep_batches(model.evaluator(), limits, search.probes);
-  EXPECT_EQ(sweep.evaluations(), 41);                           // 1..41, 41 out of memory
-  EXPECT_EQ(model.calls - searched, 41 - known_in_range);       // only the batches the search skipped
+  EXPECT_EQ(sweep.evaluations(), 41);                      // 1..41, 41 out of memory
+  EXPECT_EQ(model.calls - searched, 41 - known_in_range);  // only the batches the search skipped
   EXPECT_EQ(sweep.best->batch, search.best->batch);
 }
 
@@ -502,13 +503,14 @@ class RunsOutAbove final : public Backend {
   Support supports(const AttentionProblem& p) const override { return flash_->supports(p); }
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& p, const PlanOptions& options) const override {
     auto flash = std::shared_ptr<KernelPlan>(flash_->plan(p, options));
-    return std::make_unique<FunctionPlan>("", 0, [this, p, flash](const AttentionArgs& args, Stream stream, RunReport&) {
-      if (p.batch > fits_) {
-        HostBuffer partial(std::size_t{1} << 20);
-        HostBuffer impossible(4 * host_info().total_memory_bytes);
-      }
-      flash->forward(args, stream);
-    });
+    return std::make_unique<FunctionPlan>("", 0,
+                                          [this, p, flash](const AttentionArgs& args, Stream stream, RunReport&) {
+                                            if (p.batch > fits_) {
+                                              HostBuffer partial(std::size_t{1} << 20);
+                                              HostBuffer impossible(4 * host_info().total_memory_bytes);
+                                            }
+                                            flash->forward(args, stream);
+                                          });
   }
 
  private:
@@ -626,10 +628,19 @@ TEST(BatchEvaluatorGpu, HundredOutOfMemoryProbesLeaveDeviceMemoryAtBaseline) {
 namespace {
 
 nlohmann::json tuning_entry(const std::string& backend, const std::string& device, int seq, double tokens_per_s) {
-  nlohmann::json best = tokens_per_s > 0 ? nlohmann::json{{"batch", 4}, {"tokens_per_s", tokens_per_s}} : nlohmann::json();
-  return {{"backend", backend}, {"device", device}, {"dtype", "bf16"},   {"layout", "bshd"},
-          {"heads_q", 32},      {"heads_kv", 8},    {"seq_q", seq},      {"seq_kv", seq},
-          {"head_dim", 128},    {"causal", true},   {"search", {{"best", best}}}};
+  nlohmann::json best =
+      tokens_per_s > 0 ? nlohmann::json{{"batch", 4}, {"tokens_per_s", tokens_per_s}} : nlohmann::json();
+  return {{"backend", backend},
+          {"device", device},
+          {"dtype", "bf16"},
+          {"layout", "bshd"},
+          {"heads_q", 32},
+          {"heads_kv", 8},
+          {"seq_q", seq},
+          {"seq_kv", seq},
+          {"head_dim", 128},
+          {"causal", true},
+          {"search", {{"best", best}}}};
 }
 
 AttentionProblem gqa_problem(int seq) {
@@ -661,10 +672,11 @@ TEST(BackendCache, MergesATuneAndRanksTheFeasibleBackends) {
   const nlohmann::json header = {{"gpu_name", "NVIDIA H200"}, {"gpu_driver", "580.1"}, {"cpu_model", "EPYC"}};
   nlohmann::json cache = nlohmann::json::object();
   // Two shapes of one class per backend: geometric mean; flash2 fails one of them.
-  const nlohmann::json tuning = {tuning_entry("cudnn", "cuda:0", 2048, 4e6), tuning_entry("cudnn", "cuda:0", 1500, 1e6),
-                                 tuning_entry("flash2", "cuda:0", 2048, 3e6), tuning_entry("flash2", "cuda:0", 1500, 0),
-                                 tuning_entry("flash3", "cuda:0", 2048, 2.5e6), tuning_entry("flash3", "cuda:0", 1500, 1.5e6),
-                                 tuning_entry("cpu-flash", "cpu", 2048, 1e4)};
+  const nlohmann::json tuning = {
+      tuning_entry("cudnn", "cuda:0", 2048, 4e6),    tuning_entry("cudnn", "cuda:0", 1500, 1e6),
+      tuning_entry("flash2", "cuda:0", 2048, 3e6),   tuning_entry("flash2", "cuda:0", 1500, 0),
+      tuning_entry("flash3", "cuda:0", 2048, 2.5e6), tuning_entry("flash3", "cuda:0", 1500, 1.5e6),
+      tuning_entry("cpu-flash", "cpu", 2048, 1e4)};
   EXPECT_EQ(merge_tuning(cache, header, tuning, "t.json", "now"), 2);
   const auto gpu = cached_order(cache, {"NVIDIA H200", "580.1"}, gqa_problem(2048));
   ASSERT_TRUE(gpu.has_value());

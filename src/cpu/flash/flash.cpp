@@ -11,10 +11,10 @@
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/kernel_configs.hpp"
+#include "core/isa.hpp"
 #include "cpu/backward.hpp"
 #include "cpu/common.hpp"
 #include "cpu/flash/forward.hpp"
-#include "core/isa.hpp"
 
 namespace attnsuite::cpu {
 namespace {
@@ -26,9 +26,12 @@ class FlashBackend final : public IdentifiedBackend {
  public:
   FlashBackend()
       : IdentifiedBackend(
-            {"cpu-flash", "FlashAttention-style tiled CPU kernel (attnsuite)", {DeviceType::Cpu, 0},
+            {"cpu-flash",
+             "FlashAttention-style tiled CPU kernel (attnsuite)",
+             {DeviceType::Cpu, 0},
              fmt::format("fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), tiled online softmax, O(N) memory, "
-                         "AVX-512 or AVX2+FMA (widest here: {}; ATTNSUITE_CPU_ISA=avx2 forces AVX2), threaded, causal, window, GQA/MQA, head dim 32..256",
+                         "AVX-512 or AVX2+FMA (widest here: {}; ATTNSUITE_CPU_ISA=avx2 forces AVX2), threaded, causal, "
+                         "window, GQA/MQA, head dim 32..256",
                          to_string(widest_cpu_isa()))}) {}
   Support supports(const AttentionProblem& problem) const override {
     return supports_common(problem, /*takes_e4m3=*/true);
@@ -63,11 +66,13 @@ class FlashBackend final : public IdentifiedBackend {
       const std::string isa_name = options.kernel_config.substr(slash + 1);
       isa = parse_cpu_isa(isa_name);
       if (!isa)
-        throw Error(ErrorKind::Usage, fmt::format("cpu-flash: kernel config '{}': ISA '{}' unknown; allowed: avx2, avx512",
-                                                  options.kernel_config, isa_name));
+        throw Error(ErrorKind::Usage,
+                    fmt::format("cpu-flash: kernel config '{}': ISA '{}' unknown; allowed: avx2, avx512",
+                                options.kernel_config, isa_name));
       if (!cpu_supports(*isa))
-        throw Error(ErrorKind::Unsupported, fmt::format("cpu-flash: kernel config '{}': this CPU has no {} (it runs {})",
-                                                        options.kernel_config, isa_name, to_string(widest_cpu_isa())));
+        throw Error(ErrorKind::Unsupported,
+                    fmt::format("cpu-flash: kernel config '{}': this CPU has no {} (it runs {})", options.kernel_config,
+                                isa_name, to_string(widest_cpu_isa())));
       tile_options.kernel_config = options.kernel_config.substr(0, slash);
     }
     const TileConfig& tiles = find_config(choose_kernel_config(*this, problem, tile_options));
@@ -77,8 +82,12 @@ class FlashBackend final : public IdentifiedBackend {
         [this, problem, &tiles, run_isa](const AttentionArgs& args, Stream, RunReport&) {
           check_args(name(), problem, args, /*contiguous_last_dim=*/true);
           switch (run_isa) {
-            case CpuIsa::Avx512: flash::forward_avx512(problem, args, tiles); return;
-            case CpuIsa::Avx2: flash::forward_avx2(problem, args, tiles); return;
+            case CpuIsa::Avx512:
+              flash::forward_avx512(problem, args, tiles);
+              return;
+            case CpuIsa::Avx2:
+              flash::forward_avx2(problem, args, tiles);
+              return;
           }
         },
         // FlashAttention-2's backward with its own default tiles (flash_backward_configs()).

@@ -35,9 +35,7 @@ struct TileConfig {
 inline constexpr TileConfig kTileConfigs[] = {
     {"q192-k96", 192, 96},  // built in for masked problems and those with few work items
     {"q384-k96", 384, 96},  // built in for the others
-    {"q96-k96", 96, 96},
-    {"q48-k96", 48, 96},
-    {"q192-k192", 192, 192},
+    {"q96-k96", 96, 96},   {"q48-k96", 48, 96}, {"q192-k192", 192, 192},
 };
 
 // Queries are computed in groups of 16 (one AVX-512 vector, two AVX2 ones): a tile's valid

@@ -1,9 +1,9 @@
 // cpu-flash's forward kernel for AVX-512. Only the functions defined between the region
 // markers are compiled for AVX-512; the headers before them stay baseline (simd_target.hpp
 // says why), so forward_kernel.hpp must find everything it includes already included here.
+#include "core/simd_target.hpp"
 #include "cpu/flash/forward.hpp"
 #include "cpu/simd_math.hpp"
-#include "core/simd_target.hpp"
 
 ATTNSUITE_AVX512_BEGIN
 #include "cpu/flash/forward_kernel.hpp"

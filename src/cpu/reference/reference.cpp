@@ -1,7 +1,7 @@
 // `reference`: the fp64 ground truth. Scores of one query row are materialized in double,
 // softmax and P·V are accumulated in double; any dtype and any strides are read element by
-// element through TensorView::load (e4m3: the dequantized value, e4m3 × descale). Slow by design; the harness uses reference_head_f64 to check
-// every other backend on a subset of (batch, head) slices.
+// element through TensorView::load (e4m3: the dequantized value, e4m3 × descale). Slow by design; the harness uses
+// reference_head_f64 to check every other backend on a subset of (batch, head) slices.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,20 +10,19 @@
 #include <vector>
 
 #include "attnsuite/error.hpp"
-#include "cpu/backward.hpp"
 #include "core/cancel.hpp"
+#include "cpu/backward.hpp"
 #include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
 
 namespace attnsuite::cpu {
 
-void reference_head_f64(const AttentionProblem& problem, const AttentionArgs& args, int batch_index,
-                        int q_head, double* out, double* lse) {
-  ATTNSUITE_CHECK(
-      batch_index >= 0 && batch_index < problem.batch && q_head >= 0 && q_head < problem.heads_q,
-      ErrorKind::Usage,
-      fmt::format("reference: slice (batch {}, head {}) is outside the problem ({})", batch_index,
-                  q_head, problem.describe()));
+void reference_head_f64(const AttentionProblem& problem, const AttentionArgs& args, int batch_index, int q_head,
+                        double* out, double* lse) {
+  ATTNSUITE_CHECK(batch_index >= 0 && batch_index < problem.batch && q_head >= 0 && q_head < problem.heads_q,
+                  ErrorKind::Usage,
+                  fmt::format("reference: slice (batch {}, head {}) is outside the problem ({})", batch_index, q_head,
+                              problem.describe()));
   const std::int64_t seq_q = problem.seq_q, seq_kv = problem.seq_kv;
   const std::int64_t head_dim = problem.head_dim, dim_v = problem.dim_v();
   const int kv_head = problem.kv_head_of(q_head);
@@ -52,8 +51,7 @@ void reference_head_f64(const AttentionProblem& problem, const AttentionArgs& ar
       if (lse != nullptr) lse[i] = -std::numeric_limits<double>::infinity();
       continue;
     }
-    for (std::int64_t d = 0; d < head_dim; ++d)
-      query[d] = args.q.load(args.q.offset(batch_index, i, q_head, d));
+    for (std::int64_t d = 0; d < head_dim; ++d) query[d] = args.q.load(args.q.offset(batch_index, i, q_head, d));
     double row_max = -std::numeric_limits<double>::infinity();
     for (std::int64_t j = begin; j < end; ++j) {
       double dot = 0.0;
@@ -77,7 +75,9 @@ namespace {
 class ReferenceBackend final : public IdentifiedBackend {
  public:
   ReferenceBackend()
-      : IdentifiedBackend({"reference", "fp64 reference (attnsuite)", {DeviceType::Cpu, 0},
+      : IdentifiedBackend({"reference",
+                           "fp64 reference (attnsuite)",
+                           {DeviceType::Cpu, 0},
                            "fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), fp64 accumulation, any strides, "
                            "causal, window, GQA/MQA, head dim 32..256"}) {}
   Support supports(const AttentionProblem& problem) const override {
@@ -119,8 +119,7 @@ class ReferenceBackend final : public IdentifiedBackend {
                    }
                    if (!args.lse.empty()) {
                      float* lse_out = args.lse.data + item * seq_q;
-                     for (std::int64_t i = 0; i < seq_q; ++i)
-                       lse_out[i] = static_cast<float>(lse[i]);
+                     for (std::int64_t i = 0; i < seq_q; ++i) lse_out[i] = static_cast<float>(lse[i]);
                    }
                  });
   }

@@ -17,10 +17,14 @@ namespace {
 
 BackendIdentity identity(bool predicted) {
   if (predicted) {
-    return {"cpu-sparge", "cpu-sparge (predicted block-sparse attention on the CPU)", {DeviceType::Cpu, 0},
+    return {"cpu-sparge",
+            "cpu-sparge (predicted block-sparse attention on the CPU)",
+            {DeviceType::Cpu, 0},
             "fp32/fp16/bf16, head dim 64/128/256, causal, window, GQA; --sparse-config FILE"};
   }
-  return {"cpu-block-sparse", "cpu-block-sparse (block-sparse attention with a given mask, CPU)", {DeviceType::Cpu, 0},
+  return {"cpu-block-sparse",
+          "cpu-block-sparse (block-sparse attention with a given mask, CPU)",
+          {DeviceType::Cpu, 0},
           "fp32/fp16/bf16, head dim 64/128/256, causal, window, GQA; --block-mask SPEC"};
 }
 
@@ -36,7 +40,8 @@ class CpuSparseBackend final : public IdentifiedBackend {
     Support support = cpu::supports_common(problem);
     if (!support) return support;
     if (problem.head_dim != 64 && problem.head_dim != 128 && problem.head_dim != 256)
-      return Support::no(fmt::format("head dim {} not supported by {}; allowed: 64, 128, 256", problem.head_dim, name()));
+      return Support::no(
+          fmt::format("head dim {} not supported by {}; allowed: 64, 128, 256", problem.head_dim, name()));
     return support;
   }
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& plan_options) const override {
@@ -61,8 +66,7 @@ class CpuSparseBackend final : public IdentifiedBackend {
     if (predicted_) {
       const auto start = std::chrono::steady_clock::now();
       mask = predict_blocks(problem, args, shape, options.config);
-      stats.predictor_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      stats.predictor_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     } else {
       mask = make_block_mask(options.mask_spec, problem, shape);
     }

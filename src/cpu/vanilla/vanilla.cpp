@@ -49,8 +49,7 @@ float masked_softmax_row(float* row, std::int64_t length, std::int64_t begin, st
     row_sum += values[j];
   }
   const __m256 inverse = _mm256_set1_ps(1.0f / row_sum);
-  for (j = 0; j + 8 <= count; j += 8)
-    _mm256_storeu_ps(values + j, _mm256_mul_ps(_mm256_loadu_ps(values + j), inverse));
+  for (j = 0; j + 8 <= count; j += 8) _mm256_storeu_ps(values + j, _mm256_mul_ps(_mm256_loadu_ps(values + j), inverse));
   for (; j < count; ++j) values[j] *= 1.0f / row_sum;
   return row_max + std::log(row_sum);
 }
@@ -58,16 +57,18 @@ float masked_softmax_row(float* row, std::int64_t length, std::int64_t begin, st
 class VanillaBackend final : public IdentifiedBackend {
  public:
   VanillaBackend()
-      : IdentifiedBackend({"cpu-vanilla", "vanilla attention (attnsuite, OpenBLAS)", {DeviceType::Cpu, 0},
+      : IdentifiedBackend({"cpu-vanilla",
+                           "vanilla attention (attnsuite, OpenBLAS)",
+                           {DeviceType::Cpu, 0},
                            "fp32 (and e4m3 in, dequantized to fp32, bf16 out: forward only), materializes "
                            "B·H·Nq·Nk scores, causal, window, GQA/MQA, head dim 32..256"}) {}
 
   Support supports(const AttentionProblem& problem) const override {
     if (problem.dtype != DType::F32 && problem.dtype != DType::E4M3) {
-      return Support::no(fmt::format(
-          "dtype {} not supported; allowed: fp32, e4m3 (cpu-vanilla is the fp32 BLAS baseline; "
-          "cpu-flash and reference take fp16/bf16)",
-          to_string(problem.dtype)));
+      return Support::no(
+          fmt::format("dtype {} not supported; allowed: fp32, e4m3 (cpu-vanilla is the fp32 BLAS baseline; "
+                      "cpu-flash and reference take fp16/bf16)",
+                      to_string(problem.dtype)));
     }
     return supports_common(problem, /*takes_e4m3=*/true);
   }
@@ -115,14 +116,16 @@ class VanillaBackend final : public IdentifiedBackend {
     dense.v = dense_f32(args.v);
     dense.o = dense_f32(args.o);
     // A pair, not a structured binding: clang (the sanitizer build) does not let a lambda capture one.
-    for (const auto& pair : {std::pair{&args.q, &dense.q}, std::pair{&args.k, &dense.k}, std::pair{&args.v, &dense.v}}) {
+    for (const auto& pair :
+         {std::pair{&args.q, &dense.q}, std::pair{&args.k, &dense.k}, std::pair{&args.v, &dense.v}}) {
       const TensorView* from = pair.first;
       auto* out = static_cast<float*>(pair.second->data);
       const auto rows = from->shape[0] * from->shape[1] * from->shape[2];
       parallel_for(rows, cpu_threads(), [&](std::int64_t row, int) {
         const std::int64_t s = row / from->shape[2] % from->shape[1], h = row % from->shape[2];
         const std::int64_t b = row / (from->shape[2] * from->shape[1]);
-        for (std::int64_t d = 0; d < from->shape[3]; ++d) out[row * from->shape[3] + d] = from->load(from->offset(b, s, h, d));
+        for (std::int64_t d = 0; d < from->shape[3]; ++d)
+          out[row * from->shape[3] + d] = from->load(from->offset(b, s, h, d));
       });
     }
     run_f32(f32, dense);
@@ -138,7 +141,6 @@ class VanillaBackend final : public IdentifiedBackend {
   }
 
   void run_f32(const AttentionProblem& problem, const AttentionArgs& args) const {
-
     const std::int64_t heads = static_cast<std::int64_t>(problem.batch) * problem.heads_q;
     const std::int64_t seq_q = problem.seq_q, seq_kv = problem.seq_kv;
     const int head_dim = problem.head_dim, dim_v = problem.dim_v();
@@ -159,9 +161,8 @@ class VanillaBackend final : public IdentifiedBackend {
     // One head's GEMM at N = 8k is 8.6 GFLOP: a cancellation point per head (core/cancel.hpp).
     for (std::int64_t item = 0; item < heads; ++item) {
       throw_if_cancelled();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(seq_q),
-                  static_cast<int>(seq_kv), head_dim, problem.softmax_scale(),
-                  q + head_origin(args.q, item, false), static_cast<int>(args.q.strides[1]),
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(seq_q), static_cast<int>(seq_kv), head_dim,
+                  problem.softmax_scale(), q + head_origin(args.q, item, false), static_cast<int>(args.q.strides[1]),
                   k + head_origin(args.k, item, true), static_cast<int>(args.k.strides[1]), 0.0f,
                   all_scores + item * head_scores, static_cast<int>(seq_kv));
     }
@@ -169,24 +170,21 @@ class VanillaBackend final : public IdentifiedBackend {
     // Rows in chunks so each thread takes a few hundred KiB of scores at a time.
     const std::int64_t rows = heads * seq_q;
     const std::int64_t rows_per_chunk = std::max<std::int64_t>(1, 65536 / seq_kv);
-    parallel_for((rows + rows_per_chunk - 1) / rows_per_chunk, cpu_threads(),
-                 [&](std::int64_t chunk, int) {
-                   const std::int64_t first = chunk * rows_per_chunk;
-                   const std::int64_t last = std::min(rows, first + rows_per_chunk);
-                   for (std::int64_t row = first; row < last; ++row) {
-                     const std::int64_t i = row % seq_q;
-                     const float lse = masked_softmax_row(all_scores + row * seq_kv, seq_kv,
-                                                          problem.key_begin(i), problem.key_end(i));
-                     if (!args.lse.empty())
-                       args.lse.data[row] = lse;  // (batch, heads, seq_q) dense == row
-                   }
-                 });
+    parallel_for((rows + rows_per_chunk - 1) / rows_per_chunk, cpu_threads(), [&](std::int64_t chunk, int) {
+      const std::int64_t first = chunk * rows_per_chunk;
+      const std::int64_t last = std::min(rows, first + rows_per_chunk);
+      for (std::int64_t row = first; row < last; ++row) {
+        const std::int64_t i = row % seq_q;
+        const float lse =
+            masked_softmax_row(all_scores + row * seq_kv, seq_kv, problem.key_begin(i), problem.key_end(i));
+        if (!args.lse.empty()) args.lse.data[row] = lse;  // (batch, heads, seq_q) dense == row
+      }
+    });
 
     for (std::int64_t item = 0; item < heads; ++item) {
       throw_if_cancelled();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(seq_q), dim_v,
-                  static_cast<int>(seq_kv), 1.0f, all_scores + item * head_scores,
-                  static_cast<int>(seq_kv), v + head_origin(args.v, item, true),
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(seq_q), dim_v, static_cast<int>(seq_kv),
+                  1.0f, all_scores + item * head_scores, static_cast<int>(seq_kv), v + head_origin(args.v, item, true),
                   static_cast<int>(args.v.strides[1]), 0.0f, o + head_origin(args.o, item, false),
                   static_cast<int>(args.o.strides[1]));
     }

@@ -20,8 +20,8 @@ Support supports_problem_common(std::string_view backend, const AttentionProblem
     return Support::no(error.what());
   }
   if (problem.dtype != DType::F16 && problem.dtype != DType::BF16) {
-    return Support::no(fmt::format("dtype {} not supported by {}; allowed: fp16, bf16",
-                                   to_string(problem.dtype), backend));
+    return Support::no(
+        fmt::format("dtype {} not supported by {}; allowed: fp16, bf16", to_string(problem.dtype), backend));
   }
   return Support::yes();
 }
@@ -48,8 +48,8 @@ Support supports_device(std::string_view backend) {
   const std::optional<int> capability = current_compute_capability();
   if (!capability) return Support::no("no CUDA device available: could not query the current device");
   if (*capability < 80) {
-    return Support::no(fmt::format("compute capability {}.{} not supported by {}; needs 8.0 or newer",
-                                   *capability / 10, *capability % 10, backend));
+    return Support::no(fmt::format("compute capability {}.{} not supported by {}; needs 8.0 or newer", *capability / 10,
+                                   *capability % 10, backend));
   }
   return Support::yes();
 }
@@ -70,19 +70,17 @@ namespace {
 void check_view(std::string_view backend, const char* what, const TensorView& view,
                 const std::array<std::int64_t, 4>& shape, DType dtype) {
   ATTNSUITE_REQUIRE(!view.empty(), fmt::format("{}: {} is missing", backend, what));
-  ATTNSUITE_REQUIRE(view.device.type == DeviceType::Cuda,
-                    fmt::format("{}: {} is on the {}, needs a CUDA device", backend, what,
-                                to_string(view.device.type)));
-  ATTNSUITE_REQUIRE(view.shape == shape,
-                    fmt::format("{}: {} has shape ({}, {}, {}, {}), the problem needs ({}, {}, {}, {})",
-                                backend, what, view.shape[0], view.shape[1], view.shape[2],
-                                view.shape[3], shape[0], shape[1], shape[2], shape[3]));
+  ATTNSUITE_REQUIRE(view.device.type == DeviceType::Cuda, fmt::format("{}: {} is on the {}, needs a CUDA device",
+                                                                      backend, what, to_string(view.device.type)));
+  ATTNSUITE_REQUIRE(
+      view.shape == shape,
+      fmt::format("{}: {} has shape ({}, {}, {}, {}), the problem needs ({}, {}, {}, {})", backend, what, view.shape[0],
+                  view.shape[1], view.shape[2], view.shape[3], shape[0], shape[1], shape[2], shape[3]));
   ATTNSUITE_REQUIRE(view.dtype == dtype, fmt::format("{}: {} is {}, the problem is {}", backend, what,
                                                      to_string(view.dtype), to_string(dtype)));
   if (view.strides[3] != 1) {
-    throw Error(ErrorKind::Unsupported,
-                fmt::format("{}: {} has last-dim stride {}; {} needs a contiguous last dim", backend,
-                            what, view.strides[3], backend));
+    throw Error(ErrorKind::Unsupported, fmt::format("{}: {} has last-dim stride {}; {} needs a contiguous last dim",
+                                                    backend, what, view.strides[3], backend));
   }
 }
 
@@ -95,8 +93,7 @@ void check_cuda_args(std::string_view backend, const AttentionProblem& problem, 
   check_view(backend, "v", args.v, {b, problem.seq_kv, hkv, problem.dim_v()}, problem.dtype);
   check_view(backend, "o", args.o, {b, problem.seq_q, hq, problem.dim_v()}, problem.output_dtype());
   ATTNSUITE_REQUIRE(args.lse.empty() || args.lse.device.type == DeviceType::Cuda,
-                    fmt::format("{}: lse is on the {}, needs a CUDA device", backend,
-                                to_string(args.lse.device.type)));
+                    fmt::format("{}: lse is on the {}, needs a CUDA device", backend, to_string(args.lse.device.type)));
 }
 
 void check_cuda_backward_args(std::string_view backend, const AttentionProblem& problem, const BackwardArgs& args) {

@@ -10,9 +10,8 @@
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
-#include <type_traits>
-
 #include <cstdint>
+#include <type_traits>
 
 namespace attnsuite::cuda::detail {
 
@@ -31,26 +30,28 @@ bool inject_fault() noexcept;
 template <class Status>
 Status injected_status();
 template <>
-inline cudaError_t injected_status<cudaError_t>() { return cudaErrorUnknown; }
+inline cudaError_t injected_status<cudaError_t>() {
+  return cudaErrorUnknown;
+}
 template <>
-inline cublasStatus_t injected_status<cublasStatus_t>() { return CUBLAS_STATUS_INTERNAL_ERROR; }
+inline cublasStatus_t injected_status<cublasStatus_t>() {
+  return CUBLAS_STATUS_INTERNAL_ERROR;
+}
 
 }  // namespace attnsuite::cuda::detail
 
 // The call, or an injected failure in its place when fault injection says so.
-#define ATTNSUITE_CUDA_FAULT_POINT(call)                                                        \
-  (::attnsuite::cuda::detail::inject_fault()                                                   \
-       ? ::attnsuite::cuda::detail::injected_status<std::decay_t<decltype(call)>>()             \
+#define ATTNSUITE_CUDA_FAULT_POINT(call)                                            \
+  (::attnsuite::cuda::detail::inject_fault()                                        \
+       ? ::attnsuite::cuda::detail::injected_status<std::decay_t<decltype(call)>>() \
        : (call))
 #define ATTNSUITE_CUDA_CHECK(call) \
   ::attnsuite::cuda::detail::check(ATTNSUITE_CUDA_FAULT_POINT(call), #call, __FILE__, __LINE__)
 // For a status a call already returned (no fault point: the call was made).
-#define ATTNSUITE_CUDA_CHECK_STATUS(status) \
-  ::attnsuite::cuda::detail::check((status), #status, __FILE__, __LINE__)
-#define ATTNSUITE_CUDA_CHECK_NOTHROW(call) \
-  ::attnsuite::cuda::detail::check_nothrow((call), #call, __FILE__, __LINE__)
+#define ATTNSUITE_CUDA_CHECK_STATUS(status) ::attnsuite::cuda::detail::check((status), #status, __FILE__, __LINE__)
+#define ATTNSUITE_CUDA_CHECK_NOTHROW(call) ::attnsuite::cuda::detail::check_nothrow((call), #call, __FILE__, __LINE__)
 // After every kernel launch: a bad configuration (too much shared memory, grid too large) is
 // only reported through cudaGetLastError.
-#define ATTNSUITE_CUDA_CHECK_LAUNCH(kernel_name)                                                  \
-  ::attnsuite::cuda::detail::check(ATTNSUITE_CUDA_FAULT_POINT(cudaGetLastError()), "launch of " kernel_name, \
-                                   __FILE__, __LINE__)
+#define ATTNSUITE_CUDA_CHECK_LAUNCH(kernel_name)                                                                       \
+  ::attnsuite::cuda::detail::check(ATTNSUITE_CUDA_FAULT_POINT(cudaGetLastError()), "launch of " kernel_name, __FILE__, \
+                                   __LINE__)

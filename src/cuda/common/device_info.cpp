@@ -45,8 +45,10 @@ std::string cuda_unavailable_reason() {
         return fmt::format("no usable GPU: the CUDA driver is older than the CUDA {}.{} runtime this build uses",
                            runtime / 1000, runtime % 1000 / 10);
       }
-      case cudaErrorNoDevice: return "no GPU (the CUDA driver sees no device)";
-      default: return fmt::format("no GPU usable (cudaGetDeviceCount failed: {})", cudaGetErrorString(status));
+      case cudaErrorNoDevice:
+        return "no GPU (the CUDA driver sees no device)";
+      default:
+        return fmt::format("no GPU usable (cudaGetDeviceCount failed: {})", cudaGetErrorString(status));
     }
   }
   return count > 0 ? std::string() : std::string("no GPU (no CUDA device visible)");
@@ -57,8 +59,8 @@ void require_cuda_device(int device_index) {
   if (!reason.empty()) throw Error(ErrorKind::Device, "no CUDA device: " + reason);
   const int count = cuda_device_count();
   if (device_index < 0 || device_index >= count) {
-    throw Error(ErrorKind::Device, fmt::format("no CUDA device: index {} asked for, {} visible (0..{})",
-                                               device_index, count, count - 1));
+    throw Error(ErrorKind::Device,
+                fmt::format("no CUDA device: index {} asked for, {} visible (0..{})", device_index, count, count - 1));
   }
 }
 
@@ -81,8 +83,8 @@ CudaDeviceInfo query_cuda_device(int device_index) {
   ATTNSUITE_CUDA_CHECK(cudaRuntimeGetVersion(&info.runtime_version));
   info.driver_version = nvml::driver_version();
   if (info.driver_version.empty()) {
-    info.driver_version = fmt::format("CUDA driver API {}.{}", info.cuda_driver_version / 1000,
-                                      info.cuda_driver_version % 1000 / 10);
+    info.driver_version =
+        fmt::format("CUDA driver API {}.{}", info.cuda_driver_version / 1000, info.cuda_driver_version % 1000 / 10);
   }
   return info;
 }

@@ -1,10 +1,9 @@
-#include "cuda/common/generate.hpp"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.hpp"
+#include "cuda/common/generate.hpp"
 
 namespace attnsuite::cuda {
 namespace {
@@ -24,9 +23,15 @@ __global__ void generate_kernel(GenerateTarget target, bench::genmath::Kind kind
         b * target.strides[0] + s * target.strides[1] + h * target.strides[2] + d * target.strides[3];
     const float value = bench::genmath::value(kind, key, static_cast<std::uint64_t>(i));
     switch (target.dtype_code) {
-      case 0: static_cast<float*>(target.data)[offset] = value; break;
-      case 1: static_cast<__half*>(target.data)[offset] = __float2half_rn(value); break;
-      default: static_cast<__nv_bfloat16*>(target.data)[offset] = __float2bfloat16_rn(value); break;
+      case 0:
+        static_cast<float*>(target.data)[offset] = value;
+        break;
+      case 1:
+        static_cast<__half*>(target.data)[offset] = __float2half_rn(value);
+        break;
+      default:
+        static_cast<__nv_bfloat16*>(target.data)[offset] = __float2bfloat16_rn(value);
+        break;
     }
   }
 }

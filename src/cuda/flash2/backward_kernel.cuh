@@ -58,8 +58,8 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32)
   const int batch = static_cast<int>(batch_head / params.heads_q);
   float dot = 0.0f, lse_log2 = INFINITY;
   if (row < params.seq_q) {
-    const auto* o = static_cast<const Element*>(params.o) + batch * params.o_batch_stride +
-                    row * params.o_row_stride + head * params.o_head_stride;
+    const auto* o = static_cast<const Element*>(params.o) + batch * params.o_batch_stride + row * params.o_row_stride +
+                    head * params.o_head_stride;
     const auto* d_o = static_cast<const Element*>(params.d_o) + batch * params.d_o_batch_stride +
                       row * params.d_o_row_stride + head * params.d_o_head_stride;
     for (int c = lane; c < params.head_dim; c += 32) dot += to_float(o[c]) * to_float(d_o[c]);
@@ -144,16 +144,16 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const int tiles_per_head = rows.begin < rows.end ? (rows.end + kTileM - 1) / kTileM - m_begin : 0;
   const int iterations = tiles_per_head * params.group_size;
 
-  const char* k_tile_rows = static_cast<const char*>(params.k) +
-                            2 * (batch * params.k_batch_stride + kv_head * params.k_head_stride +
-                                 static_cast<std::int64_t>(key_begin) * params.k_row_stride);
-  const char* v_tile_rows = static_cast<const char*>(params.v) +
-                            2 * (batch * params.v_batch_stride + kv_head * params.v_head_stride +
-                                 static_cast<std::int64_t>(key_begin) * params.v_row_stride);
-  load_rows_async<kTileN, kRowBytes, kThreads>(smem_k, k_tile_rows, 2 * params.k_row_stride,
-                                               params.seq_kv - key_begin, params.k);
-  load_rows_async<kTileN, kRowBytes, kThreads>(smem_v, v_tile_rows, 2 * params.v_row_stride,
-                                               params.seq_kv - key_begin, params.v);
+  const char* k_tile_rows =
+      static_cast<const char*>(params.k) + 2 * (batch * params.k_batch_stride + kv_head * params.k_head_stride +
+                                                static_cast<std::int64_t>(key_begin) * params.k_row_stride);
+  const char* v_tile_rows =
+      static_cast<const char*>(params.v) + 2 * (batch * params.v_batch_stride + kv_head * params.v_head_stride +
+                                                static_cast<std::int64_t>(key_begin) * params.v_row_stride);
+  load_rows_async<kTileN, kRowBytes, kThreads>(smem_k, k_tile_rows, 2 * params.k_row_stride, params.seq_kv - key_begin,
+                                               params.k);
+  load_rows_async<kTileN, kRowBytes, kThreads>(smem_v, v_tile_rows, 2 * params.v_row_stride, params.seq_kv - key_begin,
+                                               params.v);
 
   // Iteration `it` visits q head kv_head·group + it / tiles_per_head, query tile
   // m_begin + it % tiles_per_head, from stage it % 2.
@@ -161,14 +161,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   auto row_begin_of = [&](int it) { return (m_begin + it % tiles_per_head) * kTileM; };
   auto load_query_tile = [&](int it) {
     const int stage = it % 2, head = head_of(it), row_begin = row_begin_of(it);
-    const char* q_rows = static_cast<const char*>(params.q) +
-                         2 * (batch * params.q_batch_stride + head * params.q_head_stride +
-                              static_cast<std::int64_t>(row_begin) * params.q_row_stride);
-    const char* d_o_rows = static_cast<const char*>(params.d_o) +
-                           2 * (batch * params.d_o_batch_stride + head * params.d_o_head_stride +
-                                static_cast<std::int64_t>(row_begin) * params.d_o_row_stride);
-    load_rows_async<kTileM, kRowBytes, kThreads>(smem_q + stage * Traits::kQTileBytes, q_rows,
-                                                 2 * params.q_row_stride, params.seq_q - row_begin, params.q);
+    const char* q_rows =
+        static_cast<const char*>(params.q) + 2 * (batch * params.q_batch_stride + head * params.q_head_stride +
+                                                  static_cast<std::int64_t>(row_begin) * params.q_row_stride);
+    const char* d_o_rows =
+        static_cast<const char*>(params.d_o) + 2 * (batch * params.d_o_batch_stride + head * params.d_o_head_stride +
+                                                    static_cast<std::int64_t>(row_begin) * params.d_o_row_stride);
+    load_rows_async<kTileM, kRowBytes, kThreads>(smem_q + stage * Traits::kQTileBytes, q_rows, 2 * params.q_row_stride,
+                                                 params.seq_q - row_begin, params.q);
     load_rows_async<kTileM, kRowBytes, kThreads>(smem_do + stage * Traits::kQTileBytes, d_o_rows,
                                                  2 * params.d_o_row_stride, params.seq_q - row_begin, params.d_o);
     // LSE·log2 e and D of the tile's rows: the workspace holds every padded row.
@@ -243,9 +243,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         const int query = nt * 8 + 2 * quad_col + e;
 #pragma unroll
         for (int half = 0; half < 2; ++half)
-          softmax_gradient(acc_s[0][nt][2 * half + e], acc_dp[0][nt][2 * half + e], params.scale_log2,
-                           lse_log2[query], row_dot[query],
-                           !unmasked && mask.hidden(row_begin + query, warp_key + 8 * half));
+          softmax_gradient(acc_s[0][nt][2 * half + e], acc_dp[0][nt][2 * half + e], params.scale_log2, lse_log2[query],
+                           row_dot[query], !unmasked && mask.hidden(row_begin + query, warp_key + 8 * half));
       }
 
     // dV += Pᵀ·dO and dK += dSᵀ·Q, P and dS rounded to the 16-bit type (dO and Q read transposed).
@@ -310,8 +309,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
                static_cast<std::int64_t>(key) * params.dv_row_stride + kv_head * params.dv_head_stride + 2 * quad_col;
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) {
-      *reinterpret_cast<std::uint32_t*>(dk + dt * 8) = pack_pair<Element>(
-          acc_dk[0][dt][2 * half] * params.scale, acc_dk[0][dt][2 * half + 1] * params.scale);
+      *reinterpret_cast<std::uint32_t*>(dk + dt * 8) =
+          pack_pair<Element>(acc_dk[0][dt][2 * half] * params.scale, acc_dk[0][dt][2 * half + 1] * params.scale);
       *reinterpret_cast<std::uint32_t*>(dv + dt * 8) =
           pack_pair<Element>(acc_dv[0][dt][2 * half], acc_dv[0][dt][2 * half + 1]);
     }
@@ -344,36 +343,36 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const KeyRange first_row_keys = key_range(params, row_begin);
   const KeyRange last_row_keys = key_range(params, row_last);
   const int n_block_min = first_row_keys.begin / kTileN;
-  const int n_block_max = last_row_keys.end <= first_row_keys.begin ? n_block_min
-                                                                      : (last_row_keys.end + kTileN - 1) / kTileN;
+  const int n_block_max =
+      last_row_keys.end <= first_row_keys.begin ? n_block_min : (last_row_keys.end + kTileN - 1) / kTileN;
   const int unmasked_key_begin = last_row_keys.begin, unmasked_key_end = first_row_keys.end;
 
   const std::int64_t batch_head = static_cast<std::int64_t>(batch) * params.heads_q + head;
-  const char* q_rows = static_cast<const char*>(params.q) +
-                       2 * (batch * params.q_batch_stride + head * params.q_head_stride +
-                            static_cast<std::int64_t>(row_begin) * params.q_row_stride);
-  const char* d_o_rows = static_cast<const char*>(params.d_o) +
-                         2 * (batch * params.d_o_batch_stride + head * params.d_o_head_stride +
-                              static_cast<std::int64_t>(row_begin) * params.d_o_row_stride);
-  const char* k_head = static_cast<const char*>(params.k) +
-                       2 * (batch * params.k_batch_stride + kv_head * params.k_head_stride);
-  const char* v_head = static_cast<const char*>(params.v) +
-                       2 * (batch * params.v_batch_stride + kv_head * params.v_head_stride);
+  const char* q_rows =
+      static_cast<const char*>(params.q) + 2 * (batch * params.q_batch_stride + head * params.q_head_stride +
+                                                static_cast<std::int64_t>(row_begin) * params.q_row_stride);
+  const char* d_o_rows =
+      static_cast<const char*>(params.d_o) + 2 * (batch * params.d_o_batch_stride + head * params.d_o_head_stride +
+                                                  static_cast<std::int64_t>(row_begin) * params.d_o_row_stride);
+  const char* k_head =
+      static_cast<const char*>(params.k) + 2 * (batch * params.k_batch_stride + kv_head * params.k_head_stride);
+  const char* v_head =
+      static_cast<const char*>(params.v) + 2 * (batch * params.v_batch_stride + kv_head * params.v_head_stride);
   auto load_kv_tile = [&](int n_block) {
     const int stage = (n_block - n_block_min) % kStages, key_begin = n_block * kTileN;
-    load_rows_async<kTileN, kRowBytes, kThreads>(smem_k + stage * Traits::kKVTileBytes,
-                                                 k_head + 2 * static_cast<std::int64_t>(key_begin) * params.k_row_stride,
-                                                 2 * params.k_row_stride, params.seq_kv - key_begin, params.k);
-    load_rows_async<kTileN, kRowBytes, kThreads>(smem_v + stage * Traits::kKVTileBytes,
-                                                 v_head + 2 * static_cast<std::int64_t>(key_begin) * params.v_row_stride,
-                                                 2 * params.v_row_stride, params.seq_kv - key_begin, params.v);
+    load_rows_async<kTileN, kRowBytes, kThreads>(
+        smem_k + stage * Traits::kKVTileBytes, k_head + 2 * static_cast<std::int64_t>(key_begin) * params.k_row_stride,
+        2 * params.k_row_stride, params.seq_kv - key_begin, params.k);
+    load_rows_async<kTileN, kRowBytes, kThreads>(
+        smem_v + stage * Traits::kKVTileBytes, v_head + 2 * static_cast<std::int64_t>(key_begin) * params.v_row_stride,
+        2 * params.v_row_stride, params.seq_kv - key_begin, params.v);
   };
 
   // Prologue: Q and dO, then the first kStages - 1 K/V tiles, one commit group each.
   load_rows_async<kTileM, kRowBytes, kThreads>(smem_q, q_rows, 2 * params.q_row_stride, params.seq_q - row_begin,
                                                params.q);
-  load_rows_async<kTileM, kRowBytes, kThreads>(smem_do, d_o_rows, 2 * params.d_o_row_stride,
-                                               params.seq_q - row_begin, params.d_o);
+  load_rows_async<kTileM, kRowBytes, kThreads>(smem_do, d_o_rows, 2 * params.d_o_row_stride, params.seq_q - row_begin,
+                                               params.d_o);
   commit_async_copies();
 #pragma unroll
   for (int stage = 0; stage < kStages - 1; ++stage) {
@@ -431,8 +430,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         for (int e = 0; e < 2; ++e) {
           const int key = key_begin + nt * 8 + 2 * quad_col + e;
           const bool hidden = masked && (key < keys[half].begin || key >= keys[half].end);
-          softmax_gradient(acc_s[0][nt][2 * half + e], acc_dp[0][nt][2 * half + e], params.scale_log2,
-                           lse_log2[half], row_dot[half], hidden);
+          softmax_gradient(acc_s[0][nt][2 * half + e], acc_dp[0][nt][2 * half + e], params.scale_log2, lse_log2[half],
+                           row_dot[half], hidden);
         }
     // dQ += dS·K (dS rounded to the 16-bit type; K read transposed).
     accumulate_pv<Element>(acc_dq, acc_dp, a_addresses, k_tile);

@@ -31,8 +31,8 @@ struct RowRange {
 // so the rows form one range:
 //   end(i) > key_begin  ⟺  i >= key_begin - window_right + seq_q - seq_kv
 //   begin(i) < key_end  ⟺  i <  key_end + window_left + seq_q - seq_kv
-ATTNSUITE_HOST_DEVICE RowRange rows_seeing_keys(int seq_q, int seq_kv, int window_left, int window_right,
-                                               int key_begin, int key_end) {
+ATTNSUITE_HOST_DEVICE RowRange rows_seeing_keys(int seq_q, int seq_kv, int window_left, int window_right, int key_begin,
+                                                int key_end) {
   const std::int64_t shift = static_cast<std::int64_t>(seq_q) - seq_kv;
   std::int64_t first = 0, last = seq_q;
   if (window_right >= 0) first = key_begin - static_cast<std::int64_t>(window_right) + shift;

@@ -23,8 +23,8 @@ struct BackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kTileN = 16 * kWarps;            // keys of the CTA
-  static constexpr int kTileM = kTileM_;                // query rows per step
+  static constexpr int kTileN = 16 * kWarps;  // keys of the CTA
+  static constexpr int kTileM = kTileM_;      // query rows per step
   // K and V fragments (A of Sᵀ and dPᵀ) kept in registers for the whole CTA instead of re-read
   // from shared memory per query tile: 2 · kHeadDim / 4 registers.
   static constexpr bool kKVInRegisters = kKVInRegisters_;

@@ -4,5 +4,5 @@
 namespace attnsuite::cuda::flash2 {
 extern const AlternativeConfig kM64D128;
 const AlternativeConfig kM64D128{"m64", 128, launch_config<M64Config<__half, 128>>,
-                               launch_config<M64Config<__nv_bfloat16, 128>>};
+                                 launch_config<M64Config<__nv_bfloat16, 128>>};
 }  // namespace attnsuite::cuda::flash2

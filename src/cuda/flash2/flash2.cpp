@@ -44,8 +44,8 @@ constexpr std::size_t align_up(std::size_t bytes) {
 
 // The workspace's rows: (batch, heads_q, seq_q padded to the backward's query tile).
 std::size_t padded_rows(const AttentionProblem& problem) {
-  const std::size_t padded = (static_cast<std::size_t>(problem.seq_q) + kBackwardQueryTile - 1) /
-                             kBackwardQueryTile * kBackwardQueryTile;
+  const std::size_t padded =
+      (static_cast<std::size_t>(problem.seq_q) + kBackwardQueryTile - 1) / kBackwardQueryTile * kBackwardQueryTile;
   return static_cast<std::size_t>(problem.batch) * static_cast<std::size_t>(problem.heads_q) * padded;
 }
 
@@ -92,16 +92,14 @@ BackwardParams make_backward_params(const AttentionProblem& problem, const Backw
 // cp.async moves 16-byte chunks: every row start must be 16-byte aligned.
 bool rows_aligned(const TensorView& view) {
   constexpr std::int64_t kElementsPer16Bytes = 8;
-  return reinterpret_cast<std::uintptr_t>(view.data) % 16 == 0 &&
-         view.strides[0] % kElementsPer16Bytes == 0 && view.strides[1] % kElementsPer16Bytes == 0 &&
-         view.strides[2] % kElementsPer16Bytes == 0;
+  return reinterpret_cast<std::uintptr_t>(view.data) % 16 == 0 && view.strides[0] % kElementsPer16Bytes == 0 &&
+         view.strides[1] % kElementsPer16Bytes == 0 && view.strides[2] % kElementsPer16Bytes == 0;
 }
 
 }  // namespace attnsuite::cuda::flash2
 
 namespace attnsuite::cuda {
 namespace {
-
 
 // A variant is an experimental configuration (bf16, one head dim); nullptr is flash2 itself.
 struct VariantInfo {

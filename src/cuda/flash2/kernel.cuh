@@ -16,7 +16,6 @@
 
 #include "cuda/common/empty_tile.cuh"
 #include "cuda/common/key_range.cuh"
-
 #include "cuda/flash2/params.hpp"
 #include "cuda/sm80/primitives.cuh"
 #include "cuda/sm80/softmax.cuh"
@@ -61,8 +60,7 @@ struct FragmentAddresses {
 // row offsets instead of 64-bit addresses per copy moved the spills around without removing
 // them: 16–24 B on d64/d128, 84 B instead of 140 B on 128×64 d128; not adopted.)
 template <class Traits, int kRows>
-__device__ __forceinline__ void load_tile_async(typename Traits::Element* tile,
-                                                const typename Traits::Element* rows,
+__device__ __forceinline__ void load_tile_async(typename Traits::Element* tile, const typename Traits::Element* rows,
                                                 std::int64_t row_stride, int valid_rows,
                                                 const typename Traits::Element* safe_address) {
   constexpr int kChunks = Traits::kChunksPerRow;
@@ -76,7 +74,6 @@ __device__ __forceinline__ void load_tile_async(typename Traits::Element* tile,
     copy_16_bytes_async(shared_address(tile + swizzled_offset<Traits::kHeadDim>(row, chunk)), src, valid);
   }
 }
-
 
 // The whole forward of one CTA; the dense and the block-sparse kernel below are this body with
 // their own Params (BlockSparse<Traits> adds the kept-block lists and the P·V skip).
@@ -104,12 +101,12 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
   const int row_begin = m_block * kTileM;
   const int row_last = min(row_begin + kTileM, params.seq_q) - 1;
 
-  const auto* q_head = static_cast<const Element*>(params.q) + batch * params.q_batch_stride +
-                       head * params.q_head_stride;
-  const auto* k_head = static_cast<const Element*>(params.k) + batch * params.k_batch_stride +
-                       kv_head * params.k_head_stride;
-  const auto* v_head = static_cast<const Element*>(params.v) + batch * params.v_batch_stride +
-                       kv_head * params.v_head_stride;
+  const auto* q_head =
+      static_cast<const Element*>(params.q) + batch * params.q_batch_stride + head * params.q_head_stride;
+  const auto* k_head =
+      static_cast<const Element*>(params.k) + batch * params.k_batch_stride + kv_head * params.k_head_stride;
+  const auto* v_head =
+      static_cast<const Element*>(params.v) + batch * params.v_batch_stride + kv_head * params.v_head_stride;
   auto* o_head = static_cast<Element*>(params.o) + batch * params.o_batch_stride + head * params.o_head_stride;
   float* lse_head = params.lse != nullptr
                         ? params.lse + (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q
@@ -228,7 +225,8 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
         if (!((row_tile_max - new_max) * params.scale_log2 < -pv_limit_log2)) pv_negligible = false;
       }
     };
-    online_softmax<false>(acc_s, acc_o, row_max, row_sum, [&] { return params.scale_log2; }, skip_check);
+    online_softmax<false>(
+        acc_s, acc_o, row_max, row_sum, [&] { return params.scale_log2; }, skip_check);
   };
 
   // O += P·V (V transposed: the same lane pattern as Q).

@@ -10,8 +10,8 @@ namespace attnsuite::cuda::flash2 {
 // One CTA computes kTileM query rows of one (batch, q head) against all its keys, kTileN keys
 // at a time. Each warp owns kTileM / kWarps rows (one or two 16-row mma tiles) and the whole
 // head dim of their output, so the softmax statistics of a row never leave its quad of lanes.
-template <class Element_, int kHeadDim_, int kTileM_, int kTileN_, int kWarps_, int kStages_,
-          int kQRegisterTiles_, int kMinBlocksPerSm_>
+template <class Element_, int kHeadDim_, int kTileM_, int kTileN_, int kWarps_, int kStages_, int kQRegisterTiles_,
+          int kMinBlocksPerSm_>
 struct Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;

@@ -52,8 +52,9 @@ void Flash3FamilyBackend::check_16_byte_layout(const AttentionArgs& args, std::s
   const char* names[4] = {"q", "k", "v", "o"};
   const TensorView* views[4] = {&args.q, &args.k, &args.v, &args.o};
   for (int i = 0; i < 4; ++i) {
-    const std::string problem_text = flash3::tma_layout_problem(
-        views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2], i < 3 ? qkv_element_bytes : 2);
+    const std::string problem_text =
+        flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2],
+                                   i < 3 ? qkv_element_bytes : 2);
     if (!problem_text.empty()) {
       throw Error(ErrorKind::Unsupported,
                   fmt::format("{}: {} cannot be {}: {}", name(), names[i], read_how, problem_text));
@@ -66,7 +67,9 @@ namespace {
 class Flash3Backend final : public Flash3FamilyBackend {
  public:
   Flash3Backend()
-      : Flash3FamilyBackend({"flash3", "flash3 (attnsuite FlashAttention-3-class Hopper kernel)", {DeviceType::Cuda, 0},
+      : Flash3FamilyBackend({"flash3",
+                             "flash3 (attnsuite FlashAttention-3-class Hopper kernel)",
+                             {DeviceType::Cuda, 0},
                              "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
                              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA)"},
                             /*with_tile_configs=*/true) {}
@@ -82,8 +85,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
     std::string config = choose_kernel_config(*this, problem, options);
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
     return std::make_unique<FunctionPlan>(
-        std::move(config), 0,
-        [this, problem, choice](const AttentionArgs& args, Stream stream, RunReport&) { run(problem, args, choice, stream); });
+        std::move(config), 0, [this, problem, choice](const AttentionArgs& args, Stream stream, RunReport&) {
+          run(problem, args, choice, stream);
+        });
   }
 
  private:
@@ -112,7 +116,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
       flash3::launch_forward(params, problem.dtype, stream);
     }
   }
-
 };
 
 }  // namespace

@@ -44,9 +44,10 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
 
   Support supports(const AttentionProblem& problem) const override {
     if (problem.dtype != DType::BF16 && problem.dtype != DType::E4M3) {
-      return Support::no(fmt::format("dtype {} not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the "
-                                     "backend), e4m3 (experimental)",
-                                     to_string(problem.dtype)));
+      return Support::no(
+          fmt::format("dtype {} not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the "
+                      "backend), e4m3 (experimental)",
+                      to_string(problem.dtype)));
     }
     // The common rules (a valid problem) in bf16's terms: they refuse every dtype but fp16/bf16.
     AttentionProblem as_bf16 = problem;
@@ -62,11 +63,11 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     const bool serial = Flash3Schedule::parse(config) == Flash3Schedule::Choice::V1;
     const std::size_t workspace =
         problem.dtype == DType::E4M3 ? flash3::kFp8E4m3WorkspaceBytes : workspace_bytes(problem);
-    return std::make_unique<FunctionPlan>(std::move(config), workspace,
-                                          [this, problem, serial, workspace](const AttentionArgs& args, Stream stream,
-                                                                             RunReport&) {
-                                            run(problem, args, serial, workspace, stream);
-                                          });
+    return std::make_unique<FunctionPlan>(
+        std::move(config), workspace,
+        [this, problem, serial, workspace](const AttentionArgs& args, Stream stream, RunReport&) {
+          run(problem, args, serial, workspace, stream);
+        });
   }
 
  private:
@@ -90,9 +91,9 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     const bool e4m3 = problem.dtype == DType::E4M3;
     check_16_byte_layout(args, "read in 16-byte pieces", e4m3 ? 1 : 2);
     if (args.workspace == nullptr) {
-      throw Error(ErrorKind::Usage,
-                  fmt::format("flash3-fp8: needs a workspace of {} bytes (the plan's workspace_bytes()), got none",
-                              workspace));
+      throw Error(
+          ErrorKind::Usage,
+          fmt::format("flash3-fp8: needs a workspace of {} bytes (the plan's workspace_bytes()), got none", workspace));
     }
     flash3::Params params = make_params(problem, args);
     params.serial_schedule = serial;
@@ -103,7 +104,6 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     }
     flash3::launch_forward_fp8(params, args.workspace, stream);
   }
-
 };
 
 }  // namespace

@@ -25,11 +25,11 @@
 
 #include "cuda/common/empty_tile.cuh"
 #include "cuda/common/key_range.cuh"
+#include "cuda/flash3/online_softmax.cuh"
+#include "cuda/flash3/params.hpp"
 #include "cuda/hopper/fp8_layout.hpp"
 #include "cuda/hopper/fp8_primitives.cuh"
 #include "cuda/hopper/pipeline.cuh"
-#include "cuda/flash3/online_softmax.cuh"
-#include "cuda/flash3/params.hpp"
 
 namespace attnsuite::cuda::flash3 {
 
@@ -105,7 +105,8 @@ template <class Traits>
 __device__ __forceinline__ void fp8_issue_pv(Fp8ConsumerState<Traits>& state, std::uint32_t vt_tile) {
   const std::uint64_t vt_descriptor = matrix_descriptor_swizzled<128>(vt_tile, 16, 1024);
 #pragma unroll
-  for (int j = 0; j < Traits::kTileN / 32; ++j) wgmma_rs_e4m3<Traits::kHeadDim>(state.acc_o, state.p[j], vt_descriptor + 2 * j, 1);
+  for (int j = 0; j < Traits::kTileN / 32; ++j)
+    wgmma_rs_e4m3<Traits::kHeadDim>(state.acc_o, state.p[j], vt_descriptor + 2 * j, 1);
 }
 
 template <class Traits>

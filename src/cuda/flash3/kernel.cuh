@@ -21,7 +21,6 @@
 #include <cstdint>
 
 #include "cuda/common/key_range.cuh"
-
 #include "cuda/flash3/online_softmax.cuh"
 #include "cuda/flash3/params.hpp"
 #include "cuda/hopper/pipeline.cuh"
@@ -30,7 +29,6 @@
 namespace attnsuite::cuda::flash3 {
 
 using namespace hopper;  // the Hopper PTX wrappers (hopper/primitives.cuh)
-
 
 // A consumer thread's registers across the main loop: O and S accumulators, P (S rounded to the
 // input dtype, as P·V's A fragments) and the online softmax's row max and sum for its two rows.
@@ -132,10 +130,8 @@ __device__ __forceinline__ void convert_p(ConsumerState<Traits>& state) {
   for (int j = 0; j < Traits::kTileN / 16; ++j)
 #pragma unroll
     for (int r = 0; r < 4; ++r)
-      state.p[j][r] =
-          pack_pair<typename Traits::Element>(state.acc_s[8 * j + 2 * r], state.acc_s[8 * j + 2 * r + 1]);
+      state.p[j][r] = pack_pair<typename Traits::Element>(state.acc_s[8 * j + 2 * r], state.acc_s[8 * j + 2 * r + 1]);
 }
-
 
 // One work item: a (query tile, q head, batch) and the key tiles it visits. Work w has query
 // tile m = q_tiles − 1 − w % q_tiles (the heavy, late causal tiles of a head first), head and
@@ -146,8 +142,8 @@ struct WorkTile {
   int m_block = 0, head = 0, batch = 0, kv_head = 0, row_begin = 0;
   KeyRange first_row_keys, last_row_keys;
   int n_block_min = 0;
-  int tiles = 0;               // key tiles visited; <= 0: no row of the tile sees a key
-  const int* kept = nullptr;   // block-sparse: the visited tiles; null: n_block_min + visit
+  int tiles = 0;              // key tiles visited; <= 0: no row of the tile sees a key
+  const int* kept = nullptr;  // block-sparse: the visited tiles; null: n_block_min + visit
 
   __device__ __forceinline__ WorkTile(const Params& params, int work) {
     constexpr int kTileM = Traits::kTileM, kTileN = Traits::kTileN;
@@ -187,9 +183,10 @@ __device__ __forceinline__ void store_rows(const Params& params, const ConsumerS
   using Element = typename Traits::Element;
   auto* o_head =
       static_cast<Element*>(params.o) + tile.batch * params.o_batch_stride + tile.head * params.o_head_stride;
-  float* lse_head = params.lse != nullptr
-                        ? params.lse + (static_cast<std::int64_t>(tile.batch) * params.heads_q + tile.head) * params.seq_q
-                        : nullptr;
+  float* lse_head =
+      params.lse != nullptr
+          ? params.lse + (static_cast<std::int64_t>(tile.batch) * params.heads_q + tile.head) * params.seq_q
+          : nullptr;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     // sum == 0 only where the row saw no key: O = 0 even where V holds NaN/Inf (P·V gave
@@ -447,7 +444,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         wgmma_wait<1>();  // S_j is in; P_{j-1}·V_{j-1} may still run
         fence_registers(state.acc_s);
         if (lane == 0) {
-          k_empty.arrive(kv);  // this warp's reads of K_j are done
+          k_empty.arrive(kv);                               // this warp's reads of K_j are done
           if (visit == tiles - 1) barrier_arrive(q_empty);  // ... and of Q
         }
         float correction[2];

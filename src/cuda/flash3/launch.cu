@@ -54,12 +54,13 @@ void launch_forward_n176(const Params& params, DType dtype, void* stream) {
 void launch_forward(const Params& params, DType dtype, void* stream) {
   if (params.block_index != nullptr && params.head_dim != 64 && params.head_dim != 128) {
     throw Error(ErrorKind::Internal, fmt::format("flash3: block-sparse at head dim {}; its tiles are 128 × 128 at "
-                                                 "head dims 64 and 128 only", params.head_dim));
+                                                 "head dims 64 and 128 only",
+                                                 params.head_dim));
   }
   dispatch_16bit(dtype, "flash3", [&](auto element) {
     dispatch_head_dim<64, 128, 256>(params.head_dim, "flash3", [&](auto head_dim) {
       run_forward<typename decltype(element)::type, decltype(head_dim)::value>(params,
-                                                                                 static_cast<cudaStream_t>(stream));
+                                                                               static_cast<cudaStream_t>(stream));
     });
   });
 }

@@ -5,16 +5,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
-#include <fmt/format.h>
-
 #include "attnsuite/error.hpp"
-
 #include "cuda/common/check.hpp"
 #include "cuda/common/launch.cuh"
 #include "cuda/flash3/kernel.cuh"

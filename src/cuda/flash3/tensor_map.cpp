@@ -50,8 +50,7 @@ CUtensorMap encode(const TensorMapShape& shape) {
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(shape.row_stride * element_bytes),
                                  static_cast<cuuint64_t>(shape.head_stride * element_bytes),
                                  static_cast<cuuint64_t>(shape.batch_stride * element_bytes)};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(shape.box_columns), static_cast<cuuint32_t>(shape.box_rows), 1,
-                             1};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(shape.box_columns), static_cast<cuuint32_t>(shape.box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   // e4m3 is copied as bytes (the tensor map has no 8-bit float type; TMA moves bits anyway).
   const CUtensorMapDataType type = shape.e4m3                  ? CU_TENSOR_MAP_DATA_TYPE_UINT8

@@ -1,8 +1,8 @@
 // The 8-bit PTX of the Hopper kernels (flash3-fp8, sage2's wgmma kernel) beside primitives.cuh:
-// e4m3 wgmma (k = 32), descriptors with a 64-byte swizzle, fp32 → e4m3 conversion in the register order of the 8-bit A fragment,
-// the generic → async proxy fence and the byte transpose of V in shared memory. Checked against
-// the PTX ISA sections "Matrix Fragments for wgmma.mma_async.m64nNk32", "Matrix Descriptor
-// Format", cvt (.e4m3x2) and membar/fence (fence.proxy.async). Only compiled for sm_90a.
+// e4m3 wgmma (k = 32), descriptors with a 64-byte swizzle, fp32 → e4m3 conversion in the register order of the 8-bit A
+// fragment, the generic → async proxy fence and the byte transpose of V in shared memory. Checked against the PTX ISA
+// sections "Matrix Fragments for wgmma.mma_async.m64nNk32", "Matrix Descriptor Format", cvt (.e4m3x2) and membar/fence
+// (fence.proxy.async). Only compiled for sm_90a.
 #pragma once
 
 #include <cstdint>

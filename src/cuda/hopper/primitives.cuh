@@ -1,9 +1,9 @@
 // The Hopper (sm_90a) PTX that the warp-specialized kernels (flash3, flash3-fp8, sage's wgmma
-// kernel) are built from, named after what it does: mbarriers, TMA tile loads, register reallocation, wgmma and its shared-memory matrix descriptors. Every
-// field and operand order below was checked against the PTX ISA sections on wgmma (register
-// fragments, shared-memory layouts, matrix descriptor), mbarrier, cp.async.bulk.tensor and
-// setmaxnreg; the comments say what each relies on. Only compiled for sm_90a (the kernel's
-// body is guarded by __CUDA_ARCH_FEAT_SM90_ALL).
+// kernel) are built from, named after what it does: mbarriers, TMA tile loads, register reallocation, wgmma and its
+// shared-memory matrix descriptors. Every field and operand order below was checked against the PTX ISA sections on
+// wgmma (register fragments, shared-memory layouts, matrix descriptor), mbarrier, cp.async.bulk.tensor and setmaxnreg;
+// the comments say what each relies on. Only compiled for sm_90a (the kernel's body is guarded by
+// __CUDA_ARCH_FEAT_SM90_ALL).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (a type only: nothing of libcuda is linked)

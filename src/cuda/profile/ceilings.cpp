@@ -110,7 +110,7 @@ std::vector<std::uint16_t> random_bits16(std::size_t count, Bits format) {
     state = xorshift64(state);
     const auto sign = static_cast<std::uint16_t>(state & 1);
     const auto exponent_step = static_cast<std::uint16_t>((state >> 1) & 7);  // 8 binades
-    if (format == Bits::F16) {  // bias 15: exponents 7..14
+    if (format == Bits::F16) {                                                // bias 15: exponents 7..14
       value = static_cast<std::uint16_t>(sign << 15 | (7 + exponent_step) << 10 | ((state >> 4) & 0x3FF));
     } else {  // bf16, bias 127: exponents 119..126
       value = static_cast<std::uint16_t>(sign << 15 | (119 + exponent_step) << 7 | ((state >> 4) & 0x7F));
@@ -196,8 +196,8 @@ double cublaslt_fp8_tflops(cudaStream_t stream, EventPair& events) {
                                                             &workspace_bytes, sizeof(workspace_bytes)));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt, op, a_layout, b_layout, d_layout, d_layout,
-                                                               preference, 1, &heuristic, &found);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(lt, op, a_layout, b_layout, d_layout, d_layout, preference, 1, &heuristic, &found);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) return 0.0;
   ATTNSUITE_CUDA_CHECK_STATUS(status);
 
@@ -231,7 +231,8 @@ bench::DeviceCeilings measure_gpu_ceilings(int device_index) {
     Scratch source(bytes), target(bytes);
     ATTNSUITE_CUDA_CHECK(cudaMemsetAsync(source.data(), 1, bytes, stream.get()));
     auto copy = [&] {
-      ATTNSUITE_CUDA_CHECK(cudaMemcpyAsync(target.data(), source.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
+      ATTNSUITE_CUDA_CHECK(
+          cudaMemcpyAsync(target.data(), source.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
     };
     copy();
     const double ms = events.best_ms(stream.get(), kCopyReps, copy);

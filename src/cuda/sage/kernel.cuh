@@ -37,8 +37,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   constexpr int kStages = Traits::kStages;
   constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
   constexpr int kKSteps = Traits::kKSteps, kRowsPerWarp = Traits::kRowsPerWarp;
-  constexpr int kQKRowBytes = kHeadDim;                               // INT8 rows
-  constexpr int kVRowBytes = kFp8PV ? kTileN : kHeadDim * 2;          // Vᵀ rows (channels) or V rows (keys)
+  constexpr int kQKRowBytes = kHeadDim;                       // INT8 rows
+  constexpr int kVRowBytes = kFp8PV ? kTileN : kHeadDim * 2;  // Vᵀ rows (channels) or V rows (keys)
   constexpr int kVRows = kFp8PV ? kHeadDim : kTileN;
 
   extern __shared__ __align__(128) unsigned char shared_bytes[];
@@ -58,10 +58,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const std::int64_t kv_slice = static_cast<std::int64_t>(batch) * params.heads_kv + kv_head;
   const char* q_head = reinterpret_cast<const char*>(params.q8) + q_slice * params.seq_q * kHeadDim;
   const char* k_head = reinterpret_cast<const char*>(params.k8) + kv_slice * params.seq_kv * kHeadDim;
-  const char* v_head = kFp8PV ? reinterpret_cast<const char*>(params.vt8) + kv_slice * kHeadDim * params.v_keys
-                              : reinterpret_cast<const char*>(static_cast<const Element*>(params.v) +
-                                                              batch * params.v_batch_stride +
-                                                              kv_head * params.v_head_stride);
+  const char* v_head =
+      kFp8PV ? reinterpret_cast<const char*>(params.vt8) + kv_slice * kHeadDim * params.v_keys
+             : reinterpret_cast<const char*>(static_cast<const Element*>(params.v) + batch * params.v_batch_stride +
+                                             kv_head * params.v_head_stride);
   const std::int64_t v_row_stride_bytes = kFp8PV ? params.v_keys : params.v_row_stride * 2;
   auto* o_head = static_cast<Element*>(params.o) + batch * params.o_batch_stride + head * params.o_head_stride;
   float* lse_head = params.lse != nullptr ? params.lse + q_slice * params.seq_q : nullptr;
@@ -101,8 +101,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     }
   };
 
-  load_rows_async<kTileM, kQKRowBytes, Traits::kThreads>(
-      smem_q_base, q_head + static_cast<std::int64_t>(row_begin) * kHeadDim, kHeadDim, params.seq_q - row_begin, q_head);
+  load_rows_async<kTileM, kQKRowBytes, Traits::kThreads>(smem_q_base,
+                                                         q_head + static_cast<std::int64_t>(row_begin) * kHeadDim,
+                                                         kHeadDim, params.seq_q - row_begin, q_head);
   commit_async_copies();
 #pragma unroll
   for (int stage = 0; stage < kStages - 1; ++stage) {
@@ -177,7 +178,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     const int key_begin = n_block * kTileN;
     if (key_begin < unmasked_key_begin || key_begin + kTileN > unmasked_key_end)
       mask_scores(params, acc_s, key_begin, row_begin, warp_row, quad_row, quad_col);
-    online_softmax<true>(acc_s, acc_o, row_max, row_sum, [] { return 1.0f; }, [](float, float) {});
+    online_softmax<true>(
+        acc_s, acc_o, row_max, row_sum, [] { return 1.0f; }, [](float, float) {});
   };
 
   auto accumulate_pv = [&](int n_block, ScoreTile& acc_s) {
@@ -265,7 +267,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
         }
       const int row = row_begin + warp_row + mt * 16 + quad_row + 8 * half;
       if (lse_head != nullptr && quad_col == 0 && row < params.seq_q) {
-        lse_head[row] = seen ? (row_max[mt][half] + log2f(sum)) * 0.69314718055994531f + lse_shift_head[row] : -INFINITY;
+        lse_head[row] =
+            seen ? (row_max[mt][half] + log2f(sum)) * 0.69314718055994531f + lse_shift_head[row] : -INFINITY;
       }
     }
 

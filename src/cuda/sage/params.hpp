@@ -27,7 +27,7 @@ struct QuantParams {
   // of quant_rule.hpp (k_scale_index; block_rows unused).
   int block_rows = 0;
   bool key_groups = false;
-  int blocks = 0;  // ceil(seq / block_rows), or k_scale_count
+  int blocks = 0;                 // ceil(seq / block_rows), or k_scale_count
   float scale_multiplier = 1.0f;  // stored scale = amax / 127 · this (softmax scale · log2 e for Q)
 
   // Smooth-K: per (batch, head, channel) partial sums over splits of kStatsRowsPerSplit keys;
@@ -85,9 +85,9 @@ struct Params {
   const float* v_scale = nullptr;
   std::int64_t v_keys = 0;  // padded key count of vt8
 
-  void* o = nullptr;     // (batch, seq_q, heads_q, head_dim), the input dtype
+  void* o = nullptr;  // (batch, seq_q, heads_q, head_dim), the input dtype
   std::int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
-  float* lse = nullptr;  // (batch, heads_q, seq_q), natural log; may be null
+  float* lse = nullptr;              // (batch, heads_q, seq_q), natural log; may be null
   const float* lse_shift = nullptr;  // (batch, heads_q, seq_q), added to the LSE (QuantParams::lse_shift)
 
   int batch = 0, heads_q = 0, heads_kv = 0, group_size = 1, seq_q = 0, seq_kv = 0, head_dim = 0;

@@ -38,8 +38,8 @@ __device__ __forceinline__ void load_8(const Element* src, float (&out)[8]) {
 
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(kThreads) stats_kernel(const StatsParams p) {
-  constexpr int kChunks = kHeadDim / 8;             // threads per row
-  constexpr int kRowGroups = kThreads / kChunks;    // rows read at once
+  constexpr int kChunks = kHeadDim / 8;           // threads per row
+  constexpr int kRowGroups = kThreads / kChunks;  // rows read at once
   __shared__ float sums[kRowGroups][kHeadDim];
   __shared__ std::uint32_t amaxes[kRowGroups][kHeadDim];
   const int split = static_cast<int>(blockIdx.x), head = static_cast<int>(blockIdx.y),
@@ -162,7 +162,8 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(const QuantP
 #pragma unroll
     for (int j = 0; j < 8; ++j) amax = max(amax, abs_bits(v[j]));
 #pragma unroll
-    for (int offset = kChunks / 2; offset > 0; offset /= 2) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    for (int offset = kChunks / 2; offset > 0; offset /= 2)
+      amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
     if (chunk == 0) row_amax[(i * kThreads + static_cast<int>(threadIdx.x)) / kChunks] = amax;
     if (p.lse_shift != nullptr) {
       // Q has no mean of its own: v is the row as given (0 past the end).
@@ -218,8 +219,8 @@ __global__ void __launch_bounds__(kThreads, 3) quantize_rows_kernel(const QuantP
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(kThreads) quantize_v_kernel(const VQuantParams p) {
   constexpr int kChunks = kHeadDim / 8;
-  constexpr int kKeys = kVKeyPad;                   // keys per CTA
-  constexpr int kWords = kKeys / 4;                 // 32-bit words per transposed row
+  constexpr int kKeys = kVKeyPad;                     // keys per CTA
+  constexpr int kWords = kKeys / 4;                   // 32-bit words per transposed row
   constexpr int kTasks = (kKeys / 16) * 4 * kChunks;  // (16-key group, word in the group, chunk)
   static_assert(kWords == 16 && kChunks <= 16, "the XOR swizzle permutes a row's 16 words by the chunk");
   __shared__ float inverse[kHeadDim];
@@ -281,16 +282,20 @@ void dispatch(const Params& params, DType dtype, int head_dim, cudaStream_t stre
   const auto by_dim = [&](auto element) {
     using Element = decltype(element);
     switch (head_dim) {
-      case 64: return Launch<Element, 64>::run(params, stream);
-      case 128: return Launch<Element, 128>::run(params, stream);
+      case 64:
+        return Launch<Element, 64>::run(params, stream);
+      case 128:
+        return Launch<Element, 128>::run(params, stream);
       default:
         throw Error(ErrorKind::Unsupported,
                     fmt::format("head dim {} not supported by the sage quantizers; allowed: 64, 128", head_dim));
     }
   };
   switch (dtype) {
-    case DType::F16: return by_dim(__half{});
-    case DType::BF16: return by_dim(__nv_bfloat16{});
+    case DType::F16:
+      return by_dim(__half{});
+    case DType::BF16:
+      return by_dim(__nv_bfloat16{});
     default:
       throw Error(ErrorKind::Unsupported,
                   fmt::format("dtype {} not supported by the sage quantizers; allowed: fp16, bf16", to_string(dtype)));

@@ -73,8 +73,7 @@ inline QuantizedRows quantize_rows(const float* x, int rows, int d, int block_ro
 inline QuantizedRows quantize_k(Mode mode, const float* k, int keys, int d, const float* mean,
                                 float multiplier = 1.0f) {
   return quantize_blocks(
-      k, keys, d, k_scale_count(mode, d, keys), [&](int key) { return k_scale_index(mode, d, key); }, multiplier,
-      mean);
+      k, keys, d, k_scale_count(mode, d, keys), [&](int key) { return k_scale_index(mode, d, key); }, multiplier, mean);
 }
 
 struct QuantizedVt {

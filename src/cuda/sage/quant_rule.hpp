@@ -51,7 +51,8 @@ inline constexpr int kKGroupsPerTile = 4;
 ATTNSUITE_SAGE_HD constexpr bool k_key_groups(Mode mode) { return mode == Mode::Sage2; }
 // The K scale of `key`, and how many scales `keys` keys have, for either rule.
 ATTNSUITE_SAGE_HD constexpr int k_scale_index(Mode mode, int head_dim, int key) {
-  return k_key_groups(mode) ? key / kKGroupTileKeys * kKGroupsPerTile + key % 8 / 2 : key / k_block_rows(mode, head_dim);
+  return k_key_groups(mode) ? key / kKGroupTileKeys * kKGroupsPerTile + key % 8 / 2
+                            : key / k_block_rows(mode, head_dim);
 }
 ATTNSUITE_SAGE_HD constexpr int k_scale_count(Mode mode, int head_dim, int keys) {
   return k_key_groups(mode) ? (keys + kKGroupTileKeys - 1) / kKGroupTileKeys * kKGroupsPerTile

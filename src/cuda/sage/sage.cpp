@@ -83,12 +83,16 @@ bool rows_aligned(const TensorView& view) {
 
 BackendIdentity identity(Mode mode) {
   if (mode == Mode::Sage) {
-    return {"sage", "sage (attnsuite INT8 QK, fp16/bf16 PV)", {DeviceType::Cuda, 0},
+    return {"sage",
+            "sage (attnsuite INT8 QK, fp16/bf16 PV)",
+            {DeviceType::Cuda, 0},
             "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
             "INT8 Q·Kᵀ (smoothed K), 16-bit P·V; sm80+ (mma.sync), sm_90a wgmma kernel config; "
             "quantization included in forward"};
   }
-  return {"sage2", "sage2 (attnsuite INT8 QK, FP8 PV)", {DeviceType::Cuda, 0},
+  return {"sage2",
+          "sage2 (attnsuite INT8 QK, FP8 PV)",
+          {DeviceType::Cuda, 0},
           "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
           "INT8 Q·Kᵀ (smoothed K), FP8 e4m3 P·V; sm89+ (mma.sync e4m3), sm_90a wgmma kernel config; "
           "quantization included in forward"};
@@ -97,7 +101,6 @@ BackendIdentity identity(Mode mode) {
 class SageBackend final : public IdentifiedBackend {
  public:
   explicit SageBackend(Mode mode) : IdentifiedBackend(identity(mode)), mode_(mode) {}
-
 
   Support supports(const AttentionProblem& problem) const override {
     Support support = supports_problem_common(name(), problem);
@@ -111,15 +114,17 @@ class SageBackend final : public IdentifiedBackend {
     const std::optional<int> capability = current_compute_capability();
     if (!capability) return Support::no("no CUDA device available: could not query the current device");
     if (*capability < 89) {
-      return Support::no(fmt::format("compute capability {}.{} not supported by sage2; its FP8 e4m3 MMA needs 8.9 "
-                                     "or newer (sage runs here)",
-                                     *capability / 10, *capability % 10));
+      return Support::no(
+          fmt::format("compute capability {}.{} not supported by sage2; its FP8 e4m3 MMA needs 8.9 "
+                      "or newer (sage runs here)",
+                      *capability / 10, *capability % 10));
     }
     const int arch = sage::binary_arch_on_current_device();
     if (arch < 89) {
-      return Support::no(fmt::format("sage2: this build runs sm_{} code on this GPU, which has no FP8 MMA; build "
-                                     "with CMAKE_CUDA_ARCHITECTURES including 89 or 90a",
-                                     arch));
+      return Support::no(
+          fmt::format("sage2: this build runs sm_{} code on this GPU, which has no FP8 MMA; build "
+                      "with CMAKE_CUDA_ARCHITECTURES including 89 or 90a",
+                      arch));
     }
     return Support::yes();
   }
@@ -301,7 +306,8 @@ class SageBackend final : public IdentifiedBackend {
       // sparge-sage: only the wgmma kernel reads a block list.
       const std::string why_not = wgmma_problem(params);
       if (!why_not.empty())
-        throw Error(ErrorKind::Unsupported, fmt::format("sparge-sage: the block-sparse sage2 kernel cannot run: {}", why_not));
+        throw Error(ErrorKind::Unsupported,
+                    fmt::format("sparge-sage: the block-sparse sage2 kernel cannot run: {}", why_not));
       params.block_index = block_list->index;
       params.block_count = block_list->count;
       params.m_blocks = block_list->m_blocks;
@@ -335,11 +341,13 @@ class SageBackend final : public IdentifiedBackend {
   std::string_view runnable(const std::string& config, bool given, const sage::Params& params) const {
     if (config == kMmaConfig) return kMmaConfig;
     const WgmmaConfig* wgmma = wgmma_config(config);
-    ATTNSUITE_CHECK(wgmma != nullptr, ErrorKind::Internal, fmt::format("{}: kernel config '{}' unknown", name(), config));
+    ATTNSUITE_CHECK(wgmma != nullptr, ErrorKind::Internal,
+                    fmt::format("{}: kernel config '{}' unknown", name(), config));
     const std::string why_not = wgmma_problem(params);
     if (why_not.empty()) return wgmma->name;
     if (given)
-      throw Error(ErrorKind::Unsupported, fmt::format("{}: kernel config '{}' cannot run: {}", name(), config, why_not));
+      throw Error(ErrorKind::Unsupported,
+                  fmt::format("{}: kernel config '{}' cannot run: {}", name(), config, why_not));
     return kMmaConfig;
   }
 

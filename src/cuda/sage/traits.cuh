@@ -53,8 +53,9 @@ struct Traits {
   static_assert(kStages >= 2, "at least double-buffered K/V");
   static_assert(kTileM % kQBlockRows == 0 && (kQBlockRows == 1 || kQBlockRows % 16 == 0),
                 "a Q scale block is one row or whole 16-row mma tiles, and divides the tile");
-  static_assert(k_key_groups(kMode) ? kKGroupTileKeys % kTileN == 0 : kKBlockRows % 8 == 0 && kTileN % kKBlockRows == 0,
-                "a K scale block holds whole 8-key mma tiles and divides the tile; a key tile lies in one tile of key groups");
+  static_assert(
+      k_key_groups(kMode) ? kKGroupTileKeys % kTileN == 0 : kKBlockRows % 8 == 0 && kTileN % kKBlockRows == 0,
+      "a K scale block holds whole 8-key mma tiles and divides the tile; a key tile lies in one tile of key groups");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 

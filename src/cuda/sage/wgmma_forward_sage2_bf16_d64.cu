@@ -4,6 +4,7 @@
 
 namespace attnsuite::cuda::sage::wgmma {
 template void run_forward<Mode::Sage2, __nv_bfloat16, 64, Schedule::Overlap>(const Params& params, cudaStream_t stream);
-template void run_forward<Mode::Sage2, __nv_bfloat16, 64, Schedule::PingPong>(const Params& params, cudaStream_t stream);
+template void run_forward<Mode::Sage2, __nv_bfloat16, 64, Schedule::PingPong>(const Params& params,
+                                                                              cudaStream_t stream);
 template void run_forward<Mode::Sage2, __nv_bfloat16, 64, Schedule::Serial>(const Params& params, cudaStream_t stream);
 }  // namespace attnsuite::cuda::sage::wgmma

@@ -4,6 +4,7 @@
 
 namespace attnsuite::cuda::sage::wgmma {
 template void run_forward<Mode::Sage, __nv_bfloat16, 128, Schedule::Overlap>(const Params& params, cudaStream_t stream);
-template void run_forward<Mode::Sage, __nv_bfloat16, 128, Schedule::PingPong>(const Params& params, cudaStream_t stream);
+template void run_forward<Mode::Sage, __nv_bfloat16, 128, Schedule::PingPong>(const Params& params,
+                                                                              cudaStream_t stream);
 template void run_forward<Mode::Sage, __nv_bfloat16, 128, Schedule::Serial>(const Params& params, cudaStream_t stream);
 }  // namespace attnsuite::cuda::sage::wgmma

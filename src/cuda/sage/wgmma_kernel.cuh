@@ -209,8 +209,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // for K): head_dim / 32 k-steps of 32 bytes inside the swizzled row (+2 in the encoded start
   // address; the hardware applies the swizzle to the computed addresses).
   auto issue_scores = [&](int stage) {
-    const std::uint64_t k_descriptor = matrix_descriptor_swizzled<Traits::kSwizzleBytes>(
-        smem_k + stage * Traits::kKBytes, 16, Traits::kSwizzlePeriod);
+    const std::uint64_t k_descriptor =
+        matrix_descriptor_swizzled<Traits::kSwizzleBytes>(smem_k + stage * Traits::kKBytes, 16, Traits::kSwizzlePeriod);
     wgmma_ss_s8_first(acc_s, q_descriptor, k_descriptor);
 #pragma unroll
     for (int k_step = 1; k_step < kHeadDim / 32; ++k_step)
@@ -340,7 +340,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int j = 0; j < kTileN / 16; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r)
-          p[j][r] = pack_pair<Element>(__uint_as_float(acc_s[8 * j + 2 * r]), __uint_as_float(acc_s[8 * j + 2 * r + 1]));
+          p[j][r] =
+              pack_pair<Element>(__uint_as_float(acc_s[8 * j + 2 * r]), __uint_as_float(acc_s[8 * j + 2 * r + 1]));
     } else {
 #pragma unroll
       for (int j = 0; j < kTileN / 32; ++j)
@@ -553,9 +554,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (row < params.seq_q) {
       if (lse_head != nullptr && quad_col == 0) {
         // + smooth-K's shift of the row's scores (QuantParams::lse_shift).
-        lse_head[row] = seen ? (row_max[half] + (log2f(sum) - kPExponentOffset)) * 0.69314718055994531f +
-                                   params.lse_shift[(static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q + row]
-                             : -INFINITY;
+        lse_head[row] =
+            seen ? (row_max[half] + (log2f(sum) - kPExponentOffset)) * 0.69314718055994531f +
+                       params.lse_shift[(static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q + row]
+                 : -INFINITY;
       }
       Element* o_row = o_head + row * params.o_row_stride + 2 * quad_col;
 #pragma unroll

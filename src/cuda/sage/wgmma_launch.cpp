@@ -15,9 +15,12 @@ namespace {
 template <Mode kMode, class Element, int kHeadDim>
 void launch_for_schedule(const Params& params, Schedule schedule, cudaStream_t stream) {
   switch (schedule) {
-    case Schedule::Overlap: return wgmma::run_forward<kMode, Element, kHeadDim, Schedule::Overlap>(params, stream);
-    case Schedule::PingPong: return wgmma::run_forward<kMode, Element, kHeadDim, Schedule::PingPong>(params, stream);
-    case Schedule::Serial: return wgmma::run_forward<kMode, Element, kHeadDim, Schedule::Serial>(params, stream);
+    case Schedule::Overlap:
+      return wgmma::run_forward<kMode, Element, kHeadDim, Schedule::Overlap>(params, stream);
+    case Schedule::PingPong:
+      return wgmma::run_forward<kMode, Element, kHeadDim, Schedule::PingPong>(params, stream);
+    case Schedule::Serial:
+      return wgmma::run_forward<kMode, Element, kHeadDim, Schedule::Serial>(params, stream);
   }
   throw Error(ErrorKind::Internal, fmt::format("sage: schedule {} unknown", static_cast<int>(schedule)));
 }
@@ -37,8 +40,8 @@ std::string wgmma_layout_problem(Mode mode, const Params& params) {
   if (params.seq_q == 0 || params.seq_kv == 0 || params.batch == 0 || params.heads_q == 0)
     return "an empty dimension (no TMA descriptor for it)";
   if (mode == Mode::Sage2) return {};
-  const std::string v = flash3::tma_layout_problem(params.v, params.v_batch_stride, params.v_row_stride,
-                                                   params.v_head_stride);
+  const std::string v =
+      flash3::tma_layout_problem(params.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
   return v.empty() ? v : "V: " + v;
 }
 

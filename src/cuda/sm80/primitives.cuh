@@ -20,8 +20,7 @@ __device__ __forceinline__ std::uint32_t shared_address(const void* pointer) {
 // read (src-size 0) and the 16 bytes are zero-filled: edge rows cost no branch and feed zeros.
 // shared_dst is a shared-window byte address (shared_address()).
 __device__ __forceinline__ void copy_16_bytes_async(std::uint32_t shared_dst, const void* global_src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_dst), "l"(global_src),
-               "r"(valid ? 16 : 0)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_dst), "l"(global_src), "r"(valid ? 16 : 0)
                : "memory");
 }
 __device__ __forceinline__ void commit_async_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
@@ -51,8 +50,8 @@ __device__ __forceinline__ void mma_16x8x16(float (&acc)[4], const std::uint32_t
                                             std::uint32_t b1);
 
 template <>
-__device__ __forceinline__ void mma_16x8x16<__half>(float (&acc)[4], const std::uint32_t (&a)[4],
-                                                    std::uint32_t b0, std::uint32_t b1) {
+__device__ __forceinline__ void mma_16x8x16<__half>(float (&acc)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                                    std::uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"

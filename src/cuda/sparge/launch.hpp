@@ -15,18 +15,18 @@ struct PredictorParams {
   long long k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
   int batch = 0, heads_q = 0, heads_kv = 0, group_size = 1, seq_q = 0, seq_kv = 0, head_dim = 0;
   int block_m = 0, block_n = 0, m_blocks = 0, n_blocks = 0;
-  float scale = 0;  // softmax scale
+  float scale = 0;                          // softmax scale
   int window_left = -1, window_right = -1;  // causal folded into window_right, as in flash2
   // Per q head: sim_threshold, cdf_threshold, topk, dense (as 0/1): 4 × heads_q floats.
   const float* settings = nullptr;
   int sink = 1;
   // Outputs and scratch.
-  float* q_mean = nullptr;  // (batch, heads_q, m_blocks, head_dim)
-  float* q_sim = nullptr;   // (batch, heads_q, m_blocks)
-  float* k_mean = nullptr;  // (batch, heads_kv, n_blocks, head_dim)
-  float* k_sim = nullptr;   // (batch, heads_kv, n_blocks)
-  int* block_index = nullptr;  // (batch, heads_q, m_blocks, n_blocks)
-  int* block_count = nullptr;  // (batch, heads_q, m_blocks)
+  float* q_mean = nullptr;                    // (batch, heads_q, m_blocks, head_dim)
+  float* q_sim = nullptr;                     // (batch, heads_q, m_blocks)
+  float* k_mean = nullptr;                    // (batch, heads_kv, n_blocks, head_dim)
+  float* k_sim = nullptr;                     // (batch, heads_kv, n_blocks)
+  int* block_index = nullptr;                 // (batch, heads_q, m_blocks, n_blocks)
+  int* block_count = nullptr;                 // (batch, heads_q, m_blocks)
   unsigned long long* kept_blocks = nullptr;  // += kept blocks
 };
 

@@ -32,9 +32,9 @@ __device__ __forceinline__ float warp_sum(float x) {
 
 // blockIdx.x: block, y: head, z: batch. `rows` tokens from `first`, seq rows in total.
 template <class Element, int kHeadDim>
-__global__ void __launch_bounds__(kPoolThreads) pool_kernel(const Element* x, long long batch_stride, long long row_stride,
-                                                            long long head_stride, int seq, int heads, int block_rows,
-                                                            float* mean, float* sim) {
+__global__ void __launch_bounds__(kPoolThreads)
+    pool_kernel(const Element* x, long long batch_stride, long long row_stride, long long head_stride, int seq,
+                int heads, int block_rows, float* mean, float* sim) {
   constexpr int kPerLane = kHeadDim / 32;
   constexpr int kWarps = kPoolThreads / 32;
   __shared__ float partial_sum[kWarps][kHeadDim];
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kPoolThreads) pool_kernel(const Element* x, lo
   float sum[kPerLane], unit[kPerLane];
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) sum[e] = unit[e] = 0.0f;
-  // Unrolled so that a warp has several rows' loads in flight (each row ends in a shuffle sum).
+    // Unrolled so that a warp has several rows' loads in flight (each row ends in a shuffle sum).
 #pragma unroll 4
   for (int r = warp; r < rows; r += kWarps) {
     const Element* row = base + static_cast<long long>(first + r) * row_stride;
@@ -139,7 +139,8 @@ __device__ __forceinline__ bool ranks_before(float pa, int ia, float pb, int ib)
 }
 
 template <int kHeadDim>
-__global__ void __launch_bounds__(kSelectThreads) select_kernel(const __grid_constant__ PredictorParams params, int sort_size) {
+__global__ void __launch_bounds__(kSelectThreads)
+    select_kernel(const __grid_constant__ PredictorParams params, int sort_size) {
   extern __shared__ __align__(16) unsigned char shared[];
   float* q_bar = reinterpret_cast<float*>(shared);
   float* prob = q_bar + kHeadDim;
@@ -149,7 +150,8 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const __grid_con
   __shared__ int int_totals[kSelectThreads + 1];
   __shared__ float reduce[kSelectThreads / 32];
 
-  const int m_block = static_cast<int>(blockIdx.x), head = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const int m_block = static_cast<int>(blockIdx.x), head = static_cast<int>(blockIdx.y),
+            b = static_cast<int>(blockIdx.z);
   const int tid = static_cast<int>(threadIdx.x);
   const int kv_head = head / params.group_size;
   const long long slot = (static_cast<long long>(b) * params.heads_q + head) * params.m_blocks + m_block;
@@ -182,7 +184,8 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const __grid_con
   const float* q_mean = params.q_mean + slot * kHeadDim;
   for (int d = tid; d < kHeadDim; d += kSelectThreads) q_bar[d] = q_mean[d];
   __syncthreads();
-  const float* k_base = params.k_mean + (static_cast<long long>(b) * params.heads_kv + kv_head) * params.n_blocks * kHeadDim;
+  const float* k_base =
+      params.k_mean + (static_cast<long long>(b) * params.heads_kv + kv_head) * params.n_blocks * kHeadDim;
   // One warp per key block, its lanes across the head dim: every load of k̄ is one coalesced
   // 128-byte row segment. (v1 gave each thread a whole k̄ row, so a warp's load touched 32 rows:
   // 32 sectors per instruction; the predictor took 1.4 ms of sparge's 3.5 ms at N = 16k, d128,
@@ -210,7 +213,8 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const __grid_con
   }
   __syncthreads();
   // Block max, then Σ exp, then p.
-  for (int offset = 16; offset > 0; offset >>= 1) local_max = fmaxf(local_max, __shfl_xor_sync(0xffffffffu, local_max, offset));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    local_max = fmaxf(local_max, __shfl_xor_sync(0xffffffffu, local_max, offset));
   if (tid % 32 == 0) reduce[tid / 32] = local_max;
   __syncthreads();
   float max_score = -INFINITY;
@@ -273,7 +277,8 @@ __global__ void __launch_bounds__(kSelectThreads) select_kernel(const __grid_con
   for (int i = tid; i < visible; i += kSelectThreads) {
     const int j = lo + i;
     const int key_begin = j * params.block_n, key_end = min(key_begin + params.block_n, params.seq_kv);
-    if (k_sim[j] < sim_threshold || (params.sink != 0 && j == 0) || key_begin < unmasked_begin || key_end > unmasked_end)
+    if (k_sim[j] < sim_threshold || (params.sink != 0 && j == 0) || key_begin < unmasked_begin ||
+        key_end > unmasked_end)
       flag[i] = 1;
   }
   __syncthreads();
@@ -330,8 +335,8 @@ void run_predictor(const PredictorParams& params, cudaStream_t stream) {
   const dim3 q_grid(static_cast<unsigned>(params.m_blocks), static_cast<unsigned>(params.heads_q),
                     static_cast<unsigned>(params.batch));
   pool_kernel<Element, kHeadDim><<<q_grid, kPoolThreads, 0, stream>>>(
-      static_cast<const Element*>(params.q), params.q_batch_stride, params.q_row_stride, params.q_head_stride, params.seq_q,
-      params.heads_q, params.block_m, params.q_mean, params.q_sim);
+      static_cast<const Element*>(params.q), params.q_batch_stride, params.q_row_stride, params.q_head_stride,
+      params.seq_q, params.heads_q, params.block_m, params.q_mean, params.q_sim);
   ATTNSUITE_CUDA_CHECK_LAUNCH("sparge pool_kernel (Q)");
   const dim3 k_grid(static_cast<unsigned>(params.n_blocks), static_cast<unsigned>(params.heads_kv),
                     static_cast<unsigned>(params.batch));
@@ -342,7 +347,8 @@ void run_predictor(const PredictorParams& params, cudaStream_t stream) {
   const int sort_size = next_power_of_two(params.n_blocks);
   const std::size_t smem = static_cast<std::size_t>(kHeadDim) * 4 + static_cast<std::size_t>(sort_size) * 12;
   const auto kernel = select_kernel<kHeadDim>;
-  ATTNSUITE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  ATTNSUITE_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   kernel<<<q_grid, kSelectThreads, smem, stream>>>(params, sort_size);
   ATTNSUITE_CUDA_CHECK_LAUNCH("sparge select_kernel");
 }
@@ -356,7 +362,7 @@ void launch_predictor(const PredictorParams& params, DType dtype, void* stream) 
   dispatch_16bit(dtype, "sparge", [&](auto element) {
     dispatch_head_dim<64, 128>(params.head_dim, "sparge", [&](auto head_dim) {
       run_predictor<typename decltype(element)::type, decltype(head_dim)::value>(params,
-                                                                                   static_cast<cudaStream_t>(stream));
+                                                                                 static_cast<cudaStream_t>(stream));
     });
   });
 }
@@ -372,7 +378,7 @@ void launch_block_sparse(const flash2::SparseParams& params, DType dtype, void* 
   dispatch_16bit(dtype, "the block-sparse kernel", [&](auto element) {
     dispatch_head_dim<64, 128>(params.head_dim, "the block-sparse kernel", [&](auto head_dim) {
       run_block_sparse<typename decltype(element)::type, decltype(head_dim)::value>(params,
-                                                                                      static_cast<cudaStream_t>(stream));
+                                                                                    static_cast<cudaStream_t>(stream));
     });
   });
 }

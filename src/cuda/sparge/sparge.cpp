@@ -48,7 +48,8 @@ struct Layout {
   Layout(const AttentionProblem& p, sparse::BlockShape shape) {
     const std::size_t m_blocks = static_cast<std::size_t>((p.seq_q + shape.m - 1) / shape.m);
     const std::size_t n_blocks = static_cast<std::size_t>((p.seq_kv + shape.n - 1) / shape.n);
-    const std::size_t n_tiles = static_cast<std::size_t>((p.seq_kv + sparge::kHopperTiles.n - 1) / sparge::kHopperTiles.n);
+    const std::size_t n_tiles =
+        static_cast<std::size_t>((p.seq_kv + sparge::kHopperTiles.n - 1) / sparge::kHopperTiles.n);
     const std::size_t q_items = static_cast<std::size_t>(p.batch) * p.heads_q * m_blocks;
     const std::size_t k_items = static_cast<std::size_t>(p.batch) * p.heads_kv * n_blocks;
     std::size_t at = 0;
@@ -150,7 +151,8 @@ class SparsePlan final : public KernelPlan {
     check_cuda_args(backend_, problem, args);
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o})
       if (!flash2::rows_aligned(*view))
-        throw Error(ErrorKind::Unsupported, fmt::format("{}: every row of Q, K, V and O must start 16-byte aligned", backend_));
+        throw Error(ErrorKind::Unsupported,
+                    fmt::format("{}: every row of Q, K, V and O must start 16-byte aligned", backend_));
     const Path path = path_;
     const sparse::BlockShape shape = sparse::block_shape_for(problem.head_dim);
     const sparse::BlockShape kernel_shape = kernel_shape_of(path, problem.head_dim);
@@ -174,7 +176,7 @@ class SparsePlan final : public KernelPlan {
     const int n_tiles = (problem.seq_kv + kernel_shape.n - 1) / kernel_shape.n;
     const int* block_index = nullptr;  // in the predictor's blocks
     const int* block_count = nullptr;
-    const int* tile_index = nullptr;   // in the Hopper kernels' tiles
+    const int* tile_index = nullptr;  // in the Hopper kernels' tiles
     const int* tile_count = nullptr;
     unsigned long long* counters = nullptr;
     unsigned long long* pv_skips = nullptr;
@@ -366,17 +368,23 @@ class SparsePlan final : public KernelPlan {
 BackendIdentity identity(Kind kind) {
   switch (kind) {
     case Kind::Sparge:
-      return {"sparge", "sparge (predicted block-sparse attention on flash3 / flash2)", {DeviceType::Cuda, 0},
+      return {"sparge",
+              "sparge (predicted block-sparse attention on flash3 / flash2)",
+              {DeviceType::Cuda, 0},
               "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; flash3 kernel on sm_90 "
               "(128x128 blocks), flash2 on sm80+ (kernel config flash2)"};
     case Kind::BlockSparse:
-      return {"block-sparse", "block-sparse (flash3 / flash2 with a given block mask)", {DeviceType::Cuda, 0},
+      return {"block-sparse",
+              "block-sparse (flash3 / flash2 with a given block mask)",
+              {DeviceType::Cuda, 0},
               "fp16/bf16, head dim 64/128, causal, window, GQA; --block-mask SPEC; flash3 kernel on sm_90, flash2 "
               "on sm80+"};
     case Kind::SpargeSage:
       break;
   }
-  return {"sparge-sage", "sparge-sage (predicted block-sparse attention on sage2)", {DeviceType::Cuda, 0},
+  return {"sparge-sage",
+          "sparge-sage (predicted block-sparse attention on sage2)",
+          {DeviceType::Cuda, 0},
           "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; sage2's INT8/FP8 wgmma "
           "kernel (128x128 blocks), sm_90a only; quantization included"};
 }

@@ -21,7 +21,9 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat
 template <class Element>
 __device__ __forceinline__ Element from_float(float value);
 template <>
-__device__ __forceinline__ __half from_float<__half>(float value) { return __float2half_rn(value); }
+__device__ __forceinline__ __half from_float<__half>(float value) {
+  return __float2half_rn(value);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
   return __float2bfloat16_rn(value);
@@ -117,8 +119,7 @@ void launch_zero_unseen_rows(const ZeroRowsParams& params, DType dtype, void* st
 
 void launch_masked_softmax(const SoftmaxParams& params, DType dtype, void* stream) {
   if (params.rows == 0) return;
-  ATTNSUITE_CHECK(params.rows <= 0x7fffffff, ErrorKind::Unsupported,
-                  "cuda-vanilla: more than 2^31-1 score rows");
+  ATTNSUITE_CHECK(params.rows <= 0x7fffffff, ErrorKind::Unsupported, "cuda-vanilla: more than 2^31-1 score rows");
   const dim3 grid(static_cast<unsigned>(params.rows));
   auto cuda_stream = static_cast<cudaStream_t>(stream);
   switch (dtype) {
@@ -129,9 +130,8 @@ void launch_masked_softmax(const SoftmaxParams& params, DType dtype, void* strea
       masked_softmax_kernel<__nv_bfloat16><<<grid, kThreads, 0, cuda_stream>>>(params);
       break;
     default:
-      throw Error(ErrorKind::Unsupported,
-                  std::string("cuda-vanilla softmax: dtype ") + std::string(to_string(dtype)) +
-                      " not supported; allowed: fp16, bf16");
+      throw Error(ErrorKind::Unsupported, std::string("cuda-vanilla softmax: dtype ") + std::string(to_string(dtype)) +
+                                              " not supported; allowed: fp16, bf16");
   }
   ATTNSUITE_CUDA_CHECK_LAUNCH("masked_softmax_kernel");
 }

@@ -28,7 +28,7 @@ void launch_masked_softmax(const SoftmaxParams& params, DType dtype, void* strea
 // holds a NaN or an Inf, so those rows are set to 0 explicitly (attnsuite's defined numerics:
 // a fully masked row is 0 with LSE −inf, whatever V holds; docs/reliability.md).
 struct ZeroRowsParams {
-  void* o = nullptr;                // (batch, seq_q, heads_q, dim_v) elements of dtype, strided
+  void* o = nullptr;  // (batch, seq_q, heads_q, dim_v) elements of dtype, strided
   std::int64_t stride_batch = 0, stride_seq = 0, stride_head = 0;  // in elements; dim stride 1
   int batch = 0, heads_q = 0, dim_v = 0;
   int seq_q = 0, seq_kv = 0, window_left = -1, window_right = -1;  // as in SoftmaxParams

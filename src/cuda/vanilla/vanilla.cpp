@@ -10,6 +10,8 @@
 // kv·group + g has a constant stride (group·head stride) over kv, so GQA/MQA needs no K/V
 // expansion. The batch dim folds into the same call when the views are dense over (batch,
 // heads) — BHSD — else it is one call per batch. That is B·group calls of each GEMM at worst.
+#include "cuda/vanilla/vanilla.hpp"
+
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -22,7 +24,6 @@
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/cuda_backends.hpp"
 #include "cuda/vanilla/softmax.hpp"
-#include "cuda/vanilla/vanilla.hpp"
 
 namespace attnsuite::cuda {
 namespace {
@@ -61,7 +62,8 @@ class CublasHandle {
 class CudaVanillaBackend final : public IdentifiedBackend {
  public:
   CudaVanillaBackend()
-      : IdentifiedBackend({"cuda-vanilla", "vanilla attention (attnsuite, cuBLAS + softmax kernel)",
+      : IdentifiedBackend({"cuda-vanilla",
+                           "vanilla attention (attnsuite, cuBLAS + softmax kernel)",
                            {DeviceType::Cuda, 0},
                            "fp16/bf16, materializes B·Hq·Nq·Nk scores in the input dtype, causal, window, GQA/MQA, "
                            "any head dim, BSHD/BHSD"}) {}
@@ -120,11 +122,10 @@ class CudaVanillaBackend final : public IdentifiedBackend {
         void* s = score_base + ((b * heads_q + g) * score_elements) * static_cast<std::int64_t>(element_bytes);
         // Column-major: Sᵀ (Nk × Nq) = Kᵀ·Q, K seen as D × Nk with ld = K's seq stride.
         ATTNSUITE_CUDA_CHECK(cublasGemmStridedBatchedEx(
-            handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(seq_kv), static_cast<int>(seq_q),
-            problem.head_dim, &scale, element(args.k, b * k[0]), type, static_cast<int>(k[1]), k[2],
-            element(args.q, b * q[0] + g * q[2]), type, static_cast<int>(q[1]), group * q[2], &zero, s,
-            type, static_cast<int>(seq_kv), group * score_elements, batch_count, CUBLAS_COMPUTE_32F,
-            CUBLAS_GEMM_DEFAULT));
+            handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(seq_kv), static_cast<int>(seq_q), problem.head_dim,
+            &scale, element(args.k, b * k[0]), type, static_cast<int>(k[1]), k[2], element(args.q, b * q[0] + g * q[2]),
+            type, static_cast<int>(q[1]), group * q[2], &zero, s, type, static_cast<int>(seq_kv),
+            group * score_elements, batch_count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       }
     }
 
@@ -135,8 +136,8 @@ class CudaVanillaBackend final : public IdentifiedBackend {
     softmax.seq_q = problem.seq_q;
     softmax.seq_kv = problem.seq_kv;
     softmax.window_left = problem.window_left;
-    softmax.window_right = problem.causal ? (problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0)
-                                          : problem.window_right;
+    softmax.window_right =
+        problem.causal ? (problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0) : problem.window_right;
     vanilla::launch_masked_softmax(softmax, problem.dtype, stream);
 
     for (std::int64_t b = 0; b < calls_over_batch; ++b) {
@@ -144,11 +145,10 @@ class CudaVanillaBackend final : public IdentifiedBackend {
         const void* p = score_base + ((b * heads_q + g) * score_elements) * static_cast<std::int64_t>(element_bytes);
         // Column-major: Oᵀ (Dv × Nq) = Vᵀ·Pᵀ, V seen as Dv × Nk, P as Nk × Nq.
         ATTNSUITE_CUDA_CHECK(cublasGemmStridedBatchedEx(
-            handle, CUBLAS_OP_N, CUBLAS_OP_N, problem.dim_v(), static_cast<int>(seq_q),
-            static_cast<int>(seq_kv), &one, element(args.v, b * v[0]), type, static_cast<int>(v[1]),
-            v[2], p, type, static_cast<int>(seq_kv), group * score_elements, &zero,
-            element(args.o, b * o[0] + g * o[2]), type, static_cast<int>(o[1]), group * o[2], batch_count,
-            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            handle, CUBLAS_OP_N, CUBLAS_OP_N, problem.dim_v(), static_cast<int>(seq_q), static_cast<int>(seq_kv), &one,
+            element(args.v, b * v[0]), type, static_cast<int>(v[1]), v[2], p, type, static_cast<int>(seq_kv),
+            group * score_elements, &zero, element(args.o, b * o[0] + g * o[2]), type, static_cast<int>(o[1]),
+            group * o[2], batch_count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       }
     }
     vanilla::ZeroRowsParams zero_rows;

@@ -301,7 +301,8 @@ class CudnnSdpaBackend final : public IdentifiedBackend {
  public:
   CudnnSdpaBackend()
       : IdentifiedBackend(
-            {"cudnn", fmt::format("cuDNN SDPA (cuDNN {} fused flash attention)", cudnn_version_string()),
+            {"cudnn",
+             fmt::format("cuDNN SDPA (cuDNN {} fused flash attention)", cudnn_version_string()),
              {DeviceType::Cuda, 0},
              "fp16/bf16, head dims <= 256 and multiples of 8 (d_v too), causal (bottom-right; seq_q <= seq_kv), "
              "GQA/MQA, BSHD/BHSD via strides, LSE; backward (sdpa_backward graph; cuDNN's head-dim limits, "

@@ -2,9 +2,8 @@
 // Host-only header; cuDNN and cudnn-frontend stay inside cudnn_sdpa.cpp.
 #pragma once
 
-#include <string>
-
 #include <memory>
+#include <string>
 
 #include "attnsuite/backend.hpp"
 

@@ -1,8 +1,7 @@
 #define PY_SSIZE_T_CLEAN
-#include <Python.h>
-
 #include "peers/onnxruntime/embedded_python.hpp"
 
+#include <Python.h>
 #include <fmt/format.h>
 
 #include <mutex>
@@ -27,9 +26,8 @@ void ensure_interpreter() {
     const PyStatus status = Py_InitializeFromConfig(&config);
     PyConfig_Clear(&config);
     if (PyStatus_Exception(status))
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("the embedded Python interpreter did not start: {}",
-                              status.err_msg != nullptr ? status.err_msg : "unknown error"));
+      throw Error(ErrorKind::Unsupported, fmt::format("the embedded Python interpreter did not start: {}",
+                                                      status.err_msg != nullptr ? status.err_msg : "unknown error"));
     PyEval_SaveThread();
   });
 }

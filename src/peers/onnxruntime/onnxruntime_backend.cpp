@@ -7,11 +7,7 @@
 // The call costs a few microseconds against the milliseconds of the cases it runs.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-
-#include "peers/onnxruntime/onnxruntime_peer.hpp"
-
 #include <fmt/format.h>
-
 #include <sys/mman.h>
 
 #include <fstream>
@@ -23,6 +19,7 @@
 #include "attnsuite/error.hpp"
 #include "core/parallel.hpp"
 #include "peers/onnxruntime/embedded_python.hpp"
+#include "peers/onnxruntime/onnxruntime_peer.hpp"
 
 #if ATTNSUITE_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -71,7 +68,8 @@ class OutputBuffer {
 #if ATTNSUITE_HAVE_CUDA
       if (cudaMalloc(&data_, bytes) != cudaSuccess) {
         cudaGetLastError();
-        throw Error(ErrorKind::OutOfMemory, fmt::format("onnxruntime: cudaMalloc of {} bytes for the output failed", bytes));
+        throw Error(ErrorKind::OutOfMemory,
+                    fmt::format("onnxruntime: cudaMalloc of {} bytes for the output failed", bytes));
       }
 #else
       throw Error(ErrorKind::Unsupported, "onnxruntime: this build has no CUDA");
@@ -122,12 +120,12 @@ std::size_t free_device_bytes() {
 }
 
 PyObject* problem_dict(const AttentionProblem& p) {
-  return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:s,s:O,s:i,s:i,s:d}", "batch", p.batch, "heads_q",
-                       p.heads_q, "heads_kv", p.heads_kv, "seq_q", p.seq_q, "seq_kv", p.seq_kv, "head_dim",
-                       p.head_dim, "head_dim_v", p.dim_v(), "dtype", std::string(to_string(p.dtype)).c_str(),
-                       "layout", p.layout == Layout::BSHD ? "bshd" : "bhsd", "causal",
-                       p.causal ? Py_True : Py_False, "window_left", p.window_left, "window_right",
-                       p.window_right, "scale", static_cast<double>(p.softmax_scale()));
+  return Py_BuildValue("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:s,s:O,s:i,s:i,s:d}", "batch", p.batch, "heads_q", p.heads_q,
+                       "heads_kv", p.heads_kv, "seq_q", p.seq_q, "seq_kv", p.seq_kv, "head_dim", p.head_dim,
+                       "head_dim_v", p.dim_v(), "dtype", std::string(to_string(p.dtype)).c_str(), "layout",
+                       p.layout == Layout::BSHD ? "bshd" : "bhsd", "causal", p.causal ? Py_True : Py_False,
+                       "window_left", p.window_left, "window_right", p.window_right, "scale",
+                       static_cast<double>(p.softmax_scale()));
 }
 
 // Runs `call` under the GIL with the module; Python errors become Error(kind) with `what`.
@@ -178,7 +176,8 @@ class OnnxRuntimePlan final : public KernelPlan {
     if (args.q.data != bound_[0] || args.k.data != bound_[1] || args.v.data != bound_[2]) {
       PyRef result(PyObject_CallMethod(runner_.get(), "bind", "KKKKi", pointer(args.q.data), pointer(args.k.data),
                                        pointer(args.v.data), pointer(output_view_.data), args.q.device.index));
-      if (!result) throw Error(ErrorKind::Device, fmt::format("{}: binding the buffers failed: {}", name_, take_python_error()));
+      if (!result)
+        throw Error(ErrorKind::Device, fmt::format("{}: binding the buffers failed: {}", name_, take_python_error()));
       bound_ = {args.q.data, args.k.data, args.v.data};
     }
     const bool measure_host = first && device_ == DeviceType::Cpu && reset_resident_peak();
@@ -238,7 +237,8 @@ class OnnxRuntimePlan final : public KernelPlan {
     if (!runner_type || !positional || !keywords)
       throw Error(ErrorKind::Internal, fmt::format("{}: {}", name_, take_python_error()));
     runner_ = PyRef(PyObject_Call(runner_type.get(), positional.get(), keywords.get()));
-    if (!runner_) throw Error(ErrorKind::Device, fmt::format("{}: creating the session failed: {}", name_, take_python_error()));
+    if (!runner_)
+      throw Error(ErrorKind::Device, fmt::format("{}: creating the session failed: {}", name_, take_python_error()));
     run_ = PyRef(PyObject_GetAttrString(runner_.get(), "run"));
     if (!run_) throw Error(ErrorKind::Internal, fmt::format("{}: {}", name_, take_python_error()));
     output_view_.data = output_.data();
@@ -264,8 +264,8 @@ class OnnxRuntimeBackend final : public Backend {
     const bool cuda = device == DeviceType::Cuda;
     const bool decomposed = form == Form::Decomposed;
     name_ = std::string(cuda ? "onnxruntime-cuda" : "onnxruntime") + (decomposed ? "-decomposed" : "");
-    display_name_ = fmt::format("ONNX Runtime ({} EP{})", cuda ? "CUDA" : "CPU",
-                                decomposed ? ", MatMul/Softmax graph" : "");
+    display_name_ =
+        fmt::format("ONNX Runtime ({} EP{})", cuda ? "CUDA" : "CPU", decomposed ? ", MatMul/Softmax graph" : "");
   }
 
   std::string_view name() const override { return name_; }
@@ -275,11 +275,11 @@ class OnnxRuntimeBackend final : public Backend {
 
   std::string capabilities() const override {
     const std::string version = onnxruntime_version();
-    return fmt::format("{}; fp32, fp16 where the EP has the kernels (probed); GQA, causal and windows (a mask in "
-                       "the graph); O only, no LSE; onnxruntime {} through its Python API",
-                       form_ == Form::Attention ? "ONNX Attention operator (opset 23)"
-                                                : "MatMul/Softmax/MatMul graph (opset 17)",
-                       version.empty() ? "not importable" : version);
+    return fmt::format(
+        "{}; fp32, fp16 where the EP has the kernels (probed); GQA, causal and windows (a mask in "
+        "the graph); O only, no LSE; onnxruntime {} through its Python API",
+        form_ == Form::Attention ? "ONNX Attention operator (opset 23)" : "MatMul/Softmax/MatMul graph (opset 17)",
+        version.empty() ? "not importable" : version);
   }
 
   // What ONNX Runtime can run is probed once per class of problems (dtype, layout, mask kind,
@@ -291,18 +291,18 @@ class OnnxRuntimeBackend final : public Backend {
       return Support::no(error.what());
     }
     if (p.dtype == DType::BF16 || p.dtype == DType::E4M3)
-      return Support::no(fmt::format("{} not supported: onnxruntime's Python API binds numpy dtypes and numpy has "
-                                     "no {}; allowed: fp32, fp16",
-                                     to_string(p.dtype), p.dtype == DType::BF16 ? "bfloat16" : "float8_e4m3fn"));
+      return Support::no(
+          fmt::format("{} not supported: onnxruntime's Python API binds numpy dtypes and numpy has "
+                      "no {}; allowed: fp32, fp16",
+                      to_string(p.dtype), p.dtype == DType::BF16 ? "bfloat16" : "float8_e4m3fn"));
     for (std::int64_t i = 0; i < p.seq_q; ++i)
       if (p.key_end(i) <= p.key_begin(i))
         return Support::no(fmt::format("query row {} sees no key under this mask; ONNX's Softmax gives NaN there", i));
     const Support ready = environment();
     if (!ready) return ready;
-    const std::string key =
-        fmt::format("{} {} g{} c{} l{} r{} s{} d{} dv{}", to_string(p.dtype), to_string(p.layout), p.group_size() > 1,
-                    p.causal, p.window_left >= 0, p.window_right >= 0, (p.seq_q > p.seq_kv) - (p.seq_q < p.seq_kv),
-                    p.head_dim, p.dim_v());
+    const std::string key = fmt::format("{} {} g{} c{} l{} r{} s{} d{} dv{}", to_string(p.dtype), to_string(p.layout),
+                                        p.group_size() > 1, p.causal, p.window_left >= 0, p.window_right >= 0,
+                                        (p.seq_q > p.seq_kv) - (p.seq_q < p.seq_kv), p.head_dim, p.dim_v());
     {
       std::lock_guard lock(probes_mutex_);
       if (auto found = probes_.find(key); found != probes_.end()) return found->second;
@@ -336,8 +336,9 @@ class OnnxRuntimeBackend final : public Backend {
       try {
         environment_ = with_module([&](PyObject* module) {
           PyRef info(PyObject_CallMethod(module, "onnxruntime_info", nullptr));
-          if (!info) return Support::no(fmt::format("onnxruntime cannot be imported: {} (pip install onnxruntime)",
-                                                    take_python_error()));
+          if (!info)
+            return Support::no(
+                fmt::format("onnxruntime cannot be imported: {} (pip install onnxruntime)", take_python_error()));
           PyObject* providers = PyTuple_GetItem(info.get(), 1);  // borrowed
           const char* wanted = device_ == DeviceType::Cuda ? "CUDAExecutionProvider" : "CPUExecutionProvider";
           PyRef name(PyUnicode_FromString(wanted));
@@ -388,7 +389,8 @@ void register_onnxruntime_backends(Registry& registry) {
   registry.add("onnxruntime-decomposed",
                [] { return std::make_unique<OnnxRuntimeBackend>(Form::Decomposed, DeviceType::Cpu); });
 #if ATTNSUITE_HAVE_CUDA
-  registry.add("onnxruntime-cuda", [] { return std::make_unique<OnnxRuntimeBackend>(Form::Attention, DeviceType::Cuda); });
+  registry.add("onnxruntime-cuda",
+               [] { return std::make_unique<OnnxRuntimeBackend>(Form::Attention, DeviceType::Cuda); });
   registry.add("onnxruntime-cuda-decomposed",
                [] { return std::make_unique<OnnxRuntimeBackend>(Form::Decomposed, DeviceType::Cuda); });
 #endif

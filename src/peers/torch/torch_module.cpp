@@ -107,8 +107,11 @@ const Module& module() {
 class UnloadedTorchBackend final : public IdentifiedBackend {
  public:
   UnloadedTorchBackend(std::string_view name, std::string reason)
-      : IdentifiedBackend({std::string(name), "PyTorch SDPA peer (not loaded)", {DeviceType::Cuda, 0},
-                           "none here: " + reason, "PyTorch"}),
+      : IdentifiedBackend({std::string(name),
+                           "PyTorch SDPA peer (not loaded)",
+                           {DeviceType::Cuda, 0},
+                           "none here: " + reason,
+                           "PyTorch"}),
         reason_(std::move(reason)) {}
   Support supports(const AttentionProblem&) const override { return Support::no(reason_); }
   std::unique_ptr<KernelPlan> plan(const AttentionProblem&, const PlanOptions&) const override {

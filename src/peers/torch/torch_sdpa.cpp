@@ -180,8 +180,8 @@ TensorView view_of_bhsd(const at::Tensor& out, DType dtype, c10::DeviceIndex dev
   return view;
 }
 
-// Keys that query row i sees as a (seq_q, seq_kv) additive mask (0 or -inf, in the problem's dtype): the problem's causal and window
-// bounds around the bottom-right diagonal i + (seq_kv - seq_q).
+// Keys that query row i sees as a (seq_q, seq_kv) additive mask (0 or -inf, in the problem's dtype): the problem's
+// causal and window bounds around the bottom-right diagonal i + (seq_kv - seq_q).
 at::Tensor materialized_mask(const AttentionProblem& p, c10::DeviceIndex device) {
   const auto options = at::TensorOptions().dtype(at::kLong).device(at::kCUDA, device);
   const at::Tensor diagonal = at::arange(p.seq_q, options).add(p.seq_kv - p.seq_q).unsqueeze(1);
@@ -287,8 +287,11 @@ class TorchPlan final : public KernelPlan {
 
 BackendIdentity identity(Kind kind) {
   const KindInfo info = info_of(kind);
-  return {std::string(info.name), std::string(info.display_name), {DeviceType::Cuda, 0},
-          std::string(info.capabilities), "PyTorch"};
+  return {std::string(info.name),
+          std::string(info.display_name),
+          {DeviceType::Cuda, 0},
+          std::string(info.capabilities),
+          "PyTorch"};
 }
 
 class TorchBackend final : public IdentifiedBackend {
@@ -406,7 +409,8 @@ class TorchBackend final : public IdentifiedBackend {
       return Support::no(error.what());
     }
     if (p.dtype == DType::E4M3)
-      return Support::no(concat("dtype e4m3 not supported by ", name(), "; allowed: fp32, fp16, bf16 (PyTorch's SDPA "
+      return Support::no(concat("dtype e4m3 not supported by ", name(),
+                                "; allowed: fp32, fp16, bf16 (PyTorch's SDPA "
                                 "takes no FP8 inputs)"));
     const bool low_precision = p.dtype == DType::F16 || p.dtype == DType::BF16;
     if ((kind_ == Kind::Flash || kind_ == Kind::Cudnn) && !low_precision)

@@ -32,9 +32,9 @@
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/cuda_backends.hpp"
 #include "cuda/flash2/flash2.hpp"
-#include "ring/cuda/nccl_library.hpp"
 #include "ring/communicator.hpp"
 #include "ring/cuda/merge.hpp"
+#include "ring/cuda/nccl_library.hpp"
 #include "ring/schedule.hpp"
 #if ATTNSUITE_HAVE_FLASH3
 #include "cuda/flash3/flash3.hpp"
@@ -137,7 +137,8 @@ class NcclCommunicator final : public ar::RingCommunicator {
   void start_exchange(const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes) override {
     ATTNSUITE_CUDA_CHECK(cudaStreamWaitEvent(device_.comm_stream, device_.compute_done, 0));
     const nccl::Api& api = nccl_api();
-    ATTNSUITE_NCCL_CHECK(api.send(send, send_bytes, ncclUint8, (rank_ + 1) % world_, device_.comm, device_.comm_stream));
+    ATTNSUITE_NCCL_CHECK(
+        api.send(send, send_bytes, ncclUint8, (rank_ + 1) % world_, device_.comm, device_.comm_stream));
     ATTNSUITE_NCCL_CHECK(
         api.recv(recv, recv_bytes, ncclUint8, (rank_ + world_ - 1) % world_, device_.comm, device_.comm_stream));
   }
@@ -155,7 +156,7 @@ class NcclCommunicator final : public ar::RingCommunicator {
 
 // The buffers of one rank for one problem shape.
 struct RankBuffers {
-  DeviceBuffer q[2];           // its query chunks, dense (B, L, Hq, D)
+  DeviceBuffer q[2];  // its query chunks, dense (B, L, Hq, D)
   // K/V blocks, each [K lo | K hi | V lo | V hi]: block[0] holds the rank's own block and is
   // never received into (so resident inputs survive a forward); blocks 1 and 2 take turns
   // receiving the next block while the current one is computed on.
@@ -193,10 +194,15 @@ struct RingOptions {
     }
     if (const auto found = options.find("ring_mode"); found != options.end()) {
       const std::string& value = found->second;
-      if (value == "full") parsed.mode = Mode::Full;
-      else if (value == "compute-only") parsed.mode = Mode::ComputeOnly;
-      else if (value == "comm-only") parsed.mode = Mode::CommOnly;
-      else throw Error(ErrorKind::Usage, fmt::format("ring: ring_mode '{}' is not allowed: full, compute-only, comm-only", value));
+      if (value == "full")
+        parsed.mode = Mode::Full;
+      else if (value == "compute-only")
+        parsed.mode = Mode::ComputeOnly;
+      else if (value == "comm-only")
+        parsed.mode = Mode::CommOnly;
+      else
+        throw Error(ErrorKind::Usage,
+                    fmt::format("ring: ring_mode '{}' is not allowed: full, compute-only, comm-only", value));
     }
     if (const auto found = options.find("ring_inputs"); found != options.end()) {
       const std::string& value = found->second;
@@ -243,12 +249,10 @@ TensorView dense(void* data, DType dtype, int device, std::int64_t b, std::int64
 void copy_tokens(void* dst, std::int64_t dst_seq, const void* src, std::int64_t src_seq, std::int64_t begin_dst,
                  std::int64_t begin_src, std::int64_t length, std::int64_t token_bytes, std::int64_t batch,
                  cudaStream_t stream) {
-  ATTNSUITE_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(dst) + begin_dst * token_bytes,
-                                         static_cast<std::size_t>(dst_seq * token_bytes),
-                                         static_cast<const char*>(src) + begin_src * token_bytes,
-                                         static_cast<std::size_t>(src_seq * token_bytes),
-                                         static_cast<std::size_t>(length * token_bytes), static_cast<std::size_t>(batch),
-                                         cudaMemcpyDefault, stream));
+  ATTNSUITE_CUDA_CHECK(cudaMemcpy2DAsync(
+      static_cast<char*>(dst) + begin_dst * token_bytes, static_cast<std::size_t>(dst_seq * token_bytes),
+      static_cast<const char*>(src) + begin_src * token_bytes, static_cast<std::size_t>(src_seq * token_bytes),
+      static_cast<std::size_t>(length * token_bytes), static_cast<std::size_t>(batch), cudaMemcpyDefault, stream));
 }
 
 AttentionProblem pair_problem(const ar::RingSchedule& schedule, const AttentionProblem& p, const ar::ChunkPair& pair) {
@@ -315,8 +319,8 @@ class RingPlan final : public KernelPlan {
     // (the harness's timed repetitions), so the time is the ring's alone; the plan's first
     // forward (a case's accuracy run) always scatters. A caller that rewrites its inputs in place
     // between forwards must not use it. Default: scatter every forward.
-    const bool scatter = !options_.resident || first || args.q.data != last_q_ || args.k.data != last_k_ ||
-                         args.v.data != last_v_;
+    const bool scatter =
+        !options_.resident || first || args.q.data != last_q_ || args.k.data != last_k_ || args.v.data != last_v_;
     last_q_ = args.q.data;
     last_k_ = args.k.data;
     last_v_ = args.v.data;
@@ -433,9 +437,9 @@ class RingPlan final : public KernelPlan {
           const BlockLayout sending = block_layout(schedule, p, schedule.kv_source(r, step));
           const BlockLayout receiving = block_layout(schedule, p, schedule.kv_source(r, step + 1));
           ATTNSUITE_CUDA_CHECK(cudaSetDevice(r));
-          comms[static_cast<std::size_t>(r)]->start_exchange(b.block[cur].data(), static_cast<std::size_t>(sending.bytes),
-                                                             b.block[receive_into(cur)].data(),
-                                                             static_cast<std::size_t>(receiving.bytes));
+          comms[static_cast<std::size_t>(r)]->start_exchange(
+              b.block[cur].data(), static_cast<std::size_t>(sending.bytes), b.block[receive_into(cur)].data(),
+              static_cast<std::size_t>(receiving.bytes));
         }
         ATTNSUITE_NCCL_CHECK(nccl_api().group_end());
       }
@@ -537,8 +541,10 @@ class RingBackend final : public IdentifiedBackend {
     // The ring spreads itself over GPUs 0..W−1 from GPU 0; a --gpus worker on another GPU (or
     // a launcher's process on its local rank) must not start a second ring over the same GPUs.
     if (int current = 0; cudaGetDevice(&current) == cudaSuccess && current != 0)
-      return Support::no(fmt::format("ring: runs from GPU 0 over the visible GPUs; the current GPU is {} "
-                                     "(run ring without --gpus, and one process per node)", current));
+      return Support::no(
+          fmt::format("ring: runs from GPU 0 over the visible GPUs; the current GPU is {} "
+                      "(run ring without --gpus, and one process per node)",
+                      current));
     if (problem.seq_q != problem.seq_kv)
       return Support::no(fmt::format("ring: seq_q {} != seq_kv {}; the ring shards one sequence (needs Nq = Nk)",
                                      problem.seq_q, problem.seq_kv));

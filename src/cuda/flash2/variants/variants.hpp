@@ -8,8 +8,8 @@
 namespace attnsuite::cuda::flash2 {
 
 struct Variant {
-  const char* name;  // backend name suffix: flash2-x-<name>
-  int head_dim;      // the one head dim it is compiled for (bf16 only)
+  const char* name;                                    // backend name suffix: flash2-x-<name>
+  int head_dim;                                        // the one head dim it is compiled for (bf16 only)
   void (*launch)(const Params& params, void* stream);  // stream: a cudaStream_t
 };
 
