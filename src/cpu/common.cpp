@@ -57,6 +57,19 @@ Support supports_backward_dtype(const AttentionProblem& problem) {
   return Support::yes();
 }
 
+Support CpuBackend::supports_backward(const AttentionProblem& problem) const {
+  if (Support dtype = supports_backward_dtype(problem); !dtype) return dtype;
+  return supports(problem);
+}
+
+std::unique_ptr<KernelPlan> configless_plan(const Backend& backend, const AttentionProblem& problem,
+                                            const PlanOptions& options, FunctionPlan::Forward forward,
+                                            FunctionPlan::Backward backward) {
+  require_support(backend, problem);
+  choose_kernel_config(backend, problem, options);  // refuses a config: there is none
+  return std::make_unique<FunctionPlan>("", 0, std::move(forward), std::move(backward));
+}
+
 void check_args(std::string_view backend, const AttentionProblem& problem, const AttentionArgs& args,
                 bool contiguous_last_dim) {
   const std::int64_t b = problem.batch, hq = problem.heads_q, hkv = problem.heads_kv;

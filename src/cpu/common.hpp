@@ -21,6 +21,19 @@ Support supports_common(const AttentionProblem& problem, bool takes_e4m3 = false
 // No for an e4m3 problem (e4m3 has no backward), else yes: what supports_backward() asks first.
 Support supports_backward_dtype(const AttentionProblem& problem);
 
+// A CPU backend: its backward takes what its forward takes, e4m3 aside (it has none).
+class CpuBackend : public IdentifiedBackend {
+ public:
+  using IdentifiedBackend::IdentifiedBackend;
+  Support supports_backward(const AttentionProblem& problem) const override;
+};
+
+// The plan of a backend without kernel configs (reference, cpu-vanilla): require_support, a
+// named config refused (listing that there is none), forward and backward as given.
+std::unique_ptr<KernelPlan> configless_plan(const Backend& backend, const AttentionProblem& problem,
+                                            const PlanOptions& options, FunctionPlan::Forward forward,
+                                            FunctionPlan::Backward backward);
+
 // Checks one view: present, on the CPU, of the given shape and dtype and, when
 // contiguous_last_dim, with stride 1 in its last dim. Throws Error naming `what`.
 void check_view(std::string_view backend, const char* what, const TensorView& view,

@@ -6,12 +6,23 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 
 #include "core/simd_target.hpp"
 
 namespace attnsuite::cpu::simd {
+
+// P of exp2_ps below (Cephes' exp2f), highest degree first, evaluated by Horner's rule.
+inline constexpr float kExp2Polynomial[] = {1.535336188319500e-4f,
+                                            1.339887440266574e-3f,
+                                            9.618437357674640e-3f,
+                                            5.550332471162809e-2f,
+                                            2.402264791363012e-1f,
+                                            6.931472028550421e-1f,
+                                            1.0f};
 
 // 2^x for 8 floats. Cephes' exp2f: x = n + f with n = round(x), |f| <= 1/2,
 // 2^f = 1 + f·P(f) (degree-6 polynomial, max relative error 1.7e-7), 2^n put into the exponent.
@@ -25,13 +36,9 @@ inline __m256 exp2_ps(__m256 x) {
   x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
   const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(x, n);
-  __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  __m256 p = _mm256_set1_ps(kExp2Polynomial[0]);
+  for (std::size_t i = 1; i < std::size(kExp2Polynomial); ++i)
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2Polynomial[i]));
   // (n + 127) << 23 is the float 2^n; n = -127 gives the bits of +0.
   const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
   return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23)));
@@ -122,13 +129,9 @@ struct Avx512 {
     x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x);
     const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 p = _mm512_set1_ps(kExp2Polynomial[0]);
+    for (std::size_t i = 1; i < std::size(kExp2Polynomial); ++i)
+      p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Polynomial[i]));
     const __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
     return _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(biased, 23)));
   }

@@ -28,6 +28,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnsuite/error.hpp"
@@ -106,6 +107,14 @@ __attribute__((always_inline)) inline void gemm_block(const float* a, std::int64
   }
 }
 
+// The rows left after the full register blocks (0 < count < kBlockRows): the micro-kernel for
+// exactly that many rows.
+template <bool kAccumulate, ALayout kA, int... kLess>
+void gemm_tail(std::int64_t count, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+               std::int64_t depth, float* c, std::int64_t ldc, std::integer_sequence<int, kLess...>) {
+  ((count == kLess + 1 ? gemm_block<kLess + 1, kAccumulate, kA>(a, lda, b, ldb, depth, c, ldc) : void()), ...);
+}
+
 // C[rows × cols] (+)= A[rows × depth]·B[depth × cols]; cols a multiple of 16. Column panels of B
 // outside, so a panel (depth × 16 floats) stays in L1 while every row block passes over it.
 template <bool kAccumulate, ALayout kA = ALayout::Rows>
@@ -118,25 +127,8 @@ void gemm(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, fl
       gemm_block<kBlockRows, kAccumulate, kA>(a + m * row_step, lda, b + n, ldb, depth, c + m * ldc + n, ldc);
     const float* a_tail = a + m * row_step;
     float* c_tail = c + m * ldc + n;
-    switch (rows - m) {
-      case 1:
-        gemm_block<1, kAccumulate, kA>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
-        break;
-      case 2:
-        gemm_block<2, kAccumulate, kA>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
-        break;
-      case 3:
-        gemm_block<3, kAccumulate, kA>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
-        break;
-      case 4:
-        gemm_block<4, kAccumulate, kA>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
-        break;
-      case 5:
-        gemm_block<5, kAccumulate, kA>(a_tail, lda, b + n, ldb, depth, c_tail, ldc);
-        break;
-      default:
-        break;
-    }
+    gemm_tail<kAccumulate, kA>(rows - m, a_tail, lda, b + n, ldb, depth, c_tail, ldc,
+                               std::make_integer_sequence<int, kBlockRows - 1>{});
   }
 }
 

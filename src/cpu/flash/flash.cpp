@@ -22,10 +22,10 @@ namespace {
 using flash::kTileConfigs;
 using flash::TileConfig;
 
-class FlashBackend final : public IdentifiedBackend {
+class FlashBackend final : public CpuBackend {
  public:
   FlashBackend()
-      : IdentifiedBackend(
+      : CpuBackend(
             {"cpu-flash",
              "FlashAttention-style tiled CPU kernel (attnsuite)",
              {DeviceType::Cpu, 0},
@@ -49,11 +49,6 @@ class FlashBackend final : public IdentifiedBackend {
   // little about the other.
   KernelConfigKey kernel_config_key(const AttentionProblem& problem, const PlanOptions&) const override {
     return cpu_kernel_config_key(std::string(name()), problem);
-  }
-
-  Support supports_backward(const AttentionProblem& problem) const override {
-    if (Support dtype = supports_backward_dtype(problem); !dtype) return dtype;
-    return supports(problem);
   }
 
   // A tile config from kernel_configs(), optionally with the ISA as the plan reports it

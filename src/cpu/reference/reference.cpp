@@ -72,28 +72,21 @@ void reference_head_f64(const AttentionProblem& problem, const AttentionArgs& ar
 
 namespace {
 
-class ReferenceBackend final : public IdentifiedBackend {
+class ReferenceBackend final : public CpuBackend {
  public:
   ReferenceBackend()
-      : IdentifiedBackend({"reference",
-                           "fp64 reference (attnsuite)",
-                           {DeviceType::Cpu, 0},
-                           "fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), fp64 accumulation, any strides, "
-                           "causal, window, GQA/MQA, head dim 32..256"}) {}
+      : CpuBackend({"reference",
+                    "fp64 reference (attnsuite)",
+                    {DeviceType::Cpu, 0},
+                    "fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), fp64 accumulation, any strides, "
+                    "causal, window, GQA/MQA, head dim 32..256"}) {}
   Support supports(const AttentionProblem& problem) const override {
     return supports_common(problem, /*takes_e4m3=*/true);
   }
 
-  Support supports_backward(const AttentionProblem& problem) const override {
-    if (Support dtype = supports_backward_dtype(problem); !dtype) return dtype;
-    return supports(problem);
-  }
-
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
-    require_support(*this, problem);
-    choose_kernel_config(*this, problem, options);  // refuses a config: there is none
-    return std::make_unique<FunctionPlan>(
-        "", 0, [this, problem](const AttentionArgs& args, Stream, RunReport&) { run(problem, args); },
+    return configless_plan(
+        *this, problem, options, [this, problem](const AttentionArgs& args, Stream, RunReport&) { run(problem, args); },
         [this, problem](const BackwardArgs& args, Stream, RunReport&) {
           check_backward_args(name(), problem, args, /*contiguous_last_dim=*/false);
           reference_backward(problem, args, cpu_threads());

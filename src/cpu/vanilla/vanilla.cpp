@@ -54,14 +54,14 @@ float masked_softmax_row(float* row, std::int64_t length, std::int64_t begin, st
   return row_max + std::log(row_sum);
 }
 
-class VanillaBackend final : public IdentifiedBackend {
+class VanillaBackend final : public CpuBackend {
  public:
   VanillaBackend()
-      : IdentifiedBackend({"cpu-vanilla",
-                           "vanilla attention (attnsuite, OpenBLAS)",
-                           {DeviceType::Cpu, 0},
-                           "fp32 (and e4m3 in, dequantized to fp32, bf16 out: forward only), materializes "
-                           "B·H·Nq·Nk scores, causal, window, GQA/MQA, head dim 32..256"}) {}
+      : CpuBackend({"cpu-vanilla",
+                    "vanilla attention (attnsuite, OpenBLAS)",
+                    {DeviceType::Cpu, 0},
+                    "fp32 (and e4m3 in, dequantized to fp32, bf16 out: forward only), materializes "
+                    "B·H·Nq·Nk scores, causal, window, GQA/MQA, head dim 32..256"}) {}
 
   Support supports(const AttentionProblem& problem) const override {
     if (problem.dtype != DType::F32 && problem.dtype != DType::E4M3) {
@@ -73,16 +73,9 @@ class VanillaBackend final : public IdentifiedBackend {
     return supports_common(problem, /*takes_e4m3=*/true);
   }
 
-  Support supports_backward(const AttentionProblem& problem) const override {
-    if (Support dtype = supports_backward_dtype(problem); !dtype) return dtype;
-    return supports(problem);
-  }
-
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
-    require_support(*this, problem);
-    choose_kernel_config(*this, problem, options);  // refuses a config: there is none
-    return std::make_unique<FunctionPlan>(
-        "", 0, [this, problem](const AttentionArgs& args, Stream, RunReport&) { run(problem, args); },
+    return configless_plan(
+        *this, problem, options, [this, problem](const AttentionArgs& args, Stream, RunReport&) { run(problem, args); },
         [problem](const BackwardArgs& args, Stream, RunReport&) { vanilla_backward(problem, args, cpu_threads()); });
   }
 
