@@ -134,10 +134,12 @@ struct TileConfigCase {
 void expect_tile_config_matches_reference(const std::string& config, int head_dim,
                                           const std::vector<TileConfigCase>& cases) {
   const Backend& flash3 = Registry::global().find("flash3");
-  // Dense, 64 keys: the tile config is the built-in choice at its head dim (listed first).
+  // Dense, 64 keys: the built-in choice at its head dim (listed first) is m192 or n176; the
+  // experimental m192-fmaexp is listed last, never chosen without being asked for.
   const std::vector<std::string> configs =
       flash3.kernel_configs(make_problem(1, 2, 2, 64, 64, head_dim, DType::BF16, Layout::BSHD, false));
-  ASSERT_EQ(configs, (std::vector<std::string>{config, "default", "v1", "grid"}));
+  ASSERT_EQ(configs, head_dim == 64 ? std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"}
+                                    : std::vector<std::string>{"n176", "default", "v1", "grid"});
   for (const DType dtype : {DType::BF16, DType::F16}) {
     for (const TileConfigCase& c : cases) {
       AttentionProblem p =
@@ -190,25 +192,35 @@ void expect_tile_config_matches_reference(const std::string& config, int head_di
   }
 }
 
+// m192's cases (comment above M192SmallCases): partial and single-row Q tiles of 192 rows, 1, 2
+// and many K tiles, causal both ways, GQA/MQA, BHSD, windows.
+const std::vector<TileConfigCase> kM192Cases = {
+    {1, 2, 2, 1, 1, Layout::BSHD, false, -1, -1},         // one row, one key
+    {2, 2, 2, 7, 7, Layout::BSHD, true, -1, -1},          // seq 7 causal
+    {1, 3, 3, 33, 33, Layout::BHSD, false, -1, -1},       // seq 33, BHSD
+    {1, 2, 2, 100, 128, Layout::BSHD, false, -1, -1},     // exactly one full K tile
+    {1, 2, 1, 193, 250, Layout::BHSD, false, -1, -1},     // 2 K tiles, Q tiles of 192 + 1 rows, GQA
+    {1, 2, 2, 193, 193, Layout::BSHD, true, -1, -1},      // causal, 2 K tiles, 192 + 1 rows
+    {1, 4, 2, 385, 385, Layout::BSHD, true, -1, -1},      // 3 Q tiles (192, 192, 1), causal GQA
+    {2, 4, 2, 1000, 1000, Layout::BSHD, true, -1, -1},    // many K tiles, causal GQA
+    {1, 2, 2, 1000, 1000, Layout::BHSD, false, -1, -1},   // many K tiles, dense, BHSD
+    {2, 4, 2, 1000, 333, Layout::BSHD, true, -1, -1},     // seq_q > seq_kv: rows and tiles with no key
+    {1, 3, 1, 300, 2049, Layout::BSHD, true, -1, -1},     // seq_q < seq_kv causal, MQA, 17 K tiles
+    {1, 4, 2, 700, 700, Layout::BHSD, true, 129, -1},     // causal + left window (local), GQA
+    {1, 2, 2, 1000, 1000, Layout::BSHD, false, 100, 37},  // two-sided window: tiles skipped on both sides
+};
+
 TEST(CudaFlash3, M192MatchesTheReference) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false));
-  expect_tile_config_matches_reference(
-      "m192", 64,
-      {
-          {1, 2, 2, 1, 1, Layout::BSHD, false, -1, -1},         // one row, one key
-          {2, 2, 2, 7, 7, Layout::BSHD, true, -1, -1},          // seq 7 causal
-          {1, 3, 3, 33, 33, Layout::BHSD, false, -1, -1},       // seq 33, BHSD
-          {1, 2, 2, 100, 128, Layout::BSHD, false, -1, -1},     // exactly one full K tile
-          {1, 2, 1, 193, 250, Layout::BHSD, false, -1, -1},     // 2 K tiles, Q tiles of 192 + 1 rows, GQA
-          {1, 2, 2, 193, 193, Layout::BSHD, true, -1, -1},      // causal, 2 K tiles, 192 + 1 rows
-          {1, 4, 2, 385, 385, Layout::BSHD, true, -1, -1},      // 3 Q tiles (192, 192, 1), causal GQA
-          {2, 4, 2, 1000, 1000, Layout::BSHD, true, -1, -1},    // many K tiles, causal GQA
-          {1, 2, 2, 1000, 1000, Layout::BHSD, false, -1, -1},   // many K tiles, dense, BHSD
-          {2, 4, 2, 1000, 333, Layout::BSHD, true, -1, -1},     // seq_q > seq_kv: rows and tiles with no key
-          {1, 3, 1, 300, 2049, Layout::BSHD, true, -1, -1},     // seq_q < seq_kv causal, MQA, 17 K tiles
-          {1, 4, 2, 700, 700, Layout::BHSD, true, 129, -1},     // causal + left window (local), GQA
-          {1, 2, 2, 1000, 1000, Layout::BSHD, false, 100, 37},  // two-sided window: tiles skipped on both sides
-      });
+  expect_tile_config_matches_reference("m192", 64, kM192Cases);
+}
+
+// Kernel config "m192-fmaexp" (experimental: m192 with 1/8 of the softmax's exponentials on the
+// FMA pipe, cuda/common/exp2_fma.hpp): m192's cases against the reference; masked scores still
+// give exactly 0 and rows that see no key 0 (the causal seq_q > seq_kv case).
+TEST(CudaFlash3, M192FmaExpMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false));
+  expect_tile_config_matches_reference("m192-fmaexp", 64, kM192Cases);
 }
 
 // Kernel config "n176" (d128 only: 176-key K/V tiles): K tiles that are exactly full (176),
@@ -259,16 +271,16 @@ TEST(CudaFlash3, N176SmallCases) {
               "n176");
 }
 
-// m192 is listed for head dim 64 only, n176 for head dim 128 only, and only by flash3 (flash3-fp8
-// has no such kernels); the built-in choice first (flash3.hpp). choose_kernel_config, which
-// plan() asks, takes a listed config and refuses any other naming the listed ones.
-// Host only (no plan is made, no kernel-config cache read): runs everywhere, CI included.
+// m192 (and the experimental m192-fmaexp) is listed for head dim 64 only, n176 for head dim 128 only, and only by
+// flash3 (flash3-fp8 has no such kernels); the built-in choice first (flash3.hpp). choose_kernel_config, which plan()
+// asks, takes a listed config and refuses any other naming the listed ones. Host only (no plan is made, no
+// kernel-config cache read): runs everywhere, CI included.
 TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
   const Backend& flash3 = Registry::global().find("flash3");
   for (const int head_dim : {64, 128, 256}) {
     const std::vector<std::string> configs =
         flash3.kernel_configs(make_problem(1, 2, 2, 300, 300, head_dim, DType::F16, Layout::BSHD, true));
-    EXPECT_EQ(configs, head_dim == 64    ? (std::vector<std::string>{"default", "v1", "grid", "m192"})
+    EXPECT_EQ(configs, head_dim == 64    ? (std::vector<std::string>{"default", "v1", "grid", "m192", "m192-fmaexp"})
                        : head_dim == 128 ? (std::vector<std::string>{"default", "v1", "grid", "n176"})
                                          : (std::vector<std::string>{"default", "v1", "grid"}))
         << "d" << head_dim;
@@ -276,7 +288,7 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
   // The built-in choice where it is a tile config: d64 except causal N <= 1k, d128 dense up to
   // 8k keys or causal above 4k rows.
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 1500, 1500, 64, DType::F16, Layout::BSHD, true)),
-            (std::vector<std::string>{"m192", "default", "v1", "grid"}));
+            (std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"}));
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 300, 9000, 128, DType::F16, Layout::BSHD, false)),
             (std::vector<std::string>{"default", "v1", "grid", "n176"}));
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 4097, 4097, 128, DType::F16, Layout::BSHD, true)),
@@ -303,7 +315,7 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
   EXPECT_EQ(refusal(flash3, d128, "m192"),
             "flash3: kernel config 'm192' unknown for this problem; allowed: default, v1, grid, n176");
   EXPECT_EQ(refusal(flash3, d64, "m256"),
-            "flash3: kernel config 'm256' unknown for this problem; allowed: default, v1, grid, m192");
+            "flash3: kernel config 'm256' unknown for this problem; allowed: default, v1, grid, m192, m192-fmaexp");
   // Not asked for, no cache entry: the built-in choice.
   options.kernel_config.clear();
   EXPECT_EQ(choose_kernel_config(flash3, d64, options), "default");
@@ -311,7 +323,8 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
   const Backend& fp8 = Registry::global().find("flash3-fp8");
   const AttentionProblem fp8_problem = make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, false);
   EXPECT_EQ(fp8.kernel_configs(fp8_problem), (std::vector<std::string>{"default", "v1"}));
-  for (const char* config : {"m192", "n176", "grid"}) EXPECT_FALSE(refusal(fp8, fp8_problem, config).empty());
+  for (const char* config : {"m192", "m192-fmaexp", "n176", "grid"})
+    EXPECT_FALSE(refusal(fp8, fp8_problem, config).empty());
 }
 
 // TMA descriptors are built from the views' strides: padded Q, K, V (every stride a larger

@@ -71,7 +71,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
                              "flash3 (attnsuite FlashAttention-3-class Hopper kernel)",
                              {DeviceType::Cuda, 0},
                              "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
-                             "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA)"},
+                             "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); kernel config "
+                             "m192-fmaexp (d64) experimental: not yet run on a GPU"},
                             /*with_tile_configs=*/true) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -110,6 +111,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
                         problem.window_right < 0;
     if (choice == Flash3Schedule::Choice::M192) {
       flash3::launch_forward_m192(params, problem.dtype, stream);
+    } else if (choice == Flash3Schedule::Choice::M192FmaExp2) {
+      flash3::launch_forward_m192_fmaexp(params, problem.dtype, stream);
     } else if (choice == Flash3Schedule::Choice::N176) {
       flash3::launch_forward_n176(params, problem.dtype, stream);
     } else {
@@ -122,7 +125,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
 // The tile configs and the one head dim each has a kernel for.
 int Flash3Schedule::tile_config_head_dim(std::string_view config) {
-  return config == "m192" ? 64 : config == "n176" ? 128 : 0;
+  return config == "m192" || config == "m192-fmaexp" ? 64 : config == "n176" ? 128 : 0;
 }
 
 bool Flash3Schedule::has(std::string_view config, const AttentionProblem& problem) const {
@@ -147,17 +150,18 @@ std::string Flash3Schedule::builtin(const AttentionProblem& problem) const {
 
 std::vector<std::string> Flash3Schedule::names(const AttentionProblem& problem) const {
   std::vector<std::string> configs{builtin(problem)};
-  for (const char* config : {"default", "v1", "grid", "m192", "n176"})
+  for (const char* config : {"default", "v1", "grid", "m192", "m192-fmaexp", "n176"})
     if (config != configs.front() && has(config, problem)) configs.emplace_back(config);
   return configs;
 }
 
 Flash3Schedule::Choice Flash3Schedule::parse(std::string_view config) {
-  return config == "v1"     ? Choice::V1
-         : config == "grid" ? Choice::Grid
-         : config == "m192" ? Choice::M192
-         : config == "n176" ? Choice::N176
-                            : Choice::Default;
+  return config == "v1"            ? Choice::V1
+         : config == "grid"        ? Choice::Grid
+         : config == "m192"        ? Choice::M192
+         : config == "m192-fmaexp" ? Choice::M192FmaExp2
+         : config == "n176"        ? Choice::N176
+                                   : Choice::Default;
 }
 
 std::unique_ptr<Backend> make_flash3_backend() { return std::make_unique<Flash3Backend>(); }

@@ -24,18 +24,20 @@ Support supports_hopper(std::string_view backend);
 // tiles at d64/d128) on persistent CTAs for unmasked problems (v4); "v1" = the serial first
 // version; for flash3 only, "grid" = v2 with one CTA per work tile (as up to v3, and what every
 // masked problem runs), "m192" = v2 on three consumer warpgroups (192-row Q tiles, head dim 64)
-// and "n176" = v2 on 176-key K/V tiles (head dim 128). A plan runs the one choose_kernel_config
+// "m192-fmaexp" = m192 with 1/8 of the softmax's exponentials on the FMA pipe instead of MUFU
+// (experimental: not yet run on a GPU; never the built-in choice) and "n176" = v2 on 176-key K/V
+// tiles (head dim 128). A plan runs the one choose_kernel_config
 // picks: PlanOptions::kernel_config, else the kernel-config cache's, else the built-in choice,
 // which names() lists first ("m192" at d64 except causal seq_q <= 1024; "n176" at d128 dense up
 // to seq_kv 8192 and causal above seq_q 4096; as measured; "default" elsewhere).
 class Flash3Schedule {
  public:
-  enum class Choice { Default, V1, Grid, M192, N176 };
+  enum class Choice { Default, V1, Grid, M192, M192FmaExp2, N176 };
   // with_tile_configs: the backend has "grid" and the m192 and n176 kernels (flash3 does,
   // flash3-fp8 does not).
   explicit Flash3Schedule(bool with_tile_configs = false) : with_tile_configs_(with_tile_configs) {}
   // The configs for `problem`: the built-in choice first, then the others in the order default,
-  // v1, grid, m192, n176; a tile config only at the head dim of its kernel.
+  // v1, grid, m192, m192-fmaexp, n176; a tile config only at the head dim of its kernel.
   std::vector<std::string> names(const AttentionProblem& problem) const;
   // The schedule of a config that names() lists.
   static Choice parse(std::string_view config);

@@ -110,7 +110,8 @@ __device__ __forceinline__ void softmax_tile(const Params& params, ConsumerState
       }
     }
   }
-  online_softmax_tile<kTileN>(state.acc_s, state.row_max, state.row_sum, params.scale_log2, correction);
+  online_softmax_tile<kTileN, Traits::kFmaExp2Every>(state.acc_s, state.row_max, state.row_sum, params.scale_log2,
+                                                     correction);
 }
 
 // O's previous P·V has completed (waited), so it can be rescaled in registers.

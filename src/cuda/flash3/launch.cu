@@ -45,6 +45,12 @@ void launch_forward_m192(const Params& params, DType dtype, void* stream) {
   });
 }
 
+void launch_forward_m192_fmaexp(const Params& params, DType dtype, void* stream) {
+  launch_tile_config("m192-fmaexp", 64, "192-row tiles", params, dtype, [&](auto element) {
+    run_forward_m192_fmaexp<typename decltype(element)::type>(params, static_cast<cudaStream_t>(stream));
+  });
+}
+
 void launch_forward_n176(const Params& params, DType dtype, void* stream) {
   launch_tile_config("n176", 128, "176-key tiles", params, dtype, [&](auto element) {
     run_forward_n176<typename decltype(element)::type>(params, static_cast<cudaStream_t>(stream));

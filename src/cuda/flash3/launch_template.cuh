@@ -59,6 +59,11 @@ void run_forward_m192(const Params& params, cudaStream_t stream) {
 }
 
 template <class Element>
+void run_forward_m192_fmaexp(const Params& params, cudaStream_t stream) {
+  run_kernel<typename ConfigM192FmaExp2<Element>::Kernel>(params, stream);
+}
+
+template <class Element>
 void run_forward_n176(const Params& params, cudaStream_t stream) {
   run_kernel<typename ConfigN176<Element>::Kernel>(params, stream);
 }

@@ -16,6 +16,11 @@ void run_forward(const Params& params, cudaStream_t stream);
 template <class Element>
 void run_forward_m192(const Params& params, cudaStream_t stream);
 
+// Kernel config "m192-fmaexp" (m192 with 1/8 of the exponentials on the FMA pipe; traits.cuh
+// ConfigM192FmaExp2), in forward_<dtype>_d64_m192_fmaexp.cu.
+template <class Element>
+void run_forward_m192_fmaexp(const Params& params, cudaStream_t stream);
+
 // Kernel config "n176" (d128 only: 176-key K/V tiles; traits.cuh ConfigN176), in
 // forward_<dtype>_d128_n176.cu.
 template <class Element>

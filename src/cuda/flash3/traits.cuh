@@ -16,7 +16,9 @@ namespace attnsuite::cuda::flash3 {
 // rows each (one wgmma M = 64 tile). K/V tiles of kTileN keys stream through a kStages-deep
 // shared ring. kConsumers = 2 (128-row tiles) is every head dim's default; 3 (192-row tiles) is
 // kernel config "m192" at d64 (ConfigM192 below).
-template <class Element_, int kHeadDim_, int kTileN_, int kStages_, int kConsumers_ = 2>
+// kFmaExp2Every_ > 0 (kernel config "m192-fmaexp"): every kFmaExp2Every-th 8-key group of
+// scores takes its exponentials on the FMA pipe (online_softmax.cuh).
+template <class Element_, int kHeadDim_, int kTileN_, int kStages_, int kConsumers_ = 2, int kFmaExp2Every_ = 0>
 struct Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -24,6 +26,7 @@ struct Traits {
   static constexpr int kTileM = 64 * kConsumers;  // 128, or 192 for m192
   static constexpr int kTileN = kTileN_;
   static constexpr int kStages = kStages_;
+  static constexpr int kFmaExp2Every = kFmaExp2Every_;
 
   static constexpr int kThreads = 128 * (1 + kConsumers);  // 384, or 512 for m192
   static constexpr int kRowsPerConsumer = kTileM / kConsumers;
@@ -97,6 +100,16 @@ struct Config<Element, 64> {
 template <class Element>
 struct ConfigM192 {
   using Kernel = Traits<Element, 64, 128, 3, 3>;
+};
+// Kernel config "m192-fmaexp" (d64 only; experimental: not yet run on a GPU): m192 with the
+// exponentials of one 8-key group in 8 (12.5%) on the FMA pipe instead of MUFU. At d64 a
+// consumer's 64 × 128 tile has 8192 exponentials, 512 MUFU cycles per SM at 16 a cycle, as long
+// as its two GEMMs at the dense bf16 rate (2·2·64·128·64 FLOP at ~4096 FLOP a cycle); the FMA
+// pipe's ~6 other operations per score leave room for about 1/9 of the exponentials at ~10
+// operations each, hence 1 in 8.
+template <class Element>
+struct ConfigM192FmaExp2 {
+  using Kernel = Traits<Element, 64, 128, 3, 3, 8>;
 };
 // d128: S 64 + P 32 + O 64 registers; 32 KiB Q + 2 stages × (32 + 32) KiB = 160 KiB (a third
 // stage would need 224 KiB, at the limit).

@@ -1,0 +1,6 @@
+// flash3 forward, bf16, head dim 64, kernel config "m192-fmaexp" (m192, 1/8 of the exponentials on FMA).
+#include "cuda/flash3/launch_template.cuh"
+
+namespace attnsuite::cuda::flash3 {
+template void run_forward_m192_fmaexp<__nv_bfloat16>(const Params& params, cudaStream_t stream);
+}  // namespace attnsuite::cuda::flash3
