@@ -41,11 +41,12 @@ constexpr std::uint16_t kNanBits = 0x7FFF;  // NaN in fp16 and bf16
 
 const Backend& flash2_backend() { return Registry::global().find("flash2"); }
 
-PlanOptions backward_options(bool deterministic, bool opt_in = true) {
+PlanOptions backward_options(bool deterministic, bool opt_in = true, int key_tile = 64) {
   PlanOptions options;
   options.backward = true;
   options.deterministic = deterministic;
   if (opt_in) options.options["experimental_backward"] = "1";
+  if (key_tile != 64) options.options["backward_key_tile"] = std::to_string(key_tile);
   return options;
 }
 
@@ -135,6 +136,19 @@ TEST(CudaFlash2Backward, RefusedUnlessOptedIn) {
         << error.what();
   }
   EXPECT_NO_THROW(flash2.check_options({{"experimental_backward", "1"}}));
+  // backward_key_tile: 64 (the default) or 128, nothing else.
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "backward_key_tile"), keys.end());
+  for (const char* tile : {"64", "128"}) EXPECT_NO_THROW(flash2.check_options({{"backward_key_tile", tile}}));
+  for (const char* tile : {"32", "256", "", "x"}) {
+    try {
+      flash2.check_options({{"backward_key_tile", tile}});
+      ADD_FAILURE() << "backward_key_tile='" << tile << "' accepted";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Usage);
+      EXPECT_EQ(std::string(error.what()),
+                std::string("flash2: backend option backward_key_tile='") + tile + "' not allowed; allowed: 64, 128");
+    }
+  }
 }
 
 // Head dim 256 has no backward (registers), and says so without a device.
@@ -164,15 +178,15 @@ TEST(CudaFlash2Backward, WorkspaceHoldsTheRowsAndTheDqSums) {
 
 // Runs flash2's backward (opted in) on fresh random inputs and dO, checks every gradient against
 // the fp64 reference with FlashAttention's rule and dQ = 0 exactly in rows that see no key.
-void check_flash2_backward(const AttentionProblem& p, bool deterministic) {
+void check_flash2_backward(const AttentionProblem& p, bool deterministic, int key_tile = 64) {
   const std::uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(std::string("flash2 backward ") + (deterministic ? "deterministic " : "") + p.describe() + " " +
-               std::string(to_string(p.layout)) + " window " + std::to_string(p.window_left) + "," +
-               std::to_string(p.window_right) + " seed " + std::to_string(seed));
+  SCOPED_TRACE(std::string("flash2 backward ") + (deterministic ? "deterministic " : "") + "key tile " +
+               std::to_string(key_tile) + " " + p.describe() + " " + std::string(to_string(p.layout)) + " window " +
+               std::to_string(p.window_left) + "," + std::to_string(p.window_right) + " seed " + std::to_string(seed));
   const Backend& flash2 = flash2_backend();
   ASSERT_TRUE(flash2.supports(p)) << flash2.supports(p).reason;
   ASSERT_TRUE(flash2.supports_backward(p)) << flash2.supports_backward(p).reason;
-  const std::unique_ptr<KernelPlan> plan = flash2.plan(p, backward_options(deterministic));
+  const std::unique_ptr<KernelPlan> plan = flash2.plan(p, backward_options(deterministic, true, key_tile));
   EXPECT_EQ(plan->backward_workspace_bytes(), cuda::flash2::backward_workspace_bytes(p, deterministic));
 
   const Inputs in = random_inputs(p, seed);
@@ -262,6 +276,26 @@ TEST(CudaFlash2Backward, SlidingWindows) {
   check_both_modes(p(120, 50, false, -1, 3, DType::BF16, Layout::BHSD, 2, 2, 128));  // right only
   check_both_modes(p(300, 300, true, 33, -1, DType::BF16, Layout::BHSD, 4, 2, 64));  // GQA
   check_both_modes(p(200, 150, false, 16, 4, DType::F16, Layout::BSHD, 2, 2, 128));
+}
+
+// backward_key_tile=128 (8 warps, 128 keys per CTA): key tiles cut by the end of the keys (1, 7,
+// 130, 333 keys), causal both ways (tiles and rows that see no key), GQA/MQA, windows, both
+// head dims, dtypes and layouts, both dQ modes.
+TEST(CudaFlash2Backward, KeyTile128MatchesTheReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const AttentionProblem& p : {
+           make_problem(2, 2, 2, 1, 1, 64, DType::F16, Layout::BSHD, false),
+           make_problem(2, 2, 2, 7, 7, 128, DType::BF16, Layout::BHSD, true),
+           make_problem(1, 8, 2, 65, 130, 64, DType::F16, Layout::BSHD, true),
+           make_problem(1, 4, 1, 333, 333, 128, DType::BF16, Layout::BSHD, true),
+           make_problem(1, 2, 2, 1000, 333, 64, DType::BF16, Layout::BHSD, true),
+           make_problem(1, 2, 2, 33, 1000, 128, DType::F16, Layout::BSHD, false),
+           windowed(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, true), 40, 0),
+           windowed(make_problem(1, 2, 2, 200, 150, 128, DType::F16, Layout::BSHD, false), 16, 4),
+       }) {
+    check_flash2_backward(p, false, 128);
+    check_flash2_backward(p, true, 128);
+  }
 }
 
 // The cases of the CPU backward's accuracy tests that flash2 supports (head dims 64 and 128,

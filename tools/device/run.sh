@@ -5,7 +5,8 @@
 # short table last. Installs nothing: the GPU image lacks the Debian -dev packages the host code
 # builds against, so run tools/device/pack-deps.sh here once and carry them:
 #   run(command="bash tools/device/run.sh", carry=[".device-build/deps", ".device-build/cudnn-frontend"])
-# Options: --no-tests, --no-sanitize, --no-bench, --suites=a,b (default: headline,fa3-grid),
+# Options: --no-tests, --no-sanitize, --no-bench, --suites=a,b (default: headline,fa3-grid; a@label runs
+#   suite a again with BENCH_ARGS_a_label),
 #   --variants: also build the experimental flash2 configurations (flash2-x-*) and time them
 #   against flash2 and torch-flash on part of the fa3-grid (bench-variants.md).
 #   --tune (also `attnsuite tune --batch --exhaustive` on the headline suite, batches 1..64 or
@@ -270,18 +271,21 @@ fi
 if [ $run_bench = 1 ]; then
   "$cli" info >"$out/info.txt" 2>&1
   IFS=',' read -r -a suite_list <<<"$suites"
-  for suite in "${suite_list[@]}"; do
+  # A suite given as NAME@LABEL runs NAME again under its own result names with the flags of
+  # BENCH_ARGS_<NAME>_<LABEL> (an A/B of options on the same card, e.g. fa3-grid-bwd@tile128).
+  for run_name in "${suite_list[@]}"; do
     start=$(date +%s)
-    extra_var="BENCH_ARGS_${suite//-/_}"
+    suite=${run_name%%@*}
+    extra_var="BENCH_ARGS_${run_name//[-@]/_}"
     read -r -a extra_args <<<"${!extra_var:-}"
     # The sparge suite runs with the config tuned above on this GPU, where there is one.
     [ "$suite" = sparge ] && [ -f "$out/sparge-tuned.json" ] && extra_args+=(--sparse-config "$out/sparge-tuned.json")
-    step "bench $suite"
-    timeout "$(cap 600)" "$cli" bench --suite "$suite" "${extra_args[@]}" --out "$out/bench-$suite" --force >"$out/bench-$suite.txt" 2>"$out/bench-$suite.log"
+    step "bench $run_name"
+    timeout "$(cap 600)" "$cli" bench --suite "$suite" "${extra_args[@]}" --out "$out/bench-$run_name" --force >"$out/bench-$run_name.txt" 2>"$out/bench-$run_name.log"
     status=$?
-    cp "$out/bench-$suite/results.json" "$res/$suite.json" 2>/dev/null
-    cp "$out/bench-$suite/summary.md" "$res/$suite.md" 2>/dev/null
-    summary+=("bench $suite ${!extra_var:-}: exit $status in $(( $(date +%s) - start )) s")
+    cp "$out/bench-$run_name/results.json" "$res/$run_name.json" 2>/dev/null
+    cp "$out/bench-$run_name/summary.md" "$res/$run_name.md" 2>/dev/null
+    summary+=("bench $run_name ${!extra_var:-}: exit $status in $(( $(date +%s) - start )) s")
   done
 fi
 if [ $run_variants = 1 ]; then

@@ -15,10 +15,10 @@
 
 namespace attnsuite::cuda::flash2 {
 
-template <class Element, int kHeadDim>
+template <class Element, int kHeadDim, int kKeyTile>
 void run_backward(const BackwardParams& params, cudaStream_t stream) {
-  using Main = typename BackwardConfig<Element, kHeadDim>::Kernel;
-  using Dq = typename BackwardConfig<Element, kHeadDim>::DqKernel;
+  using Main = typename BackwardConfig<Element, kHeadDim, kKeyTile>::Kernel;
+  using Dq = typename BackwardConfig<Element, kHeadDim, kKeyTile>::DqKernel;
   const auto row_blocks = [](std::int64_t rows) {
     return static_cast<unsigned>((rows + kRowKernelWarps - 1) / kRowKernelWarps);
   };

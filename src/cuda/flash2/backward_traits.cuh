@@ -103,9 +103,13 @@ struct DqTraits {
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 
-// The chosen configuration per (dtype, head dim). Registers and spills as ptxas reports them
-// (CUDA 13, sm_80; docs/kernels/flash2.md has both architectures); not yet timed on a GPU.
-template <class Element, int kHeadDim>
+// The configuration per (dtype, head dim, keys per CTA). Registers and spills as ptxas reports
+// them (CUDA 13, sm_80; docs/kernels/flash2.md has both architectures). kKeyTile 64 (4 warps) is
+// the default; 128 (8 warps, the backend option backward_key_tile=128) is FlashAttention-2's key
+// block: each Q/dO tile loaded, each dQ atomic and each barrier then serve twice the keys.
+// First GPU run (H100, 2026-12-06, fa3-grid-bwd N 4096/16384): the 64-key kernel was correct on
+// every test it reached and 0.49-0.50x FlashAttention-2's backward (torch-flash) at d64 and d128.
+template <class Element, int kHeadDim, int kKeyTile = 64>
 struct BackwardConfig;
 
 // d64: 4 warps × 16 keys, 64-query tiles, K and V fragments in registers; dK and dV are 32 + 32
@@ -124,6 +128,18 @@ template <class Element>
 struct BackwardConfig<Element, 128> {
   using Kernel = BackwardTraits<Element, 128, 32, 4, false, 2>;
   using DqKernel = DqTraits<Element, 128, 32, 2, 2>;
+};
+// 128 keys: the same per-warp work (16 keys, the registers above) on 8 warps, one CTA per SM;
+// dQ's tile split 4 × 2 (d64) and 2 × 4 (d128) among them.
+template <class Element>
+struct BackwardConfig<Element, 64, 128> {
+  using Kernel = BackwardTraits<Element, 64, 64, 8, true, 1>;
+  using DqKernel = typename BackwardConfig<Element, 64>::DqKernel;
+};
+template <class Element>
+struct BackwardConfig<Element, 128, 128> {
+  using Kernel = BackwardTraits<Element, 128, 32, 8, false, 1>;
+  using DqKernel = typename BackwardConfig<Element, 128>::DqKernel;
 };
 
 }  // namespace attnsuite::cuda::flash2

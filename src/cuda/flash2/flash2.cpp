@@ -125,13 +125,15 @@ class Flash2Backend final : public Backend {
            "deterministic option";
   }
 
-  // The backward has not run on a GPU yet: plans refuse it unless this option is "1".
+  // The backward is experimental: plans refuse it unless experimental_backward is "1";
+  // backward_key_tile (64 or 128) sets the main kernel's keys per CTA (backward_traits.cuh).
   std::vector<std::string> option_keys() const override {
     if (variant_.launch != nullptr) return {};
-    return {std::string(kExperimentalBackward)};
+    return {std::string(kExperimentalBackward), std::string(kBackwardKeyTile)};
   }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)experimental_backward(options);
+    (void)backward_key_tile(options);
   }
   std::string_view backward_status() const override {
     return variant_.launch != nullptr ? std::string_view{} : std::string_view{"experimental: not yet run on a GPU"};
@@ -196,10 +198,11 @@ class Flash2Backend final : public Backend {
     };
     if (!backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     const bool deterministic = options.deterministic;
+    const int key_tile = backward_key_tile(options.options);
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
-        [this, problem, deterministic](const BackwardArgs& args, Stream stream, RunReport&) {
-          run_backward(problem, args, deterministic, stream);
+        [this, problem, deterministic, key_tile](const BackwardArgs& args, Stream stream, RunReport&) {
+          run_backward(problem, args, deterministic, key_tile, stream);
         },
         flash2::backward_workspace_bytes(problem, deterministic));
   }
@@ -228,6 +231,16 @@ class Flash2Backend final : public Backend {
   }
 
   static constexpr std::string_view kExperimentalBackward = "experimental_backward";
+  static constexpr std::string_view kBackwardKeyTile = "backward_key_tile";
+
+  // The backward_key_tile option: "64" (absent: 64) or "128"; another value is refused.
+  static int backward_key_tile(const std::map<std::string, std::string>& options) {
+    const auto found = options.find(std::string(kBackwardKeyTile));
+    if (found == options.end() || found->second == "64") return 64;
+    if (found->second == "128") return 128;
+    throw Error(ErrorKind::Usage, fmt::format("flash2: backend option {}='{}' not allowed; allowed: 64, 128",
+                                              kBackwardKeyTile, found->second));
+  }
 
   // The experimental_backward option: "1" opts in, "0" or absent not; another value is refused.
   static bool experimental_backward(const std::map<std::string, std::string>& options) {
@@ -238,7 +251,7 @@ class Flash2Backend final : public Backend {
                                               kExperimentalBackward, found->second));
   }
 
-  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic,
+  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic, int key_tile,
                     Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o, &args.d_o, &args.dq, &args.dk, &args.dv}) {
@@ -252,7 +265,8 @@ class Flash2Backend final : public Backend {
                       fmt::format("flash2: the backward needs its workspace ({} bytes, the plan's "
                                   "backward_workspace_bytes()); BackwardArgs::workspace is null",
                                   flash2::backward_workspace_bytes(problem, deterministic)));
-    flash2::launch_backward(flash2::make_backward_params(problem, args, deterministic), problem.dtype, stream);
+    flash2::launch_backward(flash2::make_backward_params(problem, args, deterministic), problem.dtype, key_tile,
+                            stream);
   }
 
   std::string name_ = "flash2";

@@ -1,5 +1,5 @@
 // The backward's per-(dtype, head dim) entry points, each defined and explicitly instantiated in
-// its own translation unit (backward_<dtype>_d<head dim>.cu).
+// its own translation unit (backward_<dtype>_d<head dim>.cu, both key tiles).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,7 +8,8 @@
 
 namespace attnsuite::cuda::flash2 {
 
-template <class Element, int kHeadDim>
+// kKeyTile: keys per CTA of the main kernel (64 or 128; backward_traits.cuh BackwardConfig).
+template <class Element, int kHeadDim, int kKeyTile>
 void run_backward(const BackwardParams& params, cudaStream_t stream);
 
 }  // namespace attnsuite::cuda::flash2
