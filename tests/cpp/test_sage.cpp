@@ -515,13 +515,14 @@ std::vector<std::string> configs_to_check(const std::string& name) {
   if (wgmma_is_default()) {
     const std::vector<std::string> expected =
         name == "sage" ? std::vector<std::string>{"wgmma", "wgmma-pingpong", "wgmma-serial", "mma"}
-                       : std::vector<std::string>{"wgmma-pingpong", "wgmma", "wgmma-serial", "mma"};
+                       : std::vector<std::string>{"wgmma-pingpong", "wgmma", "wgmma-serial", "wgmma-pingpong-fmaexp", "mma"};
     EXPECT_EQ(configs, expected) << name;
   }
   return configs;
 }
 
-// Every kernel config (`mma`, and `wgmma`, `wgmma-pingpong`, `wgmma-serial` on a compute
+// Every kernel config (`mma`, and `wgmma`, `wgmma-pingpong`, `wgmma-serial` and sage2's experimental
+// `wgmma-pingpong-fmaexp` on a compute
 // capability 9.0 GPU of a build with them), forced, on odd shapes: causal with seq_q != seq_kv, GQA, one row, both
 // dtypes, BHSD, a sliding window. (In tools/device/run.sh's compute-sanitizer filter.)
 TEST(SageBackends, EveryKernelConfigMatchesTheReference) {

@@ -3,7 +3,6 @@
 // sum, leaving P in place of the scores and the rows' correction of O.
 #pragma once
 
-#include "cuda/common/exp2_fma.hpp"
 #include "cuda/hopper/primitives.cuh"
 
 namespace attnsuite::cuda::flash3 {
@@ -14,7 +13,7 @@ using namespace hopper;  // the Hopper PTX wrappers (hopper/primitives.cuh)
 // scale_log2: softmax scale · log2 e (flash3-fp8: times the Q and K descales). Maximum and sum
 // are balanced trees (tree_reduce; serial chains cost sage2 7–9% on the H200, 2026-12-04).
 // kFmaExp2Every > 0: the exponentials of every kFmaExp2Every-th 8-key group are computed on the
-// FMA pipe (exp2_fma, cuda/common/exp2_fma.hpp) instead of MUFU, which sets the pace at d64
+// FMA pipe (softmax_exp2, hopper/primitives.cuh) instead of MUFU, which sets the pace at d64
 // (kernel config "m192-fmaexp"); 0 (every other config): all on MUFU.
 template <int kTileN, int kFmaExp2Every = 0>
 __device__ __forceinline__ void online_softmax_tile(float (&acc_s)[kTileN / 2], float (&row_max)[2],
@@ -37,7 +36,7 @@ __device__ __forceinline__ void online_softmax_tile(float (&acc_s)[kTileN / 2], 
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const float x = fmaf(acc_s[4 * i + 2 * half + e], scale_log2, -max_scaled);
-        p[e] = kFmaExp2Every > 0 && i % kFmaExp2Every == kFmaExp2Every - 1 ? exp2_fma(x) : exp2_approx(x);
+        p[e] = softmax_exp2<kFmaExp2Every>(i, x);
         acc_s[4 * i + 2 * half + e] = p[e];
       }
       partial[i] = p[0] + p[1];

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/exp2_fma.hpp"
 #include "cuda/sm80/primitives.cuh"
 
 namespace attnsuite::cuda::hopper {
@@ -21,6 +22,16 @@ using sm80::pack_pair;
 using sm80::quad_max;
 using sm80::quad_sum;
 using sm80::shared_address;
+
+// The softmax's 2^x for a score of 8-key group `group` (a compile-time value once the loops are
+// unrolled): every kFmaEvery-th group on the FMA pipe (exp2_fma, cuda/common/exp2_fma.hpp),
+// the others on MUFU (ex2.approx); kFmaEvery = 0, every config but the "-fmaexp" ones: all MUFU.
+template <int kFmaEvery>
+__device__ __forceinline__ float softmax_exp2(int group, float x) {
+  if constexpr (kFmaEvery > 0)
+    if (group % kFmaEvery == kFmaEvery - 1) return exp2_fma(x);
+  return exp2_approx(x);
+}
 
 // values[0] ∘ values[1] ∘ … ∘ values[kCount - 1] as a balanced tree: ⌈log2 kCount⌉ dependent
 // operations instead of kCount - 1, for the softmax's row maximum and sum over a thread's scores

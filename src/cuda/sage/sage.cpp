@@ -42,13 +42,21 @@ using sage::Mode;
 
 constexpr std::string_view kMmaConfig = "mma";
 // The wgmma kernel's kernel configs and the schedule each runs (params.hpp), the default first.
+// fma_exp2_every > 0: that share of the softmax's exponentials on the FMA pipe instead of MUFU
+// (sage2 only; hopper::softmax_exp2).
 struct WgmmaConfig {
   std::string_view name;
   sage::Schedule schedule;
+  int fma_exp2_every = 0;
 };
+// "wgmma-pingpong-fmaexp" (sage2; experimental: not yet run on a GPU, never the default): the
+// ping-pong kernel with every 8th 8-key group's exponentials on FMA. At 8 bits the tile's GEMMs
+// (INT8 Q·Kᵀ, FP8 P·V: 4·64·128·128 operations per consumer at d128, ~8192 a cycle per SM) take
+// about as long as its 8192 exponentials on MUFU (16 a cycle), so MUFU sets the pace.
 constexpr WgmmaConfig kWgmmaConfigs[] = {{"wgmma", sage::Schedule::Overlap},
                                          {"wgmma-pingpong", sage::Schedule::PingPong},
-                                         {"wgmma-serial", sage::Schedule::Serial}};
+                                         {"wgmma-serial", sage::Schedule::Serial},
+                                         {"wgmma-pingpong-fmaexp", sage::Schedule::PingPong, 8}};
 // The default wgmma schedule per mode. sage: overlap. sage2: ping-pong since v6 — `tune
 // --kernels` on the H200 (2026-12-04, sixth session; d64 and d128, N 4k and 16k, causal and
 // not) found it 7–12% faster than overlap in all 8 cases (d128 N16k: 3.06 vs 3.42 ms), where v3
@@ -95,7 +103,7 @@ BackendIdentity identity(Mode mode) {
           {DeviceType::Cuda, 0},
           "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
           "INT8 Q·Kᵀ (smoothed K), FP8 e4m3 P·V; sm89+ (mma.sync e4m3), sm_90a wgmma kernel config; "
-          "quantization included in forward"};
+          "quantization included in forward; kernel config wgmma-pingpong-fmaexp experimental: not yet run on a GPU"};
 }
 
 class SageBackend final : public IdentifiedBackend {
@@ -136,7 +144,8 @@ class SageBackend final : public IdentifiedBackend {
     if (wgmma_runs_here()) {
       configs.emplace_back(default_wgmma_config(mode_));
       for (const WgmmaConfig& config : kWgmmaConfigs)
-        if (config.name != default_wgmma_config(mode_)) configs.emplace_back(config.name);
+        if (config.name != default_wgmma_config(mode_) && (config.fma_exp2_every == 0 || mode_ == Mode::Sage2))
+          configs.emplace_back(config.name);
     }
     configs.emplace_back(kMmaConfig);
     return configs;
@@ -320,7 +329,8 @@ class SageBackend final : public IdentifiedBackend {
       sage::launch_forward(mode_, params, problem.dtype, stream);
     } else {
 #if ATTNSUITE_HAVE_FLASH3
-      sage::launch_forward_wgmma(mode_, params, problem.dtype, wgmma_config(ran)->schedule, stream);
+      const WgmmaConfig& wgmma = *wgmma_config(ran);
+      sage::launch_forward_wgmma(mode_, params, problem.dtype, wgmma.schedule, wgmma.fma_exp2_every, stream);
 #endif
     }
     return ran;

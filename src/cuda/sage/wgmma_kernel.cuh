@@ -313,7 +313,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           float prob[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            prob[e] = exp2_approx(fmaf(magic(acc_s[4 * i + 2 * half + e]), c[half], fused_offset));
+            prob[e] =
+                softmax_exp2<Traits::kFmaExp2Every>(i, fmaf(magic(acc_s[4 * i + 2 * half + e]), c[half], fused_offset));
             acc_s[4 * i + 2 * half + e] = __float_as_uint(prob[e]);
           }
           partial[i] = prob[0] + prob[1];
@@ -324,7 +325,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           float prob[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            prob[e] = exp2_approx(__uint_as_float(acc_s[4 * i + 2 * half + e]) - p_offset);
+            prob[e] = softmax_exp2<Traits::kFmaExp2Every>(i, __uint_as_float(acc_s[4 * i + 2 * half + e]) - p_offset);
             acc_s[4 * i + 2 * half + e] = __float_as_uint(prob[e]);
           }
           partial[i] = prob[0] + prob[1];

@@ -17,7 +17,10 @@ std::string wgmma_layout_problem(Mode mode, const Params& params);
 
 // The attention kernel for `mode` on sm_90a (dtype = the 16-bit dtype of V and O), on `stream`;
 // `schedule`: the consumers' schedule (params.hpp; kernel configs "wgmma" = overlap,
-// "wgmma-pingpong", "wgmma-serial"). Throws Error(Unsupported) for a (dtype, head dim) without a kernel.
-void launch_forward_wgmma(Mode mode, const Params& params, DType dtype, Schedule schedule, void* stream);
+// "wgmma-pingpong", "wgmma-serial"); fma_exp2_every: 0, or 8 with sage2 ping-pong ("wgmma-pingpong-fmaexp":
+// every 8th 8-key group's exponentials on the FMA pipe). Throws Error(Unsupported) for a (dtype,
+// head dim) without a kernel, Error(Internal) for an fma_exp2_every without one.
+void launch_forward_wgmma(Mode mode, const Params& params, DType dtype, Schedule schedule, int fma_exp2_every,
+                          void* stream);
 
 }  // namespace attnsuite::cuda::sage

@@ -60,9 +60,9 @@ void run_kernel(const Params& params, cudaStream_t stream) {
   ATTNSUITE_CUDA_CHECK_LAUNCH("sage_wgmma_forward_kernel");
 }
 
-template <Mode kMode, class Element, int kHeadDim, Schedule kSchedule>
+template <Mode kMode, class Element, int kHeadDim, Schedule kSchedule, int kFmaExp2Every>
 void run_forward(const Params& params, cudaStream_t stream) {
-  run_kernel<typename Config<kMode, Element, kHeadDim, kSchedule>::Kernel>(params, stream);
+  run_kernel<typename Config<kMode, Element, kHeadDim, kSchedule, kFmaExp2Every>::Kernel>(params, stream);
 }
 
 }  // namespace attnsuite::cuda::sage::wgmma

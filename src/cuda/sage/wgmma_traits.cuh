@@ -27,10 +27,13 @@ namespace attnsuite::cuda::sage::wgmma {
 // (wgmma_kernel.cuh), so that one's softmax overlaps the other's GEMMs (else each consumer's
 // GEMMs and softmax follow each other and the two run unsynchronized: flash3's v1 schedule);
 // kOverlap — also, inside a consumer, the softmax of tile j runs while P_{j-1}·V_{j-1} executes.
-template <Mode kMode_, class Element_, int kHeadDim_, int kStages_, Schedule kSchedule_>
+// kFmaExp2Every_ > 0 (sage2's "wgmma-pingpong-fmaexp"): every kFmaExp2Every-th 8-key group of
+// scores takes its exponentials on the FMA pipe (softmax_exp2, hopper/primitives.cuh).
+template <Mode kMode_, class Element_, int kHeadDim_, int kStages_, Schedule kSchedule_, int kFmaExp2Every_ = 0>
 struct Traits {
   static constexpr Mode kMode = kMode_;
   static constexpr Schedule kSchedule = kSchedule_;
+  static constexpr int kFmaExp2Every = kFmaExp2Every_;
   static constexpr bool kPingPong = kSchedule != Schedule::Serial;
   static constexpr bool kOverlap = kSchedule == Schedule::Overlap;
   using Element = Element_;  // the 16-bit dtype of O (and of V for sage)
@@ -91,9 +94,10 @@ struct Traits {
 // Shared memory: sage d128 16 + 3 × (16 + 32) = 160 KiB; sage d64 8 + 4 × (8 + 16) = 104 KiB;
 // sage2 d128 16 + 4 × (16 + 16) = 144 KiB; sage2 d64 8 + 4 × (8 + 8) = 72 KiB. One CTA per SM
 // (384 threads, 240 registers per consumer thread): the deeper ring lets the producer run ahead.
-template <Mode kMode, class Element, int kHeadDim, Schedule kSchedule>
+template <Mode kMode, class Element, int kHeadDim, Schedule kSchedule, int kFmaExp2Every = 0>
 struct Config {
-  using Kernel = Traits<kMode, Element, kHeadDim, (kMode == Mode::Sage && kHeadDim == 128) ? 3 : 4, kSchedule>;
+  using Kernel =
+      Traits<kMode, Element, kHeadDim, (kMode == Mode::Sage && kHeadDim == 128) ? 3 : 4, kSchedule, kFmaExp2Every>;
 };
 
 }  // namespace attnsuite::cuda::sage::wgmma
