@@ -1,14 +1,14 @@
 // exp2_fma (src/cuda/common/exp2_fma.hpp), the softmax's 2^x on the FMA pipe, checked on the
 // CPU: the header runs the same float operations on host and device, so these are the values
 // the kernels compute (up to their flushing of denormal results to zero).
-#include "cuda/common/exp2_fma.hpp"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+
+#include "cuda/common/exp2_fma.hpp"
 
 namespace {
 

@@ -514,8 +514,9 @@ std::vector<std::string> configs_to_check(const std::string& name) {
   EXPECT_NE(std::find(configs.begin(), configs.end(), "mma"), configs.end()) << name;
   if (wgmma_is_default()) {
     const std::vector<std::string> expected =
-        name == "sage" ? std::vector<std::string>{"wgmma", "wgmma-pingpong", "wgmma-serial", "mma"}
-                       : std::vector<std::string>{"wgmma-pingpong", "wgmma", "wgmma-serial", "wgmma-pingpong-fmaexp", "mma"};
+        name == "sage"
+            ? std::vector<std::string>{"wgmma", "wgmma-pingpong", "wgmma-serial", "mma"}
+            : std::vector<std::string>{"wgmma-pingpong", "wgmma", "wgmma-serial", "wgmma-pingpong-fmaexp", "mma"};
     EXPECT_EQ(configs, expected) << name;
   }
   return configs;
