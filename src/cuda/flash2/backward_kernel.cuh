@@ -212,6 +212,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const auto mma = [](float(&acc)[4], const std::uint32_t(&a)[4], std::uint32_t b0, std::uint32_t b1) {
     mma_16x8x16<Element>(acc, a, b0, b1);
   };
+  // dQ's tile of this warp (atomic mode): rows row_block·16.., columns of its column group,
+  // whose K columns (B of dS·K) start kDqDTiles / 2 16-column steps per group in.
+  const int row_block = warp % Traits::kDqRowBlocks, column_group = warp / Traits::kDqRowBlocks;
+  const FragmentAddresses<kRowBytes> dq_k_addresses(a_row, a_chunk, column_group * (Traits::kDqDTiles / 2));
   // This thread's keys: rows quad_row and quad_row + 8 of the warp's 16.
   const int warp_key = key_begin + warp * 16 + quad_row;
   const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
@@ -265,7 +269,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       __syncthreads();
       const FragmentAddresses<Traits::kDsRowBytes> ds_addresses(b_row, b_chunk);
       constexpr int kDqDTiles = Traits::kDqDTiles;
-      const int row_block = warp % Traits::kDqRowBlocks, column_group = warp / Traits::kDqRowBlocks;
       float acc_dq[kDqDTiles][4];
 #pragma unroll
       for (int dt = 0; dt < kDqDTiles; ++dt)
@@ -278,7 +281,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
         for (int dp = 0; dp < kDqDTiles / 2; ++dp) {
           std::uint32_t b[4];  // K rows ks·16.. (the k dim), columns read transposed
-          load_matrix_x4_transposed(b, a_addresses.at(smem_k, ks, column_group * (kDqDTiles / 2) + dp));
+          load_matrix_x4_transposed(b, dq_k_addresses.at(smem_k, ks, dp));
           mma(acc_dq[2 * dp], a, b[0], b[1]);
           mma(acc_dq[2 * dp + 1], a, b[2], b[3]);
         }

@@ -37,6 +37,20 @@ struct FragmentAddresses {
     return tile_address + lane_offset[step % kOffsets] +
            static_cast<std::uint32_t>(row16 * 16 * kRowBytes + (step / 4) * 128);
   }
+  // The addresses with every step moved by `steps`, known only at run time (a warp's column
+  // group): FragmentAddresses(r, c, s).at(t, row16, j) == FragmentAddresses(r, c).at(t, row16,
+  // s + j), the offsets computed, not selected: `at` with a run-time step would index lane_offset
+  // dynamically and put it in local memory (flash2's backward: LDL per dQ tile, ncu's "local
+  // memory spilling" 46% of its L1 requests on the H100).
+  __device__ __forceinline__ FragmentAddresses(int lane_row, int lane_chunk, int steps) {
+    static_assert(kOffsets == 4, "rows of 128 bytes or more: a step's offset repeats every 4 steps");
+#pragma unroll
+    for (int j = 0; j < kOffsets; ++j) {
+      const int step = steps + j;
+      lane_offset[j] = static_cast<std::uint32_t>(
+          swizzled_byte_offset<kRowBytes>(lane_row, 2 * (step % 4) + lane_chunk) + (step / 4) * 128);
+    }
+  }
 };
 
 // Issues the cp.async copies of kRows rows of kRowBytes bytes (row `i` at rows + i·row_stride
