@@ -145,7 +145,7 @@ class Backend {
   virtual Support supports_backward(const AttentionProblem&) const;
   // Empty, or how its backward stands when that is not a plain yes or no (an experimental one
   // that plans refuse unless a backend option opts in): `attnsuite list` shows it in place of
-  // yes/no, e.g. "experimental: not yet run on a GPU".
+  // yes/no, e.g. "experimental: opt-in while slower than FlashAttention-2's".
   virtual std::string_view backward_status() const { return {}; }
 
   // The kernel configurations it can run `problem` with, its built-in choice first; empty when

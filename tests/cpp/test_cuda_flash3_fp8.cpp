@@ -242,8 +242,7 @@ TEST(CudaFlash3Fp8, RefusesWhatItDoesNotSupport) {
   Support support = fp8.supports(p);
   EXPECT_FALSE(support.ok);
   EXPECT_EQ(support.reason,
-            "dtype fp16 not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend), "
-            "e4m3 (experimental)");
+            "dtype fp16 not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the backend), e4m3");
 
   p.dtype = DType::F32;
   support = fp8.supports(p);

@@ -125,7 +125,8 @@ class Flash2Backend final : public Backend {
            "deterministic option";
   }
 
-  // The backward is experimental: plans refuse it unless experimental_backward is "1";
+  // The backward is experimental (it passes its GPU tests but runs 0.71-0.79x FlashAttention-2's
+  // backward on the H100, docs/kernels/flash2.md): plans refuse it unless experimental_backward is "1";
   // backward_key_tile (64 or 128) sets the main kernel's keys per CTA (backward_traits.cuh).
   std::vector<std::string> option_keys() const override {
     if (variant_.launch != nullptr) return {};
@@ -136,7 +137,8 @@ class Flash2Backend final : public Backend {
     (void)backward_key_tile(options);
   }
   std::string_view backward_status() const override {
-    return variant_.launch != nullptr ? std::string_view{} : std::string_view{"experimental: not yet run on a GPU"};
+    return variant_.launch != nullptr ? std::string_view{}
+                                      : std::string_view{"experimental: opt-in while slower than FlashAttention-2's"};
   }
 
   // The head dim rule first (it needs no device), then the forward's.
@@ -180,9 +182,11 @@ class Flash2Backend final : public Backend {
     // The opt-in first: its refusal needs no device, so that it reads the same everywhere.
     const bool backward = options.backward && variant_.launch == nullptr;
     if (backward && !experimental_backward(options.options)) {
-      throw Error(ErrorKind::Unsupported, fmt::format("flash2's backward is experimental: not yet run on a GPU; opt in "
-                                                      "with the backend option {}=1 (bench --backend-option {}=1)",
-                                                      kExperimentalBackward, kExperimentalBackward));
+      throw Error(ErrorKind::Unsupported,
+                  fmt::format("flash2's backward is experimental: correct on the GPU, slower than "
+                              "FlashAttention-2's backward; opt in with the backend option {}=1 "
+                              "(bench --backend-option {}=1)",
+                              kExperimentalBackward, kExperimentalBackward));
     }
     if (backward)
       if (const Support support = supports_backward(problem); !support)

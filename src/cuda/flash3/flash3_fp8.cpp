@@ -1,7 +1,7 @@
 // `flash3-fp8`: flash3 with e4m3 Q, K, V (fp8_kernel.cuh), as a Backend, for two input dtypes:
 // - bf16: the backend quantizes Q, K, V per tensor to e4m3 in a pre-pass (fp8_launch.cu) whose
 //   time is part of every forward;
-// - e4m3 (experimental: not yet run on a GPU): e4m3 Q, K, V with their per-tensor descales go
+// - e4m3: e4m3 Q, K, V with their per-tensor descales go
 //   straight to the same kernel (fp8_e4m3_launch.cu), no pre-pass.
 // Both write bf16 O and the LSE. Rows tell the two apart by their dtype column.
 #include <cuda_runtime_api.h>
@@ -38,7 +38,7 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
              "e4m3 in; bf16 out)",
              {DeviceType::Cuda, 0},
              "bf16 in (quantized to e4m3 per tensor inside forward, pre-pass timed) or e4m3 in with per-tensor "
-             "descales (experimental: not yet run on a GPU), bf16 out, head dim 64/128, causal, sliding window, "
+             "descales, bf16 out, head dim 64/128, causal, sliding window, "
              "GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only"},
             /*with_tile_configs=*/false) {}
 
@@ -46,7 +46,7 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     if (problem.dtype != DType::BF16 && problem.dtype != DType::E4M3) {
       return Support::no(
           fmt::format("dtype {} not supported by flash3-fp8; allowed: bf16 (quantized to e4m3 by the "
-                      "backend), e4m3 (experimental)",
+                      "backend), e4m3",
                       to_string(problem.dtype)));
     }
     // The common rules (a valid problem) in bf16's terms: they refuse every dtype but fp16/bf16.

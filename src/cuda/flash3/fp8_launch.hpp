@@ -26,7 +26,7 @@ inline constexpr std::size_t kFp8E4m3WorkspaceBytes = 256;
 // The forward for e4m3 `params` (Q, K, V e4m3 through their strides, O bf16) on `stream`: no
 // pre-pass; the descales (q, k, v: real value = e4m3 × descale) are written into `workspace`
 // (kFp8E4m3WorkspaceBytes) for the same e4m3 kernel. Throws Error(Unsupported) for a head dim
-// without a kernel. Experimental: not yet run on a GPU.
+// without a kernel.
 void launch_forward_fp8_e4m3(const Params& params, const float (&descales)[3], void* workspace, void* stream);
 
 }  // namespace attnsuite::cuda::flash3

@@ -20,7 +20,7 @@ void launch_forward(const Params& params, DType dtype, void* stream);
 void launch_forward_m192(const Params& params, DType dtype, void* stream);
 
 // The same with kernel config "m192-fmaexp" (m192 with 1/8 of the softmax's exponentials on
-// the FMA pipe; experimental: not yet run on a GPU). Head dim 64 only.
+// the FMA pipe; opt-in, slower than m192 where measured). Head dim 64 only.
 void launch_forward_m192_fmaexp(const Params& params, DType dtype, void* stream);
 
 // The same with kernel config "n176" (176-key K/V tiles at head dim 128). Head dim 128 only:
