@@ -12,8 +12,10 @@ flags, defines and includes. The PTX is normalized before the comparison:
   - comments, `.file` and `.loc` lines (the build uses -lineinfo) and `.section .debug_*` blocks
     are dropped, so line numbers and file names do not count;
   - every mangled symbol (`_Z...`: kernels, device functions, their parameters, shared arrays,
-    anonymous-namespace hashes) is renamed by order of first appearance, so renamed functions,
-    types and namespaces do not count, while any difference in what the code does does.
+    anonymous-namespace hashes) and basic-block label is renamed by order of first appearance
+    within its top-level item (a kernel, a function, a declaration), and the items are compared
+    in sorted order, so renamed functions, types and namespaces and the order in which a TU
+    defines its kernels do not count, while any difference in what the code does does.
 Exit status: 0 when every TU's PTX is identical (or, with --ptxas, every differing one assembles
 to a byte-identical cubin), 1 (with a per-TU summary and the first lines of each difference)
 when not, 2 on an error. With --ptxas, each differing pair is also assembled
@@ -64,9 +66,33 @@ _SYMBOL = re.compile(r"_Z[A-Za-z0-9_$]*")
 _DEBUG_LABEL = re.compile(r"^\$L__(tmp|func_begin|func_end)\d+:$")
 
 
+_LABEL = re.compile(r"\$L__BB\d+_\d+|__local_depot\d+")
+_HEADER = (".version", ".target", ".address_size")
+
+
+def _top_level_blocks(lines):
+    """The module header and its top-level items (a kernel or function with its body, a
+    declaration, a global), each as a list of lines."""
+    header, blocks, current, depth = [], [], [], 0
+    for line in lines:
+        if depth == 0 and not current and line.startswith(_HEADER):
+            header.append(line)
+            continue
+        current.append(line)
+        depth += line.count("{") - line.count("}")
+        if depth == 0 and line.endswith(("}", ";")):
+            blocks.append(current)
+            current = []
+    if current:
+        blocks.append(current)
+    return header, blocks
+
+
 def normalize_ptx(text):
     """The PTX `text` without what does not change the program: comments, line information, debug
-    sections, and the spelling of mangled names (renamed _S0, _S1, ... by first appearance)."""
+    sections, the spelling of mangled names and basic-block labels (renamed _S0, _S1, ... and L0,
+    L1, ... by first appearance within each top-level item), and the order of the items (a kernel
+    moved to another header, or defined before another, compiles to the same code)."""
     lines = []
     in_debug_section = False
     depth = 0
@@ -85,12 +111,19 @@ def normalize_ptx(text):
         if line.startswith((".file", ".loc")) or _DEBUG_LABEL.match(line):
             continue
         lines.append(" ".join(line.split()))
-    names = {}
+    header, blocks = _top_level_blocks(lines)
+    normalized = []
+    for block in blocks:
+        names, labels = {}, {}
 
-    def rename(match):
-        return names.setdefault(match.group(0), f"_S{len(names)}")
+        def rename(match, names=names):
+            return names.setdefault(match.group(0), f"_S{len(names)}")
 
-    return "\n".join(_SYMBOL.sub(rename, line) for line in lines) + "\n"
+        def relabel(match, labels=labels):
+            return labels.setdefault(match.group(0), f"L{len(labels)}")
+
+        normalized.append("\n".join(_LABEL.sub(relabel, _SYMBOL.sub(rename, line)) for line in block))
+    return "\n".join(header + sorted(normalized)) + "\n"
 
 
 # ---- Trees and compile commands ---------------------------------------------------------------
@@ -321,21 +354,23 @@ def prepare_jobs(side, tree, entries, only, nvcc_id):
 
 
 def compile_ptx(job, cache, scratch):
-    cached = cache / "ptx" / f"{job.key}.ptx" if cache else None
+    """The normalized PTX of a job, and whether it came from the cache. The cache keeps the PTX as
+    nvcc wrote it (the tree's path aside), so a change of normalize_ptx needs no new compile."""
+    cached = cache / "ptx-raw" / f"{job.key}.ptx" if cache else None
     if cached and cached.exists():
-        return cached.read_text(), True
+        return normalize_ptx(cached.read_text()), True
     output = scratch / f"{job.key}.ptx"
     arguments = [a.replace(ROOT_TOKEN, str(job.tree)) for a in job.arguments]
     arguments += [f"-arch=compute_{job.arch}", "-ptx", "-o", str(output)]
     run(arguments, cwd=str(job.tree))
-    text = normalize_ptx(output.read_text().replace(str(job.tree), ROOT_TOKEN))
+    raw = output.read_text().replace(str(job.tree), ROOT_TOKEN)
     output.unlink()
     if cached:
         cached.parent.mkdir(parents=True, exist_ok=True)
         temporary = cached.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(text)
+        temporary.write_text(raw)
         temporary.replace(cached)
-    return text, False
+    return normalize_ptx(raw), False
 
 
 def main(argv):

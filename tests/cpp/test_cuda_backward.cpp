@@ -26,8 +26,9 @@
 #include "attnsuite/attnsuite.hpp"
 #include "attnsuite/device_context.hpp"
 #include "backward_test_support.hpp"
+#include "cuda/common/backward_rows.hpp"
+#include "cuda/common/backward_workspace.hpp"
 #include "cuda/cuda_backends.hpp"
-#include "cuda/flash2/backward_rows.hpp"
 #include "cuda/flash2/flash2.hpp"
 #include "cuda/flash2/launch.hpp"
 #include "gpu_test_support.hpp"
@@ -85,8 +86,8 @@ TEST(CudaFlash2Backward, TileRulesMatchTheProblemsMask) {
                       first = std::min(first, i);
                       last = std::max(last, i + 1);
                     }
-                const cuda::flash2::RowRange rows = cuda::flash2::rows_seeing_keys(
-                    params.seq_q, params.seq_kv, params.window_left, params.window_right, key_begin, key_end);
+                const cuda::RowRange rows = cuda::rows_seeing_keys(params.seq_q, params.seq_kv, params.window_left,
+                                                                   params.window_right, key_begin, key_end);
                 if (first < last) {
                   ASSERT_EQ(rows.begin, first) << "keys [" << key_begin << ", " << key_end << ")";
                   ASSERT_EQ(rows.end, last) << "keys [" << key_begin << ", " << key_end << ")";
@@ -94,8 +95,8 @@ TEST(CudaFlash2Backward, TileRulesMatchTheProblemsMask) {
                   ASSERT_GE(rows.begin, rows.end) << "keys [" << key_begin << ", " << key_end << ") seen by none";
                 }
               }
-            const cuda::flash2::MaskBounds mask =
-                cuda::flash2::mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
+            const cuda::MaskBounds mask =
+                cuda::mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
             for (int i = 0; i < seq_q + 3; ++i)
               for (int j = 0; j < seq_kv + 3; ++j) ASSERT_EQ(mask.hidden(i, j), !visible(i, j)) << i << ", " << j;
             ++checked;
@@ -166,8 +167,8 @@ TEST(CudaFlash2Backward, HeadDim256IsRefusedWithTheReason) {
 TEST(CudaFlash2Backward, WorkspaceHoldsTheRowsAndTheDqSums) {
   const AttentionProblem p = make_problem(2, 6, 2, 100, 300, 128, DType::F16, Layout::BSHD, true);
   const std::size_t rows = 2 * 6 * 128;  // seq_q 100 padded to 128
-  const std::size_t atomic = cuda::flash2::backward_workspace_bytes(p, false);
-  const std::size_t deterministic = cuda::flash2::backward_workspace_bytes(p, true);
+  const std::size_t atomic = cuda::backward_workspace_bytes(p, false);
+  const std::size_t deterministic = cuda::backward_workspace_bytes(p, true);
   EXPECT_GE(deterministic, 2 * rows * sizeof(float));
   EXPECT_LT(deterministic, 2 * rows * sizeof(float) + 2 * 256);
   EXPECT_GE(atomic, deterministic + rows * 128 * sizeof(float));
@@ -188,7 +189,7 @@ void check_flash2_backward(const AttentionProblem& p, bool deterministic, int ke
   ASSERT_TRUE(flash2.supports(p)) << flash2.supports(p).reason;
   ASSERT_TRUE(flash2.supports_backward(p)) << flash2.supports_backward(p).reason;
   const std::unique_ptr<KernelPlan> plan = flash2.plan(p, backward_options(deterministic, true, key_tile));
-  EXPECT_EQ(plan->backward_workspace_bytes(), cuda::flash2::backward_workspace_bytes(p, deterministic));
+  EXPECT_EQ(plan->backward_workspace_bytes(), cuda::backward_workspace_bytes(p, deterministic));
 
   const Inputs in = random_inputs(p, seed);
   const HostTensor d_o = random_output_gradient(p, seed + 2);

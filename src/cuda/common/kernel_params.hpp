@@ -38,4 +38,27 @@ struct AttentionParams {
   int window_right = -1;
 };
 
+// The backward kernels' (flash2's backward_kernel.cuh, flash3's backward_kernel.cuh, the
+// row-wise ones of backward_rows.cuh): AttentionParams' q, k, v, o (the forward's output) and lse
+// (the forward's, natural log) as inputs, plus dO, the gradients and the workspace's pieces
+// (backward_workspace.hpp).
+struct BackwardParams : AttentionParams {
+  const void* d_o = nullptr;  // like o
+  void* dq = nullptr;         // like q
+  void* dk = nullptr;         // like k
+  void* dv = nullptr;         // like v
+  std::int64_t d_o_batch_stride = 0, d_o_row_stride = 0, d_o_head_stride = 0;
+  std::int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
+  std::int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+  std::int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+
+  // The workspace, (batch, heads_q, seq_q_padded) rows: LSE·log2 e (+inf where the row sees no
+  // key or is padding, so that its P is 0), D = rowsum(dO∘O), and (atomic dQ only) the fp32
+  // dQ sums, head_dim floats a row.
+  int seq_q_padded = 0;  // seq_q rounded up to kBackwardRowPadding (backward_rows.hpp)
+  float* lse_log2 = nullptr;
+  float* row_dot = nullptr;
+  float* dq_accum = nullptr;  // null: dQ by the separate (deterministic) dQ kernel
+};
+
 }  // namespace attnsuite::cuda

@@ -21,8 +21,9 @@
 
 #include <cstdint>
 
+#include "cuda/common/backward_row_kernels.cuh"
+#include "cuda/common/backward_rows.hpp"
 #include "cuda/common/key_range.cuh"
-#include "cuda/flash2/backward_rows.hpp"
 #include "cuda/flash2/backward_traits.cuh"
 #include "cuda/flash2/params.hpp"
 #include "cuda/sm80/primitives.cuh"
@@ -31,75 +32,6 @@
 namespace attnsuite::cuda::flash2 {
 
 using namespace sm80;  // the mma.sync PTX wrappers and tile helpers
-
-__device__ __forceinline__ float to_float(__half value) { return __half2float(value); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
-
-__device__ __forceinline__ float warp_sum(float value) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  return value;
-}
-
-// The rows of the workspace handled per CTA by the row-wise kernels (one warp a row).
-inline constexpr int kRowKernelWarps = 8;
-
-// One warp per workspace row (batch, q head, row < seq_q_padded).
-template <class Element>
-__global__ void __launch_bounds__(kRowKernelWarps * 32)
-    flash2_backward_preprocess_kernel(const __grid_constant__ BackwardParams params) {
-  const std::int64_t row_index = static_cast<std::int64_t>(blockIdx.x) * kRowKernelWarps + threadIdx.x / 32;
-  const std::int64_t rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q_padded;
-  if (row_index >= rows) return;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int row = static_cast<int>(row_index % params.seq_q_padded);
-  const std::int64_t batch_head = row_index / params.seq_q_padded;
-  const int head = static_cast<int>(batch_head % params.heads_q);
-  const int batch = static_cast<int>(batch_head / params.heads_q);
-  float dot = 0.0f, lse_log2 = INFINITY;
-  if (row < params.seq_q) {
-    const auto* o = static_cast<const Element*>(params.o) + batch * params.o_batch_stride + row * params.o_row_stride +
-                    head * params.o_head_stride;
-    const auto* d_o = static_cast<const Element*>(params.d_o) + batch * params.d_o_batch_stride +
-                      row * params.d_o_row_stride + head * params.d_o_head_stride;
-    for (int c = lane; c < params.head_dim; c += 32) dot += to_float(o[c]) * to_float(d_o[c]);
-    dot = warp_sum(dot);
-    const float lse = params.lse[batch_head * params.seq_q + row];
-    // -inf: the row sees no key (O = 0); +inf makes its P 0 instead of 2^+inf.
-    lse_log2 = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
-  }
-  if (lane == 0) {
-    params.lse_log2[row_index] = lse_log2;
-    params.row_dot[row_index] = dot;
-  }
-  if (params.dq_accum != nullptr)
-    for (int c = lane; c < params.head_dim; c += 32) params.dq_accum[row_index * params.head_dim + c] = 0.0f;
-}
-
-// One warp per dQ row (batch, q head, row < seq_q): dq = scale · the fp32 sums, 0 where the row
-// sees no key (its sums may hold 0·NaN from a hidden key).
-template <class Element>
-__global__ void __launch_bounds__(kRowKernelWarps * 32)
-    flash2_backward_convert_dq_kernel(const __grid_constant__ BackwardParams params) {
-  const std::int64_t row_index = static_cast<std::int64_t>(blockIdx.x) * kRowKernelWarps + threadIdx.x / 32;
-  const std::int64_t rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q;
-  if (row_index >= rows) return;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int row = static_cast<int>(row_index % params.seq_q);
-  const std::int64_t batch_head = row_index / params.seq_q;
-  const int head = static_cast<int>(batch_head % params.heads_q);
-  const int batch = static_cast<int>(batch_head / params.heads_q);
-  const KeyRange keys = key_range(params, row);
-  const bool sees = keys.begin < keys.end;
-  const float* sums = params.dq_accum + (batch_head * params.seq_q_padded + row) * params.head_dim;
-  auto* dq = static_cast<Element*>(params.dq) + batch * params.dq_batch_stride + row * params.dq_row_stride +
-             head * params.dq_head_stride;
-  for (int c = 2 * lane; c < params.head_dim; c += 64) {
-    const float2 pair = *reinterpret_cast<const float2*>(sums + c);
-    *reinterpret_cast<std::uint32_t*>(dq + c) =
-        pack_pair<Element>(sees ? pair.x * params.scale : 0.0f, sees ? pair.y * params.scale : 0.0f);
-  }
-}
 
 // P and dS of one m16n8 accumulator element, in place: p = 2^(s·scale·log2 e − lse_log2),
 // ds = p·(dp − D); both 0 where `hidden`.

@@ -19,21 +19,14 @@ template <class Element, int kHeadDim, int kKeyTile>
 void run_backward(const BackwardParams& params, cudaStream_t stream) {
   using Main = typename BackwardConfig<Element, kHeadDim, kKeyTile>::Kernel;
   using Dq = typename BackwardConfig<Element, kHeadDim, kKeyTile>::DqKernel;
-  const auto row_blocks = [](std::int64_t rows) {
-    return static_cast<unsigned>((rows + kRowKernelWarps - 1) / kRowKernelWarps);
-  };
-  const std::int64_t padded_rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q_padded;
-  flash2_backward_preprocess_kernel<Element><<<row_blocks(padded_rows), kRowKernelWarps * 32, 0, stream>>>(params);
-  ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_backward_preprocess_kernel");
+  launch_backward_preprocess<Element>(params, stream);
 
   const dim3 key_grid(static_cast<unsigned>((params.seq_kv + Main::kTileN - 1) / Main::kTileN),
                       static_cast<unsigned>(params.heads_kv), static_cast<unsigned>(params.batch));
   if (params.dq_accum != nullptr) {
     launch_kernel(flash2_backward_kernel<Main, true>, key_grid, Main::kThreads, Main::kSmemBytes, stream, params);
     ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_backward_kernel");
-    const std::int64_t rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q;
-    flash2_backward_convert_dq_kernel<Element><<<row_blocks(rows), kRowKernelWarps * 32, 0, stream>>>(params);
-    ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_backward_convert_dq_kernel");
+    launch_backward_convert_dq<Element>(params, stream);
   } else {
     launch_kernel(flash2_backward_kernel<Main, false>, key_grid, Main::kThreads, Main::kSmemBytes, stream, params);
     ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_backward_kernel");

@@ -6,9 +6,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "cuda/flash2/backward_rows.hpp"
+#include "cuda/common/backward_rows.hpp"
 
 namespace attnsuite::cuda::flash2 {
+
+// The deterministic dQ kernel's query tile (DqTraits).
+inline constexpr int kBackwardQueryTile = 64;
 
 // The main kernel: one CTA owns kTileN = 16·kWarps keys of one (batch, kv head), each warp 16 of
 // them, and walks every query tile (kTileM rows) of every q head of the group that sees them.
@@ -58,7 +61,7 @@ struct BackwardTraits {
   static_assert(sizeof(Element) == 2, "flash2 computes on 16-bit inputs (fp16, bf16)");
   static_assert(kHeadDim % 64 == 0, "the XOR swizzle spans 8 chunks of 16 bytes: head dim >= 64");
   static_assert(kTileM == 32 || kTileM == 64, "dSᵀ rows of 64 or 128 bytes (sm80/tile.cuh's swizzle)");
-  static_assert(kBackwardQueryTile % kTileM == 0, "the workspace's padded rows hold whole query tiles");
+  static_assert(kBackwardRowPadding % kTileM == 0, "the workspace's padded rows hold whole query tiles");
   static_assert(kDqColumnGroups >= 1 && kWarps % kDqRowBlocks == 0 && kDTiles % (2 * kDqColumnGroups) == 0,
                 "dQ's tile divides evenly among the warps, 16-column pairs each");
   static_assert((kTileN * kHeadDim / 8) % kThreads == 0 && (kTileM * kHeadDim / 8) % kThreads == 0,
@@ -101,6 +104,7 @@ struct DqTraits {
   static_assert((kTileM * kHeadDim / 8) % kThreads == 0 && (kTileN * kHeadDim / 8) % kThreads == 0,
                 "tile loads divide evenly among the threads");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
+  static_assert(kBackwardRowPadding % kTileM == 0, "the workspace's padded rows hold whole query tiles");
 };
 
 // The configuration per (dtype, head dim, keys per CTA). Registers and spills as ptxas reports

@@ -18,8 +18,8 @@
 #include "attnsuite/error.hpp"
 #include "cuda/common/attention_params.hpp"
 #include "cuda/common/backend_support.hpp"
+#include "cuda/common/backward_workspace.hpp"
 #include "cuda/cuda_backends.hpp"
-#include "cuda/flash2/backward_rows.hpp"
 #include "cuda/flash2/configs.hpp"
 #include "cuda/flash2/launch.hpp"
 #ifdef ATTNSUITE_FLASH2_VARIANTS
@@ -31,61 +31,6 @@ namespace attnsuite::cuda::flash2 {
 Params make_params(const AttentionProblem& problem, const AttentionArgs& args) {
   Params params;
   fill_attention_params(params, problem, args);
-  return params;
-}
-
-namespace {
-
-constexpr std::size_t kWorkspaceAlignment = 256;
-
-constexpr std::size_t align_up(std::size_t bytes) {
-  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
-}
-
-// The workspace's rows: (batch, heads_q, seq_q padded to the backward's query tile).
-std::size_t padded_rows(const AttentionProblem& problem) {
-  const std::size_t padded =
-      (static_cast<std::size_t>(problem.seq_q) + kBackwardQueryTile - 1) / kBackwardQueryTile * kBackwardQueryTile;
-  return static_cast<std::size_t>(problem.batch) * static_cast<std::size_t>(problem.heads_q) * padded;
-}
-
-}  // namespace
-
-std::size_t backward_workspace_bytes(const AttentionProblem& problem, bool deterministic) {
-  const std::size_t rows = padded_rows(problem);
-  const std::size_t row_floats = align_up(rows * sizeof(float));  // LSE·log2 e, then D
-  const std::size_t dq_sums = deterministic ? 0 : align_up(rows * problem.head_dim * sizeof(float));
-  return 2 * row_floats + dq_sums;
-}
-
-BackwardParams make_backward_params(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic) {
-  AttentionArgs forward_args;
-  forward_args.q = args.q;
-  forward_args.k = args.k;
-  forward_args.v = args.v;
-  forward_args.o = args.o;
-  forward_args.lse = args.lse;
-  BackwardParams params;
-  fill_attention_params(params, problem, forward_args);
-  params.d_o = args.d_o.data;
-  params.dq = args.dq.data;
-  params.dk = args.dk.data;
-  params.dv = args.dv.data;
-  auto strides = [](const TensorView& view, std::int64_t& batch, std::int64_t& row, std::int64_t& head) {
-    batch = view.strides[0];
-    row = view.strides[1];
-    head = view.strides[2];
-  };
-  strides(args.d_o, params.d_o_batch_stride, params.d_o_row_stride, params.d_o_head_stride);
-  strides(args.dq, params.dq_batch_stride, params.dq_row_stride, params.dq_head_stride);
-  strides(args.dk, params.dk_batch_stride, params.dk_row_stride, params.dk_head_stride);
-  strides(args.dv, params.dv_batch_stride, params.dv_row_stride, params.dv_head_stride);
-  params.seq_q_padded = (problem.seq_q + kBackwardQueryTile - 1) / kBackwardQueryTile * kBackwardQueryTile;
-  const std::size_t row_floats = align_up(padded_rows(problem) * sizeof(float));
-  auto* workspace = static_cast<unsigned char*>(args.workspace);
-  params.lse_log2 = reinterpret_cast<float*>(workspace);
-  params.row_dot = reinterpret_cast<float*>(workspace + row_floats);
-  params.dq_accum = deterministic ? nullptr : reinterpret_cast<float*>(workspace + 2 * row_floats);
   return params;
 }
 
@@ -208,7 +153,7 @@ class Flash2Backend final : public Backend {
         [this, problem, deterministic, key_tile](const BackwardArgs& args, Stream stream, RunReport&) {
           run_backward(problem, args, deterministic, key_tile, stream);
         },
-        flash2::backward_workspace_bytes(problem, deterministic));
+        backward_workspace_bytes(problem, deterministic));
   }
 
  private:
@@ -268,9 +213,8 @@ class Flash2Backend final : public Backend {
     ATTNSUITE_REQUIRE(args.workspace != nullptr,
                       fmt::format("flash2: the backward needs its workspace ({} bytes, the plan's "
                                   "backward_workspace_bytes()); BackwardArgs::workspace is null",
-                                  flash2::backward_workspace_bytes(problem, deterministic)));
-    flash2::launch_backward(flash2::make_backward_params(problem, args, deterministic), problem.dtype, key_tile,
-                            stream);
+                                  backward_workspace_bytes(problem, deterministic)));
+    flash2::launch_backward(make_backward_params(problem, args, deterministic), problem.dtype, key_tile, stream);
   }
 
   std::string name_ = "flash2";

@@ -21,12 +21,6 @@ Params make_params(const AttentionProblem& problem, const AttentionArgs& args);
 // Whether every row of a view starts 16-byte aligned (cp.async moves 16-byte chunks).
 bool rows_aligned(const TensorView& view);
 
-// The backward's workspace: LSE·log2 e and D = rowsum(dO∘O) per (batch, q head, query row),
-// seq_q padded to the backward's query tile (64), 4 bytes each, and unless deterministic the
-// fp32 dQ sums, head_dim floats a row; each piece 256-byte aligned.
-std::size_t backward_workspace_bytes(const AttentionProblem& problem, bool deterministic);
-// The backward kernels' params for a problem, its views and args.workspace (laid out as above).
-BackwardParams make_backward_params(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic);
 }  // namespace flash2
 
 }  // namespace attnsuite::cuda

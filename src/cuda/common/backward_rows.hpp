@@ -1,7 +1,7 @@
 // Which query rows see a range of keys, under attnsuite's bottom-right aligned mask (the inverse
-// of key_range, common/key_range.cuh): the backward's CTAs own key tiles and visit only the query
-// tiles that see them. Plain C++ usable on the host (tested against AttentionProblem's key_begin
-// and key_end without a GPU) and on the device.
+// of key_range, common/key_range.cuh): the backward kernels' CTAs (flash2's, flash3's) own key
+// tiles and visit only the query tiles that see them. Plain C++ usable on the host (tested against AttentionProblem's
+// key_begin and key_end without a GPU) and on the device.
 #pragma once
 
 #include <cstdint>
@@ -12,11 +12,12 @@
 #define ATTNSUITE_HOST_DEVICE inline
 #endif
 
-namespace attnsuite::cuda::flash2 {
+namespace attnsuite::cuda {
 
-// Query rows of a backward query tile; seq_q is padded to a multiple of it in the workspace
-// (the LSE, D and fp32 dQ rows), so that every tile's rows exist there.
-inline constexpr int kBackwardQueryTile = 64;
+// seq_q is padded to a multiple of this in the backward's workspace (the LSE, D and fp32 dQ rows),
+// so that every query tile of up to this many rows (flash2's 32 and 64, flash3's 64 and 128)
+// has all its rows there.
+inline constexpr int kBackwardRowPadding = 128;
 
 struct RowRange {
   int begin;
@@ -67,4 +68,4 @@ ATTNSUITE_HOST_DEVICE MaskBounds mask_bounds(int seq_q, int seq_kv, int window_l
   return {seq_q, seq_kv, static_cast<int>(lowest), static_cast<int>(highest)};
 }
 
-}  // namespace attnsuite::cuda::flash2
+}  // namespace attnsuite::cuda
