@@ -180,15 +180,17 @@ TEST(CudaFlash2Backward, WorkspaceHoldsTheRowsAndTheDqSums) {
 
 // Runs flash2's backward (opted in) on fresh random inputs and dO, checks every gradient against
 // the fp64 reference with FlashAttention's rule and dQ = 0 exactly in rows that see no key.
-void check_flash2_backward(const AttentionProblem& p, bool deterministic, int key_tile = 64) {
+// `backend`: flash2 (both dQ modes, both key tiles) or flash3 (atomic dQ).
+void check_gpu_backward(const std::string& backend_name, const AttentionProblem& p, bool deterministic,
+                        int key_tile = 64) {
   const std::uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(std::string("flash2 backward ") + (deterministic ? "deterministic " : "") + "key tile " +
+  SCOPED_TRACE(backend_name + " backward " + (deterministic ? "deterministic " : "") + "key tile " +
                std::to_string(key_tile) + " " + p.describe() + " " + std::string(to_string(p.layout)) + " window " +
                std::to_string(p.window_left) + "," + std::to_string(p.window_right) + " seed " + std::to_string(seed));
-  const Backend& flash2 = flash2_backend();
-  ASSERT_TRUE(flash2.supports(p)) << flash2.supports(p).reason;
-  ASSERT_TRUE(flash2.supports_backward(p)) << flash2.supports_backward(p).reason;
-  const std::unique_ptr<KernelPlan> plan = flash2.plan(p, backward_options(deterministic, true, key_tile));
+  const Backend& backend = Registry::global().find(backend_name);
+  ASSERT_TRUE(backend.supports(p)) << backend.supports(p).reason;
+  ASSERT_TRUE(backend.supports_backward(p)) << backend.supports_backward(p).reason;
+  const std::unique_ptr<KernelPlan> plan = backend.plan(p, backward_options(deterministic, true, key_tile));
   EXPECT_EQ(plan->backward_workspace_bytes(), cuda::backward_workspace_bytes(p, deterministic));
 
   const Inputs in = random_inputs(p, seed);
@@ -213,9 +215,13 @@ void check_flash2_backward(const AttentionProblem& p, bool deterministic, int ke
           nonzero += got.dq[static_cast<std::size_t>(((b * p.seq_q + i) * p.heads_q + h) * p.head_dim + c)] != 0.0;
   }
   EXPECT_EQ(nonzero, 0) << "dQ elements not 0 in rows that see no key";
-  std::printf("  flash2%s %-58s w%d,%d %s dQ %.3g dK %.3g dV %.3g max err\n", deterministic ? " det" : "    ",
-              p.describe().c_str(), p.window_left, p.window_right, std::string(to_string(p.layout)).c_str(), dq_err,
-              dk_err, dv_err);
+  std::printf("  %s%s %-58s w%d,%d %s dQ %.3g dK %.3g dV %.3g max err\n", backend_name.c_str(),
+              deterministic ? " det" : "    ", p.describe().c_str(), p.window_left, p.window_right,
+              std::string(to_string(p.layout)).c_str(), dq_err, dk_err, dv_err);
+}
+
+void check_flash2_backward(const AttentionProblem& p, bool deterministic, int key_tile = 64) {
+  check_gpu_backward("flash2", p, deterministic, key_tile);
 }
 
 void check_both_modes(const AttentionProblem& p) {
@@ -476,6 +482,89 @@ TEST(CudaFlash2Backward, RowsThatSeeNoKeyGiveZeroGradients) {
       EXPECT_EQ(nonzero, 0) << "dQ elements not +0 in rows that see no key";
     }
 }
+
+#if ATTNSUITE_HAVE_FLASH3
+// ---------------------------------------------------------------------------------------------
+// flash3's backward (experimental, opt-in; sm_90a): the same checks on its head dims 64 and 128,
+// atomic dQ only.
+
+const Backend& flash3_backend() { return Registry::global().find("flash3"); }
+
+#define SKIP_UNLESS_FLASH3_BACKWARD_RUNS()                                                              \
+  do {                                                                                                  \
+    SKIP_WITHOUT_CUDA_DEVICE();                                                                         \
+    const Support flash3_support =                                                                      \
+        flash3_backend().supports(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false)); \
+    if (!flash3_support.ok) GTEST_SKIP() << flash3_support.reason;                                      \
+  } while (0)
+
+// Not yet run on a GPU: refused unless opted in, the deterministic mode refused (atomic dQ only),
+// head dims other than 64 and 128 refused with the reason — all before any device is asked.
+TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
+  const Backend& flash3 = flash3_backend();
+  EXPECT_EQ(flash3.backward_status(), "experimental: not yet run on a GPU");
+  const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
+  const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
+    try {
+      flash3.plan(problem, options);
+      ADD_FAILURE() << "a flash3 backward plan was made for " << problem.describe();
+      return std::string();
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
+      return std::string(error.what());
+    }
+  };
+  EXPECT_NE(refusal(p, backward_options(false, false))
+                .find("flash3's backward is experimental: not yet run on a GPU; opt in with the backend option "
+                      "experimental_backward=1"),
+            std::string::npos);
+  EXPECT_NE(refusal(p, backward_options(true)).find("flash3's backward has no deterministic mode"), std::string::npos);
+  const AttentionProblem d256 = make_problem(1, 2, 2, 128, 128, 256, DType::BF16, Layout::BSHD, false);
+  EXPECT_EQ(refusal(d256, backward_options(false)), "flash3: head dim 256 has no flash3 backward; allowed: 64, 128");
+  EXPECT_FALSE(flash3.supports_backward(d256));
+  try {
+    flash3.check_options({{"experimental_backward", "yes"}});
+    ADD_FAILURE() << "experimental_backward=yes accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_EQ(std::string(error.what()),
+              "flash3: backend option experimental_backward='yes' not allowed; allowed: 0, 1");
+  }
+  EXPECT_NO_THROW(flash3.check_options({{"experimental_backward", "1"}}));
+}
+
+// Lengths 1, 7, 33 (one partial 64-query tile, a partial 128-key tile), 200 and 1000 (several
+// of both), causal and not, both head dims and dtypes, BSHD and BHSD.
+TEST(CudaFlash3Backward, SequenceLengthsDtypesHeadDimsAndLayouts) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  for (const int head_dim : {64, 128})
+    for (const int seq : {1, 7, 33, 200, 1000})
+      for (const bool causal : {false, true})
+        check_gpu_backward("flash3",
+                           make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
+                                        causal ? Layout::BSHD : Layout::BHSD, causal),
+                           false);
+}
+
+// seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA
+// (dK, dV summed over the group in the CTA), windows.
+TEST(CudaFlash3Backward, CausalDifferentLengthsGroupsAndWindows) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 128, DType::BF16, Layout::BSHD, true), false);
+  check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, 64, DType::F16, Layout::BSHD, true), false);
+  check_gpu_backward("flash3", make_problem(1, 2, 2, 200, 33, 128, DType::BF16, Layout::BHSD, true), false);
+  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 64, DType::F16, Layout::BHSD, false), false);
+  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 64, DType::F16, Layout::BSHD, false), false);
+  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 128, DType::BF16, Layout::BHSD, true), false);
+  check_gpu_backward("flash3", make_problem(1, 4, 1, 33, 1000, 128, DType::F16, Layout::BSHD, true), false);
+  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true), 40, 0),
+                     false);
+  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 250, 260, 128, DType::BF16, Layout::BSHD, false), 17, 9),
+                     false);
+  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 150, 40, 64, DType::F16, Layout::BSHD, true), 5, 0),
+                     false);
+}
+#endif
 
 }  // namespace
 }  // namespace attnsuite

@@ -5,7 +5,10 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
+#include <map>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "attnsuite/kernel_configs.hpp"
 #include "cuda/common/attention_params.hpp"
 #include "cuda/common/backend_support.hpp"
+#include "cuda/common/backward_workspace.hpp"
 #include "cuda/cuda_backends.hpp"
 #include "cuda/flash3/launch.hpp"
 #include "cuda/flash3/tensor_map.hpp"
@@ -67,13 +71,15 @@ namespace {
 class Flash3Backend final : public Flash3FamilyBackend {
  public:
   Flash3Backend()
-      : Flash3FamilyBackend({"flash3",
-                             "flash3 (attnsuite FlashAttention-3-class Hopper kernel)",
-                             {DeviceType::Cuda, 0},
-                             "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
-                             "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); kernel config "
-                             "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
-                            /*with_tile_configs=*/true) {}
+      : Flash3FamilyBackend(
+            {"flash3",
+             "flash3 (attnsuite FlashAttention-3-class Hopper kernel)",
+             {DeviceType::Cuda, 0},
+             "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
+             "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward (experimental, opt-in): "
+             "head dim 64/128, atomic dQ; kernel config "
+             "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
+            /*with_tile_configs=*/true) {}
 
   Support supports(const AttentionProblem& problem) const override {
     const Support support = supports_problem_common(name(), problem);
@@ -81,17 +87,84 @@ class Flash3Backend final : public Flash3FamilyBackend {
     return supports_kernel(problem, flash3::kSupportedHeadDims);
   }
 
+  // The backward (backward_kernel.cuh) has not run on a GPU yet: plans refuse it unless this
+  // option is "1".
+  std::vector<std::string> option_keys() const override { return {std::string(kExperimentalBackward)}; }
+  void check_options(const std::map<std::string, std::string>& options) const override {
+    (void)experimental_backward(options);
+  }
+  std::string_view backward_status() const override { return "experimental: not yet run on a GPU"; }
+
+  // Head dims 64 and 128 (dQ's tile splits into 64 × 64 wgmma tiles: backward_traits.cuh), then the forward's rules.
+  Support supports_backward(const AttentionProblem& problem) const override {
+    if (std::find(std::begin(flash3::kBackwardHeadDims), std::end(flash3::kBackwardHeadDims), problem.head_dim) ==
+        std::end(flash3::kBackwardHeadDims)) {
+      return Support::no(fmt::format("head dim {} has no flash3 backward; allowed: 64, 128", problem.head_dim));
+    }
+    return supports(problem);
+  }
+
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    // The opt-in and the backward's own rules first: their refusals need no device.
+    if (options.backward) {
+      if (!experimental_backward(options.options)) {
+        throw Error(ErrorKind::Unsupported,
+                    fmt::format("flash3's backward is experimental: not yet run on a GPU; opt in with the backend "
+                                "option {}=1 (bench --backend-option {}=1)",
+                                kExperimentalBackward, kExperimentalBackward));
+      }
+      if (options.deterministic) {
+        throw Error(ErrorKind::Unsupported,
+                    "flash3's backward has no deterministic mode (dQ is summed with atomics); flash2's backward "
+                    "has one");
+      }
+      if (const Support support = supports_backward(problem); !support)
+        throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
+    }
     require_support(*this, problem);
     std::string config = choose_kernel_config(*this, problem, options);
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
+    FunctionPlan::Forward forward = [this, problem, choice](const AttentionArgs& args, Stream stream, RunReport&) {
+      run(problem, args, choice, stream);
+    };
+    if (!options.backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
-        std::move(config), 0, [this, problem, choice](const AttentionArgs& args, Stream stream, RunReport&) {
-          run(problem, args, choice, stream);
-        });
+        std::move(config), 0, std::move(forward),
+        [this, problem](const BackwardArgs& args, Stream stream, RunReport&) { run_backward(problem, args, stream); },
+        backward_workspace_bytes(problem, /*deterministic=*/false));
   }
 
  private:
+  static constexpr std::string_view kExperimentalBackward = "experimental_backward";
+
+  // The experimental_backward option: "1" opts in, "0" or absent not; another value is refused.
+  static bool experimental_backward(const std::map<std::string, std::string>& options) {
+    const auto found = options.find(std::string(kExperimentalBackward));
+    if (found == options.end() || found->second == "0") return false;
+    if (found->second == "1") return true;
+    throw Error(ErrorKind::Usage, fmt::format("flash3: backend option {}='{}' not allowed; allowed: 0, 1",
+                                              kExperimentalBackward, found->second));
+  }
+
+  // Q, K, V and dO are read by TMA (16-byte aligned bases and strides); O, dQ, dK and dV are
+  // written or read 4 bytes at a time by rows, held to the same rule.
+  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, Stream stream) const {
+    check_cuda_backward_args(name(), problem, args);
+    const char* names[8] = {"q", "k", "v", "o", "dO", "dQ", "dK", "dV"};
+    const TensorView* views[8] = {&args.q, &args.k, &args.v, &args.o, &args.d_o, &args.dq, &args.dk, &args.dv};
+    for (int i = 0; i < 8; ++i) {
+      const std::string why =
+          flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2]);
+      if (!why.empty())
+        throw Error(ErrorKind::Unsupported, fmt::format("flash3: {} cannot be read by TMA: {}", names[i], why));
+    }
+    ATTNSUITE_REQUIRE(args.workspace != nullptr,
+                      fmt::format("flash3: the backward needs its workspace ({} bytes, the plan's "
+                                  "backward_workspace_bytes()); BackwardArgs::workspace is null",
+                                  backward_workspace_bytes(problem, false)));
+    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, stream);
+  }
+
   void run(const AttentionProblem& problem, const AttentionArgs& args, Flash3Schedule::Choice choice,
            Stream stream) const {
     check_cuda_args(name(), problem, args);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "attnsuite/dtype.hpp"
+#include "cuda/common/kernel_params.hpp"
 #include "cuda/flash3/params.hpp"
 
 namespace attnsuite::cuda::flash3 {
@@ -26,5 +27,13 @@ void launch_forward_m192_fmaexp(const Params& params, DType dtype, void* stream)
 // The same with kernel config "n176" (176-key K/V tiles at head dim 128). Head dim 128 only:
 // throws Error(Unsupported) for another head dim or dtype.
 void launch_forward_n176(const Params& params, DType dtype, void* stream);
+
+// Head dims with a compiled backward (BackwardConfig: dQ's tile splits into two 64 × 64 tiles).
+inline constexpr int kBackwardHeadDims[] = {64, 128};
+
+// The backward (experimental: not yet run on a GPU) for params on `stream`: dq, dk, dv from q,
+// k, v, o, d_o and the forward's lse, with the workspace pieces set (common/backward_workspace.hpp,
+// atomic dQ). Throws Error(Unsupported) for a (dtype, head dim) without a kernel.
+void launch_backward(const BackwardParams& params, DType dtype, void* stream);
 
 }  // namespace attnsuite::cuda::flash3

@@ -198,6 +198,13 @@ __device__ __forceinline__ void wgmma_ss(float (&acc)[kN / 2], std::uint64_t a_d
 template <class Element, int kN>
 __device__ __forceinline__ void wgmma_rs(float (&acc)[kN / 2], const std::uint32_t (&a)[4], std::uint64_t b_descriptor,
                                          int accumulate);
+// wgmma_ss with both operands MN-major, read transposed (imm-trans-a = imm-trans-b = 1): A
+// (64×16) stored as 16 rows along K of 64 M-contiguous elements, B (16×N) as 16 rows along K of N
+// contiguous elements — the layout TMA writes for a [k][m] or [k][n] tile in 64-column slabs
+// (the backward's dQ = dS·K reads dSᵀ [key][query] and K [key][column] so).
+template <class Element, int kN>
+__device__ __forceinline__ void wgmma_ss_transposed(float (&acc)[kN / 2], std::uint64_t a_descriptor,
+                                                    std::uint64_t b_descriptor, int accumulate);
 
 // clang-format off
 // The asm operand lists: the accumulator registers are operands 0 .. N/2 - 1, inputs follow.
@@ -272,6 +279,26 @@ FLASH3_DEFINE_WGMMA_RS(__half, "f16", 256, FLASH3_ACC128, FLASH3_OUT128, "{%128,
 FLASH3_DEFINE_WGMMA_RS(__nv_bfloat16, "bf16", 256, FLASH3_ACC128, FLASH3_OUT128, "{%128, %129, %130, %131}", "%132",
                        "%133")
 
+// SS with both operands transposed: "…, scale-d, imm-scale-a, imm-scale-b, imm-trans-a = 1, imm-trans-b = 1".
+#define FLASH3_DEFINE_WGMMA_SS_TRANSPOSED(ELEMENT, TYPE, N, ACC, OUTS, A_DESC, B_DESC, ACCUMULATE)                 \
+  template <>                                                                                                      \
+  __device__ __forceinline__ void wgmma_ss_transposed<ELEMENT, N>(float(&acc)[(N) / 2], std::uint64_t a_descriptor, \
+                                                                  std::uint64_t b_descriptor, int accumulate) {    \
+    asm volatile(                                                                                                  \
+        "{\n"                                                                                                      \
+        ".reg .pred accumulate;\n"                                                                                 \
+        "setp.ne.b32 accumulate, " ACCUMULATE ", 0;\n"                                                             \
+        "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " ACC ", " A_DESC ", " B_DESC            \
+        ", accumulate, 1, 1, 1, 1;\n"                                                                              \
+        "}\n"                                                                                                      \
+        : OUTS                                                                                                     \
+        : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate));                                                  \
+  }
+// The backward's dQ tile per consumer: 64 queries × 64 columns.
+FLASH3_DEFINE_WGMMA_SS_TRANSPOSED(__half, "f16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
+FLASH3_DEFINE_WGMMA_SS_TRANSPOSED(__nv_bfloat16, "bf16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
+
+#undef FLASH3_DEFINE_WGMMA_SS_TRANSPOSED
 #undef FLASH3_DEFINE_WGMMA_RS
 #undef FLASH3_DEFINE_WGMMA_SS
 // FLASH3_ACC* and FLASH3_OUT* stay defined: fp8_primitives.cuh builds its e4m3 wgmma from them.

@@ -1,0 +1,328 @@
+// flash3's backward main kernel (device code only): FlashAttention-2's backward on the Hopper
+// machinery of flash3's forward — TMA loads into an mbarrier ring, a producer warpgroup and two
+// consumer warpgroups with setmaxnreg, asynchronous wgmma for the five products.
+//
+// One CTA per (key tile of 128, kv head, batch), key tiles in ascending order (under a causal or
+// left-window mask the first tiles are seen by the most rows: the longest CTAs start first).
+//  - Producer (warpgroup 0, one thread): K and V of the tile once; then, for every q head of the
+//    group and every query tile that sees the keys (rows_seeing_keys), Q and dO into a
+//    kStages-deep ring, each stage a "full" barrier (transaction bytes) and an "empty" one the
+//    consumer warps arrive on.
+//  - Consumers (warpgroups 1, 2: 64 keys each), per query tile of kTileM rows:
+//      Sᵀ = K_c·Qᵀ, dPᵀ = V_c·dOᵀ          wgmma SS, both K-major (the forward's S = Q·Kᵀ)
+//      Pᵀ = 2^(Sᵀ·scale·log2 e − LSE·log2 e), dSᵀ = Pᵀ∘(dPᵀ − D)   in registers; masked where
+//                                            the tile crosses the mask, P = 0 for rows that see
+//                                            no key (their LSE·log2 e is +inf, preprocess)
+//      dV += Pᵀ·dO, dK += dSᵀ·Q             wgmma RS: Pᵀ, dSᵀ from the accumulators as A, dO
+//                                            and Q read transposed (the forward's P·V)
+//      dSᵀ → shared memory, then a named barrier
+//      dQ_tile = dS·K                        wgmma SS with both operands transposed, a 64 × 64
+//                                            tile per consumer (its keys at d64, its columns at
+//                                            d128: backward_traits.cuh), added into the fp32 dQ
+//                                            sums (one float2 reduction per column pair)
+//    and after the last tile dK·scale and dV straight to global memory.
+// The preprocess (D, LSE·log2 e, the dQ sums zeroed) runs before, the dQ conversion after
+// (common/backward_row_kernels.cuh).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/backward_rows.hpp"
+#include "cuda/common/kernel_params.hpp"
+#include "cuda/common/key_range.cuh"
+#include "cuda/flash3/backward_traits.cuh"
+#include "cuda/hopper/fp8_primitives.cuh"
+#include "cuda/hopper/pipeline.cuh"
+#include "cuda/hopper/primitives.cuh"
+
+namespace attnsuite::cuda::flash3 {
+
+using namespace hopper;  // the Hopper PTX wrappers (hopper/primitives.cuh)
+
+// The query tiles a key tile is visited by, over the q heads of its kv head's group: iteration
+// `it` is q head kv_head·group + it / tiles_per_head, query tile m_begin + it % tiles_per_head.
+// Producer and consumers walk the same list.
+template <class Traits>
+struct KeyTileWork {
+  int key_begin = 0, m_begin = 0, tiles_per_head = 0, iterations = 0;
+  __device__ __forceinline__ KeyTileWork(const BackwardParams& params, int n_block) {
+    key_begin = n_block * Traits::kTileN;
+    const int key_end = min(key_begin + Traits::kTileN, params.seq_kv);
+    const RowRange rows =
+        rows_seeing_keys(params.seq_q, params.seq_kv, params.window_left, params.window_right, key_begin, key_end);
+    m_begin = rows.begin / Traits::kTileM;
+    tiles_per_head = rows.begin < rows.end ? (rows.end + Traits::kTileM - 1) / Traits::kTileM - m_begin : 0;
+    iterations = tiles_per_head * params.group_size;
+  }
+  __device__ __forceinline__ int head(const BackwardParams& params, int kv_head, int it) const {
+    return kv_head * params.group_size + it / tiles_per_head;
+  }
+  __device__ __forceinline__ int row_begin(int it) const { return (m_begin + it % tiles_per_head) * Traits::kTileM; }
+};
+
+// A = (rows of) K or V, B = Q or dO, both K-major: kHeadDim / 16 k-steps, 32 bytes into a 128-byte
+// swizzled row each, the next 64-column slab every 4 (as the forward's issue_qk).
+template <class Traits>
+__device__ __forceinline__ void issue_transposed_scores(float (&acc)[Traits::kTileM / 2], std::uint32_t a_rows,
+                                                        std::uint32_t b_tile) {
+  const std::uint64_t a_descriptor = matrix_descriptor(a_rows, 16, 1024);
+  const std::uint64_t b_descriptor = matrix_descriptor(b_tile, 16, 1024);
+#pragma unroll
+  for (int k_step = 0; k_step < Traits::kHeadDim / 16; ++k_step) {
+    const std::uint32_t column_bytes = static_cast<std::uint32_t>((k_step % 4) * 32);
+    wgmma_ss<typename Traits::Element, Traits::kTileM>(
+        acc, a_descriptor + ((k_step / 4) * Traits::kKVSlabBytes + column_bytes) / 16,
+        b_descriptor + ((k_step / 4) * Traits::kQSlabBytes + column_bytes) / 16, k_step > 0 ? 1 : 0);
+  }
+}
+
+// acc (64 keys × kHeadDim) += A·B with A the 16-bit fragments of a 64 × kTileM accumulator (Pᵀ or
+// dSᵀ) and B a Q or dO tile read transposed: k-step j takes queries 16j .. 16j+15.
+template <class Traits>
+__device__ __forceinline__ void issue_key_gradient(float (&acc)[Traits::kHeadDim / 2],
+                                                   const std::uint32_t (&a)[Traits::kTileM / 16][4],
+                                                   std::uint32_t b_tile) {
+  const std::uint64_t b_descriptor = matrix_descriptor(b_tile, Traits::kQSlabBytes, 1024);
+#pragma unroll
+  for (int j = 0; j < Traits::kTileM / 16; ++j)
+    wgmma_rs<typename Traits::Element, Traits::kHeadDim>(acc, a[j], b_descriptor + j * 16 * Traits::kSlabRowBytes / 16,
+                                                         1);
+}
+
+// dQ's 64 × 64 tile of a consumer = dS (the 64 queries, keys from dSᵀ row `ds_rows` on) · K
+// (64 columns, keys from K row `k_rows` on) over kKeys keys: both read transposed, k-step j takes
+// keys 16j .. 16j+15.
+template <class Traits, int kKeys>
+__device__ __forceinline__ void issue_query_gradient(float (&acc)[32], std::uint32_t ds_rows, std::uint32_t k_rows) {
+  const std::uint64_t a_descriptor = matrix_descriptor(ds_rows, Traits::kDsSlabBytes, 1024);
+  const std::uint64_t b_descriptor = matrix_descriptor(k_rows, Traits::kKVSlabBytes, 1024);
+#pragma unroll
+  for (int j = 0; j < kKeys / 16; ++j) {
+    const std::uint64_t step = static_cast<std::uint64_t>(j * 16 * Traits::kSlabRowBytes / 16);
+    wgmma_ss_transposed<typename Traits::Element, 64>(acc, a_descriptor + step, b_descriptor + step, j > 0 ? 1 : 0);
+  }
+}
+
+// A 64 × N accumulator as the 16-bit A fragments of N / 16 k-steps (the forward's convert_p).
+template <class Element, int kN>
+__device__ __forceinline__ void to_fragments(const float (&acc)[kN / 2], std::uint32_t (&fragments)[kN / 16][4]) {
+#pragma unroll
+  for (int j = 0; j < kN / 16; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) fragments[j][r] = pack_pair<Element>(acc[8 * j + 2 * r], acc[8 * j + 2 * r + 1]);
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash3_backward_kernel(const __grid_constant__ BackwardParams params, const __grid_constant__ CUtensorMap q_map,
+                           const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+                           const __grid_constant__ CUtensorMap d_o_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Element = typename Traits::Element;
+  constexpr int kHeadDim = Traits::kHeadDim, kTileM = Traits::kTileM, kTileN = Traits::kTileN;
+  constexpr int kStages = Traits::kStages, kSlabs = Traits::kSlabs;
+  const int n_block = static_cast<int>(blockIdx.x);
+  const int kv_head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
+  const KeyTileWork<Traits> work(params, n_block);
+
+  extern __shared__ __align__(1024) unsigned char shared_bytes[];
+  const std::uint32_t smem = (shared_address(shared_bytes) + 1023u) & ~1023u;
+  const std::uint32_t smem_k = smem + Traits::kKOffset, smem_v = smem + Traits::kVOffset;
+  const std::uint32_t smem_q = smem + Traits::kQOffset, smem_do = smem + Traits::kDOOffset;
+  const std::uint32_t smem_ds = smem + Traits::kDsOffset;
+  const std::uint32_t kv_full = smem + Traits::kBarrierOffset;
+  const BarrierRing<kStages> q_full{kv_full, 1}, q_empty{kv_full, 1 + kStages};
+
+  if (threadIdx.x == 0) {
+    barrier_init(kv_full, 1);
+    for (int stage = 0; stage < kStages; ++stage) {
+      barrier_init(q_full[stage], 1);
+      barrier_init(q_empty[stage], Traits::kConsumerWarps);
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+  if (warpgroup == 0) {
+    // ---- Producer ----
+    release_registers<Traits::kProducerRegisters>();
+    if (threadIdx.x == 0 && work.iterations > 0) {
+      barrier_arrive_expect_bytes(kv_full, 2 * Traits::kKVBytes);
+#pragma unroll
+      for (int slab = 0; slab < kSlabs; ++slab) {
+        tma_load_4d(smem_k + slab * Traits::kKVSlabBytes, &k_map, 64 * slab, work.key_begin, kv_head, batch, kv_full);
+        tma_load_4d(smem_v + slab * Traits::kKVSlabBytes, &v_map, 64 * slab, work.key_begin, kv_head, batch, kv_full);
+      }
+      PipelineState<kStages> stage;
+      for (int it = 0; it < work.iterations; ++it) {
+        const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
+        // Every consumer warp is done with the stage's previous tile (fresh barrier: returns at once).
+        q_empty.wait_released(stage);
+        barrier_arrive_expect_bytes(q_full[stage.stage], 2 * Traits::kQBytes);
+        const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
+        const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
+#pragma unroll
+        for (int slab = 0; slab < kSlabs; ++slab) {
+          tma_load_4d(q_tile + slab * Traits::kQSlabBytes, &q_map, 64 * slab, row_begin, head, batch,
+                      q_full[stage.stage]);
+          tma_load_4d(d_o_tile + slab * Traits::kQSlabBytes, &d_o_map, 64 * slab, row_begin, head, batch,
+                      q_full[stage.stage]);
+        }
+        ++stage;
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers ----
+  claim_registers<Traits::kConsumerRegisters>();
+  const int consumer = warpgroup - 1;
+  const int warpgroup_thread = static_cast<int>(threadIdx.x) % 128;
+  const int warp = warpgroup_thread / 32, lane = warpgroup_thread % 32;
+  const int quad_row = lane / 4, quad_col = lane % 4;
+  // This thread's keys: rows quad_row and quad_row + 8 of its warp's 16 in the consumer's 64.
+  const int key_row = consumer * Traits::kKeysPerConsumer + 16 * warp + quad_row;
+  const int thread_key = work.key_begin + key_row;
+
+  float acc_dk[kHeadDim / 2], acc_dv[kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) acc_dk[i] = acc_dv[i] = 0.0f;
+
+  if (work.iterations > 0) {
+    barrier_wait(kv_full, 0);
+    const std::uint32_t k_rows = smem_k + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
+    const std::uint32_t v_rows = smem_v + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
+    // The consumer's dQ product (traits): its own 64 keys (d64), or all keys and its 64 columns
+    // (d128); the barrier between dSᵀ's stores and the product's reads spans who wrote them.
+    constexpr int kDqKeys = Traits::kDqOverOwnKeys ? Traits::kKeysPerConsumer : kTileN;
+    const int dq_first_key = Traits::kDqOverOwnKeys ? consumer * Traits::kKeysPerConsumer : 0;
+    const int dq_column_slab = Traits::kDqOverOwnKeys ? 0 : consumer;
+    const int ds_barrier = Traits::kDqOverOwnKeys ? 1 + consumer : 1;
+    const int ds_barrier_threads = Traits::kDqOverOwnKeys ? 128 : 128 * Traits::kConsumers;
+    const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
+
+    PipelineState<kStages> stage;
+    for (int it = 0; it < work.iterations; ++it) {
+      const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
+      const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
+      const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
+      q_full.wait(stage);
+
+      // Sᵀ = K_c·Qᵀ and dPᵀ = V_c·dOᵀ (64 keys × kTileM queries each).
+      float acc_s[kTileM / 2], acc_dp[kTileM / 2];
+      wgmma_fence();
+      issue_transposed_scores<Traits>(acc_s, k_rows, q_tile);
+      issue_transposed_scores<Traits>(acc_dp, v_rows, d_o_tile);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(acc_s);
+      fence_registers(acc_dp);
+
+      // Pᵀ and dSᵀ in place; the element mask only where the tile crosses a row's key range or
+      // the ends of the keys or queries. Column 8i + 2·quad_col + e is query row_begin + that.
+      const std::int64_t rows_of_head =
+          (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin;
+      const bool unmasked = row_begin + kTileM <= params.seq_q && work.key_begin + kTileN <= params.seq_kv &&
+                            key_range(params, row_begin + kTileM - 1).begin <= work.key_begin &&
+                            key_range(params, row_begin).end >= work.key_begin + kTileN;
+#pragma unroll
+      for (int i = 0; i < kTileM / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int query = 8 * i + 2 * quad_col + e;
+          const float lse_log2 = __ldg(params.lse_log2 + rows_of_head + query);
+          const float row_dot = __ldg(params.row_dot + rows_of_head + query);
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            float& s = acc_s[4 * i + 2 * half + e];
+            float& dp = acc_dp[4 * i + 2 * half + e];
+            const float p = exp2_approx(fmaf(s, params.scale_log2, -lse_log2));
+            const bool hidden = !unmasked && mask.hidden(row_begin + query, thread_key + 8 * half);
+            // Set to 0, not multiplied: a NaN of V at a hidden key never reaches dS.
+            dp = hidden ? 0.0f : p * (dp - row_dot);
+            s = hidden ? 0.0f : p;
+          }
+        }
+      std::uint32_t p_fragments[kTileM / 16][4], ds_fragments[kTileM / 16][4];
+      to_fragments<Element, kTileM>(acc_s, p_fragments);
+      to_fragments<Element, kTileM>(acc_dp, ds_fragments);
+
+      // dSᵀ to shared memory for dQ: row key_row, query q at slab q / 64, 16-byte chunk
+      // (q % 64) / 8 XOR (row % 8) — TMA's 128B swizzle, which the transposed wgmma read expects.
+#pragma unroll
+      for (int i = 0; i < kTileM / 8; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = key_row + 8 * half, query = 8 * i + 2 * quad_col;
+          const std::uint32_t address =
+              smem_ds + static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes + row * Traits::kSlabRowBytes +
+                                                   ((((query % 64) / 8) ^ (row % 8)) * 16) + (query % 8) * 2);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(ds_fragments[i / 2][2 * (i % 2) + half])
+                       : "memory");
+        }
+      fence_proxy_async_shared();  // the generic-proxy stores, visible to wgmma's reads
+      named_barrier_sync(ds_barrier, ds_barrier_threads);
+
+      // dV += Pᵀ·dO, dK += dSᵀ·Q, dQ_tile = dS·K.
+      float acc_dq[32];
+      fence_registers(acc_dv);
+      fence_registers(acc_dk);
+#pragma unroll
+      for (int j = 0; j < kTileM / 16; ++j) {
+        fence_registers(p_fragments[j]);
+        fence_registers(ds_fragments[j]);
+      }
+      wgmma_fence();
+      issue_key_gradient<Traits>(acc_dv, p_fragments, d_o_tile);
+      issue_key_gradient<Traits>(acc_dk, ds_fragments, q_tile);
+      issue_query_gradient<Traits, kDqKeys>(
+          acc_dq, smem_ds + dq_first_key * Traits::kSlabRowBytes,
+          smem_k + dq_column_slab * Traits::kKVSlabBytes + dq_first_key * Traits::kSlabRowBytes);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(acc_dv);
+      fence_registers(acc_dk);
+      fence_registers(acc_dq);
+      // This warp's reads of the stage's Q and dO are done.
+      if (lane == 0) q_empty.arrive(stage);
+
+      // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).
+      float* sums = params.dq_accum + (rows_of_head + 16 * warp + quad_row) * static_cast<std::int64_t>(kHeadDim) +
+                    dq_column_slab * 64 + 2 * quad_col;
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          atomicAdd(reinterpret_cast<float2*>(sums + 8 * half * kHeadDim + 8 * i),
+                    make_float2(acc_dq[4 * i + 2 * half], acc_dq[4 * i + 2 * half + 1]));
+      // The dQ products that read this consumer's dSᵀ rows are done before the next tile's stores.
+      named_barrier_sync(ds_barrier, ds_barrier_threads);
+      ++stage;
+    }
+  }
+
+  // dK (times the scale) and dV of this thread's two keys; 0 for keys that no row sees.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = thread_key + 8 * half;
+    if (key >= params.seq_kv) continue;
+    auto* dk = static_cast<Element*>(params.dk) + batch * params.dk_batch_stride +
+               static_cast<std::int64_t>(key) * params.dk_row_stride + kv_head * params.dk_head_stride + 2 * quad_col;
+    auto* dv = static_cast<Element*>(params.dv) + batch * params.dv_batch_stride +
+               static_cast<std::int64_t>(key) * params.dv_row_stride + kv_head * params.dv_head_stride + 2 * quad_col;
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 8; ++i) {
+      *reinterpret_cast<std::uint32_t*>(dk + 8 * i) =
+          pack_pair<Element>(acc_dk[4 * i + 2 * half] * params.scale, acc_dk[4 * i + 2 * half + 1] * params.scale);
+      *reinterpret_cast<std::uint32_t*>(dv + 8 * i) =
+          pack_pair<Element>(acc_dv[4 * i + 2 * half], acc_dv[4 * i + 2 * half + 1]);
+    }
+  }
+#endif
+}
+
+}  // namespace attnsuite::cuda::flash3

@@ -1,0 +1,51 @@
+// Launch of flash3's backward for one (dtype, head dim): the preprocess, the main kernel
+// (backward_kernel.cuh) with the TMA descriptors of Q, K, V and dO, and the dQ conversion.
+// Included only by the instantiation TUs (backward_<dtype>_d<head dim>.cu).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "cuda/common/backward_row_kernels.cuh"
+#include "cuda/common/check.hpp"
+#include "cuda/common/launch.cuh"
+#include "cuda/flash3/backward_kernel.cuh"
+#include "cuda/flash3/backward_traits.cuh"
+#include "cuda/flash3/run_backward.cuh"
+#include "cuda/flash3/tensor_map.hpp"
+
+namespace attnsuite::cuda::flash3 {
+
+template <class Element, int kHeadDim>
+void run_backward(const BackwardParams& params, cudaStream_t stream) {
+  using Kernel = typename BackwardConfig<Element, kHeadDim>::Kernel;
+  constexpr DType kDType = std::is_same_v<Element, __half> ? DType::F16 : DType::BF16;
+  // 64-column boxes (128B swizzle): kTileM rows of Q and dO, kTileN rows of K and V.
+  auto map = [&](const void* data, int rows, int heads, std::int64_t row_stride, std::int64_t head_stride,
+                 std::int64_t batch_stride, int box_rows) {
+    return make_tensor_map(data, kDType, false, kHeadDim, rows, heads, params.batch, row_stride, head_stride,
+                           batch_stride, 64, box_rows);
+  };
+  const CUtensorMap q_map = map(params.q, params.seq_q, params.heads_q, params.q_row_stride, params.q_head_stride,
+                                params.q_batch_stride, Kernel::kTileM);
+  const CUtensorMap d_o_map = map(params.d_o, params.seq_q, params.heads_q, params.d_o_row_stride,
+                                  params.d_o_head_stride, params.d_o_batch_stride, Kernel::kTileM);
+  const CUtensorMap k_map = map(params.k, params.seq_kv, params.heads_kv, params.k_row_stride, params.k_head_stride,
+                                params.k_batch_stride, Kernel::kTileN);
+  const CUtensorMap v_map = map(params.v, params.seq_kv, params.heads_kv, params.v_row_stride, params.v_head_stride,
+                                params.v_batch_stride, Kernel::kTileN);
+
+  launch_backward_preprocess<Element>(params, stream);
+  const dim3 grid(static_cast<unsigned>((params.seq_kv + Kernel::kTileN - 1) / Kernel::kTileN),
+                  static_cast<unsigned>(params.heads_kv), static_cast<unsigned>(params.batch));
+  launch_kernel(flash3_backward_kernel<Kernel>, grid, Kernel::kThreads, Kernel::kSmemBytes, stream, params, q_map,
+                k_map, v_map, d_o_map);
+  ATTNSUITE_CUDA_CHECK_LAUNCH("flash3_backward_kernel");
+  launch_backward_convert_dq<Element>(params, stream);
+}
+
+}  // namespace attnsuite::cuda::flash3
