@@ -332,10 +332,10 @@ E4m3Tensor quantized(const HostTensor& t) {
 
 // flash3-fp8 on e4m3 Q, K, V (`layout`'s shapes and strides, e4m3_p.dtype == E4M3), bf16 O.
 DeviceRun run_e4m3_on_device(const AttentionProblem& e4m3_p, const Inputs& layout, const E4m3Tensor& q,
-                             const E4m3Tensor& k, const E4m3Tensor& v) {
+                             const E4m3Tensor& k, const E4m3Tensor& v, const std::string& backend_name = "flash3-fp8") {
   const AttentionProblem& p = e4m3_p;
   auto context = cuda::make_cuda_context(0);
-  const Backend& backend = Registry::global().find("flash3-fp8");
+  const Backend& backend = Registry::global().find(backend_name);
   const std::unique_ptr<KernelPlan> plan = backend.plan(p, {});
   const HostTensor o_layout({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.layout);
   auto dq = context->allocate(q.bytes.size()), dk = context->allocate(k.bytes.size()),
@@ -463,6 +463,54 @@ TEST(CudaFlash3Fp8E4m3, TakesBf16AndE4m3Only) {
   EXPECT_TRUE(fp8.supports(p).ok) << fp8.supports(p).reason;
   EXPECT_EQ(fp8.plan(p, {})->workspace_bytes(), 256u);
 }
+#if ATTNSUITE_HAVE_CUDNN_PEER
+// cuDNN's FP8 SDPA (the cudnn peer on e4m3 inputs; experimental): on Hopper it writes O in e4m3
+// (scale_o = 1/descale_v), which the peer widens to bf16, so its O carries e4m3's rounding (2^-4
+// relative): cosine >= 0.99 against the fp64 reference of the e4m3 inputs, dense and square
+// causal, d128 and d64.
+TEST(CudnnFp8, CosineAgainstTheReferenceOfTheE4m3Inputs) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const Backend& cudnn = Registry::global().find("cudnn");
+  for (const int head_dim : {128, 64})
+    for (const bool causal : {false, true}) {
+      const AttentionProblem p = make_problem(2, 4, 4, 1024, 1024, head_dim, DType::E4M3, Layout::BSHD, causal);
+      if (const Support support = cudnn.supports(p); !support.ok) GTEST_SKIP() << support.reason;
+      SCOPED_TRACE(p.describe());
+      AttentionProblem bf16 = p;
+      bf16.dtype = DType::BF16;
+      const Inputs in = random_inputs(bf16, std::random_device{}());
+      const E4m3Tensor q = quantized(in.q), k = quantized(in.k), v = quantized(in.v);
+      const DeviceRun run = run_e4m3_on_device(p, in, q, k, v, "cudnn");
+      auto dequantized = [](const E4m3Tensor& t) {
+        std::vector<double> values(t.bytes.size());
+        for (std::size_t i = 0; i < values.size(); ++i) values[i] = double(e4m3_bits_to_float(t.bytes[i])) * t.descale;
+        return values;
+      };
+      const Result ref = reference_of_values(p, in, dequantized(q), dequantized(k), dequantized(v), false);
+      const std::vector<double> out = output_values(bf16, run);
+      for (const double value : out) ASSERT_TRUE(std::isfinite(value)) << "a non-finite output";
+      const double cosine = cosine_similarity(out, ref.out);
+      EXPECT_GE(cosine, 0.99);
+      std::printf("  cudnn e4m3 %-56s cosine vs fp64 of the e4m3 inputs %.6f\n", p.describe().c_str(), cosine);
+    }
+}
+
+// Refused with the reason, before any device is asked: causal e4m3 with seq_q != seq_kv
+// (bottom-right FP8 causal is Blackwell's), head dims not multiples of 16, and any e4m3 backward.
+TEST(CudnnFp8, RefusesWhatHopperCannotRun) {
+  const Backend& cudnn = Registry::global().find("cudnn");
+  const Support causal = cudnn.supports(make_problem(1, 2, 2, 100, 300, 128, DType::E4M3, Layout::BSHD, true));
+  EXPECT_FALSE(causal.ok);
+  EXPECT_NE(causal.reason.find("bottom-right causal masks on Blackwell only"), std::string::npos) << causal.reason;
+  const Support d72 = cudnn.supports(make_problem(1, 2, 2, 100, 100, 72, DType::E4M3, Layout::BSHD, false));
+  EXPECT_EQ(d72.reason, "head dim 72 not supported by cuDNN's FP8 SDPA; allowed: multiples of 16 up to 256");
+  const Support backward =
+      cudnn.supports_backward(make_problem(1, 2, 2, 100, 100, 128, DType::E4M3, Layout::BSHD, false));
+  EXPECT_FALSE(backward.ok);
+  EXPECT_NE(backward.reason.find("e4m3 has no backward here"), std::string::npos) << backward.reason;
+}
+#endif
+
 }  // namespace
 }  // namespace attnsuite
 

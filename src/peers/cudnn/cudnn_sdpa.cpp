@@ -29,6 +29,16 @@
 // it. A run whose graph needs more (other strides) allocates its workspace itself, through the
 // tracking allocator, for that call.
 //
+// e4m3 (experimental: not yet run on a GPU): Q, K, V e4m3 with their per-tensor descales go to
+// the frontend's sdpa_fp8 (per-tensor scaling, as Transformer Engine uses it): descale_s = 1/448
+// and scale_s = 448 (P in e4m3's range for P·V), scale_o = 1/descale_v (|O| <= max |V|, so O
+// fits e4m3's ±448). On Hopper cuDNN writes O only in FP8 (bf16 O needs Blackwell and cuDNN
+// 9.13) and takes bottom-right causal masks only on Blackwell, so this peer writes O in e4m3 into
+// its workspace and widens it to bf16 into the caller's O in a second launch (timed with the
+// forward: it is what a bf16 O costs with cuDNN on this GPU), and takes causal problems only
+// square (where top-left is bottom-right). The six scales and the two amax outputs live in the
+// workspace, written on the stream by a one-thread kernel (common/fp8_output.hpp).
+//
 // cuDNN handles are the backend's, one per device, shared by its plans; building and running a
 // graph hold the backend's mutex (a handle is bound to the stream of the run that uses it).
 #include "peers/cudnn/cudnn_sdpa.hpp"
@@ -38,10 +48,13 @@
 #include <cudnn_frontend.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -55,6 +68,7 @@
 #include "cuda/common/backend_support.hpp"
 #include "cuda/common/check.hpp"
 #include "cuda/common/device_buffer.hpp"
+#include "cuda/common/fp8_output.hpp"
 
 namespace attnsuite::peers {
 namespace {
@@ -62,7 +76,32 @@ namespace {
 namespace fe = cudnn_frontend;
 
 // Tensor ids in the variant pack.
-enum Uid : std::int64_t { kUidQ = 1, kUidK, kUidV, kUidO, kUidStats, kUidDO, kUidDQ, kUidDK, kUidDV };
+enum Uid : std::int64_t {
+  kUidQ = 1,
+  kUidK,
+  kUidV,
+  kUidO,
+  kUidStats,
+  kUidDO,
+  kUidDQ,
+  kUidDK,
+  kUidDV,
+  // e4m3's scale inputs and amax outputs, in the order of Fp8Scales.
+  kUidDescaleQ,
+  kUidDescaleK,
+  kUidDescaleV,
+  kUidDescaleS,
+  kUidScaleS,
+  kUidScaleO,
+  kUidAmaxS,
+  kUidAmaxO
+};
+
+// e4m3: the scale floats at the start of the extra workspace, in Uid order from kUidDescaleQ
+// (six inputs, two amax outputs), then O in e4m3.
+constexpr int kFp8ScaleFloats = 8;
+constexpr std::int64_t kFp8ScalesBytes = 256;
+constexpr float kE4m3Max = 448.0f;
 
 void check_cudnn(cudnnStatus_t status, const char* call) {
   if (status == CUDNN_STATUS_SUCCESS) return;
@@ -121,6 +160,21 @@ struct CachedGraph {
   std::int64_t workspace_bytes = 0;
 };
 
+// e4m3: the bytes before the graph's workspace — the scales, then O in e4m3 (dense in the
+// problem's layout), 256-byte aligned; 0 for the 16-bit dtypes.
+std::int64_t fp8_extra_bytes(const AttentionProblem& p) {
+  if (p.dtype != DType::E4M3) return 0;
+  const std::int64_t o_bytes = std::int64_t{p.batch} * p.seq_q * p.heads_q * p.dim_v();
+  return kFp8ScalesBytes + (o_bytes + 255) / 256 * 256;
+}
+
+// The strides of O as the graph writes it: the caller's for the 16-bit dtypes, e4m3's dense
+// buffer in the workspace (the problem's layout) for e4m3.
+Strides graph_o_strides(const AttentionProblem& p, const Strides& caller) {
+  if (p.dtype != DType::E4M3) return caller;
+  return TensorView::dense_strides({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.layout);
+}
+
 // Our (b, s, h, d) element strides as cuDNN's (b, h, s, d).
 std::vector<std::int64_t> cudnn_strides(const Strides& ours) { return {ours[0], ours[2], ours[1], ours[3]}; }
 
@@ -165,8 +219,9 @@ GraphKey dense_key_for(const AttentionProblem& p, int device, bool backward = fa
   auto dense = [&](std::int64_t seq, std::int64_t heads, std::int64_t dim) {
     return TensorView::dense_strides({p.batch, seq, heads, dim}, p.layout);
   };
-  GraphKey key = key_for(p, device, dense(p.seq_q, p.heads_q, p.head_dim), dense(p.seq_kv, p.heads_kv, p.head_dim),
-                         dense(p.seq_kv, p.heads_kv, p.dim_v()), dense(p.seq_q, p.heads_q, p.dim_v()), true);
+  GraphKey key =
+      key_for(p, device, dense(p.seq_q, p.heads_q, p.head_dim), dense(p.seq_kv, p.heads_kv, p.head_dim),
+              dense(p.seq_kv, p.heads_kv, p.dim_v()), graph_o_strides(p, dense(p.seq_q, p.heads_q, p.dim_v())), true);
   if (backward) {
     key.backward = true;
     key.deterministic = deterministic;
@@ -192,7 +247,11 @@ void set_causal(Attributes& options, const GraphKey& key) {
 
 CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
   auto graph = std::make_shared<fe::graph::Graph>();
-  graph->set_io_data_type(key.dtype == DType::F16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
+  const bool e4m3 = key.dtype == DType::E4M3;
+  graph
+      ->set_io_data_type(e4m3                      ? fe::DataType_t::FP8_E4M3
+                         : key.dtype == DType::F16 ? fe::DataType_t::HALF
+                                                   : fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
   const std::int64_t b = key.batch, hq = key.heads_q, hkv = key.heads_kv, sq = key.seq_q, skv = key.seq_kv;
@@ -229,6 +288,42 @@ CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
     dq->set_output(true).set_uid(kUidDQ).set_dim({b, hq, sq, d}).set_stride(cudnn_strides(key.dq));
     dk->set_output(true).set_uid(kUidDK).set_dim({b, hkv, skv, d}).set_stride(cudnn_strides(key.dk));
     dv_out->set_output(true).set_uid(kUidDV).set_dim({b, hkv, skv, dv}).set_stride(cudnn_strides(key.dv));
+  } else if (e4m3) {
+    auto scalar = [&](const char* name, Uid uid) {
+      return graph->tensor(fe::graph::Tensor_attributes()
+                               .set_name(name)
+                               .set_uid(uid)
+                               .set_dim({1, 1, 1, 1})
+                               .set_stride({1, 1, 1, 1})
+                               .set_data_type(fe::DataType_t::FLOAT));
+    };
+    auto options = fe::graph::SDPA_fp8_attributes()
+                       .set_name("attnsuite_sdpa_fp8")
+                       .set_generate_stats(key.stats)
+                       .set_attn_scale(key.scale);
+    set_causal(options, key);
+    auto [o, stats, amax_s, amax_o] =
+        graph->sdpa_fp8(q, k, v, scalar("Descale_Q", kUidDescaleQ), scalar("Descale_K", kUidDescaleK),
+                        scalar("Descale_V", kUidDescaleV), scalar("Descale_S", kUidDescaleS),
+                        scalar("Scale_S", kUidScaleS), scalar("Scale_O", kUidScaleO), options);
+    o->set_output(true)
+        .set_uid(kUidO)
+        .set_dim({b, hq, sq, dv})
+        .set_stride(cudnn_strides(key.o))
+        .set_data_type(fe::DataType_t::FP8_E4M3);
+    for (auto& [amax, uid] : {std::pair{amax_s, kUidAmaxS}, std::pair{amax_o, kUidAmaxO}})
+      amax->set_output(true)
+          .set_uid(uid)
+          .set_dim({1, 1, 1, 1})
+          .set_stride({1, 1, 1, 1})
+          .set_data_type(fe::DataType_t::FLOAT);
+    if (key.stats) {
+      stats->set_output(true)
+          .set_uid(kUidStats)
+          .set_data_type(fe::DataType_t::FLOAT)
+          .set_dim(stats_dim)
+          .set_stride(stats_stride);
+    }
   } else {
     auto options =
         fe::graph::SDPA_attributes().set_name("attnsuite_sdpa").set_generate_stats(key.stats).set_attn_scale(key.scale);
@@ -274,7 +369,10 @@ class CudnnSdpaPlan final : public KernelPlan {
       : backend_(backend), problem_(problem), dense_(std::move(dense)), dense_backward_(std::move(dense_backward)) {}
 
   std::string_view kernel_config() const override { return {}; }
-  std::size_t workspace_bytes() const override { return static_cast<std::size_t>(dense_.graph.workspace_bytes); }
+  // e4m3: the scales and O in e4m3 first (fp8_extra_bytes), then the graph's workspace.
+  std::size_t workspace_bytes() const override {
+    return static_cast<std::size_t>(fp8_extra_bytes(problem_) + dense_.graph.workspace_bytes);
+  }
   std::size_t backward_workspace_bytes() const override {
     return dense_backward_ ? static_cast<std::size_t>(dense_backward_->graph.workspace_bytes) : 0;
   }
@@ -282,6 +380,7 @@ class CudnnSdpaPlan final : public KernelPlan {
   RunReport backward(const BackwardArgs& args, Stream stream) override;
 
  private:
+  void forward_e4m3(const AttentionArgs& args, cudaStream_t stream);
   // Runs the graph of `key` on the tensors of `pack`; `workspace` (null or the harness's) holds
   // `provided` bytes. Translates cudnn-frontend's own exceptions into Error(Device).
   void execute(const GraphKey& key, std::unordered_map<std::int64_t, void*> pack, void* workspace,
@@ -304,7 +403,8 @@ class CudnnSdpaBackend final : public IdentifiedBackend {
             {"cudnn",
              fmt::format("cuDNN SDPA (cuDNN {} fused flash attention)", cudnn_version_string()),
              {DeviceType::Cuda, 0},
-             "fp16/bf16, head dims <= 256 and multiples of 8 (d_v too), causal (bottom-right; seq_q <= seq_kv), "
+             "fp16/bf16 (and e4m3 in with per-tensor descales, bf16 out: sdpa_fp8, experimental: not yet run on a "
+             "GPU), head dims <= 256 and multiples of 8 (d_v too), causal (bottom-right; seq_q <= seq_kv), "
              "GQA/MQA, BSHD/BHSD via strides, LSE; backward (sdpa_backward graph; cuDNN's head-dim limits, "
              "deterministic option); sm80+; one graph per shape, pass and strides",
              "cuDNN"}) {}
@@ -324,8 +424,23 @@ class CudnnSdpaBackend final : public IdentifiedBackend {
     } catch (const Error& error) {
       return Support::no(error.what());
     }
-    if (problem.dtype != DType::F16 && problem.dtype != DType::BF16)
-      return Support::no("cudnn SDPA needs fp16 or bf16");
+    if (problem.dtype == DType::E4M3) {
+      // cuDNN's FP8 SDPA (sdpa_fp8) on sm_90: head dims multiples of 16 up to 256, and (bottom-right
+      // causal being Blackwell's) causal only where top-left is the same mask.
+      for (int dim : {problem.head_dim, problem.dim_v()}) {
+        if (dim > 256 || dim % 16 != 0)
+          return Support::no(
+              fmt::format("head dim {} not supported by cuDNN's FP8 SDPA; allowed: multiples of 16 up to 256", dim));
+      }
+      if (problem.causal && problem.seq_q != problem.seq_kv) {
+        return Support::no(
+            fmt::format("causal e4m3 with seq_q {} != seq_kv {}: cuDNN's FP8 SDPA takes bottom-right causal masks on "
+                        "Blackwell only; on Hopper square causal problems only",
+                        problem.seq_q, problem.seq_kv));
+      }
+    } else if (problem.dtype != DType::F16 && problem.dtype != DType::BF16) {
+      return Support::no("cudnn SDPA needs fp16, bf16 or e4m3");
+    }
     for (int dim : {problem.head_dim, problem.dim_v()}) {
       if (dim > 256 || dim % 8 != 0) {
         return Support::no(fmt::format(
@@ -350,6 +465,9 @@ class CudnnSdpaBackend final : public IdentifiedBackend {
   // seq_q = seq_kv = 1, ...): known, again, by building the graph (non-deterministic; a
   // deterministic plan builds its own and may still be refused).
   Support supports_backward(const AttentionProblem& problem) const override {
+    if (problem.dtype == DType::E4M3)
+      return Support::no(
+          "e4m3 has no backward here: e4m3 inputs are for inference (the peer runs FP8 SDPA forward only)");
     const Support forward = supports(problem);
     if (!forward) return forward;
     return probe_support(problem, /*backward=*/true);
@@ -455,6 +573,10 @@ void require_aligned(std::initializer_list<const void*> pointers, const char* na
 
 RunReport CudnnSdpaPlan::forward(const AttentionArgs& args, Stream stream) {
   cuda::check_cuda_args(backend_.name(), problem_, args);
+  if (problem_.dtype == DType::E4M3) {
+    forward_e4m3(args, static_cast<cudaStream_t>(stream));
+    return {};
+  }
   require_aligned({args.q.data, args.k.data, args.v.data, args.o.data}, "Q, K, V and O");
   const int device = CudnnSdpaBackend::current_device();
   const bool stats = !args.lse.empty();
@@ -464,6 +586,56 @@ RunReport CudnnSdpaPlan::forward(const AttentionArgs& args, Stream stream) {
   execute(key_for(problem_, device, args.q.strides, args.k.strides, args.v.strides, args.o.strides, stats),
           std::move(pack), args.workspace, dense_.graph.workspace_bytes, static_cast<cudaStream_t>(stream));
   return {};
+}
+
+void CudnnSdpaPlan::forward_e4m3(const AttentionArgs& args, cudaStream_t stream) {
+  require_aligned({args.q.data, args.k.data, args.v.data, args.o.data}, "Q, K, V and O");
+  for (const auto& [view, name] : {std::pair{&args.q, "q"}, std::pair{&args.k, "k"}, std::pair{&args.v, "v"}}) {
+    if (!(view->descale > 0.0f) || !std::isfinite(view->descale))
+      throw Error(ErrorKind::Usage,
+                  fmt::format("cudnn: e4m3 {} has descale {}; allowed: finite and > 0", name, view->descale));
+  }
+  const int device = CudnnSdpaBackend::current_device();
+  const bool stats = !args.lse.empty();
+  // The scales and O in e4m3 at the start of the workspace (the harness's, else one of our own
+  // for this call), the graph's workspace after them.
+  const std::int64_t extra = fp8_extra_bytes(problem_);
+  cuda::DeviceBuffer own;
+  auto* workspace = static_cast<unsigned char*>(args.workspace);
+  if (workspace == nullptr) {
+    own = cuda::DeviceBuffer(static_cast<std::size_t>(extra));
+    workspace = static_cast<unsigned char*>(own.data());
+  }
+  auto* scales = reinterpret_cast<float*>(workspace);
+  auto* o8 = workspace + kFp8ScalesBytes;
+  cuda::DeviceFloats values;
+  values.count = kFp8ScaleFloats;
+  const float inputs[kFp8ScaleFloats] = {args.q.descale, args.k.descale,        args.v.descale, 1.0f / kE4m3Max,
+                                         kE4m3Max,       1.0f / args.v.descale, 0.0f,           0.0f};
+  std::copy(std::begin(inputs), std::end(inputs), values.values);
+  cuda::write_floats_async(scales, values, stream);
+
+  std::unordered_map<std::int64_t, void*> pack{
+      {kUidQ, args.q.data}, {kUidK, args.k.data}, {kUidV, args.v.data}, {kUidO, o8}};
+  for (int i = 0; i < kFp8ScaleFloats; ++i) pack.emplace(kUidDescaleQ + i, scales + i);
+  if (stats) pack.emplace(kUidStats, args.lse.data);
+  const Strides o8_strides = graph_o_strides(problem_, args.o.strides);
+  execute(key_for(problem_, device, args.q.strides, args.k.strides, args.v.strides, o8_strides, stats), std::move(pack),
+          args.workspace != nullptr ? workspace + extra : nullptr,
+          args.workspace != nullptr ? dense_.graph.workspace_bytes : 0, stream);
+
+  // O = O_e4m3 / scale_o = O_e4m3 · descale_v, into the caller's bf16 O.
+  cuda::E4m3Widening widening;
+  widening.in = o8;
+  widening.out = args.o.data;
+  widening.scale = scales + 2;
+  for (int i = 0; i < 4; ++i) {
+    widening.in_strides[i] = o8_strides[i];
+    widening.out_strides[i] = args.o.strides[i];
+    widening.shape[i] = args.o.shape[i];
+  }
+  cuda::widen_e4m3_to_bf16_async(widening, stream);
+  if (own.data() != nullptr) ATTNSUITE_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 RunReport CudnnSdpaPlan::backward(const BackwardArgs& args, Stream stream) {
