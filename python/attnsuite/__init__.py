@@ -140,8 +140,8 @@ def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd
     FP8 inputs: torch.float8_e4m3fn tensors, or uint8 arrays of e4m3 bytes with dtype="e4m3"
     (numpy has no float8 type), with descale=(dq, dk, dv): the per-tensor factors, real value =
     e4m3 x descale. The output is bfloat16 (float32 for numpy, which has no bfloat16: the bf16
-    result widened exactly). Backends: reference, cpu-vanilla, cpu-flash; flash3-fp8 on a GPU.
-    No backward.
+    result widened exactly). Backends: reference, cpu-vanilla, cpu-flash; on a GPU flash3-fp8 and
+    the cudnn peer (experimental). No backward.
 
     backend: a registry name (``attnsuite.backends()``) or "auto": the fastest correct backend
     for this problem on this device according to the backend cache that ``tune_batch_size`` and
