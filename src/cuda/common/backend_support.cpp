@@ -113,4 +113,12 @@ void check_cuda_backward_args(std::string_view backend, const AttentionProblem& 
                     fmt::format("{}: lse is on the {}, needs a CUDA device", backend, to_string(args.lse.device.type)));
 }
 
+bool experimental_backward_opted_in(std::string_view backend, const std::map<std::string, std::string>& options) {
+  const auto found = options.find(std::string(kExperimentalBackwardOption));
+  if (found == options.end() || found->second == "0") return false;
+  if (found->second == "1") return true;
+  throw Error(ErrorKind::Usage, fmt::format("{}: backend option {}='{}' not allowed; allowed: 0, 1", backend,
+                                            kExperimentalBackwardOption, found->second));
+}
+
 }  // namespace attnsuite::cuda

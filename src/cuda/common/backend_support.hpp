@@ -1,8 +1,10 @@
 // Rules and argument checks that every attnsuite CUDA backend shares.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "attnsuite/backend.hpp"
@@ -33,5 +35,11 @@ void check_cuda_args(std::string_view backend, const AttentionProblem& problem, 
 // on the device. Throws Error(Usage) for a mismatch or a missing LSE, Error(Unsupported) for a
 // non-contiguous last dim.
 void check_cuda_backward_args(std::string_view backend, const AttentionProblem& problem, const BackwardArgs& args);
+
+// The backend option of a backward that plans refuse unless opted in (flash2's, flash3's):
+// "1" opts in, "0" or absent not; another value is Error(Usage) "<backend>: backend option
+// experimental_backward='<value>' not allowed; allowed: 0, 1".
+inline constexpr std::string_view kExperimentalBackwardOption = "experimental_backward";
+bool experimental_backward_opted_in(std::string_view backend, const std::map<std::string, std::string>& options);
 
 }  // namespace attnsuite::cuda

@@ -75,10 +75,10 @@ class Flash2Backend final : public Backend {
   // backward_key_tile (64 or 128) sets the main kernel's keys per CTA (backward_traits.cuh).
   std::vector<std::string> option_keys() const override {
     if (variant_.launch != nullptr) return {};
-    return {std::string(kExperimentalBackward), std::string(kBackwardKeyTile)};
+    return {std::string(kExperimentalBackwardOption), std::string(kBackwardKeyTile)};
   }
   void check_options(const std::map<std::string, std::string>& options) const override {
-    (void)experimental_backward(options);
+    (void)experimental_backward_opted_in(name(), options);
     (void)backward_key_tile(options);
   }
   std::string_view backward_status() const override {
@@ -126,12 +126,12 @@ class Flash2Backend final : public Backend {
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     // The opt-in first: its refusal needs no device, so that it reads the same everywhere.
     const bool backward = options.backward && variant_.launch == nullptr;
-    if (backward && !experimental_backward(options.options)) {
+    if (backward && !experimental_backward_opted_in(name(), options.options)) {
       throw Error(ErrorKind::Unsupported,
                   fmt::format("flash2's backward is experimental: correct on the GPU, slower than "
                               "FlashAttention-2's backward; opt in with the backend option {}=1 "
                               "(bench --backend-option {}=1)",
-                              kExperimentalBackward, kExperimentalBackward));
+                              kExperimentalBackwardOption, kExperimentalBackwardOption));
     }
     if (backward)
       if (const Support support = supports_backward(problem); !support)
@@ -179,7 +179,6 @@ class Flash2Backend final : public Backend {
     }
   }
 
-  static constexpr std::string_view kExperimentalBackward = "experimental_backward";
   static constexpr std::string_view kBackwardKeyTile = "backward_key_tile";
 
   // The backward_key_tile option: "64" (absent: 64) or "128"; another value is refused.
@@ -189,15 +188,6 @@ class Flash2Backend final : public Backend {
     if (found->second == "128") return 128;
     throw Error(ErrorKind::Usage, fmt::format("flash2: backend option {}='{}' not allowed; allowed: 64, 128",
                                               kBackwardKeyTile, found->second));
-  }
-
-  // The experimental_backward option: "1" opts in, "0" or absent not; another value is refused.
-  static bool experimental_backward(const std::map<std::string, std::string>& options) {
-    const auto found = options.find(std::string(kExperimentalBackward));
-    if (found == options.end() || found->second == "0") return false;
-    if (found->second == "1") return true;
-    throw Error(ErrorKind::Usage, fmt::format("flash2: backend option {}='{}' not allowed; allowed: 0, 1",
-                                              kExperimentalBackward, found->second));
   }
 
   void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic, int key_tile,

@@ -89,9 +89,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   // The backward (backward_kernel.cuh) has not run on a GPU yet: plans refuse it unless this
   // option is "1".
-  std::vector<std::string> option_keys() const override { return {std::string(kExperimentalBackward)}; }
+  std::vector<std::string> option_keys() const override { return {std::string(kExperimentalBackwardOption)}; }
   void check_options(const std::map<std::string, std::string>& options) const override {
-    (void)experimental_backward(options);
+    (void)experimental_backward_opted_in(name(), options);
   }
   std::string_view backward_status() const override { return "experimental: not yet run on a GPU"; }
 
@@ -107,11 +107,11 @@ class Flash3Backend final : public Flash3FamilyBackend {
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     // The opt-in and the backward's own rules first: their refusals need no device.
     if (options.backward) {
-      if (!experimental_backward(options.options)) {
+      if (!experimental_backward_opted_in(name(), options.options)) {
         throw Error(ErrorKind::Unsupported,
                     fmt::format("flash3's backward is experimental: not yet run on a GPU; opt in with the backend "
                                 "option {}=1 (bench --backend-option {}=1)",
-                                kExperimentalBackward, kExperimentalBackward));
+                                kExperimentalBackwardOption, kExperimentalBackwardOption));
       }
       if (options.deterministic) {
         throw Error(ErrorKind::Unsupported,
@@ -135,17 +135,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
   }
 
  private:
-  static constexpr std::string_view kExperimentalBackward = "experimental_backward";
-
-  // The experimental_backward option: "1" opts in, "0" or absent not; another value is refused.
-  static bool experimental_backward(const std::map<std::string, std::string>& options) {
-    const auto found = options.find(std::string(kExperimentalBackward));
-    if (found == options.end() || found->second == "0") return false;
-    if (found->second == "1") return true;
-    throw Error(ErrorKind::Usage, fmt::format("flash3: backend option {}='{}' not allowed; allowed: 0, 1",
-                                              kExperimentalBackward, found->second));
-  }
-
   // Q, K, V and dO are read by TMA (16-byte aligned bases and strides); O, dQ, dK and dV are
   // written or read 4 bytes at a time by rows, held to the same rule.
   void run_backward(const AttentionProblem& problem, const BackwardArgs& args, Stream stream) const {
