@@ -91,6 +91,32 @@ def test_which_symbol_is_used_where_counts():
     assert ptx_diff.normalize_ptx(PTX_OLD) != ptx_diff.normalize_ptx(swapped)
 
 
+def test_the_order_of_kernels_and_their_label_numbers_do_not_count():
+    # Two kernels of one TU in either order (a kernel moved to an earlier header): nvcc numbers
+    # basic-block labels and local depots by function, so those differ too.
+    first = """.visible .entry _Z1av(
+)
+{
+\t.local .align 8 .b8 \t__local_depot0[8];
+$L__BB0_1:
+\tbra.uni \t$L__BB0_1;
+}
+"""
+    second = """.visible .entry _Z1bv(
+)
+{
+$L__BB1_2:
+\tadd.s32 \t%r1, %r1, 1;
+\tbra.uni \t$L__BB1_2;
+}
+"""
+    header = ".version 9.0\n.target sm_90a\n"
+    swapped = header + second.replace("BB1_2", "BB0_2") + first.replace("BB0_1", "BB1_1").replace("depot0", "depot1")
+    assert ptx_diff.normalize_ptx(header + first + second) == ptx_diff.normalize_ptx(swapped)
+    changed = header + first + second.replace("add.s32", "sub.s32")
+    assert ptx_diff.normalize_ptx(header + first + second) != ptx_diff.normalize_ptx(changed)
+
+
 def test_the_build_command_becomes_one_ptx_command_per_architecture():
     command = ("/usr/local/cuda/bin/nvcc -forward-unknown-to-host-compiler -DFMT_SHARED -I@ROOT@/src -O3 "
                "--generate-code=arch=compute_90a,code=[compute_90a,sm_90a] "
@@ -116,4 +142,4 @@ def test_self_check_compiles_one_tu_and_finds_no_change(tmp_path):
                             env={**os.environ, "ATTNSUITE_PTX_CACHE": str(tmp_path)}, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 (TU, arch) pairs, 2 compiled" in result.stdout and "identical" in result.stdout
-    assert len(list((tmp_path / "ptx").glob("*.ptx"))) == 2
+    assert len(list((tmp_path / "ptx-raw").glob("*.ptx"))) == 2
