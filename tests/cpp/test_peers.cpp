@@ -336,7 +336,7 @@ TEST(Peers, RefusalsThatNeedNoDevice) {
   AttentionProblem windowed = make_problem(1, 2, 2, 64, 64, 64, DType::F16, Layout::BSHD, false);
   windowed.window_left = 16;
   if (peer_registry().contains("cudnn")) {
-    EXPECT_EQ(reason("cudnn", p), "cudnn SDPA needs fp16 or bf16");
+    EXPECT_EQ(reason("cudnn", p), "cudnn SDPA needs fp16, bf16 or e4m3");
     AttentionProblem odd = make_problem(1, 2, 2, 64, 64, 20, DType::F16, Layout::BSHD, false);
     EXPECT_NE(reason("cudnn", odd).find("head dim 20 not supported by cudnn SDPA"), std::string::npos);
     odd.head_dim = 320;
