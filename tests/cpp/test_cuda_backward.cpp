@@ -306,6 +306,14 @@ TEST(CudaFlash2Backward, KeyTile128MatchesTheReference) {
   }
 }
 
+// Small cases for compute-sanitizer (tools/device/run.sh's default filter): partial key and
+// query tiles, causal with seq_q < seq_kv, GQA, a window; both dQ modes.
+TEST(CudaFlash2Backward, SmallCasesForSanitizers) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_both_modes(make_problem(1, 4, 2, 70, 130, 64, DType::F16, Layout::BSHD, true));
+  check_both_modes(windowed(make_problem(1, 2, 2, 100, 90, 128, DType::BF16, Layout::BHSD, false), 20, 5));
+}
+
 // The cases of the CPU backward's accuracy tests that flash2 supports (head dims 64 and 128,
 // head_dim_v equal), in both dtypes; "peaked": scale 1, scores with std 8, P far from uniform.
 TEST(CudaFlash2Backward, TrainingGradientCases) {
@@ -544,6 +552,14 @@ TEST(CudaFlash3Backward, SequenceLengthsDtypesHeadDimsAndLayouts) {
                            make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
                                         causal ? Layout::BSHD : Layout::BHSD, causal),
                            false);
+}
+
+// Small cases for compute-sanitizer (tools/device/run.sh's default filter): a partial 128-key
+// tile and 64-query tile, causal with seq_q < seq_kv, GQA, both head dims.
+TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false);
+  check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false);
 }
 
 // seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA

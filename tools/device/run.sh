@@ -204,6 +204,9 @@ if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   filter+=':CudaFlash3.M192SmallCases:CudaFlash3.N176SmallCases'
   # flash3's persistent CTAs (several work tiles per CTA, some without a key).
   filter+=':CudaFlash3.PersistentSmallCases'
+  # The backward kernels (flash2's both dQ modes, flash3's): partial key and query tiles, causal
+  # with seq_q != seq_kv, GQA, a window.
+  filter+=':CudaFlash2Backward.SmallCasesForSanitizers:CudaFlash3Backward.SmallCasesForSanitizers'
   filter+="${SANITIZE_EXTRA_FILTER:-}"
   # SANITIZE_FILTER replaces the whole list, e.g. with only the kernels changed since the last clean run.
   filter=${SANITIZE_FILTER:-$filter}
