@@ -231,17 +231,18 @@ __device__ __forceinline__ void wgmma_ss_transposed(float (&acc)[kN / 2], std::u
 #define FLASH3_OUT128 FLASH3_OUT64, FLASH3_OUT16(64), FLASH3_OUT16(80), FLASH3_OUT16(96), FLASH3_OUT16(112)
 
 // SS: "d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b".
-// A_DESC, B_DESC, ACCUMULATE: the operand numbers N/2, N/2 + 1, N/2 + 2.
-#define FLASH3_DEFINE_WGMMA_SS(ELEMENT, TYPE, N, ACC, OUTS, A_DESC, B_DESC, ACCUMULATE)                            \
+// A_DESC, B_DESC, ACCUMULATE: the operand numbers N/2, N/2 + 1, N/2 + 2; FUNCTION and TRANSPOSE:
+// wgmma_ss with "0, 0" (both K-major) or wgmma_ss_transposed with "1, 1".
+#define FLASH3_DEFINE_WGMMA_SS_AS(FUNCTION, TRANSPOSE, ELEMENT, TYPE, N, ACC, OUTS, A_DESC, B_DESC, ACCUMULATE)     \
   template <>                                                                                                      \
-  __device__ __forceinline__ void wgmma_ss<ELEMENT, N>(float(&acc)[(N) / 2], std::uint64_t a_descriptor,           \
+  __device__ __forceinline__ void FUNCTION<ELEMENT, N>(float(&acc)[(N) / 2], std::uint64_t a_descriptor,           \
                                                        std::uint64_t b_descriptor, int accumulate) {               \
     asm volatile(                                                                                                  \
         "{\n"                                                                                                      \
         ".reg .pred accumulate;\n"                                                                                 \
         "setp.ne.b32 accumulate, " ACCUMULATE ", 0;\n"                                                             \
         "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " ACC ", " A_DESC ", " B_DESC            \
-        ", accumulate, 1, 1, 0, 0;\n"                                                                              \
+        ", accumulate, 1, 1, " TRANSPOSE ";\n"                                                                     \
         "}\n"                                                                                                      \
         : OUTS                                                                                                     \
         : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate));                                                  \
@@ -265,12 +266,12 @@ __device__ __forceinline__ void wgmma_ss_transposed(float (&acc)[kN / 2], std::u
 
 // The shapes the configurations use (traits.cuh): S = Q·Kᵀ with N = kTileN (64, 128, and 176 for
 // kernel config "n176" at d128) and O += P·V with N = head dim (64, 128, 256).
-FLASH3_DEFINE_WGMMA_SS(__half, "f16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
-FLASH3_DEFINE_WGMMA_SS(__nv_bfloat16, "bf16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
-FLASH3_DEFINE_WGMMA_SS(__half, "f16", 128, FLASH3_ACC64, FLASH3_OUT64, "%64", "%65", "%66")
-FLASH3_DEFINE_WGMMA_SS(__nv_bfloat16, "bf16", 128, FLASH3_ACC64, FLASH3_OUT64, "%64", "%65", "%66")
-FLASH3_DEFINE_WGMMA_SS(__half, "f16", 176, FLASH3_ACC88, FLASH3_OUT88, "%88", "%89", "%90")
-FLASH3_DEFINE_WGMMA_SS(__nv_bfloat16, "bf16", 176, FLASH3_ACC88, FLASH3_OUT88, "%88", "%89", "%90")
+FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __half, "f16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
+FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __nv_bfloat16, "bf16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
+FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __half, "f16", 128, FLASH3_ACC64, FLASH3_OUT64, "%64", "%65", "%66")
+FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __nv_bfloat16, "bf16", 128, FLASH3_ACC64, FLASH3_OUT64, "%64", "%65", "%66")
+FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __half, "f16", 176, FLASH3_ACC88, FLASH3_OUT88, "%88", "%89", "%90")
+FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __nv_bfloat16, "bf16", 176, FLASH3_ACC88, FLASH3_OUT88, "%88", "%89", "%90")
 FLASH3_DEFINE_WGMMA_RS(__half, "f16", 64, FLASH3_ACC32, FLASH3_OUT32, "{%32, %33, %34, %35}", "%36", "%37")
 FLASH3_DEFINE_WGMMA_RS(__nv_bfloat16, "bf16", 64, FLASH3_ACC32, FLASH3_OUT32, "{%32, %33, %34, %35}", "%36", "%37")
 FLASH3_DEFINE_WGMMA_RS(__half, "f16", 128, FLASH3_ACC64, FLASH3_OUT64, "{%64, %65, %66, %67}", "%68", "%69")
@@ -279,28 +280,12 @@ FLASH3_DEFINE_WGMMA_RS(__half, "f16", 256, FLASH3_ACC128, FLASH3_OUT128, "{%128,
 FLASH3_DEFINE_WGMMA_RS(__nv_bfloat16, "bf16", 256, FLASH3_ACC128, FLASH3_OUT128, "{%128, %129, %130, %131}", "%132",
                        "%133")
 
-// SS with both operands transposed: "…, scale-d, imm-scale-a, imm-scale-b, imm-trans-a = 1, imm-trans-b = 1".
-#define FLASH3_DEFINE_WGMMA_SS_TRANSPOSED(ELEMENT, TYPE, N, ACC, OUTS, A_DESC, B_DESC, ACCUMULATE)                 \
-  template <>                                                                                                      \
-  __device__ __forceinline__ void wgmma_ss_transposed<ELEMENT, N>(float(&acc)[(N) / 2], std::uint64_t a_descriptor, \
-                                                                  std::uint64_t b_descriptor, int accumulate) {    \
-    asm volatile(                                                                                                  \
-        "{\n"                                                                                                      \
-        ".reg .pred accumulate;\n"                                                                                 \
-        "setp.ne.b32 accumulate, " ACCUMULATE ", 0;\n"                                                             \
-        "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " ACC ", " A_DESC ", " B_DESC            \
-        ", accumulate, 1, 1, 1, 1;\n"                                                                              \
-        "}\n"                                                                                                      \
-        : OUTS                                                                                                     \
-        : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate));                                                  \
-  }
 // The backward's dQ tile per consumer: 64 queries × 64 columns.
-FLASH3_DEFINE_WGMMA_SS_TRANSPOSED(__half, "f16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
-FLASH3_DEFINE_WGMMA_SS_TRANSPOSED(__nv_bfloat16, "bf16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
+FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss_transposed, "1, 1", __half, "f16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
+FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss_transposed, "1, 1", __nv_bfloat16, "bf16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
 
-#undef FLASH3_DEFINE_WGMMA_SS_TRANSPOSED
+#undef FLASH3_DEFINE_WGMMA_SS_AS
 #undef FLASH3_DEFINE_WGMMA_RS
-#undef FLASH3_DEFINE_WGMMA_SS
 // FLASH3_ACC* and FLASH3_OUT* stay defined: fp8_primitives.cuh builds its e4m3 wgmma from them.
 // clang-format on
 
