@@ -314,13 +314,12 @@ TEST(CudaFlash2Backward, SmallCasesForSanitizers) {
   check_both_modes(windowed(make_problem(1, 2, 2, 100, 90, 128, DType::BF16, Layout::BHSD, false), 20, 5));
 }
 
-// The cases of the CPU backward's accuracy tests that flash2 supports (head dims 64 and 128,
+// The cases of the CPU backward's accuracy tests that the GPU backwards support (head dims 64, 128,
 // head_dim_v equal), in both dtypes; "peaked": scale 1, scores with std 8, P far from uniform.
-TEST(CudaFlash2Backward, TrainingGradientCases) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+std::vector<AttentionProblem> training_gradient_cases() {
   AttentionProblem peaked = make_problem(1, 2, 2, 200, 300, 64, DType::F16, Layout::BSHD, false);
   peaked.scale = 1.0f;
-  const std::vector<AttentionProblem> cases = {
+  return {
       make_problem(1, 2, 2, 1, 1, 64, DType::F16, Layout::BSHD, false),
       make_problem(2, 2, 2, 7, 7, 64, DType::F16, Layout::BSHD, false),
       make_problem(2, 3, 3, 33, 33, 64, DType::F16, Layout::BSHD, false),
@@ -337,7 +336,11 @@ TEST(CudaFlash2Backward, TrainingGradientCases) {
       windowed(make_problem(1, 2, 2, 120, 50, 64, DType::F16, Layout::BSHD, false), -1, 3),
       peaked,
   };
-  for (AttentionProblem p : cases)
+}
+
+TEST(CudaFlash2Backward, TrainingGradientCases) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (AttentionProblem p : training_gradient_cases())
     for (DType dtype : {DType::F16, DType::BF16}) {
       p.dtype = dtype;
       check_flash2_backward(p, false);
@@ -552,6 +555,16 @@ TEST(CudaFlash3Backward, SequenceLengthsDtypesHeadDimsAndLayouts) {
                            make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
                                         causal ? Layout::BSHD : Layout::BHSD, causal),
                            false);
+}
+
+// The CPU backward's accuracy cases (training_gradient_cases, above) in both dtypes.
+TEST(CudaFlash3Backward, TrainingGradientCases) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  for (AttentionProblem p : training_gradient_cases())
+    for (DType dtype : {DType::F16, DType::BF16}) {
+      p.dtype = dtype;
+      check_gpu_backward("flash3", p, false);
+    }
 }
 
 // Small cases for compute-sanitizer (tools/device/run.sh's default filter): a partial 128-key
