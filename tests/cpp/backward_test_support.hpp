@@ -267,6 +267,37 @@ inline double expect_within(const char* what, const std::vector<double>& got, co
   return error.max_abs;
 }
 
+// The gradients of one run (runs.bits[0]) against the fp64 reference, each by FlashAttention's
+// rule (expect_within), and dQ exactly 0 in the rows that see no key; their max abs errors.
+struct GradientErrors {
+  double dq = 0.0, dk = 0.0, dv = 0.0;
+};
+inline GradientErrors expect_gradients_match_reference(const AttentionProblem& p, const Inputs& in,
+                                                       const HostTensor& d_o, const BackwardRuns& runs) {
+  if (runs.bits.size() != 1) {
+    ADD_FAILURE() << "no gradients";
+    return {};
+  }
+  const Gradients got{as_values(runs.bits[0][0], p.dtype), as_values(runs.bits[0][1], p.dtype),
+                      as_values(runs.bits[0][2], p.dtype)};
+  const cpu::GradientsF64 truth = reference_gradients(p, in, d_o);
+  const NaiveBackward naive = naive_backward_same_dtype(p, in, d_o);
+  GradientErrors errors;
+  errors.dq = expect_within("dQ", got.dq, naive.grads.dq, truth.dq, p.dtype, naive.terms[0]);
+  errors.dk = expect_within("dK", got.dk, naive.grads.dk, truth.dk, p.dtype, naive.terms[1]);
+  errors.dv = expect_within("dV", got.dv, naive.grads.dv, truth.dv, p.dtype, naive.terms[2]);
+  std::int64_t nonzero = 0;
+  for (std::int64_t i = 0; i < p.seq_q; ++i) {
+    if (p.key_begin(i) < p.key_end(i)) continue;
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      for (std::int64_t h = 0; h < p.heads_q; ++h)
+        for (std::int64_t c = 0; c < p.head_dim; ++c)
+          nonzero += got.dq[static_cast<std::size_t>(((b * p.seq_q + i) * p.heads_q + h) * p.head_dim + c)] != 0.0;
+  }
+  EXPECT_EQ(nonzero, 0) << "dQ elements not 0 in rows that see no key";
+  return errors;
+}
+
 }  // namespace attnsuite::testing_support
 
 #endif  // ATTNSUITE_HAVE_CUDA

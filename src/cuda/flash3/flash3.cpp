@@ -53,15 +53,21 @@ Support Flash3FamilyBackend::supports_kernel(const AttentionProblem& problem, st
 
 void Flash3FamilyBackend::check_16_byte_layout(const AttentionArgs& args, std::string_view read_how,
                                                int qkv_element_bytes) const {
-  const char* names[4] = {"q", "k", "v", "o"};
-  const TensorView* views[4] = {&args.q, &args.k, &args.v, &args.o};
-  for (int i = 0; i < 4; ++i) {
+  check_16_byte_views({{"q", &args.q, qkv_element_bytes},
+                       {"k", &args.k, qkv_element_bytes},
+                       {"v", &args.v, qkv_element_bytes},
+                       {"o", &args.o, 2}},
+                      read_how);
+}
+
+void Flash3FamilyBackend::check_16_byte_views(std::initializer_list<NamedView> views, std::string_view read_how) const {
+  for (const NamedView& named : views) {
+    const TensorView& view = *named.view;
     const std::string problem_text =
-        flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2],
-                                   i < 3 ? qkv_element_bytes : 2);
+        flash3::tma_layout_problem(view.data, view.strides[0], view.strides[1], view.strides[2], named.element_bytes);
     if (!problem_text.empty()) {
       throw Error(ErrorKind::Unsupported,
-                  fmt::format("{}: {} cannot be {}: {}", name(), names[i], read_how, problem_text));
+                  fmt::format("{}: {} cannot be {}: {}", name(), named.name, read_how, problem_text));
     }
   }
 }
@@ -139,14 +145,15 @@ class Flash3Backend final : public Flash3FamilyBackend {
   // written or read 4 bytes at a time by rows, held to the same rule.
   void run_backward(const AttentionProblem& problem, const BackwardArgs& args, Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
-    const char* names[8] = {"q", "k", "v", "o", "dO", "dQ", "dK", "dV"};
-    const TensorView* views[8] = {&args.q, &args.k, &args.v, &args.o, &args.d_o, &args.dq, &args.dk, &args.dv};
-    for (int i = 0; i < 8; ++i) {
-      const std::string why =
-          flash3::tma_layout_problem(views[i]->data, views[i]->strides[0], views[i]->strides[1], views[i]->strides[2]);
-      if (!why.empty())
-        throw Error(ErrorKind::Unsupported, fmt::format("flash3: {} cannot be read by TMA: {}", names[i], why));
-    }
+    check_16_byte_views({{"q", &args.q},
+                         {"k", &args.k},
+                         {"v", &args.v},
+                         {"o", &args.o},
+                         {"dO", &args.d_o},
+                         {"dQ", &args.dq},
+                         {"dK", &args.dk},
+                         {"dV", &args.dv}},
+                        "read by TMA");
     ATTNSUITE_REQUIRE(args.workspace != nullptr,
                       fmt::format("flash3: the backward needs its workspace ({} bytes, the plan's "
                                   "backward_workspace_bytes()); BackwardArgs::workspace is null",

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -65,6 +66,13 @@ class Flash3FamilyBackend : public IdentifiedBackend {
   // K, V, O has a 16-byte aligned base and strides (flash3::tma_layout_problem; Q, K, V of
   // qkv_element_bytes-byte elements, 1 for e4m3; O 16-bit).
   void check_16_byte_layout(const AttentionArgs& args, std::string_view read_how, int qkv_element_bytes = 2) const;
+  // The same rule for any views: (name, view, element bytes) each.
+  struct NamedView {
+    const char* name;
+    const TensorView* view;
+    int element_bytes = 2;
+  };
+  void check_16_byte_views(std::initializer_list<NamedView> views, std::string_view read_how) const;
 
  private:
   Flash3Schedule schedule_;
