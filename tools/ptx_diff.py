@@ -304,7 +304,7 @@ def elf_text_bytes(cubin):
 
 def assemble(ptx_text, arch, scratch, tag):
     """({kernel: (registers, stack, spill stores, spill loads, SASS bytes)}, cubin bytes) of
-    normalized PTX."""
+    one TU's PTX as nvcc wrote it."""
     ptx = scratch / f"{tag}.ptx"
     cubin = scratch / f"{tag}.cubin"
     ptx.write_text(ptx_text)
@@ -332,7 +332,7 @@ def assemble(ptx_text, arch, scratch, tag):
 class Job:
     def __init__(self, side, tree, entry, arch, arguments, key):
         self.side, self.tree, self.entry, self.arch, self.arguments, self.key = side, tree, entry, arch, arguments, key
-        self.ptx = None
+        self.ptx = self.raw = None
 
 
 def prepare_jobs(side, tree, entries, only, nvcc_id):
@@ -354,11 +354,12 @@ def prepare_jobs(side, tree, entries, only, nvcc_id):
 
 
 def compile_ptx(job, cache, scratch):
-    """The normalized PTX of a job, and whether it came from the cache. The cache keeps the PTX as
-    nvcc wrote it (the tree's path aside), so a change of normalize_ptx needs no new compile."""
+    """The PTX of a job as nvcc wrote it (the tree's path aside) and whether it came from the cache.
+    The cache keeps that raw PTX, so a change of normalize_ptx needs no new compile; --ptxas
+    assembles it (normalized PTX renames symbols per item and is no longer one valid module)."""
     cached = cache / "ptx-raw" / f"{job.key}.ptx" if cache else None
     if cached and cached.exists():
-        return normalize_ptx(cached.read_text()), True
+        return cached.read_text(), True
     output = scratch / f"{job.key}.ptx"
     arguments = [a.replace(ROOT_TOKEN, str(job.tree)) for a in job.arguments]
     arguments += [f"-arch=compute_{job.arch}", "-ptx", "-o", str(output)]
@@ -370,7 +371,7 @@ def compile_ptx(job, cache, scratch):
         temporary = cached.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(raw)
         temporary.replace(cached)
-    return normalize_ptx(raw), False
+    return raw, False
 
 
 def main(argv):
@@ -429,15 +430,17 @@ def main(argv):
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
             futures = {key: pool.submit(compile_ptx, job, cache, scratch) for key, job in unique.items()}
             for key, future in futures.items():
-                text, hit = future.result()
+                raw, hit = future.result()
                 compiled += 0 if hit else 1
+                text = normalize_ptx(raw)
                 for job in jobs:
                     if job.key == key:
-                        job.ptx = text
+                        job.ptx, job.raw = text, raw
 
-    results = {}
+    results, raws = {}, {}
     for job in jobs:
         results.setdefault((job.entry["file"], job.arch), {})[job.side] = job.ptx
+        raws.setdefault((job.entry["file"], job.arch), {})[job.side] = job.raw
     if args.keep:
         for (file, arch), texts in results.items():
             for side, text in texts.items():
@@ -462,8 +465,8 @@ def main(argv):
             print(f"      {line[:160]}")
         if args.ptxas:
             with tempfile.TemporaryDirectory(prefix="ptx-diff-ptxas.") as work:
-                before, old_cubin = assemble(old, arch, pathlib.Path(work), "old")
-                after, new_cubin = assemble(new, arch, pathlib.Path(work), "new")
+                before, old_cubin = assemble(raws[(file, arch)]["old"], arch, pathlib.Path(work), "old")
+                after, new_cubin = assemble(raws[(file, arch)]["new"], arch, pathlib.Path(work), "new")
             if old_cubin == new_cubin:
                 same_sass += 1
                 print("      ptxas: the cubins are byte-identical (the same SASS)")

@@ -143,3 +143,34 @@ def test_self_check_compiles_one_tu_and_finds_no_change(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 (TU, arch) pairs, 2 compiled" in result.stdout and "identical" in result.stdout
     assert len(list((tmp_path / "ptx-raw").glob("*.ptx"))) == 2
+
+
+PTX_TWO_KERNELS = """.version 8.0
+.target sm_80
+.address_size 64
+
+.visible .entry _ZN9attnsuite4cuda5firstEv(
+\t.param .u64 _ZN9attnsuite4cuda5firstEv_param_0
+)
+{
+\tret;
+}
+
+.visible .entry _ZN9attnsuite4cuda6secondEv(
+\t.param .u64 _ZN9attnsuite4cuda6secondEv_param_0
+)
+{
+\tret;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not pathlib.Path("/usr/local/cuda/bin/nvcc").exists(),
+                    reason="needs ptxas")
+def test_ptxas_assembles_the_raw_ptx_of_a_module_with_several_kernels(tmp_path):
+    # --ptxas assembles the PTX as nvcc wrote it: the normalized text names every item's symbols
+    # alike (two kernels would both be _S0) and is no longer a module ptxas accepts.
+    kernels, cubin = ptx_diff.assemble(PTX_TWO_KERNELS, "80", tmp_path, "raw")
+    assert set(kernels) == {"_ZN9attnsuite4cuda5firstEv", "_ZN9attnsuite4cuda6secondEv"} and cubin
+    with pytest.raises(ptx_diff.Failure):
+        ptx_diff.assemble(ptx_diff.normalize_ptx(PTX_TWO_KERNELS), "80", tmp_path, "normalized")
