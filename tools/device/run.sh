@@ -34,8 +34,9 @@
 #   --profile: Nsight Compute's full set (--set full: speed of light, warp stall reasons, pipe and
 #   issue-slot use, instruction mix) on one launch of the kernel matching PROFILE_KERNEL (a regex,
 #   default: our attention kernels) per backend of PROFILE_BACKENDS (default sage), N PROFILE_SEQ
-#   (default 4096), the case of KERNEL_TIMES_ARGS; with --baseline the baseline's too ->
-#   profile-<backend>[@commit].txt (ncu's details page).
+#   (default 4096), the case of PROFILE_ARGS (default KERNEL_TIMES_ARGS), per head dim of
+#   PROFILE_HEAD_DIMS if set; with --baseline the baseline's too ->
+#   profile-<backend>[@commit][-d<dim>].txt (ncu's details page).
 #   --baseline: also build the CLI of the tree tools/device/pack-baseline.sh packed (carried as
 #   .device-build/baseline) and, with --kernel-times, time KERNEL_TIMES_BASELINE_BACKENDS (default:
 #   KERNEL_TIMES_BACKENDS) with it too, as `<backend>@<commit>` rows of the same table and a second
@@ -391,15 +392,27 @@ if [ $run_profile = 1 ]; then
   start=$(date +%s)
   if command -v ncu >/dev/null; then
     step "profile (ncu --set full)"
+    # PROFILE_ARGS: the case instead of KERNEL_TIMES_ARGS (e.g. a backward: --suite fa3-grid-bwd
+    # --backend-option experimental_backward=1 --causal false); PROFILE_HEAD_DIMS (e.g. "64 128"):
+    # one profile per head dim, files profile-<backend>-d<dim>.txt; PROFILE_ARGS_<backend> (dashes
+    # as underscores) adds flags for that backend alone (e.g. PROFILE_ARGS_flash3='--backend-option
+    # experimental_backward=1', which a run of a peer would refuse).
+    read -r -a pf_args <<<"${PROFILE_ARGS:-${KERNEL_TIMES_ARGS:---suite sage --head-dim 128 --causal false --generator randn}}"
     for pf_backend in ${PROFILE_BACKENDS:-sage}; do
       mapfile -t runs < <(clis_for "$pf_backend")
-      for run_spec in "${runs[@]}"; do
-        pf_cli=${run_spec%%|*} label=${run_spec#*|}
-        # -c 1 after one warm-up launch (-s 1): the second launch of the kernel, clocks as the card sets them.
-        timeout "$(cap 150)" ncu --set full --clock-control none -k "regex:${PROFILE_KERNEL:-sage_wgmma_forward_kernel|flash3_forward_kernel}" \
-          -s 1 -c 1 --page details "$pf_cli" bench "${kt_args[@]}" --backends "$pf_backend" --seq "${PROFILE_SEQ:-4096}" \
-          --warmup 1 --min-reps 1 --max-reps 1 --out "$out/profile-bench-$label" --force -q \
-          >"$res/profile-$label.txt" 2>>"$out/profile.err"
+      backend_var="PROFILE_ARGS_${pf_backend//-/_}"
+      read -r -a backend_args <<<"${!backend_var:-}"
+      for pf_dim in ${PROFILE_HEAD_DIMS:-case}; do
+        dim_args=() dim_label=""
+        [ "$pf_dim" != case ] && dim_args=(--head-dim "$pf_dim") dim_label="-d$pf_dim"
+        for run_spec in "${runs[@]}"; do
+          pf_cli=${run_spec%%|*} label=${run_spec#*|}
+          # -c 1 after one warm-up launch (-s 1): the second launch of the kernel, clocks as the card sets them.
+          timeout "$(cap 150)" ncu --set full --clock-control none -k "regex:${PROFILE_KERNEL:-sage_wgmma_forward_kernel|flash3_forward_kernel}" \
+            -s 1 -c 1 --page details "$pf_cli" bench "${pf_args[@]}" "${backend_args[@]}" "${dim_args[@]}" --backends "$pf_backend" --seq "${PROFILE_SEQ:-4096}" \
+            --warmup 1 --min-reps 1 --max-reps 1 --out "$out/profile-bench-$label$dim_label" --force -q \
+            >"$res/profile-$label$dim_label.txt" 2>>"$out/profile.err"
+        done
       done
     done
     summary+=("profile (ncu --set full; ${PROFILE_BACKENDS:-sage}, N ${PROFILE_SEQ:-4096}): $(( $(date +%s) - start )) s")
