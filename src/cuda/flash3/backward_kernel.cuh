@@ -5,16 +5,18 @@
 // One CTA per (key tile of 128, kv head, batch), key tiles in ascending order (under a causal or
 // left-window mask the first tiles are seen by the most rows: the longest CTAs start first).
 //  - Producer (warpgroup 0, one thread): K and V of the tile once; then, for every q head of the
-//    group and every query tile that sees the keys (rows_seeing_keys), Q and dO into a
-//    kStages-deep ring, each stage a "full" barrier (transaction bytes) and an "empty" one the
-//    consumer warps arrive on.
-//  - Consumers (warpgroups 1, 2: 64 keys each), per query tile of kTileM rows:
-//      Sᵀ = K_c·Qᵀ, dPᵀ = V_c·dOᵀ          wgmma SS, both K-major (the forward's S = Q·Kᵀ)
-//      Pᵀ = 2^(Sᵀ·scale·log2 e − LSE·log2 e), dSᵀ = Pᵀ∘(dPᵀ − D)   in registers; masked where
-//                                            the tile crosses the mask, P = 0 for rows that see
-//                                            no key (their LSE·log2 e is +inf, preprocess)
-//      dV += Pᵀ·dO, dK += dSᵀ·Q             wgmma RS: Pᵀ, dSᵀ from the accumulators as A, dO
-//                                            and Q read transposed (the forward's P·V)
+//    group and every query tile that sees the keys (rows_seeing_keys), Q, dO and the tile's rows
+//    of LSE·log2 e and D into a kStages-deep ring, each stage a "full" barrier (transaction
+//    bytes) and an "empty" one the consumer warps arrive on.
+//  - Consumers (warpgroups 1, 2: 64 keys each), per query tile of kTileM rows, each product
+//    issued as soon as its operands exist, so the tensor cores run under the exponentials:
+//      Sᵀ = K_c·Qᵀ, dPᵀ = V_c·dOᵀ          wgmma SS, both K-major (the forward's S = Q·Kᵀ), two groups
+//      Pᵀ = 2^(Sᵀ·scale·log2 e − LSE·log2 e) once Sᵀ is done (dPᵀ still running); masked only
+//                                            where the tile crosses the mask, P = 0 for rows that
+//                                            see no key (their LSE·log2 e is +inf, preprocess)
+//      dV += Pᵀ·dO                           wgmma RS: Pᵀ from the accumulator as A, dO read
+//                                            transposed (the forward's P·V)
+//      dSᵀ = Pᵀ∘(dPᵀ − D), dK += dSᵀ·Q       once dPᵀ is done (dV still running); RS as dV
 //      dSᵀ → shared memory, then a named barrier
 //      dQ_tile = dS·K                        wgmma SS with both operands transposed, a 64 × 64
 //                                            tile per consumer (its keys at d64, its columns at
@@ -29,6 +31,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/backward_rows.hpp"
 #include "cuda/common/kernel_params.hpp"
@@ -132,7 +135,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t smem = (shared_address(shared_bytes) + 1023u) & ~1023u;
   const std::uint32_t smem_k = smem + Traits::kKOffset, smem_v = smem + Traits::kVOffset;
   const std::uint32_t smem_q = smem + Traits::kQOffset, smem_do = smem + Traits::kDOOffset;
-  const std::uint32_t smem_ds = smem + Traits::kDsOffset;
+  const std::uint32_t smem_ds = smem + Traits::kDsOffset, smem_stats = smem + Traits::kStatsOffset;
+  // The same shared memory through a generic pointer, for the consumers' plain loads of the stats.
+  const unsigned char* smem_bytes = shared_bytes + (smem - shared_address(shared_bytes));
   const std::uint32_t kv_full = smem + Traits::kBarrierOffset;
   const BarrierRing<kStages> q_full{kv_full, 1}, q_empty{kv_full, 1 + kStages};
 
@@ -162,7 +167,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
         // Every consumer warp is done with the stage's previous tile (fresh barrier: returns at once).
         q_empty.wait_released(stage);
-        barrier_arrive_expect_bytes(q_full[stage.stage], 2 * Traits::kQBytes);
+        barrier_arrive_expect_bytes(q_full[stage.stage], 2 * Traits::kQBytes + Traits::kStatsBytes);
         const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
         const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
 #pragma unroll
@@ -172,6 +177,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           tma_load_4d(d_o_tile + slab * Traits::kQSlabBytes, &d_o_map, 64 * slab, row_begin, head, batch,
                       q_full[stage.stage]);
         }
+        // The tile's LSE·log2 e and D (the workspace's padded rows: never past its end).
+        const std::int64_t rows_of_head =
+            (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin;
+        const std::uint32_t stats = smem_stats + stage.stage * Traits::kStatsBytes;
+        bulk_load(stats, params.lse_log2 + rows_of_head, kTileM * 4, q_full[stage.stage]);
+        bulk_load(stats + kTileM * 4, params.row_dot + rows_of_head, kTileM * 4, q_full[stage.stage]);
         ++stage;
       }
     }
@@ -211,48 +222,96 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
       const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
       q_full.wait(stage);
+      const float* lse_log2 =
+          reinterpret_cast<const float*>(smem_bytes + Traits::kStatsOffset + stage.stage * Traits::kStatsBytes);
+      const float* row_dot = lse_log2 + kTileM;
 
-      // Sᵀ = K_c·Qᵀ and dPᵀ = V_c·dOᵀ (64 keys × kTileM queries each).
+      // Sᵀ = K_c·Qᵀ and dPᵀ = V_c·dOᵀ (64 keys × kTileM queries each), two groups: P is computed
+      // while dPᵀ is still in the tensor cores.
       float acc_s[kTileM / 2], acc_dp[kTileM / 2];
       wgmma_fence();
       issue_transposed_scores<Traits>(acc_s, k_rows, q_tile);
+      wgmma_commit();
       issue_transposed_scores<Traits>(acc_dp, v_rows, d_o_tile);
       wgmma_commit();
-      wgmma_wait<0>();
-      fence_registers(acc_s);
-      fence_registers(acc_dp);
 
-      // Pᵀ and dSᵀ in place; the element mask only where the tile crosses a row's key range or
-      // the ends of the keys or queries. Column 8i + 2·quad_col + e is query row_begin + that.
+      // Column 8i + 2·quad_col + e of the tile is query row_begin + that; the element mask only
+      // where the tile crosses a row's key range or the ends of the keys or queries.
       const std::int64_t rows_of_head =
           (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin;
       const bool unmasked = row_begin + kTileM <= params.seq_q && work.key_begin + kTileN <= params.seq_kv &&
                             key_range(params, row_begin + kTileM - 1).begin <= work.key_begin &&
                             key_range(params, row_begin).end >= work.key_begin + kTileN;
-#pragma unroll
-      for (int i = 0; i < kTileM / 8; ++i)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int query = 8 * i + 2 * quad_col + e;
-          const float lse_log2 = __ldg(params.lse_log2 + rows_of_head + query);
-          const float row_dot = __ldg(params.row_dot + rows_of_head + query);
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            float& s = acc_s[4 * i + 2 * half + e];
-            float& dp = acc_dp[4 * i + 2 * half + e];
-            const float p = exp2_approx(fmaf(s, params.scale_log2, -lse_log2));
-            const bool hidden = !unmasked && mask.hidden(row_begin + query, thread_key + 8 * half);
-            // Set to 0, not multiplied: a NaN of V at a hidden key never reaches dS.
-            dp = hidden ? 0.0f : p * (dp - row_dot);
-            s = hidden ? 0.0f : p;
-          }
-        }
-      std::uint32_t p_fragments[kTileM / 16][4], ds_fragments[kTileM / 16][4];
-      to_fragments<Element, kTileM>(acc_s, p_fragments);
-      to_fragments<Element, kTileM>(acc_dp, ds_fragments);
+      // kMasked: the tile crosses the mask (two copies of each loop, no per-element branch where not).
+      auto hidden = [&](auto masked, int query, int half) {
+        if constexpr (decltype(masked)::value) return mask.hidden(row_begin + query, thread_key + 8 * half);
+        return false;
+      };
 
-      // dSᵀ to shared memory for dQ: row key_row, query q at slab q / 64, 16-byte chunk
-      // (q % 64) / 8 XOR (row % 8) — TMA's 128B swizzle, which the transposed wgmma read expects.
+      // Pᵀ = 2^(Sᵀ·scale·log2 e − LSE·log2 e) in place (0 where hidden), then dV += Pᵀ·dO issued.
+      auto probabilities = [&](auto masked) {
+#pragma unroll
+        for (int i = 0; i < kTileM / 8; ++i) {
+          const float2 lse = *reinterpret_cast<const float2*>(lse_log2 + 8 * i + 2 * quad_col);
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              float& s = acc_s[4 * i + 2 * half + e];
+              const float p = exp2_approx(fmaf(s, params.scale_log2, -(e == 0 ? lse.x : lse.y)));
+              s = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p;
+            }
+        }
+      };
+      wgmma_wait<1>();
+      fence_registers(acc_s);
+      if (unmasked)
+        probabilities(std::false_type{});
+      else
+        probabilities(std::true_type{});
+      std::uint32_t p_fragments[kTileM / 16][4];
+      to_fragments<Element, kTileM>(acc_s, p_fragments);
+      fence_registers(acc_dv);
+#pragma unroll
+      for (int j = 0; j < kTileM / 16; ++j) fence_registers(p_fragments[j]);
+      wgmma_fence();
+      issue_key_gradient<Traits>(acc_dv, p_fragments, d_o_tile);
+      wgmma_commit();
+
+      // dSᵀ = Pᵀ∘(dPᵀ − D) in place, set to 0 where hidden (not multiplied: a NaN of V at a hidden
+      // key never reaches dS), then dK += dSᵀ·Q issued.
+      auto score_gradients = [&](auto masked) {
+#pragma unroll
+        for (int i = 0; i < kTileM / 8; ++i) {
+          const float2 dot = *reinterpret_cast<const float2*>(row_dot + 8 * i + 2 * quad_col);
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              float& dp = acc_dp[4 * i + 2 * half + e];
+              const float p = acc_s[4 * i + 2 * half + e];
+              dp = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p * (dp - (e == 0 ? dot.x : dot.y));
+            }
+        }
+      };
+      wgmma_wait<1>();
+      fence_registers(acc_dp);
+      if (unmasked)
+        score_gradients(std::false_type{});
+      else
+        score_gradients(std::true_type{});
+      std::uint32_t ds_fragments[kTileM / 16][4];
+      to_fragments<Element, kTileM>(acc_dp, ds_fragments);
+      fence_registers(acc_dk);
+#pragma unroll
+      for (int j = 0; j < kTileM / 16; ++j) fence_registers(ds_fragments[j]);
+      wgmma_fence();
+      issue_key_gradient<Traits>(acc_dk, ds_fragments, q_tile);
+      wgmma_commit();
+
+      // dSᵀ to shared memory for dQ (while dV and dK run): row key_row, query q at slab q / 64,
+      // 16-byte chunk (q % 64) / 8 XOR (row % 8) — TMA's 128B swizzle, which the transposed wgmma
+      // read expects.
 #pragma unroll
       for (int i = 0; i < kTileM / 8; ++i)
 #pragma unroll
@@ -267,18 +326,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       fence_proxy_async_shared();  // the generic-proxy stores, visible to wgmma's reads
       named_barrier_sync(ds_barrier, ds_barrier_threads);
 
-      // dV += Pᵀ·dO, dK += dSᵀ·Q, dQ_tile = dS·K.
+      // dQ_tile = dS·K; then every product of the tile is done.
       float acc_dq[32];
-      fence_registers(acc_dv);
-      fence_registers(acc_dk);
-#pragma unroll
-      for (int j = 0; j < kTileM / 16; ++j) {
-        fence_registers(p_fragments[j]);
-        fence_registers(ds_fragments[j]);
-      }
       wgmma_fence();
-      issue_key_gradient<Traits>(acc_dv, p_fragments, d_o_tile);
-      issue_key_gradient<Traits>(acc_dk, ds_fragments, q_tile);
       issue_query_gradient<Traits, kDqKeys>(
           acc_dq, smem_ds + dq_first_key * Traits::kSlabRowBytes,
           smem_k + dq_column_slab * Traits::kKVSlabBytes + dq_first_key * Traits::kSlabRowBytes);
@@ -287,7 +337,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       fence_registers(acc_dv);
       fence_registers(acc_dk);
       fence_registers(acc_dq);
-      // This warp's reads of the stage's Q and dO are done.
+      // This warp's reads of the stage's Q, dO and row statistics are done.
       if (lane == 0) q_empty.arrive(stage);
 
       // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).

@@ -19,7 +19,10 @@ namespace attnsuite::cuda::flash3 {
 //   K, V       kTileN rows, kHeadDim / 64 slabs each (once);
 //   Q, dO      kTileM rows, kHeadDim / 64 slabs, kStages of each;
 //   dSᵀ        kTileN key rows × kTileM queries (one slab), written by the consumers in the same
-//              swizzle and read (transposed) as A of dQ = dS·K.
+//              swizzle and read (transposed) as A of dQ = dS·K;
+//   row stats  LSE·log2 e and D of the stage's kTileM queries (fp32), kStages of them, loaded with
+//              Q and dO (read from global memory per element, they were 45% of the stall cycles:
+//              ncu, H100, d64 and d128, N 4096).
 // dQ = dS·K, a 64 × 64 wgmma tile (32 registers) per consumer: at d128 consumer c takes columns
 // 64c .. 64c + 63 over all 128 keys (both consumers' dSᵀ, a barrier of the two); at d64 each
 // takes the whole 64 × 64 tile over its own 64 keys and both add into the fp32 sums (twice the
@@ -57,7 +60,9 @@ struct BackwardTraits {
   static constexpr int kQOffset = kVOffset + kKVBytes;
   static constexpr int kDOOffset = kQOffset + kStages * kQBytes;
   static constexpr int kDsOffset = kDOOffset + kStages * kQBytes;
-  static constexpr int kBarrierOffset = kDsOffset + kDsSlabs * kDsSlabBytes;
+  static constexpr int kStatsBytes = 2 * kTileM * 4;  // one stage: LSE·log2 e, then D
+  static constexpr int kStatsOffset = kDsOffset + kDsSlabs * kDsSlabBytes;
+  static constexpr int kBarrierOffset = kStatsOffset + kStages * kStatsBytes;
   // Barriers: K/V full, Q/dO full ×stages, Q/dO empty ×stages (8 bytes each).
   static constexpr int kBarrierBytes = 8 * (1 + 2 * kStages);
   // +1024: the dynamic shared memory's start is rounded up to the 128B swizzle's period.
@@ -72,11 +77,14 @@ struct BackwardTraits {
                 "the register split fits the registers the CTA is launched with (register_split.hpp)");
   static_assert(kKVSlabBytes % 1024 == 0 && kQSlabBytes % 1024 == 0 && kDsSlabBytes % 1024 == 0,
                 "every slab starts on a 1024-byte swizzle period");
+  static_assert(kTileM * 4 % 16 == 0 && kBackwardRowPadding * 4 % 16 == 0,
+                "a tile's row statistics are one 16-byte-aligned bulk copy each");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 
 // 64-query tiles: Sᵀ and dPᵀ 32 + 32 registers, dK and dV 32 + 32 (d64) or 64 + 64 (d128), dQ 32;
-// shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 16 KiB dSᵀ = 81 KiB at d64, 145 KiB at d128.
+// shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 16 KiB dSᵀ, 1 KiB row statistics = 82 KiB at
+// d64, 146 KiB at d128.
 template <class Element, int kHeadDim>
 struct BackwardConfig {
   using Kernel = BackwardTraits<Element, kHeadDim, 64>;

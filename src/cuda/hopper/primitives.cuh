@@ -120,6 +120,16 @@ __device__ __forceinline__ void tma_load_4d(std::uint32_t destination, const CUt
       : "memory");
 }
 
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory at `source` into
+// shared memory at `destination`, completing them on `barrier`: a TMA copy without a tensor map.
+__device__ __forceinline__ void bulk_load(std::uint32_t destination, const void* source, std::uint32_t bytes,
+                                          std::uint32_t barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(destination),
+      "l"(reinterpret_cast<std::uint64_t>(source)), "r"(bytes), "r"(barrier)
+      : "memory");
+}
+
 // ---- Register reallocation ----------------------------------------------------------------------
 
 // Executed by all warps of a warpgroup; needs a kernel compiled with a register maximum
