@@ -2,6 +2,8 @@
 // and the shared-memory layout (e4m3 Q, K, V as TMA loads them, plus the transposed V).
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
 #include "cuda/hopper/register_split.hpp"
@@ -14,6 +16,7 @@ namespace attnsuite::cuda::flash3 {
 // 128 keys is 128 bytes, exactly the 128B swizzle span.
 template <int kHeadDim_, int kStages_>
 struct Fp8Traits {
+  using Element = __nv_bfloat16;  // the output
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kTileM = 128;
   static constexpr int kTileN = 128;
