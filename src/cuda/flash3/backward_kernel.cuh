@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     barrier_init(kv_full, 1);
     for (int stage = 0; stage < kStages; ++stage) {
       barrier_init(q_full[stage], 1);
-      barrier_init(q_empty[stage], Traits::kConsumerWarps);
+      barrier_init(q_empty[stage], Traits::kConsumerThreads);
     }
     barrier_init_fence();
   }
@@ -337,8 +337,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       fence_registers(acc_dv);
       fence_registers(acc_dk);
       fence_registers(acc_dq);
-      // This warp's reads of the stage's Q, dO and row statistics are done.
-      if (lane == 0) q_empty.arrive(stage);
+      // This thread's reads of the stage's Q, dO and row statistics are done. Every consumer
+      // thread arrives (its release orders its own reads of the stats): with one arrival a warp,
+      // compute-sanitizer's racecheck reported the next bulk copy of the stats against the other
+      // lanes' reads (H100, 2026-12-06).
+      q_empty.arrive(stage);
 
       // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).
       float* sums = params.dq_accum + (rows_of_head + 16 * warp + quad_row) * static_cast<std::int64_t>(kHeadDim) +

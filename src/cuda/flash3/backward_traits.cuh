@@ -39,7 +39,7 @@ struct BackwardTraits {
   static constexpr int kConsumers = 2;
   static constexpr int kKeysPerConsumer = kTileN / kConsumers;  // 64: one wgmma M
   static constexpr int kThreads = 128 * (1 + kConsumers);       // 384
-  static constexpr int kConsumerWarps = 4 * kConsumers;         // arrivals that free a Q/dO stage
+  static constexpr int kConsumerThreads = 128 * kConsumers;     // arrivals that free a Q/dO stage
   // flash3's forward split: __launch_bounds__(384, 1) gives 168 a thread; 128·24 + 256·240 = 384·168.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
