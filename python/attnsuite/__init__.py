@@ -207,8 +207,8 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal=False, scale=None,
     deterministic: ask for a run-to-run bitwise-equal result where the backend would otherwise
     accumulate in a varying order. dq, dk, dv: arrays to write into (like q, k, v), else new
     ones in q's framework and device. kernel_config, options: as for ``attention`` (e.g.
-    options={"experimental_backward": "1"} opts in to flash2's backward, which has not yet run
-    on a GPU).
+    options={"experimental_backward": "1"} opts in to flash2's backward, which is correct on the
+    GPU but slower than FlashAttention-2's).
 
     Returns (dq, dk, dv); with GQA / MQA dk and dv are summed over each group's query heads.
     """

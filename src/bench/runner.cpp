@@ -185,7 +185,7 @@ void check_backend_options(const SweepSpec& spec, Registry& registry) {
       throw Error(ErrorKind::Usage,
                   fmt::format("backend option '{}' is taken by none of the backends ({}); sparse_config: "
                               "sparge, sparge-sage, cpu-sparge; block_mask: block-sparse, cpu-block-sparse; "
-                              "experimental_backward: flash2, flash3; backward_key_tile: flash2",
+                              "experimental_backward: flash2; backward_key_tile: flash2",
                               key, fmt::join(spec.backends, ", ")));
   }
 }

@@ -178,7 +178,7 @@ TEST(CudaFlash2Backward, WorkspaceHoldsTheRowsAndTheDqSums) {
 // ---------------------------------------------------------------------------------------------
 // On the GPU.
 
-// Runs flash2's backward (opted in) on fresh random inputs and dO, checks every gradient against
+// Runs a backward (flash2's opted in) on fresh random inputs and dO, checks every gradient against
 // the fp64 reference with FlashAttention's rule and dQ = 0 exactly in rows that see no key.
 // `backend`: flash2 (both dQ modes, both key tiles) or flash3 (atomic dQ).
 void check_gpu_backward(const std::string& backend_name, const AttentionProblem& p, bool deterministic,
@@ -190,7 +190,8 @@ void check_gpu_backward(const std::string& backend_name, const AttentionProblem&
   const Backend& backend = Registry::global().find(backend_name);
   ASSERT_TRUE(backend.supports(p)) << backend.supports(p).reason;
   ASSERT_TRUE(backend.supports_backward(p)) << backend.supports_backward(p).reason;
-  const std::unique_ptr<KernelPlan> plan = backend.plan(p, backward_options(deterministic, true, key_tile));
+  const std::unique_ptr<KernelPlan> plan =
+      backend.plan(p, backward_options(deterministic, /*opt_in=*/backend_name == "flash2", key_tile));
   EXPECT_EQ(plan->backward_workspace_bytes(), cuda::backward_workspace_bytes(p, deterministic));
 
   const Inputs in = random_inputs(p, seed);
@@ -479,8 +480,7 @@ TEST(CudaFlash2Backward, RowsThatSeeNoKeyGiveZeroGradients) {
 
 #if ATTNSUITE_HAVE_FLASH3
 // ---------------------------------------------------------------------------------------------
-// flash3's backward (experimental, opt-in; sm_90a): the same checks on its head dims 64 and 128,
-// atomic dQ only.
+// flash3's backward (sm_90a): the same checks on its head dims 64 and 128, atomic dQ only.
 
 const Backend& flash3_backend() { return Registry::global().find("flash3"); }
 
@@ -492,11 +492,13 @@ const Backend& flash3_backend() { return Registry::global().find("flash3"); }
     if (!flash3_support.ok) GTEST_SKIP() << flash3_support.reason;                                      \
   } while (0)
 
-// Not yet run on a GPU: refused unless opted in, the deterministic mode refused (atomic dQ only),
-// head dims other than 64 and 128 refused with the reason — all before any device is asked.
+// No opt-in since it passed its GPU tests (H100, 2026-12-06): no backend option, no status; the
+// deterministic mode is refused (atomic dQ only), head dims other than 64 and 128 with the reason
+// — before any device is asked.
 TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   const Backend& flash3 = flash3_backend();
-  EXPECT_EQ(flash3.backward_status(), "experimental: not yet run on a GPU");
+  EXPECT_EQ(flash3.backward_status(), "");
+  EXPECT_TRUE(flash3.option_keys().empty());
   const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
   const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
     try {
@@ -508,23 +510,12 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
       return std::string(error.what());
     }
   };
-  EXPECT_NE(refusal(p, backward_options(false, false))
-                .find("flash3's backward is experimental: not yet run on a GPU; opt in with the backend option "
-                      "experimental_backward=1"),
+  EXPECT_NE(refusal(p, backward_options(true, false)).find("flash3's backward has no deterministic mode"),
             std::string::npos);
-  EXPECT_NE(refusal(p, backward_options(true)).find("flash3's backward has no deterministic mode"), std::string::npos);
   const AttentionProblem d256 = make_problem(1, 2, 2, 128, 128, 256, DType::BF16, Layout::BSHD, false);
-  EXPECT_EQ(refusal(d256, backward_options(false)), "flash3: head dim 256 has no flash3 backward; allowed: 64, 128");
+  EXPECT_EQ(refusal(d256, backward_options(false, false)),
+            "flash3: head dim 256 has no flash3 backward; allowed: 64, 128");
   EXPECT_FALSE(flash3.supports_backward(d256));
-  try {
-    flash3.check_options({{"experimental_backward", "yes"}});
-    ADD_FAILURE() << "experimental_backward=yes accepted";
-  } catch (const Error& error) {
-    EXPECT_EQ(error.kind(), ErrorKind::Usage);
-    EXPECT_EQ(std::string(error.what()),
-              "flash3: backend option experimental_backward='yes' not allowed; allowed: 0, 1");
-  }
-  EXPECT_NO_THROW(flash3.check_options({{"experimental_backward", "1"}}));
 }
 
 // Lengths 1, 7, 33 (one partial 64-query tile, a partial 128-key tile), 200 and 1000 (several

@@ -82,8 +82,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "flash3 (attnsuite FlashAttention-3-class Hopper kernel)",
              {DeviceType::Cuda, 0},
              "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
-             "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward (experimental, opt-in): "
-             "head dim 64/128, atomic dQ; kernel config "
+             "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
+             "atomic dQ (no deterministic mode); kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
             /*with_tile_configs=*/true) {}
 
@@ -92,14 +92,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
     if (!support) return support;
     return supports_kernel(problem, flash3::kSupportedHeadDims);
   }
-
-  // The backward (backward_kernel.cuh) has not run on a GPU yet: plans refuse it unless this
-  // option is "1".
-  std::vector<std::string> option_keys() const override { return {std::string(kExperimentalBackwardOption)}; }
-  void check_options(const std::map<std::string, std::string>& options) const override {
-    (void)experimental_backward_opted_in(name(), options);
-  }
-  std::string_view backward_status() const override { return "experimental: not yet run on a GPU"; }
 
   // Head dims 64 and 128 (dQ's tile splits into 64 × 64 wgmma tiles: backward_traits.cuh), then the forward's rules.
   Support supports_backward(const AttentionProblem& problem) const override {
@@ -111,14 +103,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
   }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
-    // The opt-in and the backward's own rules first: their refusals need no device.
+    // The backward's own rules first: their refusals need no device.
     if (options.backward) {
-      if (!experimental_backward_opted_in(name(), options.options)) {
-        throw Error(ErrorKind::Unsupported,
-                    fmt::format("flash3's backward is experimental: not yet run on a GPU; opt in with the backend "
-                                "option {}=1 (bench --backend-option {}=1)",
-                                kExperimentalBackwardOption, kExperimentalBackwardOption));
-      }
       if (options.deterministic) {
         throw Error(ErrorKind::Unsupported,
                     "flash3's backward has no deterministic mode (dQ is summed with atomics); flash2's backward "

@@ -1,5 +1,6 @@
 // The warp-specialized forward of the Hopper kernels: the producer warpgroup and the consumer
-// warpgroups over a kernel family's policies (flash3, flash3-fp8, sage's wgmma kernel).
+// warpgroups over a kernel family's policies (flash3, flash3-fp8). sage's wgmma kernel keeps its
+// own loop: written over this layer it measured 1.8-2.2% slower (ncu, H100, d128 N 4096).
 #pragma once
 
 #include <cstdint>

@@ -29,7 +29,7 @@
 // it. A run whose graph needs more (other strides) allocates its workspace itself, through the
 // tracking allocator, for that call.
 //
-// e4m3 (experimental: not yet run on a GPU): Q, K, V e4m3 with their per-tensor descales go to
+// e4m3 (passed its GPU tests on the H100, 2026-12-06; CudnnFp8.*): Q, K, V e4m3 with their per-tensor descales go to
 // the frontend's sdpa_fp8 (per-tensor scaling, as Transformer Engine uses it): descale_s = 1/448
 // and scale_s = 448 (P in e4m3's range for P·V), scale_o = 1/descale_v (|O| <= max |V|, so O
 // fits e4m3's ±448). On Hopper cuDNN writes O only in FP8 (bf16 O needs Blackwell and cuDNN
@@ -403,8 +403,8 @@ class CudnnSdpaBackend final : public IdentifiedBackend {
             {"cudnn",
              fmt::format("cuDNN SDPA (cuDNN {} fused flash attention)", cudnn_version_string()),
              {DeviceType::Cuda, 0},
-             "fp16/bf16 (and e4m3 in with per-tensor descales, bf16 out: sdpa_fp8, experimental: not yet run on a "
-             "GPU), head dims <= 256 and multiples of 8 (d_v too), causal (bottom-right; seq_q <= seq_kv), "
+             "fp16/bf16 (and e4m3 in with per-tensor descales, bf16 out: sdpa_fp8), head dims <= 256 and multiples of "
+             "8 (d_v too), causal (bottom-right; seq_q <= seq_kv), "
              "GQA/MQA, BSHD/BHSD via strides, LSE; backward (sdpa_backward graph; cuDNN's head-dim limits, "
              "deterministic option); sm80+; one graph per shape, pass and strides",
              "cuDNN"}) {}
