@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/backward_epilogue.cuh"
 #include "cuda/common/backward_row_kernels.cuh"
 #include "cuda/common/backward_rows.hpp"
 #include "cuda/common/key_range.cuh"
@@ -241,23 +242,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   }
   wait_async_copies<0>();  // with no query tile, K and V may still be in flight
 
-  // dK (times the scale) and dV of this thread's two keys, 4 bytes per store.
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int key = warp_key + 8 * half;
-    if (key >= params.seq_kv) continue;
-    auto* dk = static_cast<Element*>(params.dk) + batch * params.dk_batch_stride +
-               static_cast<std::int64_t>(key) * params.dk_row_stride + kv_head * params.dk_head_stride + 2 * quad_col;
-    auto* dv = static_cast<Element*>(params.dv) + batch * params.dv_batch_stride +
-               static_cast<std::int64_t>(key) * params.dv_row_stride + kv_head * params.dv_head_stride + 2 * quad_col;
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      *reinterpret_cast<std::uint32_t*>(dk + dt * 8) =
-          pack_pair<Element>(acc_dk[0][dt][2 * half] * params.scale, acc_dk[0][dt][2 * half + 1] * params.scale);
-      *reinterpret_cast<std::uint32_t*>(dv + dt * 8) =
-          pack_pair<Element>(acc_dv[0][dt][2 * half], acc_dv[0][dt][2 * half + 1]);
-    }
-  }
+  // dK (times the scale) and dV of this thread's two keys.
+  store_key_gradients<Element, kHeadDim>(
+      params, warp_key, kv_head, batch, quad_col, [&](int dt, int e) { return acc_dk[0][dt][e]; },
+      [&](int dt, int e) { return acc_dv[0][dt][e]; });
 }
 
 // The deterministic mode's dQ (see the top of the file): one CTA per (query tile, q head, batch).

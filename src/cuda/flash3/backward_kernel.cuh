@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/backward_epilogue.cuh"
 #include "cuda/common/backward_rows.hpp"
 #include "cuda/common/kernel_params.hpp"
 #include "cuda/common/key_range.cuh"
@@ -359,22 +360,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
 
   // dK (times the scale) and dV of this thread's two keys; 0 for keys that no row sees.
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int key = thread_key + 8 * half;
-    if (key >= params.seq_kv) continue;
-    auto* dk = static_cast<Element*>(params.dk) + batch * params.dk_batch_stride +
-               static_cast<std::int64_t>(key) * params.dk_row_stride + kv_head * params.dk_head_stride + 2 * quad_col;
-    auto* dv = static_cast<Element*>(params.dv) + batch * params.dv_batch_stride +
-               static_cast<std::int64_t>(key) * params.dv_row_stride + kv_head * params.dv_head_stride + 2 * quad_col;
-#pragma unroll
-    for (int i = 0; i < kHeadDim / 8; ++i) {
-      *reinterpret_cast<std::uint32_t*>(dk + 8 * i) =
-          pack_pair<Element>(acc_dk[4 * i + 2 * half] * params.scale, acc_dk[4 * i + 2 * half + 1] * params.scale);
-      *reinterpret_cast<std::uint32_t*>(dv + 8 * i) =
-          pack_pair<Element>(acc_dv[4 * i + 2 * half], acc_dv[4 * i + 2 * half + 1]);
-    }
-  }
+  store_key_gradients<Element, kHeadDim>(
+      params, thread_key, kv_head, batch, quad_col, [&](int i, int e) { return acc_dk[4 * i + e]; },
+      [&](int i, int e) { return acc_dv[4 * i + e]; });
 #endif
 }
 
