@@ -195,7 +195,7 @@ void add_bench_flags(CLI::App& app, BenchFlags* f) {
                  "the allowed ones; default: the kernel-config cache, else the built-in rule)")
       ->delimiter(',');
   app.add_option("--backend-option", f->backend_options,
-                 "A backend option KEY=VALUE (repeatable; docs/cli.md lists the keys)");
+                 "A backend option KEY=VALUE (repeatable; the README's bench section lists the keys)");
   app.add_option("--window", f->window, "Sliding window LEFT,RIGHT (-1 = unbounded)")->delimiter(',')->expected(2);
   app.add_option("--seed", f->seed, "Input seed");
   app.add_option("--noise", f->noise, "Stop repeating when the median's relative error is under this (0.01 = 1%)");

@@ -182,11 +182,13 @@ void check_backend_options(const SweepSpec& spec, Registry& registry) {
       return std::ranges::find(keys, key) != keys.end();
     });
     if (!taken)
-      throw Error(ErrorKind::Usage,
-                  fmt::format("backend option '{}' is taken by none of the backends ({}); sparse_config: "
-                              "sparge, sparge-sage, cpu-sparge; block_mask: block-sparse, cpu-block-sparse; "
-                              "experimental_backward: flash2; backward_key_tile: flash2",
-                              key, fmt::join(spec.backends, ", ")));
+      throw Error(
+          ErrorKind::Usage,
+          fmt::format(
+              "backend option '{}' is taken by none of the backends ({}); sparse_config: "
+              "sparge, sparge-sage, cpu-sparge; block_mask: block-sparse, cpu-block-sparse; ring_world: cpu-ring; "
+              "experimental_backward: flash2; backward_key_tile: flash2; backward_dq: flash3",
+              key, fmt::join(spec.backends, ", ")));
   }
 }
 

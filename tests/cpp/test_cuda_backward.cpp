@@ -42,12 +42,15 @@ constexpr std::uint16_t kNanBits = 0x7FFF;  // NaN in fp16 and bf16
 
 const Backend& flash2_backend() { return Registry::global().find("flash2"); }
 
-PlanOptions backward_options(bool deterministic, bool opt_in = true, int key_tile = 64) {
+// opt_in, key_tile: flash2's options; backward_dq: flash3's ("atomic", "bulk"), none when null.
+PlanOptions backward_options(bool deterministic, bool opt_in = true, int key_tile = 64,
+                             const char* backward_dq = nullptr) {
   PlanOptions options;
   options.backward = true;
   options.deterministic = deterministic;
   if (opt_in) options.options["experimental_backward"] = "1";
   if (key_tile != 64) options.options["backward_key_tile"] = std::to_string(key_tile);
+  if (backward_dq != nullptr) options.options["backward_dq"] = backward_dq;
   return options;
 }
 
@@ -182,16 +185,17 @@ TEST(CudaFlash2Backward, WorkspaceHoldsTheRowsAndTheDqSums) {
 // the fp64 reference with FlashAttention's rule and dQ = 0 exactly in rows that see no key.
 // `backend`: flash2 (both dQ modes, both key tiles) or flash3 (atomic dQ).
 void check_gpu_backward(const std::string& backend_name, const AttentionProblem& p, bool deterministic,
-                        int key_tile = 64) {
+                        int key_tile = 64, const char* backward_dq = nullptr) {
   const std::uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(backend_name + " backward " + (deterministic ? "deterministic " : "") + "key tile " +
+  SCOPED_TRACE(backend_name + " backward " + (deterministic ? "deterministic " : "") +
+               (backward_dq != nullptr ? std::string("dQ ") + backward_dq + " " : std::string()) + "key tile " +
                std::to_string(key_tile) + " " + p.describe() + " " + std::string(to_string(p.layout)) + " window " +
                std::to_string(p.window_left) + "," + std::to_string(p.window_right) + " seed " + std::to_string(seed));
   const Backend& backend = Registry::global().find(backend_name);
   ASSERT_TRUE(backend.supports(p)) << backend.supports(p).reason;
   ASSERT_TRUE(backend.supports_backward(p)) << backend.supports_backward(p).reason;
   const std::unique_ptr<KernelPlan> plan =
-      backend.plan(p, backward_options(deterministic, /*opt_in=*/backend_name == "flash2", key_tile));
+      backend.plan(p, backward_options(deterministic, /*opt_in=*/backend_name == "flash2", key_tile, backward_dq));
   EXPECT_EQ(plan->backward_workspace_bytes(), cuda::backward_workspace_bytes(p, deterministic));
 
   const Inputs in = random_inputs(p, seed);
@@ -498,7 +502,7 @@ const Backend& flash3_backend() { return Registry::global().find("flash3"); }
 TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   const Backend& flash3 = flash3_backend();
   EXPECT_EQ(flash3.backward_status(), "");
-  EXPECT_TRUE(flash3.option_keys().empty());
+  EXPECT_EQ(flash3.option_keys(), std::vector<std::string>{"backward_dq"});
   const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
   const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
     try {
@@ -516,6 +520,15 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   EXPECT_EQ(refusal(d256, backward_options(false, false)),
             "flash3: head dim 256 has no flash3 backward; allowed: 64, 128");
   EXPECT_FALSE(flash3.supports_backward(d256));
+  try {
+    flash3.check_options({{"backward_dq", "tma"}});
+    ADD_FAILURE() << "backward_dq=tma accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_EQ(std::string(error.what()), "flash3: backend option backward_dq='tma' not allowed; allowed: atomic, bulk");
+  }
+  EXPECT_NO_THROW(flash3.check_options({{"backward_dq", "atomic"}}));
+  EXPECT_NO_THROW(flash3.check_options({{"backward_dq", "bulk"}}));
 }
 
 // Lengths 1, 7, 33 (one partial 64-query tile, a partial 128-key tile), 200 and 1000 (several
@@ -545,8 +558,31 @@ TEST(CudaFlash3Backward, TrainingGradientCases) {
 // tile and 64-query tile, causal with seq_q < seq_kv, GQA, both head dims.
 TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
   SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false);
-  check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false);
+  for (const char* dq : {"atomic", "bulk"}) {
+    check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false, 64, dq);
+    check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64, dq);
+  }
+}
+
+// backward_dq=bulk (experimental: not yet run on a GPU): dQ summed by TMA bulk reduce-adds from
+// shared memory — lengths with partial tiles, causal and not, both head dims and dtypes, seq_q !=
+// seq_kv both ways, GQA/MQA, a window.
+TEST(CudaFlash3Backward, BulkDqMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  for (const int head_dim : {64, 128})
+    for (const int seq : {1, 33, 1000})
+      for (const bool causal : {false, true})
+        check_gpu_backward("flash3",
+                           make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
+                                        causal ? Layout::BSHD : Layout::BHSD, causal),
+                           false, 64, "bulk");
+  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 128, DType::BF16, Layout::BSHD, true), false, 64,
+                     "bulk");
+  check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, 64, DType::F16, Layout::BSHD, true), false, 64, "bulk");
+  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 64, DType::F16, Layout::BSHD, false), false, 64, "bulk");
+  check_gpu_backward("flash3", make_problem(1, 4, 1, 33, 1000, 128, DType::F16, Layout::BSHD, true), false, 64, "bulk");
+  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 250, 260, 128, DType::BF16, Layout::BSHD, false), 17, 9),
+                     false, 64, "bulk");
 }
 
 // seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA

@@ -137,6 +137,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t smem_k = smem + Traits::kKOffset, smem_v = smem + Traits::kVOffset;
   const std::uint32_t smem_q = smem + Traits::kQOffset, smem_do = smem + Traits::kDOOffset;
   const std::uint32_t smem_ds = smem + Traits::kDsOffset, smem_stats = smem + Traits::kStatsOffset;
+  [[maybe_unused]] const std::uint32_t smem_dq_stage = smem + Traits::kDqStageOffset;
   // The same shared memory through a generic pointer, for the consumers' plain loads of the stats.
   const unsigned char* smem_bytes = shared_bytes + (smem - shared_address(shared_bytes));
   const std::uint32_t kv_full = smem + Traits::kBarrierOffset;
@@ -345,18 +346,48 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       q_empty.arrive(stage);
 
       // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).
-      float* sums = params.dq_accum + (rows_of_head + 16 * warp + quad_row) * static_cast<std::int64_t>(kHeadDim) +
-                    dq_column_slab * 64 + 2 * quad_col;
+      if constexpr (Traits::kBulkDq) {
+        // The warp's 16 rows through its rows of the consumer's staging tile, one bulk reduce-add
+        // a row (lanes 0..15). The warp alone writes and reads those rows: __syncwarp orders it.
+        const std::uint32_t staging = smem_dq_stage + consumer * Traits::kDqStageBytes;
+        if (lane < 16) bulk_wait_group_read<0>();  // the previous tile's reductions have read them
+        __syncwarp();
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
+        for (int i = 0; i < 8; ++i)
 #pragma unroll
-        for (int half = 0; half < 2; ++half)
-          atomicAdd(reinterpret_cast<float2*>(sums + 8 * half * kHeadDim + 8 * i),
-                    make_float2(acc_dq[4 * i + 2 * half], acc_dq[4 * i + 2 * half + 1]));
+          for (int half = 0; half < 2; ++half) {
+            const std::uint32_t address =
+                staging + (16 * warp + quad_row + 8 * half) * Traits::kDqRowBytes + (8 * i + 2 * quad_col) * 4;
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(acc_dq[4 * i + 2 * half]),
+                         "f"(acc_dq[4 * i + 2 * half + 1])
+                         : "memory");
+          }
+        fence_proxy_async_shared();  // the generic-proxy stores, visible to the bulk reads
+        __syncwarp();
+        if (lane < 16) {
+          const int row = 16 * warp + lane;
+          bulk_reduce_add_f32(
+              params.dq_accum + (rows_of_head + row) * static_cast<std::int64_t>(kHeadDim) + dq_column_slab * 64,
+              staging + row * Traits::kDqRowBytes, 64 * 4);
+          bulk_commit_group();
+        }
+      } else {
+        float* sums = params.dq_accum + (rows_of_head + 16 * warp + quad_row) * static_cast<std::int64_t>(kHeadDim) +
+                      dq_column_slab * 64 + 2 * quad_col;
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
+            atomicAdd(reinterpret_cast<float2*>(sums + 8 * half * kHeadDim + 8 * i),
+                      make_float2(acc_dq[4 * i + 2 * half], acc_dq[4 * i + 2 * half + 1]));
+      }
       // The dQ products that read this consumer's dSᵀ rows are done before the next tile's stores.
       named_barrier_sync(ds_barrier, ds_barrier_threads);
       ++stage;
     }
+    // The bulk reductions are done before the CTA (and its shared memory) ends.
+    if constexpr (Traits::kBulkDq)
+      if (lane < 16) bulk_wait_group<0>();
   }
 
   // dK (times the scale) and dV of this thread's two keys; 0 for keys that no row sees.

@@ -5,11 +5,15 @@
 
 namespace attnsuite::cuda::flash3 {
 
-void launch_backward(const BackwardParams& params, DType dtype, void* stream) {
+void launch_backward(const BackwardParams& params, DType dtype, bool bulk_dq, void* stream) {
   dispatch_16bit(dtype, "flash3 backward", [&](auto element) {
     dispatch_head_dim<64, 128>(params.head_dim, "flash3 backward", [&](auto head_dim) {
-      run_backward<typename decltype(element)::type, decltype(head_dim)::value>(params,
-                                                                                static_cast<cudaStream_t>(stream));
+      using Element = typename decltype(element)::type;
+      constexpr int kHeadDim = decltype(head_dim)::value;
+      if (bulk_dq)
+        run_backward<Element, kHeadDim, true>(params, static_cast<cudaStream_t>(stream));
+      else
+        run_backward<Element, kHeadDim, false>(params, static_cast<cudaStream_t>(stream));
     });
   });
 }

@@ -28,7 +28,12 @@ namespace attnsuite::cuda::flash3 {
 // takes the whole 64 × 64 tile over its own 64 keys and both add into the fp32 sums (twice the
 // atomics, no barrier between the consumers). 128-query tiles at d64 (one dQ tile each) spilled
 // 176 bytes: Sᵀ and dPᵀ alone are then 128 registers.
-template <class Element_, int kHeadDim_, int kTileM_>
+//
+// kBulkDq (backend option backward_dq=bulk; experimental: not yet run on a GPU): dQ's tile goes
+// through a shared-memory staging tile per consumer (64 rows of 64 fp32, rows padded to 288 bytes
+// so a warp's float2 stores take two wavefronts) and one TMA bulk reduce-add per row into the
+// fp32 sums, instead of 32 float2 reductions per thread — FlashAttention-3's choice.
+template <class Element_, int kHeadDim_, int kTileM_, bool kBulkDq_ = false>
 struct BackwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -62,7 +67,11 @@ struct BackwardTraits {
   static constexpr int kDsOffset = kDOOffset + kStages * kQBytes;
   static constexpr int kStatsBytes = 2 * kTileM * 4;  // one stage: LSE·log2 e, then D
   static constexpr int kStatsOffset = kDsOffset + kDsSlabs * kDsSlabBytes;
-  static constexpr int kBarrierOffset = kStatsOffset + kStages * kStatsBytes;
+  static constexpr bool kBulkDq = kBulkDq_;
+  static constexpr int kDqRowBytes = 64 * 4 + 32;
+  static constexpr int kDqStageBytes = kTileM * kDqRowBytes;  // one consumer's
+  static constexpr int kDqStageOffset = kStatsOffset + kStages * kStatsBytes;
+  static constexpr int kBarrierOffset = kDqStageOffset + (kBulkDq ? kConsumers * kDqStageBytes : 0);
   // Barriers: K/V full, Q/dO full ×stages, Q/dO empty ×stages (8 bytes each).
   static constexpr int kBarrierBytes = 8 * (1 + 2 * kStages);
   // +1024: the dynamic shared memory's start is rounded up to the 128B swizzle's period.
@@ -85,9 +94,10 @@ struct BackwardTraits {
 // 64-query tiles: Sᵀ and dPᵀ 32 + 32 registers, dK and dV 32 + 32 (d64) or 64 + 64 (d128), dQ 32;
 // shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 16 KiB dSᵀ, 1 KiB row statistics = 82 KiB at
 // d64, 146 KiB at d128.
-template <class Element, int kHeadDim>
+// kBulkDq: + 2 × 18 KiB dQ staging tiles.
+template <class Element, int kHeadDim, bool kBulkDq = false>
 struct BackwardConfig {
-  using Kernel = BackwardTraits<Element, kHeadDim, 64>;
+  using Kernel = BackwardTraits<Element, kHeadDim, 64, kBulkDq>;
 };
 
 }  // namespace attnsuite::cuda::flash3

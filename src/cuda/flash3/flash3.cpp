@@ -83,7 +83,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
              {DeviceType::Cuda, 0},
              "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
-             "atomic dQ (no deterministic mode); kernel config "
+             "atomic dQ (no deterministic mode), option backward_dq=bulk (experimental: not yet run on a GPU); "
+             "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
             /*with_tile_configs=*/true) {}
 
@@ -92,6 +93,11 @@ class Flash3Backend final : public Flash3FamilyBackend {
     if (!support) return support;
     return supports_kernel(problem, flash3::kSupportedHeadDims);
   }
+
+  // backward_dq: how the backward sums dQ — "atomic" (absent: atomic; float2 reductions) or "bulk"
+  // (TMA bulk reduce-adds from a shared-memory staging tile; experimental: not yet run on a GPU).
+  std::vector<std::string> option_keys() const override { return {std::string(kBackwardDq)}; }
+  void check_options(const std::map<std::string, std::string>& options) const override { (void)bulk_dq(options); }
 
   // Head dims 64 and 128 (dQ's tile splits into 64 × 64 wgmma tiles: backward_traits.cuh), then the forward's rules.
   Support supports_backward(const AttentionProblem& problem) const override {
@@ -104,6 +110,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     // The backward's own rules first: their refusals need no device.
+    const bool bulk = bulk_dq(options.options);
     if (options.backward) {
       if (options.deterministic) {
         throw Error(ErrorKind::Unsupported,
@@ -122,14 +129,27 @@ class Flash3Backend final : public Flash3FamilyBackend {
     if (!options.backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
-        [this, problem](const BackwardArgs& args, Stream stream, RunReport&) { run_backward(problem, args, stream); },
+        [this, problem, bulk](const BackwardArgs& args, Stream stream, RunReport&) {
+          run_backward(problem, args, bulk, stream);
+        },
         backward_workspace_bytes(problem, /*deterministic=*/false));
   }
 
  private:
+  static constexpr std::string_view kBackwardDq = "backward_dq";
+
+  // The backward_dq option: "atomic" (absent: atomic) or "bulk"; another value is refused.
+  static bool bulk_dq(const std::map<std::string, std::string>& options) {
+    const auto found = options.find(std::string(kBackwardDq));
+    if (found == options.end() || found->second == "atomic") return false;
+    if (found->second == "bulk") return true;
+    throw Error(ErrorKind::Usage, fmt::format("flash3: backend option {}='{}' not allowed; allowed: atomic, bulk",
+                                              kBackwardDq, found->second));
+  }
+
   // Q, K, V and dO are read by TMA (16-byte aligned bases and strides); O, dQ, dK and dV are
   // written or read 4 bytes at a time by rows, held to the same rule.
-  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, Stream stream) const {
+  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool bulk, Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
     check_16_byte_views({{"q", &args.q},
                          {"k", &args.k},
@@ -144,7 +164,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
                       fmt::format("flash3: the backward needs its workspace ({} bytes, the plan's "
                                   "backward_workspace_bytes()); BackwardArgs::workspace is null",
                                   backward_workspace_bytes(problem, false)));
-    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, stream);
+    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, bulk, stream);
   }
 
   void run(const AttentionProblem& problem, const AttentionArgs& args, Flash3Schedule::Choice choice,

@@ -31,9 +31,11 @@ void launch_forward_n176(const Params& params, DType dtype, void* stream);
 // Head dims with a compiled backward (BackwardConfig: dQ's tile splits into two 64 × 64 tiles).
 inline constexpr int kBackwardHeadDims[] = {64, 128};
 
-// The backward for params on `stream`: dq, dk, dv from q,
-// k, v, o, d_o and the forward's lse, with the workspace pieces set (common/backward_workspace.hpp,
-// atomic dQ). Throws Error(Unsupported) for a (dtype, head dim) without a kernel.
-void launch_backward(const BackwardParams& params, DType dtype, void* stream);
+// The backward for params on `stream`: dq, dk, dv from q, k, v, o, d_o and the forward's lse, with
+// the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there). bulk_dq: the
+// sums by TMA bulk reduce-adds from shared memory (backward_dq=bulk; experimental, not yet run on
+// a GPU), else by float2 reductions. Throws Error(Unsupported) for a (dtype, head dim) without a
+// kernel.
+void launch_backward(const BackwardParams& params, DType dtype, bool bulk_dq, void* stream);
 
 }  // namespace attnsuite::cuda::flash3
