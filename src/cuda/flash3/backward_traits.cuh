@@ -33,21 +33,16 @@ namespace attnsuite::cuda::flash3 {
 // through a shared-memory staging tile per consumer (64 rows of 64 fp32, rows padded to 288 bytes
 // so a warp's float2 stores take two wavefronts) and one TMA bulk reduce-add per row into the
 // fp32 sums, instead of 32 float2 reductions per thread — FlashAttention-3's choice.
+// The register split is the forward's: 128·24 + 256·240 = 384·168 (__launch_bounds__(384, 1)).
 template <class Element_, int kHeadDim_, int kTileM_, bool kBulkDq_ = false>
-struct BackwardTraits {
+struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kTileN = 128;
   static constexpr int kTileM = kTileM_;
   static constexpr int kStages = 2;
 
-  static constexpr int kConsumers = 2;
   static constexpr int kKeysPerConsumer = kTileN / kConsumers;  // 64: one wgmma M
-  static constexpr int kThreads = 128 * (1 + kConsumers);       // 384
-  static constexpr int kConsumerThreads = 128 * kConsumers;     // arrivals that free a Q/dO stage
-  // flash3's forward split: __launch_bounds__(384, 1) gives 168 a thread; 128·24 + 256·240 = 384·168.
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
 
   static constexpr int kSlabs = kHeadDim / 64;
   static constexpr int kSlabRowBytes = 128;
@@ -81,9 +76,6 @@ struct BackwardTraits {
   static_assert((kHeadDim == 64 || kHeadDim == 128) && kTileM == 64,
                 "dQ's 64-query tile is one 64 × 64 wgmma tile (d64) or two (d128) per consumer");
   static_assert(kBackwardRowPadding % kTileM == 0, "the workspace's padded rows hold whole query tiles");
-  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <=
-                    hopper::launch_register_pool(kThreads),
-                "the register split fits the registers the CTA is launched with (register_split.hpp)");
   static_assert(kKVSlabBytes % 1024 == 0 && kQSlabBytes % 1024 == 0 && kDsSlabBytes % 1024 == 0,
                 "every slab starts on a 1024-byte swizzle period");
   static_assert(kTileM * 4 % 16 == 0 && kBackwardRowPadding * 4 % 16 == 0,

@@ -14,23 +14,18 @@ namespace attnsuite::cuda::flash3 {
 // thread issues the TMA copies; all four warps transpose V), warpgroups 1 and 2 consume 64 rows
 // each. K/V tiles are 128 keys: one k32 step of P·V takes 32 keys, and a transposed V row of
 // 128 keys is 128 bytes, exactly the 128B swizzle span.
+// The producer transposes V, so it keeps more than flash3's 24 registers (16 loaded words, 16
+// permuted ones, addresses): 128·56 + 256·224 = 64512 <= 65536 (launch bound 168/thread).
 template <int kHeadDim_, int kStages_>
-struct Fp8Traits {
+struct Fp8Traits : hopper::WarpSpecialized<2, 56, 224> {
   using Element = __nv_bfloat16;  // the output
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kTileM = 128;
   static constexpr int kTileN = 128;
   static constexpr int kStages = kStages_;
 
-  static constexpr int kConsumers = 2;
-  static constexpr int kThreads = 128 * (1 + kConsumers);  // 384
   static constexpr int kRowsPerConsumer = kTileM / kConsumers;
-  static constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals that free a K/V stage
-  static constexpr int kProducerWarps = 4;               // arrivals that publish a transposed V
-  // The producer transposes V, so it keeps more than flash3's 24 registers (16 loaded words,
-  // 16 permuted ones, addresses): 128·56 + 256·224 = 64512 <= 65536 (launch bound 168/thread).
-  static constexpr int kProducerRegisters = 56;
-  static constexpr int kConsumerRegisters = 224;
+  static constexpr int kProducerWarps = 4;  // arrivals that publish a transposed V
 
   // Q, K and V rows as TMA writes them: head_dim bytes, swizzled over the whole row (128B for
   // d128, 64B for d64: the swizzle span must hold the box's row).
@@ -58,9 +53,6 @@ struct Fp8Traits {
                 "every tile starts on a 1024-byte swizzle period");
   static_assert(kVtRowBytes == 128, "Vᵀ rows are one 128B swizzle span");
   static_assert(kStages >= 2, "at least double-buffered K/V");
-  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <=
-                    hopper::launch_register_pool(kThreads),
-                "the register split fits the registers the CTA is launched with (register_split.hpp)");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 

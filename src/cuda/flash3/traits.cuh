@@ -18,24 +18,21 @@ namespace attnsuite::cuda::flash3 {
 // kernel config "m192" at d64 (ConfigM192 below).
 // kFmaExp2Every_ > 0 (kernel config "m192-fmaexp"): every kFmaExp2Every-th 8-key group of
 // scores takes its exponentials on the FMA pipe (online_softmax.cuh).
+// setmaxnreg: __launch_bounds__(kThreads, 1) gives every thread 65536 / kThreads registers
+// (168 at 384 threads, 128 at 512); the producer hands its surplus to the consumers:
+// 2 consumers: 128·24 + 256·240 = 384·168; 3 consumers: 128·24 + 384·160 = 64512 ≤ 512·128.
 template <class Element_, int kHeadDim_, int kTileN_, int kStages_, int kConsumers_ = 2, int kFmaExp2Every_ = 0>
-struct Traits {
+struct Traits : hopper::WarpSpecialized<kConsumers_, 24, kConsumers_ == 2 ? 240 : 160> {
+  using Split = hopper::WarpSpecialized<kConsumers_, 24, kConsumers_ == 2 ? 240 : 160>;
+  using Split::kConsumerRegisters, Split::kConsumers, Split::kConsumerWarps, Split::kProducerRegisters, Split::kThreads;
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kConsumers = kConsumers_;  // consumer warpgroups
-  static constexpr int kTileM = 64 * kConsumers;  // 128, or 192 for m192
+  static constexpr int kTileM = 64 * kConsumers_;  // 128, or 192 for m192
   static constexpr int kTileN = kTileN_;
   static constexpr int kStages = kStages_;
   static constexpr int kFmaExp2Every = kFmaExp2Every_;
 
-  static constexpr int kThreads = 128 * (1 + kConsumers);  // 384, or 512 for m192
-  static constexpr int kRowsPerConsumer = kTileM / kConsumers;
-  static constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals that free a K/V stage
-  // setmaxnreg: __launch_bounds__(kThreads, 1) gives every thread 65536 / kThreads registers
-  // (168 at 384 threads, 128 at 512); the producer hands its surplus to the consumers:
-  // 2 consumers: 128·24 + 256·240 = 384·168; 3 consumers: 128·24 + 384·160 = 64512 ≤ 512·128.
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
+  static constexpr int kRowsPerConsumer = kTileM / kConsumers_;
   // The softmax's element mask takes every row's key range from 4 registers computed before the
   // main loop instead of evaluating key_range (64-bit) on every boundary tile: the latter needs
   // more temporaries than m192's 160 registers leave beside S, P and O (ptxas spilled 88 bytes),
@@ -71,9 +68,6 @@ struct Traits {
   static_assert(kTileN % 8 == 0 && kKVSlabBytes % 1024 == 0, "every slab starts on a 1024-byte swizzle period");
   static_assert(kStages >= 2, "at least double-buffered K/V");
   static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups (named barriers 1 .. kConsumers)");
-  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <=
-                    hopper::launch_register_pool(kThreads),
-                "the register split fits the registers the CTA is launched with (register_split.hpp)");
   static_assert(kConsumerRegisters % 8 == 0 && kConsumerRegisters >= 65536 / kThreads / 8 * 8,
                 "setmaxnreg.inc: a multiple of 8, not below the launch bound's share");
   static_assert(kTileM <= 256, "Q is one TMA box of kTileM rows (a box dimension is at most 256)");

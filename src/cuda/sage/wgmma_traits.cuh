@@ -29,8 +29,9 @@ namespace attnsuite::cuda::sage::wgmma {
 // kOverlap — also, inside a consumer, the softmax of tile j runs while P_{j-1}·V_{j-1} executes.
 // kFmaExp2Every_ > 0 (sage2's "wgmma-pingpong-fmaexp"): every kFmaExp2Every-th 8-key group of
 // scores takes its exponentials on the FMA pipe (softmax_exp2, hopper/primitives.cuh).
+// flash3's split: __launch_bounds__(384, 1) → 168 per thread; the producer only issues TMA.
 template <Mode kMode_, class Element_, int kHeadDim_, int kStages_, Schedule kSchedule_, int kFmaExp2Every_ = 0>
-struct Traits {
+struct Traits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr Mode kMode = kMode_;
   static constexpr Schedule kSchedule = kSchedule_;
   static constexpr int kFmaExp2Every = kFmaExp2Every_;
@@ -42,13 +43,7 @@ struct Traits {
   static constexpr int kTileN = 128;
   static constexpr int kStages = kStages_;
 
-  static constexpr int kConsumers = 2;
-  static constexpr int kThreads = 128 * (1 + kConsumers);  // 384
   static constexpr int kRowsPerConsumer = kTileM / kConsumers;
-  static constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals that free a K/V stage
-  // flash3's split: __launch_bounds__(384, 1) → 168 per thread; the producer only issues TMA.
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
 
   static constexpr int kQBlockRows = q_block_rows(kMode);
   // K scales per thread and tile: sage, one per kKBlockRows-key block; sage2, one (its key group).
@@ -84,9 +79,6 @@ struct Traits {
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0 && kVBytes % 1024 == 0 && kVSlabBytes % 1024 == 0,
                 "every tile starts on a 1024-byte swizzle period");
   static_assert(kStages >= 2, "at least double-buffered K/V");
-  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumers <=
-                    hopper::launch_register_pool(kThreads),
-                "the register split fits the registers the CTA is launched with (register_split.hpp)");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
   static_assert(127 * 127 * kHeadDim < (1 << 22), "INT8 dot products must stay below 2^22 (int_to_float trick)");
 };
