@@ -11,6 +11,21 @@
 
 namespace attnsuite::cuda::hopper {
 
+// S = Q·K_jᵀ of the tile in stage kv, waited: K landed, the tensor cores taken (take_turn: the
+// work's first GEMMs), issued, passed on.
+template <class C, int kStages, class Turns>
+__device__ __forceinline__ void compute_scores(C& c, const PipelineState<kStages>& kv, const Turns& turns,
+                                               bool take_turn) {
+  c.k_full.wait(kv);
+  if (take_turn) turns.take();
+  c.fence_qk();
+  wgmma_fence();
+  c.issue_qk(kv.stage);
+  turns.pass();
+  wgmma_wait<0>();
+  c.fence_s();
+}
+
 // One tile at a time: S, wait, softmax, P·V, wait (flash3 v1; with ping-pong, sage's
 // "wgmma-pingpong": a section is P·V of tile n with Q·Kᵀ of tile n + 1, the first tile's Q·Kᵀ
 // and the last tile's P·V sections of their own).
@@ -20,14 +35,7 @@ __device__ __forceinline__ void serial_mainloop(C& c, const Tile& tile, Pipeline
   for (int visit = 0; visit < tile.tiles; ++visit) {
     const int n_block = tile.block(visit);
     c.prepare(n_block);
-    c.k_full.wait(kv);
-    if (visit == 0) turns.take();
-    c.fence_qk();
-    wgmma_fence();
-    c.issue_qk(kv.stage);
-    turns.pass();
-    wgmma_wait<0>();
-    c.fence_s();
+    compute_scores(c, kv, turns, visit == 0);
     c.release_q(visit == tile.tiles - 1);
     float correction[2];
     c.softmax(n_block, correction);
@@ -60,14 +68,7 @@ __device__ __forceinline__ void overlapped_mainloop(C& c, const Tile& tile, Pipe
   {  // The first tile: S alone.
     const int n_block = tile.block(0);
     c.prepare(n_block);
-    c.k_full.wait(kv);
-    turns.take();
-    c.fence_qk();
-    wgmma_fence();
-    c.issue_qk(kv.stage);
-    turns.pass();
-    wgmma_wait<0>();
-    c.fence_s();
+    compute_scores(c, kv, turns, true);
     c.release_k(kv, tile.tiles == 1);
     float correction[2];
     c.softmax(n_block, correction);  // O is 0: nothing to rescale
