@@ -22,24 +22,10 @@ namespace {
 constexpr int kDefaultWorld = 2;
 constexpr int kMaxWorld = 64;
 
-// Where one rank's K/V block keeps its two chunks: [K lo | K hi | V lo | V hi], each dense
-// (batch, chunk length, heads_kv, dim) in fp32.
-struct BlockLayout {
-  std::int64_t k_offset[2], v_offset[2], length[2], floats = 0;
-};
-
+// One rank's K/V block in fp32: offsets and size in floats.
+using BlockLayout = KvBlockLayout;
 BlockLayout block_layout(const RingSchedule& schedule, const AttentionProblem& p, int rank) {
-  BlockLayout layout;
-  const auto chunks = schedule.chunks_of(rank);
-  for (int i = 0; i < 2; ++i) layout.length[i] = schedule.chunk_length(chunks[i]);
-  const std::int64_t k_row = static_cast<std::int64_t>(p.heads_kv) * p.head_dim;
-  const std::int64_t v_row = static_cast<std::int64_t>(p.heads_kv) * p.dim_v();
-  layout.k_offset[0] = 0;
-  layout.k_offset[1] = p.batch * layout.length[0] * k_row;
-  layout.v_offset[0] = layout.k_offset[1] + p.batch * layout.length[1] * k_row;
-  layout.v_offset[1] = layout.v_offset[0] + p.batch * layout.length[0] * v_row;
-  layout.floats = layout.v_offset[1] + p.batch * layout.length[1] * v_row;
-  return layout;
+  return kv_block_layout(schedule, rank, p.batch, p.heads_kv, p.head_dim, p.dim_v(), 1);
 }
 
 // Copies tokens [begin, begin + length) of `view` (any dtype, any strides) into dense fp32
@@ -159,7 +145,7 @@ class CpuRingBackend final : public IdentifiedBackend {
     // Two block buffers (the one computed on, the one being received), each as large as the
     // largest rank's block.
     std::int64_t largest = 0;
-    for (int r = 0; r < world; ++r) largest = std::max(largest, block_layout(schedule, p, r).floats);
+    for (int r = 0; r < world; ++r) largest = std::max(largest, block_layout(schedule, p, r).size);
     std::vector<float> current(static_cast<std::size_t>(largest)), next(static_cast<std::size_t>(largest));
     {
       const BlockLayout own = block_layout(schedule, p, rank);
@@ -175,8 +161,8 @@ class CpuRingBackend final : public IdentifiedBackend {
       const BlockLayout block = block_layout(schedule, p, source);
       if (step + 1 < world) {
         const BlockLayout incoming = block_layout(schedule, p, schedule.kv_source(rank, step + 1));
-        comm.start_exchange(current.data(), static_cast<std::size_t>(block.floats) * sizeof(float), next.data(),
-                            static_cast<std::size_t>(incoming.floats) * sizeof(float));
+        comm.start_exchange(current.data(), static_cast<std::size_t>(block.size) * sizeof(float), next.data(),
+                            static_cast<std::size_t>(incoming.size) * sizeof(float));
       }
       const auto source_chunks = schedule.chunks_of(source);
       for (const ChunkPair& pair : schedule.pairs(rank, step, p.causal)) {

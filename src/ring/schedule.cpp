@@ -37,4 +37,19 @@ std::vector<ChunkPair> RingSchedule::pairs(int rank, int step, bool causal) cons
   return out;
 }
 
+KvBlockLayout kv_block_layout(const RingSchedule& schedule, int rank, std::int64_t batch, std::int64_t heads_kv,
+                              std::int64_t head_dim, std::int64_t dim_v, std::int64_t element) {
+  KvBlockLayout layout;
+  const auto chunks = schedule.chunks_of(rank);
+  for (int i = 0; i < 2; ++i) layout.length[i] = schedule.chunk_length(chunks[i]);
+  const std::int64_t k_row = heads_kv * head_dim * element;
+  const std::int64_t v_row = heads_kv * dim_v * element;
+  layout.k_offset[0] = 0;
+  layout.k_offset[1] = batch * layout.length[0] * k_row;
+  layout.v_offset[0] = layout.k_offset[1] + batch * layout.length[1] * k_row;
+  layout.v_offset[1] = layout.v_offset[0] + batch * layout.length[0] * v_row;
+  layout.size = layout.v_offset[1] + batch * layout.length[1] * v_row;
+  return layout;
+}
+
 }  // namespace attnsuite::ring

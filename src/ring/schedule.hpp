@@ -52,6 +52,15 @@ class RingSchedule {
   std::int64_t seq_;
 };
 
+// Where rank r's K/V block keeps its two chunks, packed [K lo | K hi | V lo | V hi], each dense
+// (batch, chunk length, heads_kv, dim): offsets and the total in units of `element` (1 for a
+// count of elements, e.g. cpu-ring's fp32 blocks; the dtype's size for bytes, the CUDA ring's).
+struct KvBlockLayout {
+  std::int64_t k_offset[2], v_offset[2], length[2], size = 0;
+};
+KvBlockLayout kv_block_layout(const RingSchedule& schedule, int rank, std::int64_t batch, std::int64_t heads_kv,
+                              std::int64_t head_dim, std::int64_t dim_v, std::int64_t element);
+
 // Why the ring cannot run a sequence of `seq` tokens on `world` ranks; empty when it can.
 std::string ring_refusal(int world, std::int64_t seq);
 

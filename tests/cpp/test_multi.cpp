@@ -152,6 +152,23 @@ TEST(RingSchedule, RefusesTooShortSequences) {
 
 // --- In-process communicator -------------------------------------------------------------------------
 
+// A rank's packed K/V block: [K lo | K hi | V lo | V hi], each (batch, chunk, heads_kv, dim); the
+// same layout in elements (cpu-ring) and in bytes (the CUDA ring: the element size times).
+TEST(RingSchedule, KvBlockLayoutPacksBothChunksOfKThenV) {
+  const ring::RingSchedule schedule(2, 10);  // chunks of 2, 3, 2, 3 tokens; rank 0 holds 0 and 3
+  const ring::KvBlockLayout e = ring::kv_block_layout(schedule, 0, 2, 3, 4, 5, 1);
+  EXPECT_EQ(e.length[0], 2);
+  EXPECT_EQ(e.length[1], 3);
+  EXPECT_EQ(e.k_offset[0], 0);
+  EXPECT_EQ(e.k_offset[1], 2 * 2 * 3 * 4);
+  EXPECT_EQ(e.v_offset[0], e.k_offset[1] + 2 * 3 * 3 * 4);
+  EXPECT_EQ(e.v_offset[1], e.v_offset[0] + 2 * 2 * 3 * 5);
+  EXPECT_EQ(e.size, e.v_offset[1] + 2 * 3 * 3 * 5);
+  const ring::KvBlockLayout b = ring::kv_block_layout(schedule, 0, 2, 3, 4, 5, 2);
+  EXPECT_EQ(b.v_offset[1], 2 * e.v_offset[1]);
+  EXPECT_EQ(b.size, 2 * e.size);
+}
+
 TEST(RingCommunicator, PassesBlocksAroundTheRing) {
   for (int world : {1, 2, 3, 5}) {
     auto comms = ring::make_in_process_ring(world);

@@ -214,23 +214,11 @@ struct RingOptions {
   }
 };
 
-struct BlockLayout {
-  std::int64_t k_offset[2], v_offset[2], length[2], bytes = 0;
-};
-
+// One rank's K/V block in the problem's dtype: offsets and size in bytes.
+using BlockLayout = ar::KvBlockLayout;
 BlockLayout block_layout(const ar::RingSchedule& schedule, const AttentionProblem& p, int rank) {
-  BlockLayout layout;
-  const auto chunks = schedule.chunks_of(rank);
-  const std::int64_t element = static_cast<std::int64_t>(size_of(p.dtype));
-  const std::int64_t k_row = static_cast<std::int64_t>(p.heads_kv) * p.head_dim * element;
-  const std::int64_t v_row = static_cast<std::int64_t>(p.heads_kv) * p.dim_v() * element;
-  for (int i = 0; i < 2; ++i) layout.length[i] = schedule.chunk_length(chunks[i]);
-  layout.k_offset[0] = 0;
-  layout.k_offset[1] = p.batch * layout.length[0] * k_row;
-  layout.v_offset[0] = layout.k_offset[1] + p.batch * layout.length[1] * k_row;
-  layout.v_offset[1] = layout.v_offset[0] + p.batch * layout.length[0] * v_row;
-  layout.bytes = layout.v_offset[1] + p.batch * layout.length[1] * v_row;
-  return layout;
+  return ar::kv_block_layout(schedule, rank, p.batch, p.heads_kv, p.head_dim, p.dim_v(),
+                             static_cast<std::int64_t>(size_of(p.dtype)));
 }
 
 TensorView dense(void* data, DType dtype, int device, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
@@ -351,7 +339,7 @@ class RingPlan final : public KernelPlan {
     buffers_.clear();
     const int world = schedule.world();
     std::int64_t largest_block = 0, longest = 0;
-    for (int r = 0; r < world; ++r) largest_block = std::max(largest_block, block_layout(schedule, p, r).bytes);
+    for (int r = 0; r < world; ++r) largest_block = std::max(largest_block, block_layout(schedule, p, r).size);
     for (int c = 0; c < schedule.chunks(); ++c) longest = std::max(longest, schedule.chunk_length(c));
     const std::int64_t element = static_cast<std::int64_t>(size_of(p.dtype));
     std::vector<RankBuffers> buffers(static_cast<std::size_t>(world));
@@ -438,8 +426,8 @@ class RingPlan final : public KernelPlan {
           const BlockLayout receiving = block_layout(schedule, p, schedule.kv_source(r, step + 1));
           ATTNSUITE_CUDA_CHECK(cudaSetDevice(r));
           comms[static_cast<std::size_t>(r)]->start_exchange(
-              b.block[cur].data(), static_cast<std::size_t>(sending.bytes), b.block[receive_into(cur)].data(),
-              static_cast<std::size_t>(receiving.bytes));
+              b.block[cur].data(), static_cast<std::size_t>(sending.size), b.block[receive_into(cur)].data(),
+              static_cast<std::size_t>(receiving.size));
         }
         ATTNSUITE_NCCL_CHECK(nccl_api().group_end());
       }
