@@ -26,6 +26,7 @@
 #include "attnsuite/attnsuite.hpp"
 #include "attnsuite/device_context.hpp"
 #include "backward_test_support.hpp"
+#include "cuda/common/backend_support.hpp"
 #include "cuda/common/backward_rows.hpp"
 #include "cuda/common/backward_workspace.hpp"
 #include "cuda/cuda_backends.hpp"
@@ -109,6 +110,23 @@ TEST(CudaFlash2Backward, TileRulesMatchTheProblemsMask) {
 
 // Not yet run on a GPU: plans refuse the backward unless opted in, with the reason, everywhere
 // (the opt-in is decided before the device is asked about).
+// Both kernels' backward refuses a missing workspace with its size, before any device is asked.
+TEST(CudaBackward, MissingWorkspaceIsOneClearError) {
+  BackwardArgs args;
+  try {
+    cuda::require_backward_workspace("flash3", args, 4096);
+    ADD_FAILURE() << "a null workspace accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_EQ(std::string(error.what()),
+              "flash3: the backward needs its workspace (4096 bytes, the plan's backward_workspace_bytes()); "
+              "BackwardArgs::workspace is null");
+  }
+  int byte = 0;
+  args.workspace = &byte;
+  EXPECT_NO_THROW(cuda::require_backward_workspace("flash3", args, 4096));
+}
+
 TEST(CudaFlash2Backward, RefusedUnlessOptedIn) {
   const Backend& flash2 = flash2_backend();
   EXPECT_EQ(flash2.backward_status(), "experimental: opt-in while slower than FlashAttention-2's");

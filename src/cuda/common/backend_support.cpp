@@ -113,6 +113,13 @@ void check_cuda_backward_args(std::string_view backend, const AttentionProblem& 
                     fmt::format("{}: lse is on the {}, needs a CUDA device", backend, to_string(args.lse.device.type)));
 }
 
+void require_backward_workspace(std::string_view backend, const BackwardArgs& args, std::size_t bytes) {
+  ATTNSUITE_REQUIRE(args.workspace != nullptr,
+                    fmt::format("{}: the backward needs its workspace ({} bytes, the plan's "
+                                "backward_workspace_bytes()); BackwardArgs::workspace is null",
+                                backend, bytes));
+}
+
 bool experimental_backward_opted_in(std::string_view backend, const std::map<std::string, std::string>& options) {
   const auto found = options.find(std::string(kExperimentalBackwardOption));
   if (found == options.end() || found->second == "0") return false;

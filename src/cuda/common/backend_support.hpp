@@ -35,8 +35,11 @@ void check_cuda_args(std::string_view backend, const AttentionProblem& problem, 
 // on the device. Throws Error(Usage) for a mismatch or a missing LSE, Error(Unsupported) for a
 // non-contiguous last dim.
 void check_cuda_backward_args(std::string_view backend, const AttentionProblem& problem, const BackwardArgs& args);
+// The backward's workspace is there: Error(Usage) "<backend>: the backward needs its workspace (N
+// bytes, the plan's backward_workspace_bytes()); BackwardArgs::workspace is null" otherwise.
+void require_backward_workspace(std::string_view backend, const BackwardArgs& args, std::size_t bytes);
 
-// The backend option of a backward that plans refuse unless opted in (flash2's, flash3's):
+// The backend option of a backward that plans refuse unless opted in (flash2's):
 // "1" opts in, "0" or absent not; another value is Error(Usage) "<backend>: backend option
 // experimental_backward='<value>' not allowed; allowed: 0, 1".
 inline constexpr std::string_view kExperimentalBackwardOption = "experimental_backward";

@@ -6,11 +6,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define ATTNSUITE_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define ATTNSUITE_HOST_DEVICE inline
-#endif
+#include "cuda/common/host_device.hpp"
 
 namespace attnsuite::cuda {
 

@@ -10,12 +10,11 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define ATTNSUITE_HOST_DEVICE __host__ __device__ __forceinline__
-#else
+#if !defined(__CUDACC__)
 #include <cmath>
-#define ATTNSUITE_HOST_DEVICE inline
 #endif
+
+#include "cuda/common/host_device.hpp"
 
 namespace attnsuite::cuda {
 

@@ -200,10 +200,7 @@ class Flash2Backend final : public Backend {
                     "and batch/seq/head strides multiples of 8 elements)");
       }
     }
-    ATTNSUITE_REQUIRE(args.workspace != nullptr,
-                      fmt::format("flash2: the backward needs its workspace ({} bytes, the plan's "
-                                  "backward_workspace_bytes()); BackwardArgs::workspace is null",
-                                  backward_workspace_bytes(problem, deterministic)));
+    require_backward_workspace(name(), args, backward_workspace_bytes(problem, deterministic));
     flash2::launch_backward(make_backward_params(problem, args, deterministic), problem.dtype, key_tile, stream);
   }
 

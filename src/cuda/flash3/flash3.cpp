@@ -160,10 +160,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
                          {"dK", &args.dk},
                          {"dV", &args.dv}},
                         "read by TMA");
-    ATTNSUITE_REQUIRE(args.workspace != nullptr,
-                      fmt::format("flash3: the backward needs its workspace ({} bytes, the plan's "
-                                  "backward_workspace_bytes()); BackwardArgs::workspace is null",
-                                  backward_workspace_bytes(problem, false)));
+    require_backward_workspace(name(), args, backward_workspace_bytes(problem, false));
     flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, bulk, stream);
   }
 
