@@ -536,7 +536,8 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
             std::string::npos);
   const AttentionProblem d256 = make_problem(1, 2, 2, 128, 128, 256, DType::BF16, Layout::BSHD, false);
   EXPECT_EQ(refusal(d256, backward_options(false, false)),
-            "flash3: head dim 256 has no flash3 backward; allowed: 64, 128");
+            "flash3: head dim 256 has no flash3 backward; allowed: 64, 128 (at 256 a consumer thread's dK and dV of "
+            "its warpgroup's 64 keys alone would be 256 fp32 registers, above the 240 setmaxnreg gives it)");
   EXPECT_FALSE(flash3.supports_backward(d256));
   try {
     flash3.check_options({{"backward_dq", "tma"}});

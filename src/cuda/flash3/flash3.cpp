@@ -103,7 +103,10 @@ class Flash3Backend final : public Flash3FamilyBackend {
   Support supports_backward(const AttentionProblem& problem) const override {
     if (std::find(std::begin(flash3::kBackwardHeadDims), std::end(flash3::kBackwardHeadDims), problem.head_dim) ==
         std::end(flash3::kBackwardHeadDims)) {
-      return Support::no(fmt::format("head dim {} has no flash3 backward; allowed: 64, 128", problem.head_dim));
+      return Support::no(fmt::format(
+          "head dim {} has no flash3 backward; allowed: 64, 128 (at 256 a consumer thread's dK and dV of its "
+          "warpgroup's 64 keys alone would be 256 fp32 registers, above the 240 setmaxnreg gives it)",
+          problem.head_dim));
     }
     return supports(problem);
   }
