@@ -289,6 +289,12 @@ if [ $run_bench = 1 ]; then
     status=$?
     cp "$out/bench-$run_name/results.json" "$res/$run_name.json" 2>/dev/null
     cp "$out/bench-$run_name/summary.md" "$res/$run_name.md" 2>/dev/null
+    # A sweep cut by the deadline (SIGTERM: it stops, keeps its finished rows in results.jsonl for
+    # --resume, writes no results.json): those rows come back as <suite>.partial.jsonl and .md.
+    if [ ! -f "$out/bench-$run_name/results.json" ] && [ -s "$out/bench-$run_name/results.jsonl" ]; then
+      cp "$out/bench-$run_name/results.jsonl" "$res/$run_name.partial.jsonl"
+      "$cli" report "$res/$run_name.partial.jsonl" --markdown "$res/$run_name.partial.md" >/dev/null 2>&1
+    fi
     summary+=("bench $run_name ${!extra_var:-}: exit $status in $(( $(date +%s) - start )) s")
   done
 fi
