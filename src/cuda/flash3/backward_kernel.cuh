@@ -7,7 +7,7 @@
 //  - Producer (warpgroup 0, one thread): K and V of the tile once; then, for every q head of the
 //    group and every query tile that sees the keys (rows_seeing_keys), Q, dO and the tile's rows
 //    of LSE·log2 e and D into a kStages-deep ring, each stage a "full" barrier (transaction
-//    bytes) and an "empty" one the consumer warps arrive on.
+//    bytes) and an "empty" one every consumer thread arrives on.
 //  - Consumers (warpgroups 1, 2: 64 keys each), per query tile of kTileM rows, each product
 //    issued as soon as its operands exist, so the tensor cores run under the exponentials:
 //      Sᵀ = K_c·Qᵀ, dPᵀ = V_c·dOᵀ          wgmma SS, both K-major (the forward's S = Q·Kᵀ), two groups
@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       PipelineState<kStages> stage;
       for (int it = 0; it < work.iterations; ++it) {
         const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
-        // Every consumer warp is done with the stage's previous tile (fresh barrier: returns at once).
+        // Every consumer thread is done with the stage's previous tile (fresh barrier: returns at once).
         q_empty.wait_released(stage);
         barrier_arrive_expect_bytes(q_full[stage.stage], 2 * Traits::kQBytes + Traits::kStatsBytes);
         const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
