@@ -1,6 +1,6 @@
-// Test support for the GPU backward tests (test_peers.cpp, test_cuda_backward.cpp): running a
-// plan's forward and backward as the harness's bwd pass does, the fp64 reference gradients, and
-// FlashAttention's bound: at most twice the error of a naive same-dtype backward plus a floor.
+// Test support for the GPU backward tests (test_peers.cpp, test_cuda_flash{2,3}_backward.cpp):
+// running a plan's forward and backward as the harness's bwd pass does, the fp64 reference
+// gradients, and FlashAttention's bound: at most twice the error of a naive same-dtype backward plus a floor.
 // The naive one is what the flash-style kernels compute: fp32 scores, softmax and accumulation
 // from the inputs as stored, with the operands of the gradient GEMMs (P for dV, dS for dQ and
 // dK) rounded to the dtype, and the gradients rounded. Its O and LSE come from the naive

@@ -1,6 +1,6 @@
 // flash2 (the FlashAttention-2-class kernel): determinism, every kernel config against the fp64
 // reference (cuda_test_support.hpp), and its refusals. The shapes every CUDA backend runs are in
-// test_cuda_backends.cpp; its backward in test_cuda_backward.cpp.
+// test_cuda_backends.cpp; its backward in test_cuda_flash2_backward.cpp.
 //
 // Tests that need a GPU skip with "no CUDA device: <reason>" where there is none; the
 // supports() refusals run everywhere.

@@ -32,6 +32,7 @@
 #include "cuda/cuda_backends.hpp"
 #include "cuda/flash2/flash2.hpp"
 #include "cuda/flash2/launch.hpp"
+#include "cuda_backward_test_support.hpp"
 #include "gpu_test_support.hpp"
 
 namespace attnsuite {
@@ -42,24 +43,6 @@ using namespace testing_support;
 constexpr std::uint16_t kNanBits = 0x7FFF;  // NaN in fp16 and bf16
 
 const Backend& flash2_backend() { return Registry::global().find("flash2"); }
-
-// opt_in, key_tile: flash2's options; backward_dq: flash3's ("atomic", "bulk"), none when null.
-PlanOptions backward_options(bool deterministic, bool opt_in = true, int key_tile = 64,
-                             const char* backward_dq = nullptr) {
-  PlanOptions options;
-  options.backward = true;
-  options.deterministic = deterministic;
-  if (opt_in) options.options["experimental_backward"] = "1";
-  if (key_tile != 64) options.options["backward_key_tile"] = std::to_string(key_tile);
-  if (backward_dq != nullptr) options.options["backward_dq"] = backward_dq;
-  return options;
-}
-
-AttentionProblem windowed(AttentionProblem p, int window_left, int window_right) {
-  p.window_left = window_left;
-  p.window_right = window_right;
-  return p;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Without a GPU.
@@ -199,33 +182,6 @@ TEST(CudaFlash2Backward, WorkspaceHoldsTheRowsAndTheDqSums) {
 // ---------------------------------------------------------------------------------------------
 // On the GPU.
 
-// Runs a backward (flash2's opted in) on fresh random inputs and dO, checks every gradient against
-// the fp64 reference with FlashAttention's rule and dQ = 0 exactly in rows that see no key.
-// `backend`: flash2 (both dQ modes, both key tiles) or flash3 (atomic dQ).
-void check_gpu_backward(const std::string& backend_name, const AttentionProblem& p, bool deterministic,
-                        int key_tile = 64, const char* backward_dq = nullptr) {
-  const std::uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(backend_name + " backward " + (deterministic ? "deterministic " : "") +
-               (backward_dq != nullptr ? std::string("dQ ") + backward_dq + " " : std::string()) + "key tile " +
-               std::to_string(key_tile) + " " + p.describe() + " " + std::string(to_string(p.layout)) + " window " +
-               std::to_string(p.window_left) + "," + std::to_string(p.window_right) + " seed " + std::to_string(seed));
-  const Backend& backend = Registry::global().find(backend_name);
-  ASSERT_TRUE(backend.supports(p)) << backend.supports(p).reason;
-  ASSERT_TRUE(backend.supports_backward(p)) << backend.supports_backward(p).reason;
-  const std::unique_ptr<KernelPlan> plan =
-      backend.plan(p, backward_options(deterministic, /*opt_in=*/backend_name == "flash2", key_tile, backward_dq));
-  EXPECT_EQ(plan->backward_workspace_bytes(), cuda::backward_workspace_bytes(p, deterministic));
-
-  const Inputs in = random_inputs(p, seed);
-  const HostTensor d_o = random_output_gradient(p, seed + 2);
-  auto context = cuda::make_cuda_context(0);
-  const BackwardRuns runs = run_backward_on_device(context.get(), *plan, p, in, d_o);
-  const GradientErrors errors = expect_gradients_match_reference(p, in, d_o, runs);
-  std::printf("  %s%s %-58s w%d,%d %s dQ %.3g dK %.3g dV %.3g max err\n", backend_name.c_str(),
-              deterministic ? " det" : "    ", p.describe().c_str(), p.window_left, p.window_right,
-              std::string(to_string(p.layout)).c_str(), errors.dq, errors.dk, errors.dv);
-}
-
 void check_flash2_backward(const AttentionProblem& p, bool deterministic, int key_tile = 64) {
   check_gpu_backward("flash2", p, deterministic, key_tile);
 }
@@ -318,30 +274,6 @@ TEST(CudaFlash2Backward, SmallCasesForSanitizers) {
   SKIP_WITHOUT_CUDA_DEVICE();
   check_both_modes(make_problem(1, 4, 2, 70, 130, 64, DType::F16, Layout::BSHD, true));
   check_both_modes(windowed(make_problem(1, 2, 2, 100, 90, 128, DType::BF16, Layout::BHSD, false), 20, 5));
-}
-
-// The cases of the CPU backward's accuracy tests that the GPU backwards support (head dims 64, 128,
-// head_dim_v equal), in both dtypes; "peaked": scale 1, scores with std 8, P far from uniform.
-std::vector<AttentionProblem> training_gradient_cases() {
-  AttentionProblem peaked = make_problem(1, 2, 2, 200, 300, 64, DType::F16, Layout::BSHD, false);
-  peaked.scale = 1.0f;
-  return {
-      make_problem(1, 2, 2, 1, 1, 64, DType::F16, Layout::BSHD, false),
-      make_problem(2, 2, 2, 7, 7, 64, DType::F16, Layout::BSHD, false),
-      make_problem(2, 3, 3, 33, 33, 64, DType::F16, Layout::BSHD, false),
-      make_problem(1, 1, 1, 1000, 1000, 64, DType::F16, Layout::BSHD, false),
-      make_problem(1, 2, 1, 1000, 1000, 64, DType::F16, Layout::BSHD, true),
-      make_problem(1, 2, 2, 33, 200, 64, DType::F16, Layout::BSHD, true),
-      make_problem(1, 2, 2, 200, 33, 64, DType::F16, Layout::BSHD, true),
-      make_problem(2, 2, 2, 1, 300, 128, DType::F16, Layout::BSHD, true),
-      make_problem(1, 8, 2, 65, 130, 64, DType::F16, Layout::BSHD, true),
-      make_problem(2, 4, 1, 50, 97, 64, DType::F16, Layout::BSHD, false),
-      windowed(make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true), 40, 0),
-      windowed(make_problem(1, 2, 2, 250, 260, 64, DType::F16, Layout::BSHD, false), 17, 9),
-      windowed(make_problem(1, 2, 2, 150, 40, 64, DType::F16, Layout::BSHD, true), 5, 0),
-      windowed(make_problem(1, 2, 2, 120, 50, 64, DType::F16, Layout::BSHD, false), -1, 3),
-      peaked,
-  };
 }
 
 TEST(CudaFlash2Backward, TrainingGradientCases) {
@@ -499,130 +431,6 @@ TEST(CudaFlash2Backward, RowsThatSeeNoKeyGiveZeroGradients) {
       EXPECT_EQ(nonzero, 0) << "dQ elements not +0 in rows that see no key";
     }
 }
-
-#if ATTNSUITE_HAVE_FLASH3
-// ---------------------------------------------------------------------------------------------
-// flash3's backward (sm_90a): the same checks on its head dims 64 and 128, atomic dQ only.
-
-const Backend& flash3_backend() { return Registry::global().find("flash3"); }
-
-#define SKIP_UNLESS_FLASH3_BACKWARD_RUNS()                                                              \
-  do {                                                                                                  \
-    SKIP_WITHOUT_CUDA_DEVICE();                                                                         \
-    const Support flash3_support =                                                                      \
-        flash3_backend().supports(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false)); \
-    if (!flash3_support.ok) GTEST_SKIP() << flash3_support.reason;                                      \
-  } while (0)
-
-// No opt-in since it passed its GPU tests (H100, 2026-12-06): no backend option, no status; the
-// deterministic mode is refused (atomic dQ only), head dims other than 64 and 128 with the reason
-// — before any device is asked.
-TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
-  const Backend& flash3 = flash3_backend();
-  EXPECT_EQ(flash3.backward_status(), "");
-  EXPECT_EQ(flash3.option_keys(), std::vector<std::string>{"backward_dq"});
-  const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
-  const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
-    try {
-      flash3.plan(problem, options);
-      ADD_FAILURE() << "a flash3 backward plan was made for " << problem.describe();
-      return std::string();
-    } catch (const Error& error) {
-      EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
-      return std::string(error.what());
-    }
-  };
-  EXPECT_NE(refusal(p, backward_options(true, false)).find("flash3's backward has no deterministic mode"),
-            std::string::npos);
-  const AttentionProblem d256 = make_problem(1, 2, 2, 128, 128, 256, DType::BF16, Layout::BSHD, false);
-  EXPECT_EQ(refusal(d256, backward_options(false, false)),
-            "flash3: head dim 256 has no flash3 backward; allowed: 64, 128 (at 256 a consumer thread's dK and dV of "
-            "its warpgroup's 64 keys alone would be 256 fp32 registers, above the 240 setmaxnreg gives it)");
-  EXPECT_FALSE(flash3.supports_backward(d256));
-  try {
-    flash3.check_options({{"backward_dq", "tma"}});
-    ADD_FAILURE() << "backward_dq=tma accepted";
-  } catch (const Error& error) {
-    EXPECT_EQ(error.kind(), ErrorKind::Usage);
-    EXPECT_EQ(std::string(error.what()), "flash3: backend option backward_dq='tma' not allowed; allowed: atomic, bulk");
-  }
-  EXPECT_NO_THROW(flash3.check_options({{"backward_dq", "atomic"}}));
-  EXPECT_NO_THROW(flash3.check_options({{"backward_dq", "bulk"}}));
-}
-
-// Lengths 1, 7, 33 (one partial 64-query tile, a partial 128-key tile), 200 and 1000 (several
-// of both), causal and not, both head dims and dtypes, BSHD and BHSD.
-TEST(CudaFlash3Backward, SequenceLengthsDtypesHeadDimsAndLayouts) {
-  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  for (const int head_dim : {64, 128})
-    for (const int seq : {1, 7, 33, 200, 1000})
-      for (const bool causal : {false, true})
-        check_gpu_backward("flash3",
-                           make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
-                                        causal ? Layout::BSHD : Layout::BHSD, causal),
-                           false);
-}
-
-// The CPU backward's accuracy cases (training_gradient_cases, above) in both dtypes.
-TEST(CudaFlash3Backward, TrainingGradientCases) {
-  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  for (AttentionProblem p : training_gradient_cases())
-    for (DType dtype : {DType::F16, DType::BF16}) {
-      p.dtype = dtype;
-      check_gpu_backward("flash3", p, false);
-    }
-}
-
-// Small cases for compute-sanitizer (tools/device/run.sh's default filter): a partial 128-key
-// tile and 64-query tile, causal with seq_q < seq_kv, GQA, both head dims.
-TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
-  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  for (const char* dq : {"atomic", "bulk"}) {
-    check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false, 64, dq);
-    check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64, dq);
-  }
-}
-
-// backward_dq=bulk (experimental: not yet run on a GPU): dQ summed by TMA bulk reduce-adds from
-// shared memory — lengths with partial tiles, causal and not, both head dims and dtypes, seq_q !=
-// seq_kv both ways, GQA/MQA, a window.
-TEST(CudaFlash3Backward, BulkDqMatchesTheReference) {
-  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  for (const int head_dim : {64, 128})
-    for (const int seq : {1, 33, 1000})
-      for (const bool causal : {false, true})
-        check_gpu_backward("flash3",
-                           make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
-                                        causal ? Layout::BSHD : Layout::BHSD, causal),
-                           false, 64, "bulk");
-  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 128, DType::BF16, Layout::BSHD, true), false, 64,
-                     "bulk");
-  check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, 64, DType::F16, Layout::BSHD, true), false, 64, "bulk");
-  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 64, DType::F16, Layout::BSHD, false), false, 64, "bulk");
-  check_gpu_backward("flash3", make_problem(1, 4, 1, 33, 1000, 128, DType::F16, Layout::BSHD, true), false, 64, "bulk");
-  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 250, 260, 128, DType::BF16, Layout::BSHD, false), 17, 9),
-                     false, 64, "bulk");
-}
-
-// seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA
-// (dK, dV summed over the group in the CTA), windows.
-TEST(CudaFlash3Backward, CausalDifferentLengthsGroupsAndWindows) {
-  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 128, DType::BF16, Layout::BSHD, true), false);
-  check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, 64, DType::F16, Layout::BSHD, true), false);
-  check_gpu_backward("flash3", make_problem(1, 2, 2, 200, 33, 128, DType::BF16, Layout::BHSD, true), false);
-  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 64, DType::F16, Layout::BHSD, false), false);
-  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 64, DType::F16, Layout::BSHD, false), false);
-  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 128, DType::BF16, Layout::BHSD, true), false);
-  check_gpu_backward("flash3", make_problem(1, 4, 1, 33, 1000, 128, DType::F16, Layout::BSHD, true), false);
-  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true), 40, 0),
-                     false);
-  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 250, 260, 128, DType::BF16, Layout::BSHD, false), 17, 9),
-                     false);
-  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 150, 40, 64, DType::F16, Layout::BSHD, true), 5, 0),
-                     false);
-}
-#endif
 
 }  // namespace
 }  // namespace attnsuite

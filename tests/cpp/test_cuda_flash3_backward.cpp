@@ -1,0 +1,148 @@
+// flash3's backward (sm_90a; its design in docs/kernels/flash3-backward.md): dQ, dK, dV against
+// the fp64 reference backward with FlashAttention's rule (backward_test_support.hpp) on fresh random
+// inputs and dO, gradients poisoned first; both dQ reductions (atomic, and backward_dq=bulk). The
+// refusals run everywhere; the rest skips without an sm_90 GPU.
+#if ATTNSUITE_HAVE_CUDA
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "attnsuite/attnsuite.hpp"
+#include "cuda_backward_test_support.hpp"
+#include "gpu_test_support.hpp"
+
+namespace attnsuite {
+namespace {
+
+using namespace testing_support;
+
+#if ATTNSUITE_HAVE_FLASH3
+// ---------------------------------------------------------------------------------------------
+// flash3's backward (sm_90a): the same checks on its head dims 64 and 128, atomic dQ only.
+
+const Backend& flash3_backend() { return Registry::global().find("flash3"); }
+
+#define SKIP_UNLESS_FLASH3_BACKWARD_RUNS()                                                              \
+  do {                                                                                                  \
+    SKIP_WITHOUT_CUDA_DEVICE();                                                                         \
+    const Support flash3_support =                                                                      \
+        flash3_backend().supports(make_problem(1, 2, 2, 64, 64, 64, DType::BF16, Layout::BSHD, false)); \
+    if (!flash3_support.ok) GTEST_SKIP() << flash3_support.reason;                                      \
+  } while (0)
+
+// No opt-in since it passed its GPU tests (H100, 2026-12-06): no backend option, no status; the
+// deterministic mode is refused (atomic dQ only), head dims other than 64 and 128 with the reason
+// — before any device is asked.
+TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
+  const Backend& flash3 = flash3_backend();
+  EXPECT_EQ(flash3.backward_status(), "");
+  EXPECT_EQ(flash3.option_keys(), std::vector<std::string>{"backward_dq"});
+  const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
+  const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
+    try {
+      flash3.plan(problem, options);
+      ADD_FAILURE() << "a flash3 backward plan was made for " << problem.describe();
+      return std::string();
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
+      return std::string(error.what());
+    }
+  };
+  EXPECT_NE(refusal(p, backward_options(true, false)).find("flash3's backward has no deterministic mode"),
+            std::string::npos);
+  const AttentionProblem d256 = make_problem(1, 2, 2, 128, 128, 256, DType::BF16, Layout::BSHD, false);
+  EXPECT_EQ(refusal(d256, backward_options(false, false)),
+            "flash3: head dim 256 has no flash3 backward; allowed: 64, 128 (at 256 a consumer thread's dK and dV of "
+            "its warpgroup's 64 keys alone would be 256 fp32 registers, above the 240 setmaxnreg gives it)");
+  EXPECT_FALSE(flash3.supports_backward(d256));
+  try {
+    flash3.check_options({{"backward_dq", "tma"}});
+    ADD_FAILURE() << "backward_dq=tma accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_EQ(std::string(error.what()), "flash3: backend option backward_dq='tma' not allowed; allowed: atomic, bulk");
+  }
+  EXPECT_NO_THROW(flash3.check_options({{"backward_dq", "atomic"}}));
+  EXPECT_NO_THROW(flash3.check_options({{"backward_dq", "bulk"}}));
+}
+
+// Lengths 1, 7, 33 (one partial 64-query tile, a partial 128-key tile), 200 and 1000 (several
+// of both), causal and not, both head dims and dtypes, BSHD and BHSD.
+TEST(CudaFlash3Backward, SequenceLengthsDtypesHeadDimsAndLayouts) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  for (const int head_dim : {64, 128})
+    for (const int seq : {1, 7, 33, 200, 1000})
+      for (const bool causal : {false, true})
+        check_gpu_backward("flash3",
+                           make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
+                                        causal ? Layout::BSHD : Layout::BHSD, causal),
+                           false);
+}
+
+// The CPU backward's accuracy cases (training_gradient_cases, above) in both dtypes.
+TEST(CudaFlash3Backward, TrainingGradientCases) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  for (AttentionProblem p : training_gradient_cases())
+    for (DType dtype : {DType::F16, DType::BF16}) {
+      p.dtype = dtype;
+      check_gpu_backward("flash3", p, false);
+    }
+}
+
+// Small cases for compute-sanitizer (tools/device/run.sh's default filter): a partial 128-key
+// tile and 64-query tile, causal with seq_q < seq_kv, GQA, both head dims.
+TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  for (const char* dq : {"atomic", "bulk"}) {
+    check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false, 64, dq);
+    check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64, dq);
+  }
+}
+
+// backward_dq=bulk (experimental: not yet run on a GPU): dQ summed by TMA bulk reduce-adds from
+// shared memory — lengths with partial tiles, causal and not, both head dims and dtypes, seq_q !=
+// seq_kv both ways, GQA/MQA, a window.
+TEST(CudaFlash3Backward, BulkDqMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  for (const int head_dim : {64, 128})
+    for (const int seq : {1, 33, 1000})
+      for (const bool causal : {false, true})
+        check_gpu_backward("flash3",
+                           make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
+                                        causal ? Layout::BSHD : Layout::BHSD, causal),
+                           false, 64, "bulk");
+  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 128, DType::BF16, Layout::BSHD, true), false, 64,
+                     "bulk");
+  check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, 64, DType::F16, Layout::BSHD, true), false, 64, "bulk");
+  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 64, DType::F16, Layout::BSHD, false), false, 64, "bulk");
+  check_gpu_backward("flash3", make_problem(1, 4, 1, 33, 1000, 128, DType::F16, Layout::BSHD, true), false, 64, "bulk");
+  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 250, 260, 128, DType::BF16, Layout::BSHD, false), 17, 9),
+                     false, 64, "bulk");
+}
+
+// seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA
+// (dK, dV summed over the group in the CTA), windows.
+TEST(CudaFlash3Backward, CausalDifferentLengthsGroupsAndWindows) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 128, DType::BF16, Layout::BSHD, true), false);
+  check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, 64, DType::F16, Layout::BSHD, true), false);
+  check_gpu_backward("flash3", make_problem(1, 2, 2, 200, 33, 128, DType::BF16, Layout::BHSD, true), false);
+  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 64, DType::F16, Layout::BHSD, false), false);
+  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 64, DType::F16, Layout::BSHD, false), false);
+  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 128, DType::BF16, Layout::BHSD, true), false);
+  check_gpu_backward("flash3", make_problem(1, 4, 1, 33, 1000, 128, DType::F16, Layout::BSHD, true), false);
+  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true), 40, 0),
+                     false);
+  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 250, 260, 128, DType::BF16, Layout::BSHD, false), 17, 9),
+                     false);
+  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 150, 40, 64, DType::F16, Layout::BSHD, true), 5, 0),
+                     false);
+}
+#endif
+
+}  // namespace
+}  // namespace attnsuite
+
+#endif  // ATTNSUITE_HAVE_CUDA
