@@ -59,17 +59,10 @@ SHARED_LAYERS = {"cuda": ["common", "sm80", "hopper"]}
 
 # Includes between sub-rooms that the rule above does not allow, kept on purpose:
 # (including sub-room, included sub-room or file, why).
+# An exception no #include uses any more is reported too (stale), so the list stays the truth.
 EXCEPTIONS = [
-    ("cuda/flash3", "cuda/flash2/primitives.cuh",
-     "shared-window addresses, fragment packing, exp2 and quad reductions that flash2's mma.sync "
-     "kernel and flash3 share (a cuda/sm80 layer's part)"),
-    ("cuda/sage", "cuda/flash2/primitives.cuh",
-     "the same mma.sync-era helpers, for sage's mma kernel"),
     ("cuda/sage", "cuda/flash3/tensor_map.hpp",
-     "TMA descriptors of sage's sm_90a kernels, built from flash3's Hopper parts (a cuda/hopper layer's part)"),
-    ("cuda/sage", "cuda/flash3/fp8_layout.hpp", "flash3-fp8's V layout, which sage2's wgmma kernel reads"),
-    ("cuda/sage", "cuda/flash3/fp8_primitives.cuh", "flash3's wgmma/mbarrier/TMA PTX wrappers"),
-    ("cuda/sage", "cuda/flash3/register_split.hpp", "flash3's producer/consumer register split"),
+     "TMA descriptors of sage's sm_90a kernels, built by flash3's encoder (its operand_maps takes flash3's Params)"),
     ("cuda/flash3", "cuda/sparge/launch.hpp",
      "the block-mask parameters that flash3's kernel takes when it runs for sparge"),
     ("cuda/sage", "cuda/sparge/launch.hpp",
@@ -118,6 +111,9 @@ def target_matches(spec, rel, loc):
     return spec in (loc[0], name(loc))
 
 
+USED_EXCEPTIONS = set()
+
+
 def within_room(src, dst, rel):
     """None when a file of sub-room src may include `rel` (sub-room dst) of the same room."""
     room = src[0]
@@ -126,8 +122,9 @@ def within_room(src, dst, rel):
     layers = SHARED_LAYERS.get(room, [])
     if dst[1] in layers and (src[1] not in layers or layers.index(dst[1]) < layers.index(src[1])):
         return None
-    for frm, spec, _ in EXCEPTIONS:
+    for index, (frm, spec, _) in enumerate(EXCEPTIONS):
         if frm == name(src) and target_matches(spec, rel, dst):
+            USED_EXCEPTIONS.add(index)
             return None
     shared = ", ".join(f"{room}/{layer}" for layer in layers)
     allowed = f"its own files, {room}'s top-level headers" + (f" and {shared}" if shared else "")
@@ -194,10 +191,15 @@ def main(argv=None):
     parser.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         help="repository root (default: this script's)")
     parser.add_argument("--self-test", action="store_true", help="check the checker on a tiny tree")
+    parser.add_argument("--no-stale-check", action="store_true",
+                        help="do not report exceptions that no #include uses (the self-test's small trees)")
     args = parser.parse_args(argv)
     if args.self_test:
         return self_test()
     files, violations = scan(args.root)
+    if not args.no_stale_check:
+        violations += [f"tools/check_layers.py: exception ({frm} includes {spec}) is used by no #include: remove it"
+                       for index, (frm, spec, _) in enumerate(EXCEPTIONS) if index not in USED_EXCEPTIONS]
     for line in violations:
         print(line)
     if files == 0:
@@ -224,7 +226,9 @@ def self_test():
         "src/cpu/flash/flash.cpp": '#include "cpu/common.hpp"\n',
         "src/cuda/common/check.hpp": "",
         "src/cuda/flash2/primitives.cuh": '#include "cuda/common/check.hpp"\n',
-        "src/cuda/flash3/primitives.cuh": '#include "cuda/flash2/primitives.cuh"\n',
+        "src/cuda/flash3/primitives.cuh": '#include "cuda/common/check.hpp"\n',
+        "src/cuda/flash3/tensor_map.hpp": "",
+        "src/cuda/sage/launch.cpp": '#include "cuda/flash3/tensor_map.hpp"\n',
         "src/bench/runner.cpp": '#include "core/parallel.hpp"\n#include "attnsuite/backend.hpp"\n',
         "tests/cpp/test_x.cpp": '#include "cpu/common.hpp"\n#include "cuda/flash2/primitives.cuh"\n',
     }
@@ -232,7 +236,7 @@ def self_test():
         ({}, []),
         ({"src/bench/runner.cpp": '#include "core/parallel.hpp"\n#include "cpu/common.hpp"\n'},
          ["src/bench/runner.cpp:2 includes cpu/common.hpp (room bench may not include room cpu)"]),
-        ({"src/cuda/sage/kernel.cuh": '#include "cuda/common/check.hpp"\n#include "cuda/flash2/primitives.cuh"\n'
+        ({"src/cuda/sage/kernel.cuh": '#include "cuda/common/check.hpp"\n#include "cuda/flash3/tensor_map.hpp"\n'
                                       '#include "cuda/flash3/primitives.cuh"\n'},
          ["src/cuda/sage/kernel.cuh:3 includes cuda/flash3/primitives.cuh (room cuda/sage may not include room "
           "cuda/flash3: a sub-room includes its own files, cuda's top-level headers and cuda/common, cuda/sm80, "
@@ -251,17 +255,31 @@ def self_test():
                 os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
                 with open(os.path.join(root, rel), "w", encoding="utf-8") as handle:
                     handle.write(text)
-            run = subprocess.run([sys.executable, os.path.abspath(__file__), "--root", root],
+            run = subprocess.run([sys.executable, os.path.abspath(__file__), "--root", root, "--no-stale-check"],
                                  capture_output=True, text=True, check=False)
             got = run.stdout.splitlines()[:-1]  # the last line is the summary
             if got != expected or run.returncode != (1 if expected else 0):
                 failures += 1
                 print(f"self-test: tree with {sorted(overlay) or 'no change'}: exit {run.returncode}\n"
                       f"  expected {expected}\n  got      {got}")
+    # The stale check: on the base tree every exception but sage → flash3/tensor_map.hpp goes unused.
+    with tempfile.TemporaryDirectory() as root:
+        for rel, text in tree.items():
+            os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
+            with open(os.path.join(root, rel), "w", encoding="utf-8") as handle:
+                handle.write(text)
+        run = subprocess.run([sys.executable, os.path.abspath(__file__), "--root", root], capture_output=True,
+                             text=True, check=False)
+        stale = run.stdout.splitlines()[:-1]
+        if (run.returncode != 1 or len(stale) != len(EXCEPTIONS) - 1
+                or not all(line.startswith("tools/check_layers.py: exception (") for line in stale)
+                or any("cuda/flash3/tensor_map.hpp" in line for line in stale)):
+            failures += 1
+            print(f"self-test: the stale-exception check: exit {run.returncode}, got {stale}")
     if failures:
         print(f"self-test: {failures} case(s) failed")
         return 1
-    print(f"self-test: {len(cases)} trees checked as expected")
+    print(f"self-test: {len(cases) + 1} trees checked as expected")
     return 0
 
 
