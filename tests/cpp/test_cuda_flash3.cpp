@@ -38,6 +38,26 @@ using namespace testing_support;
     if (!flash3_support.ok) GTEST_SKIP() << flash3_support.reason;                      \
   } while (0)
 
+// The kernel configs each backend lists, the built-in choice first (Flash3Schedule), without a
+// device: flash3 has the tile configs at their head dims (m192, m192-fmaexp at d64; n176 at d128),
+// flash3-fp8 the two schedules only.
+TEST(CudaFlash3, KernelConfigNamesNeedNoDevice) {
+  const Backend& flash3 = Registry::global().find("flash3");
+  auto names = [&](const Backend& backend, int head_dim, bool causal, int seq) {
+    return backend.kernel_configs(make_problem(1, 2, 2, seq, seq, head_dim, DType::BF16, Layout::BSHD, causal));
+  };
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(names(flash3, 64, false, 64), (Names{"m192", "default", "v1", "grid", "m192-fmaexp"}));
+  EXPECT_EQ(names(flash3, 64, true, 1024), (Names{"default", "v1", "grid", "m192", "m192-fmaexp"}));
+  EXPECT_EQ(names(flash3, 64, true, 2048), (Names{"m192", "default", "v1", "grid", "m192-fmaexp"}));
+  EXPECT_EQ(names(flash3, 128, false, 8192), (Names{"n176", "default", "v1", "grid"}));
+  EXPECT_EQ(names(flash3, 128, false, 16384), (Names{"default", "v1", "grid", "n176"}));
+  EXPECT_EQ(names(flash3, 128, true, 4096), (Names{"default", "v1", "grid", "n176"}));
+  EXPECT_EQ(names(flash3, 128, true, 8192), (Names{"n176", "default", "v1", "grid"}));
+  EXPECT_EQ(names(flash3, 256, false, 64), (Names{"default", "v1", "grid"}));
+  EXPECT_EQ(names(Registry::global().find("flash3-fp8"), 128, false, 64), (Names{"default", "v1"}));
+}
+
 TEST(CudaFlash3, Deterministic) {
   // d128 with 2 stages and d64 with 3: many passes over the K/V ring, causal and GQA.
   for (const int head_dim : {128, 64}) {
