@@ -176,20 +176,16 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
     flash3::Params params;
     fill_attention_params(params, problem, args);
-    params.serial_schedule = choice == Flash3Schedule::Choice::V1;
+    params.serial_schedule = choice.kind == Flash3Schedule::Kind::V1;
     // Persistent CTAs for unmasked attention only: their static round-robin over the work tiles
     // (kernel.cuh) leaves the CTAs that drew the long diagonal works of a causal problem running
     // alone at the end — measured on the H200 (fa3-grid, 2026-12-04 third session) 1.38-1.68x
     // slower than one CTA per work at causal N >= 8k (d128, d256), 1.00-1.05x at N <= 4k, and
     // m192 1.24-1.43x at causal N 1k-4k; dense, 1.00-1.27x faster (N 512: 1.23x at d128).
-    params.persistent = choice != Flash3Schedule::Choice::Grid && !problem.causal && problem.window_left < 0 &&
+    params.persistent = choice.kind != Flash3Schedule::Kind::Grid && !problem.causal && problem.window_left < 0 &&
                         problem.window_right < 0;
-    if (choice == Flash3Schedule::Choice::M192) {
-      flash3::launch_forward_m192(params, problem.dtype, stream);
-    } else if (choice == Flash3Schedule::Choice::M192FmaExp2) {
-      flash3::launch_forward_m192_fmaexp(params, problem.dtype, stream);
-    } else if (choice == Flash3Schedule::Choice::N176) {
-      flash3::launch_forward_n176(params, problem.dtype, stream);
+    if (choice.kind == Flash3Schedule::Kind::Tile) {
+      flash3::launch_forward_tile_config(choice.tile, params, problem.dtype, stream);
     } else {
       flash3::launch_forward(params, problem.dtype, stream);
     }
@@ -198,15 +194,17 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
 }  // namespace
 
-// The tile configs and the one head dim each has a kernel for.
-int Flash3Schedule::tile_config_head_dim(std::string_view config) {
-  return config == "m192" || config == "m192-fmaexp" ? 64 : config == "n176" ? 128 : 0;
+const flash3::TileConfig* Flash3Schedule::tile_config(std::string_view config) {
+  for (const flash3::TileConfig& tile : flash3::tile_configs())
+    if (tile.name == config) return &tile;
+  return nullptr;
 }
 
 bool Flash3Schedule::has(std::string_view config, const AttentionProblem& problem) const {
   if (config == "default" || config == "v1") return true;
   if (config == "grid") return with_tile_configs_;
-  return with_tile_configs_ && tile_config_head_dim(config) == problem.head_dim;
+  const flash3::TileConfig* tile = tile_config(config);
+  return with_tile_configs_ && tile != nullptr && tile->head_dim == problem.head_dim;
 }
 
 // Without a tuned cache entry: m192 at d64, except causal with seq_q <= 1024. Measured on the H200
@@ -225,18 +223,19 @@ std::string Flash3Schedule::builtin(const AttentionProblem& problem) const {
 
 std::vector<std::string> Flash3Schedule::names(const AttentionProblem& problem) const {
   std::vector<std::string> configs{builtin(problem)};
-  for (const char* config : {"default", "v1", "grid", "m192", "m192-fmaexp", "n176"})
+  std::vector<std::string_view> all{"default", "v1", "grid"};
+  for (const flash3::TileConfig& tile : flash3::tile_configs()) all.push_back(tile.name);
+  for (const std::string_view config : all)
     if (config != configs.front() && has(config, problem)) configs.emplace_back(config);
   return configs;
 }
 
 Flash3Schedule::Choice Flash3Schedule::parse(std::string_view config) {
-  return config == "v1"            ? Choice::V1
-         : config == "grid"        ? Choice::Grid
-         : config == "m192"        ? Choice::M192
-         : config == "m192-fmaexp" ? Choice::M192FmaExp2
-         : config == "n176"        ? Choice::N176
-                                   : Choice::Default;
+  if (config == "v1") return {Kind::V1};
+  if (config == "grid") return {Kind::Grid};
+  if (const flash3::TileConfig* tile = tile_config(config))
+    return {Kind::Tile, static_cast<std::size_t>(tile - flash3::tile_configs().begin())};
+  return {Kind::Default};
 }
 
 std::unique_ptr<Backend> make_flash3_backend() { return std::make_unique<Flash3Backend>(); }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attnsuite/backend.hpp"
+#include "cuda/flash3/launch.hpp"
 
 namespace attnsuite::cuda {
 
@@ -33,18 +34,24 @@ Support supports_hopper(std::string_view backend);
 // to seq_kv 8192 and causal above seq_q 4096; as measured; "default" elsewhere).
 class Flash3Schedule {
  public:
-  enum class Choice { Default, V1, Grid, M192, M192FmaExp2, N176 };
+  // kind Tile: tile_configs()[tile] (launch.hpp).
+  enum class Kind { Default, V1, Grid, Tile };
+  struct Choice {
+    Kind kind = Kind::Default;
+    std::size_t tile = 0;
+  };
   // with_tile_configs: the backend has "grid" and the m192 and n176 kernels (flash3 does,
   // flash3-fp8 does not).
   explicit Flash3Schedule(bool with_tile_configs = false) : with_tile_configs_(with_tile_configs) {}
   // The configs for `problem`: the built-in choice first, then the others in the order default,
-  // v1, grid, m192, m192-fmaexp, n176; a tile config only at the head dim of its kernel.
+  // v1, grid, then the tile configs in their table's order; a tile config only at the head dim of
+  // its kernel.
   std::vector<std::string> names(const AttentionProblem& problem) const;
   // The schedule of a config that names() lists.
   static Choice parse(std::string_view config);
 
  private:
-  static int tile_config_head_dim(std::string_view config);  // 0: not a tile config
+  static const flash3::TileConfig* tile_config(std::string_view config);  // null: not a tile config
   bool has(std::string_view config, const AttentionProblem& problem) const;
   std::string builtin(const AttentionProblem& problem) const;
   bool with_tile_configs_ = false;

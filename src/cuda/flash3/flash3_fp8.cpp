@@ -60,7 +60,7 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     require_support(*this, problem);
     std::string config = choose_kernel_config(*this, problem, options);
-    const bool serial = Flash3Schedule::parse(config) == Flash3Schedule::Choice::V1;
+    const bool serial = Flash3Schedule::parse(config).kind == Flash3Schedule::Kind::V1;
     const std::size_t workspace =
         problem.dtype == DType::E4M3 ? flash3::kFp8E4m3WorkspaceBytes : workspace_bytes(problem);
     return std::make_unique<FunctionPlan>(

@@ -2,5 +2,5 @@
 #include "cuda/flash3/launch_template.cuh"
 
 namespace attnsuite::cuda::flash3 {
-template void run_forward_n176<__half>(const Params& params, cudaStream_t stream);
+template void run_forward_config<ConfigN176, __half>(const Params& params, cudaStream_t stream);
 }  // namespace attnsuite::cuda::flash3

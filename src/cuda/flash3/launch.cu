@@ -1,6 +1,11 @@
 // Dispatch from the run-time (dtype, head dim) to the compiled instantiations.
 #include <fmt/format.h>
 
+#include <array>
+#include <iterator>
+#include <type_traits>
+#include <utility>
+
 #include "attnsuite/error.hpp"
 #include "cuda/common/dispatch.hpp"
 #include "cuda/flash3/launch.hpp"
@@ -21,39 +26,49 @@ static_assert(tiles_are_hopper_blocks<Config<__nv_bfloat16, 64>::Kernel>() &&
                   tiles_are_hopper_blocks<Config<__nv_bfloat16, 128>::Kernel>(),
               "sparge's Hopper blocks (sparge::kHopperTiles) must be flash3's d64/d128 tiles");
 
-// A tile config (m192, n176): a kernel for one head dim, whose tiles are not sparge's 128 × 128
-// blocks.
-template <class Run>
-void launch_tile_config(const char* config, int head_dim, const char* tiles, const Params& params, DType dtype,
-                        Run run) {
-  if (params.head_dim != head_dim) {
-    throw Error(ErrorKind::Unsupported, fmt::format("flash3: kernel config '{}' exists for head dim {} only, not {}",
-                                                    config, head_dim, params.head_dim));
-  }
-  if (params.block_index != nullptr) {
-    throw Error(ErrorKind::Internal,
-                fmt::format("flash3: kernel config '{}' ({}) takes no 128 × 128 block list", config, tiles));
-  }
-  dispatch_16bit(dtype, "flash3", run);
+// The tile configs (launch.hpp) with their kernels, one row each.
+using RunForward = void (*)(const Params&, cudaStream_t);
+struct TileConfigRow {
+  TileConfig config;
+  RunForward fp16, bf16;
+};
+constexpr TileConfigRow kTileConfigTable[] = {
+    {{"m192", 64, "192-row tiles"},
+     &run_forward_config<ConfigM192, __half>,
+     &run_forward_config<ConfigM192, __nv_bfloat16>},
+    {{"m192-fmaexp", 64, "192-row tiles"},
+     &run_forward_config<ConfigM192FmaExp2, __half>,
+     &run_forward_config<ConfigM192FmaExp2, __nv_bfloat16>},
+    {{"n176", 128, "176-key tiles"},
+     &run_forward_config<ConfigN176, __half>,
+     &run_forward_config<ConfigN176, __nv_bfloat16>},
+};
+
+template <std::size_t... kIndex>
+constexpr std::array<TileConfig, sizeof...(kIndex)> configs_of(std::index_sequence<kIndex...>) {
+  return {kTileConfigTable[kIndex].config...};
 }
 
 }  // namespace
 
-void launch_forward_m192(const Params& params, DType dtype, void* stream) {
-  launch_tile_config("m192", 64, "192-row tiles", params, dtype, [&](auto element) {
-    run_forward_m192<typename decltype(element)::type>(params, static_cast<cudaStream_t>(stream));
-  });
+TileConfigs tile_configs() {
+  static constexpr auto kConfigs = configs_of(std::make_index_sequence<std::size(kTileConfigTable)>{});
+  return {kConfigs.data(), kConfigs.size()};
 }
 
-void launch_forward_m192_fmaexp(const Params& params, DType dtype, void* stream) {
-  launch_tile_config("m192-fmaexp", 64, "192-row tiles", params, dtype, [&](auto element) {
-    run_forward_m192_fmaexp<typename decltype(element)::type>(params, static_cast<cudaStream_t>(stream));
-  });
-}
-
-void launch_forward_n176(const Params& params, DType dtype, void* stream) {
-  launch_tile_config("n176", 128, "176-key tiles", params, dtype, [&](auto element) {
-    run_forward_n176<typename decltype(element)::type>(params, static_cast<cudaStream_t>(stream));
+void launch_forward_tile_config(std::size_t index, const Params& params, DType dtype, void* stream) {
+  const TileConfigRow& row = kTileConfigTable[index];
+  if (params.head_dim != row.config.head_dim) {
+    throw Error(ErrorKind::Unsupported, fmt::format("flash3: kernel config '{}' exists for head dim {} only, not {}",
+                                                    row.config.name, row.config.head_dim, params.head_dim));
+  }
+  if (params.block_index != nullptr) {
+    throw Error(ErrorKind::Internal, fmt::format("flash3: kernel config '{}' ({}) takes no 128 × 128 block list",
+                                                 row.config.name, row.config.tiles));
+  }
+  dispatch_16bit(dtype, "flash3", [&](auto element) {
+    constexpr bool kHalf = std::is_same_v<typename decltype(element)::type, __half>;
+    (kHalf ? row.fp16 : row.bf16)(params, static_cast<cudaStream_t>(stream));
   });
 }
 

@@ -1,6 +1,9 @@
 // Host entry point of the flash3 kernels (no CUDA headers: included by host code).
 #pragma once
 
+#include <cstddef>
+#include <string_view>
+
 #include "attnsuite/dtype.hpp"
 #include "cuda/common/kernel_params.hpp"
 #include "cuda/flash3/params.hpp"
@@ -15,18 +18,28 @@ inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
 // without a kernel, listing those that have one.
 void launch_forward(const Params& params, DType dtype, void* stream);
 
-// The same with kernel config "m192" (three consumer warpgroups, 192-row Q tiles; the v2
-// schedule whatever params.serial_schedule says). Head dim 64 only: throws Error(Unsupported)
-// for another head dim or dtype.
-void launch_forward_m192(const Params& params, DType dtype, void* stream);
+// flash3's tile configs: kernel configs with a kernel for one head dim whose tiles are not the
+// default's 128 × 128 (and so take no sparge block list). One table (launch.cu) holds them with
+// their kernels; a new one is a traits.cuh config, its instantiation TUs and a row there.
+struct TileConfig {
+  std::string_view name;   // the kernel config's name
+  int head_dim;            // the one head dim it has a kernel for
+  std::string_view tiles;  // what its tiles are, for messages
+};
+// In the order Flash3Schedule lists them: m192 (three consumer warpgroups, 192-row Q tiles; d64),
+// m192-fmaexp (m192 with 1/8 of the exponentials on the FMA pipe; opt-in), n176 (176-key K/V tiles;
+// d128). Each runs the v2 schedule whatever params.serial_schedule says.
+// (A pointer range: this header is also read by the C++17 device translation units.)
+struct TileConfigs {
+  const TileConfig* first;
+  std::size_t count;
+  const TileConfig* begin() const { return first; }
+  const TileConfig* end() const { return first + count; }
+};
+TileConfigs tile_configs();
 
-// The same with kernel config "m192-fmaexp" (m192 with 1/8 of the softmax's exponentials on
-// the FMA pipe; opt-in, slower than m192 where measured). Head dim 64 only.
-void launch_forward_m192_fmaexp(const Params& params, DType dtype, void* stream);
-
-// The same with kernel config "n176" (176-key K/V tiles at head dim 128). Head dim 128 only:
-// throws Error(Unsupported) for another head dim or dtype.
-void launch_forward_n176(const Params& params, DType dtype, void* stream);
+// The forward with tile_configs()[index]. Throws Error(Unsupported) for another head dim or dtype.
+void launch_forward_tile_config(std::size_t index, const Params& params, DType dtype, void* stream);
 
 // Head dims with a compiled backward (BackwardConfig: dQ's tile splits into two 64 × 64 tiles).
 inline constexpr int kBackwardHeadDims[] = {64, 128};

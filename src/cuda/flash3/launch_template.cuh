@@ -53,19 +53,9 @@ void run_forward(const Params& params, cudaStream_t stream) {
   run_kernel<typename Config<Element, kHeadDim>::Kernel>(params, stream);
 }
 
-template <class Element>
-void run_forward_m192(const Params& params, cudaStream_t stream) {
-  run_kernel<typename ConfigM192<Element>::Kernel>(params, stream);
-}
-
-template <class Element>
-void run_forward_m192_fmaexp(const Params& params, cudaStream_t stream) {
-  run_kernel<typename ConfigM192FmaExp2<Element>::Kernel>(params, stream);
-}
-
-template <class Element>
-void run_forward_n176(const Params& params, cudaStream_t stream) {
-  run_kernel<typename ConfigN176<Element>::Kernel>(params, stream);
+template <template <class> class Config, class Element>
+void run_forward_config(const Params& params, cudaStream_t stream) {
+  run_kernel<typename Config<Element>::Kernel>(params, stream);
 }
 
 }  // namespace attnsuite::cuda::flash3
