@@ -6,7 +6,7 @@
 
 #include "attnsuite/error.hpp"
 #include "cuda/common/dispatch.hpp"
-#include "cuda/flash3/tensor_map.hpp"
+#include "cuda/hopper/tensor_map.hpp"
 #include "cuda/sage/wgmma_run_forward.cuh"
 
 namespace attnsuite::cuda::sage {
@@ -50,7 +50,7 @@ std::string wgmma_layout_problem(Mode mode, const Params& params) {
     return "an empty dimension (no TMA descriptor for it)";
   if (mode == Mode::Sage2) return {};
   const std::string v =
-      flash3::tma_layout_problem(params.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
+      hopper::tma_layout_problem(params.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
   return v.empty() ? v : "V: " + v;
 }
 

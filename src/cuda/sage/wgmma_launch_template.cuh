@@ -11,7 +11,7 @@
 
 #include "cuda/common/check.hpp"
 #include "cuda/common/launch.cuh"
-#include "cuda/flash3/tensor_map.hpp"
+#include "cuda/hopper/tensor_map.hpp"
 #include "cuda/sage/wgmma_kernel.cuh"
 #include "cuda/sage/wgmma_run_forward.cuh"
 #include "cuda/sage/wgmma_traits.cuh"
@@ -30,7 +30,7 @@ void run_kernel(const Params& params, cudaStream_t stream) {
   auto map_of = [&](const void* data, bool bytes, int columns, int rows, int heads, std::int64_t row_stride,
                     std::int64_t head_stride, std::int64_t batch_stride, int box_columns, int box_rows) {
     constexpr DType kDType = std::is_same_v<typename Kernel::Element, __half> ? DType::F16 : DType::BF16;
-    return flash3::make_tensor_map(data, kDType, bytes, columns, rows, heads, params.batch, row_stride, head_stride,
+    return hopper::make_tensor_map(data, kDType, bytes, columns, rows, heads, params.batch, row_stride, head_stride,
                                    batch_stride, box_columns, box_rows);
   };
   // INT8 Q and K: dense [batch][heads][seq][head_dim] (quant.cu); one box = a whole tile of
