@@ -19,6 +19,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -296,6 +297,21 @@ inline GradientErrors expect_gradients_match_reference(const AttentionProblem& p
   }
   EXPECT_EQ(nonzero, 0) << "dQ elements not 0 in rows that see no key";
   return errors;
+}
+
+// A deterministic plan's backward, three runs from one forward on fresh random inputs: every
+// gradient bitwise equal to the first run's.
+inline void expect_backward_repeats_bitwise(bench::DeviceContext* context, KernelPlan& plan,
+                                            const AttentionProblem& p) {
+  const std::uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(p.describe() + " seed " + std::to_string(seed));
+  const BackwardRuns runs =
+      run_backward_on_device(context, plan, p, random_inputs(p, seed), random_output_gradient(p, seed + 2), 3);
+  ASSERT_EQ(runs.bits.size(), 3u);
+  for (int run = 1; run < 3; ++run)
+    for (int g = 0; g < 3; ++g)
+      EXPECT_TRUE(runs.bits[run][g] == runs.bits[0][g])
+          << "gradient " << g << " of run " << run << " differs from run 0";
 }
 
 }  // namespace attnsuite::testing_support

@@ -290,16 +290,9 @@ TEST(CudaFlash2Backward, DeterministicRepeatsBitwise) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (const AttentionProblem& p : {make_problem(2, 8, 2, 300, 300, 64, DType::BF16, Layout::BSHD, true),
                                     make_problem(1, 4, 1, 1000, 1000, 128, DType::F16, Layout::BHSD, false)}) {
-    const std::uint64_t seed = std::random_device{}();
-    SCOPED_TRACE(p.describe() + " seed " + std::to_string(seed));
     const std::unique_ptr<KernelPlan> plan = flash2_backend().plan(p, backward_options(true));
     auto context = cuda::make_cuda_context(0);
-    const BackwardRuns runs =
-        run_backward_on_device(context.get(), *plan, p, random_inputs(p, seed), random_output_gradient(p, seed + 2), 3);
-    ASSERT_EQ(runs.bits.size(), 3u);
-    for (int run = 1; run < 3; ++run)
-      for (int g = 0; g < 3; ++g)
-        EXPECT_TRUE(runs.bits[run][g] == runs.bits[0][g]) << "gradient " << g << " of run " << run << " differs";
+    expect_backward_repeats_bitwise(context.get(), *plan, p);
   }
 }
 
