@@ -1,6 +1,6 @@
 // flash3's backward (sm_90a; its design in docs/kernels/flash3-backward.md): dQ, dK, dV against
 // the fp64 reference backward with FlashAttention's rule (backward_test_support.hpp) on fresh random
-// inputs and dO, gradients poisoned first; both dQ reductions (atomic, and backward_dq=bulk). The
+// inputs and dO, gradients poisoned first; every backend-option variant (backward_dq, backward_ds_buffers). The
 // refusals run everywhere; the rest skips without an sm_90 GPU.
 #if ATTNSUITE_HAVE_CUDA
 
@@ -38,7 +38,7 @@ const Backend& flash3_backend() { return Registry::global().find("flash3"); }
 TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   const Backend& flash3 = flash3_backend();
   EXPECT_EQ(flash3.backward_status(), "");
-  EXPECT_EQ(flash3.option_keys(), std::vector<std::string>{"backward_dq"});
+  EXPECT_EQ(flash3.option_keys(), (std::vector<std::string>{"backward_dq", "backward_ds_buffers"}));
   const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
   const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
     try {
@@ -66,6 +66,23 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   }
   EXPECT_NO_THROW(flash3.check_options({{"backward_dq", "atomic"}}));
   EXPECT_NO_THROW(flash3.check_options({{"backward_dq", "bulk"}}));
+  try {
+    flash3.check_options({{"backward_ds_buffers", "3"}});
+    ADD_FAILURE() << "backward_ds_buffers=3 accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_EQ(std::string(error.what()), "flash3: backend option backward_ds_buffers='3' not allowed; allowed: 1, 2");
+  }
+  EXPECT_NO_THROW(flash3.check_options({{"backward_ds_buffers", "1"}, {"backward_dq", "bulk"}}));
+  EXPECT_NO_THROW(flash3.check_options({{"backward_ds_buffers", "2"}}));
+}
+
+// The backend options' variants besides the default (atomic dQ, one dSᵀ buffer).
+const std::vector<BackendOptions>& option_variants() {
+  static const std::vector<BackendOptions> variants = {{{"backward_dq", "bulk"}},
+                                                       {{"backward_ds_buffers", "2"}},
+                                                       {{"backward_dq", "bulk"}, {"backward_ds_buffers", "2"}}};
+  return variants;
 }
 
 // Lengths 1, 7, 33 (one partial 64-query tile, a partial 128-key tile), 200 and 1000 (several
@@ -92,34 +109,48 @@ TEST(CudaFlash3Backward, TrainingGradientCases) {
 }
 
 // Small cases for compute-sanitizer (tools/device/run.sh's default filter): a partial 128-key
-// tile and 64-query tile, causal with seq_q < seq_kv, GQA, both head dims.
+// tile and 64-query tile, causal with seq_q < seq_kv, GQA, both head dims; every variant.
 TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
   SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  for (const char* dq : {"atomic", "bulk"}) {
-    check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false, 64, dq);
-    check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64, dq);
+  std::vector<BackendOptions> variants = option_variants();
+  variants.insert(variants.begin(), BackendOptions{});
+  for (const BackendOptions& options : variants) {
+    check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false, 64,
+                       options);
+    check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64,
+                       options);
   }
 }
 
-// backward_dq=bulk (experimental: not yet run on a GPU): dQ summed by TMA bulk reduce-adds from
-// shared memory — lengths with partial tiles, causal and not, both head dims and dtypes, seq_q !=
-// seq_kv both ways, GQA/MQA, a window.
-TEST(CudaFlash3Backward, BulkDqMatchesTheReference) {
+// The option variants (backward_dq=bulk: dQ summed by TMA bulk reduce-adds from shared memory;
+// backward_ds_buffers=2, experimental: dSᵀ double-buffered, d64's dQ by alternating consumers) —
+// lengths with partial tiles (an odd and an even number of query tiles), causal and not, both head
+// dims and dtypes, seq_q != seq_kv both ways, GQA/MQA, a window.
+TEST(CudaFlash3Backward, OptionVariantsMatchTheReference) {
   SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  for (const int head_dim : {64, 128})
-    for (const int seq : {1, 33, 1000})
-      for (const bool causal : {false, true})
-        check_gpu_backward("flash3",
-                           make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
-                                        causal ? Layout::BSHD : Layout::BHSD, causal),
-                           false, 64, "bulk");
-  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 128, DType::BF16, Layout::BSHD, true), false, 64,
-                     "bulk");
-  check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, 64, DType::F16, Layout::BSHD, true), false, 64, "bulk");
-  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 64, DType::F16, Layout::BSHD, false), false, 64, "bulk");
-  check_gpu_backward("flash3", make_problem(1, 4, 1, 33, 1000, 128, DType::F16, Layout::BSHD, true), false, 64, "bulk");
-  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 250, 260, 128, DType::BF16, Layout::BSHD, false), 17, 9),
-                     false, 64, "bulk");
+  for (const BackendOptions& options : option_variants()) {
+    for (const int head_dim : {64, 128})
+      for (const int seq : {1, 33, 1000})
+        for (const bool causal : {false, true})
+          check_gpu_backward(
+              "flash3",
+              make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
+                           causal ? Layout::BSHD : Layout::BHSD, causal),
+              false, 64, options);
+    check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 128, DType::BF16, Layout::BSHD, true), false, 64,
+                       options);
+    check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, 64, DType::F16, Layout::BSHD, true), false, 64,
+                       options);
+    check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 64, DType::F16, Layout::BSHD, false), false, 64,
+                       options);
+    check_gpu_backward("flash3", make_problem(1, 4, 1, 33, 1000, 128, DType::F16, Layout::BSHD, true), false, 64,
+                       options);
+    check_gpu_backward("flash3",
+                       windowed(make_problem(1, 2, 2, 250, 260, 128, DType::BF16, Layout::BSHD, false), 17, 9), false,
+                       64, options);
+    check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true), 40, 0),
+                       false, 64, options);
+  }
 }
 
 // seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA

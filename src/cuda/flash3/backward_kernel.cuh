@@ -209,11 +209,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     barrier_wait(kv_full, 0);
     const std::uint32_t k_rows = smem_k + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
     const std::uint32_t v_rows = smem_v + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
-    // The consumer's dQ product (traits): its own 64 keys (d64), or all keys and its 64 columns
-    // (d128); the barrier between dSᵀ's stores and the product's reads spans who wrote them.
+    // The consumer's dQ product (traits): its own 64 keys (d64, one dSᵀ buffer), all keys on every
+    // other tile (d64, two buffers), or all keys and its 64 columns (d128); the barrier between
+    // dSᵀ's stores and the product's reads spans who wrote them.
     constexpr int kDqKeys = Traits::kDqOverOwnKeys ? Traits::kKeysPerConsumer : kTileN;
     const int dq_first_key = Traits::kDqOverOwnKeys ? consumer * Traits::kKeysPerConsumer : 0;
-    const int dq_column_slab = Traits::kDqOverOwnKeys ? 0 : consumer;
+    const int dq_column_slab = Traits::kDqOverOwnKeys || Traits::kDqAlternating ? 0 : consumer;
     const int ds_barrier = Traits::kDqOverOwnKeys ? 1 + consumer : 1;
     const int ds_barrier_threads = Traits::kDqOverOwnKeys ? 128 : 128 * Traits::kConsumers;
     const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
@@ -223,6 +224,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
       const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
       const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
+      // This tile's dSᵀ buffer, and whether this consumer computes its dQ (always, but under
+      // kDqAlternating on every other tile): with two buffers the ring's stage (it % 2) picks
+      // both (an index of its own cost d128 80 bytes of spills, ptxas sm_90a).
+      static_assert(Traits::kDsBuffers == 1 || Traits::kDsBuffers == kStages, "two dSᵀ buffers follow the ring");
+      const std::uint32_t ds_tile = Traits::kDsBuffers == 1 ? smem_ds : smem_ds + stage.stage * Traits::kDsBufferBytes;
+      const bool computes_dq = !Traits::kDqAlternating || stage.stage == consumer;
+      // This thread's dSᵀ row in the buffer, chunk 0 swizzled (row % 8 = quad_row), its column pair.
+      const std::uint32_t ds_row_base =
+          ds_tile + static_cast<std::uint32_t>(key_row * Traits::kSlabRowBytes + quad_row * 16 + quad_col * 4);
       q_full.wait(stage);
       const float* lse_log2 =
           reinterpret_cast<const float*>(smem_bytes + Traits::kStatsOffset + stage.stage * Traits::kStatsBytes);
@@ -319,9 +329,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int row = key_row + 8 * half, query = 8 * i + 2 * quad_col;
+          // Two buffers: the same address as base XOR the chunk (row % 8 is quad_row, the buffer
+          // 1024-aligned), one live register; the sum's eight loop-invariant addresses spilled 80
+          // bytes at d128 once the buffer varied (ptxas sm_90a).
           const std::uint32_t address =
-              smem_ds + static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes + row * Traits::kSlabRowBytes +
-                                                   ((((query % 64) / 8) ^ (row % 8)) * 16) + (query % 8) * 2);
+              Traits::kDsBuffers == 1
+                  ? ds_tile +
+                        static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes + row * Traits::kSlabRowBytes +
+                                                   ((((query % 64) / 8) ^ (row % 8)) * 16) + (query % 8) * 2)
+                  : (ds_row_base + static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes +
+                                                              8 * half * Traits::kSlabRowBytes)) ^
+                        static_cast<std::uint32_t>(((query % 64) / 8) * 16);
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(ds_fragments[i / 2][2 * (i % 2) + half])
                        : "memory");
         }
@@ -330,15 +348,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
       // dQ_tile = dS·K; then every product of the tile is done.
       float acc_dq[32];
-      wgmma_fence();
-      issue_query_gradient<Traits, kDqKeys>(
-          acc_dq, smem_ds + dq_first_key * Traits::kSlabRowBytes,
-          smem_k + dq_column_slab * Traits::kKVSlabBytes + dq_first_key * Traits::kSlabRowBytes);
-      wgmma_commit();
+      if (computes_dq) {
+        wgmma_fence();
+        issue_query_gradient<Traits, kDqKeys>(
+            acc_dq, ds_tile + dq_first_key * Traits::kSlabRowBytes,
+            smem_k + dq_column_slab * Traits::kKVSlabBytes + dq_first_key * Traits::kSlabRowBytes);
+        wgmma_commit();
+      }
       wgmma_wait<0>();
       fence_registers(acc_dv);
       fence_registers(acc_dk);
-      fence_registers(acc_dq);
+      if (computes_dq) fence_registers(acc_dq);
       // This thread's reads of the stage's Q, dO and row statistics are done. Every consumer
       // thread arrives (its release orders its own reads of the stats): with one arrival a warp,
       // compute-sanitizer's racecheck reported the next bulk copy of the stats against the other
@@ -346,7 +366,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       q_empty.arrive(stage);
 
       // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).
-      if constexpr (Traits::kBulkDq) {
+      if (!computes_dq) {
+      } else if constexpr (Traits::kBulkDq) {
         // The warp's 16 rows through its rows of the consumer's staging tile, one bulk reduce-add
         // a row (lanes 0..15). The warp alone writes and reads those rows: __syncwarp orders it.
         const std::uint32_t staging = smem_dq_stage + consumer * Traits::kDqStageBytes;
@@ -381,8 +402,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             atomicAdd(reinterpret_cast<float2*>(sums + 8 * half * kHeadDim + 8 * i),
                       make_float2(acc_dq[4 * i + 2 * half], acc_dq[4 * i + 2 * half + 1]));
       }
-      // The dQ products that read this consumer's dSᵀ rows are done before the next tile's stores.
-      named_barrier_sync(ds_barrier, ds_barrier_threads);
+      // The dQ products that read this consumer's dSᵀ rows are done before the next tile's stores
+      // (two buffers: the next tile writes the other one, and the one after it passes the next
+      // tile's barrier first, which every reader of this buffer reaches after its products).
+      if constexpr (Traits::kDsBuffers == 1) named_barrier_sync(ds_barrier, ds_barrier_threads);
       ++stage;
     }
     // The bulk reductions are done before the CTA (and its shared memory) ends.

@@ -29,12 +29,17 @@ namespace attnsuite::cuda::flash3 {
 // atomics, no barrier between the consumers). 128-query tiles at d64 (one dQ tile each) spilled
 // 176 bytes: Sᵀ and dPᵀ alone are then 128 registers.
 //
-// kBulkDq (backend option backward_dq=bulk; experimental: not yet run on a GPU): dQ's tile goes
-// through a shared-memory staging tile per consumer (64 rows of 64 fp32, rows padded to 288 bytes
-// so a warp's float2 stores take two wavefronts) and one TMA bulk reduce-add per row into the
-// fp32 sums, instead of 32 float2 reductions per thread — FlashAttention-3's choice.
+// kBulkDq (backend option backward_dq=bulk): dQ's tile goes through a shared-memory staging tile
+// per consumer (64 rows of 64 fp32, rows padded to 288 bytes so a warp's float2 stores take two
+// wavefronts) and one TMA bulk reduce-add per row into the fp32 sums, instead of 32 float2
+// reductions per thread — FlashAttention-3's choice.
+// kDsBuffers (backend option backward_ds_buffers=2; experimental: not yet run on a GPU): dSᵀ
+// double-buffered, so a query tile's stores wait only for the previous tile's barrier (the dQ
+// products of two tiles ago have read that buffer by then): one barrier of the consumers a tile
+// instead of two. At d64 the tile's dQ is then computed by one consumer over all 128 keys,
+// consumer it % 2 on iteration it (kDqAlternating): half the dQ reductions of kDqOverOwnKeys.
 // The register split is the forward's: 128·24 + 256·240 = 384·168 (__launch_bounds__(384, 1)).
-template <class Element_, int kHeadDim_, int kTileM_, bool kBulkDq_ = false>
+template <class Element_, int kHeadDim_, int kTileM_, bool kBulkDq_ = false, int kDsBuffers_ = 1>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -52,8 +57,11 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kQBytes = kSlabs * kQSlabBytes;  // one Q (or dO) tile
   static constexpr int kDsSlabs = kTileM / 64;
   static constexpr int kDsSlabBytes = kTileN * kSlabRowBytes;
-  // dQ over the consumer's own keys (d64) or over all keys, split by columns (d128).
-  static constexpr bool kDqOverOwnKeys = kHeadDim == 64;
+  static constexpr int kDsBuffers = kDsBuffers_;
+  // dQ over the consumer's own keys (d64, one dSᵀ buffer), over all keys by one consumer a tile
+  // in turn (d64, two buffers), or over all keys split by columns (d128).
+  static constexpr bool kDqOverOwnKeys = kHeadDim == 64 && kDsBuffers == 1;
+  static constexpr bool kDqAlternating = kHeadDim == 64 && kDsBuffers == 2;
 
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKOffset + kKVBytes;
@@ -61,7 +69,8 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kDOOffset = kQOffset + kStages * kQBytes;
   static constexpr int kDsOffset = kDOOffset + kStages * kQBytes;
   static constexpr int kStatsBytes = 2 * kTileM * 4;  // one stage: LSE·log2 e, then D
-  static constexpr int kStatsOffset = kDsOffset + kDsSlabs * kDsSlabBytes;
+  static constexpr int kDsBufferBytes = kDsSlabs * kDsSlabBytes;
+  static constexpr int kStatsOffset = kDsOffset + kDsBuffers * kDsBufferBytes;
   static constexpr bool kBulkDq = kBulkDq_;
   static constexpr int kDqRowBytes = 64 * 4 + 32;
   static constexpr int kDqStageBytes = kTileM * kDqRowBytes;  // one consumer's
@@ -75,6 +84,7 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static_assert(sizeof(Element) == 2, "flash3's backward computes on 16-bit inputs (fp16, bf16)");
   static_assert((kHeadDim == 64 || kHeadDim == 128) && kTileM == 64,
                 "dQ's 64-query tile is one 64 × 64 wgmma tile (d64) or two (d128) per consumer");
+  static_assert(kDsBuffers == 1 || kDsBuffers == 2, "dSᵀ has one buffer or two");
   static_assert(kBackwardRowPadding % kTileM == 0, "the workspace's padded rows hold whole query tiles");
   static_assert(kKVSlabBytes % 1024 == 0 && kQSlabBytes % 1024 == 0 && kDsSlabBytes % 1024 == 0,
                 "every slab starts on a 1024-byte swizzle period");
@@ -86,10 +96,10 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
 // 64-query tiles: Sᵀ and dPᵀ 32 + 32 registers, dK and dV 32 + 32 (d64) or 64 + 64 (d128), dQ 32;
 // shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 16 KiB dSᵀ, 1 KiB row statistics = 82 KiB at
 // d64, 146 KiB at d128.
-// kBulkDq: + 2 × 18 KiB dQ staging tiles.
-template <class Element, int kHeadDim, bool kBulkDq = false>
+// kBulkDq: + 2 × 18 KiB dQ staging tiles; kDsBuffers = 2: + 16 KiB.
+template <class Element, int kHeadDim, bool kBulkDq = false, int kDsBuffers = 1>
 struct BackwardConfig {
-  using Kernel = BackwardTraits<Element, kHeadDim, 64, kBulkDq>;
+  using Kernel = BackwardTraits<Element, kHeadDim, 64, kBulkDq, kDsBuffers>;
 };
 
 }  // namespace attnsuite::cuda::flash3

@@ -83,7 +83,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
              {DeviceType::Cuda, 0},
              "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
-             "atomic dQ (no deterministic mode), option backward_dq=bulk (experimental: not yet run on a GPU); "
+             "atomic dQ (no deterministic mode), options backward_dq=bulk, backward_ds_buffers=2 (experimental: not "
+             "yet "
+             "run on a GPU); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
             /*with_tile_configs=*/true) {}
@@ -95,9 +97,14 @@ class Flash3Backend final : public Flash3FamilyBackend {
   }
 
   // backward_dq: how the backward sums dQ — "atomic" (absent: atomic; float2 reductions) or "bulk"
-  // (TMA bulk reduce-adds from a shared-memory staging tile; experimental: not yet run on a GPU).
-  std::vector<std::string> option_keys() const override { return {std::string(kBackwardDq)}; }
-  void check_options(const std::map<std::string, std::string>& options) const override { (void)bulk_dq(options); }
+  // (TMA bulk reduce-adds from a shared-memory staging tile). backward_ds_buffers: dSᵀ in "1"
+  // (absent: 1) or "2" shared-memory buffers (experimental: not yet run on a GPU).
+  std::vector<std::string> option_keys() const override {
+    return {std::string(kBackwardDq), std::string(kBackwardDsBuffers)};
+  }
+  void check_options(const std::map<std::string, std::string>& options) const override {
+    (void)backward_variant(options);
+  }
 
   // Head dims 64 and 128 (dQ's tile splits into 64 × 64 wgmma tiles: backward_traits.cuh), then the forward's rules.
   Support supports_backward(const AttentionProblem& problem) const override {
@@ -113,7 +120,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     // The backward's own rules first: their refusals need no device.
-    const bool bulk = bulk_dq(options.options);
+    const flash3::BackwardVariant variant = backward_variant(options.options);
     if (options.backward) {
       if (options.deterministic) {
         throw Error(ErrorKind::Unsupported,
@@ -132,27 +139,41 @@ class Flash3Backend final : public Flash3FamilyBackend {
     if (!options.backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
-        [this, problem, bulk](const BackwardArgs& args, Stream stream, RunReport&) {
-          run_backward(problem, args, bulk, stream);
+        [this, problem, variant](const BackwardArgs& args, Stream stream, RunReport&) {
+          run_backward(problem, args, variant, stream);
         },
         backward_workspace_bytes(problem, /*deterministic=*/false));
   }
 
  private:
   static constexpr std::string_view kBackwardDq = "backward_dq";
+  static constexpr std::string_view kBackwardDsBuffers = "backward_ds_buffers";
 
-  // The backward_dq option: "atomic" (absent: atomic) or "bulk"; another value is refused.
-  static bool bulk_dq(const std::map<std::string, std::string>& options) {
-    const auto found = options.find(std::string(kBackwardDq));
-    if (found == options.end() || found->second == "atomic") return false;
-    if (found->second == "bulk") return true;
-    throw Error(ErrorKind::Usage, fmt::format("flash3: backend option {}='{}' not allowed; allowed: atomic, bulk",
-                                              kBackwardDq, found->second));
+  // The backward options: backward_dq "atomic" (absent: atomic) or "bulk", backward_ds_buffers "1"
+  // (absent: 1) or "2"; another value is refused.
+  static flash3::BackwardVariant backward_variant(const std::map<std::string, std::string>& options) {
+    flash3::BackwardVariant variant;
+    if (const auto found = options.find(std::string(kBackwardDq)); found != options.end()) {
+      if (found->second != "atomic" && found->second != "bulk") {
+        throw Error(ErrorKind::Usage, fmt::format("flash3: backend option {}='{}' not allowed; allowed: atomic, bulk",
+                                                  kBackwardDq, found->second));
+      }
+      variant.bulk_dq = found->second == "bulk";
+    }
+    if (const auto found = options.find(std::string(kBackwardDsBuffers)); found != options.end()) {
+      if (found->second != "1" && found->second != "2") {
+        throw Error(ErrorKind::Usage, fmt::format("flash3: backend option {}='{}' not allowed; allowed: 1, 2",
+                                                  kBackwardDsBuffers, found->second));
+      }
+      variant.ds_buffers = found->second == "2" ? 2 : 1;
+    }
+    return variant;
   }
 
   // Q, K, V and dO are read by TMA (16-byte aligned bases and strides); O, dQ, dK and dV are
   // written or read 4 bytes at a time by rows, held to the same rule.
-  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool bulk, Stream stream) const {
+  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, flash3::BackwardVariant variant,
+                    Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
     check_16_byte_views({{"q", &args.q},
                          {"k", &args.k},
@@ -164,7 +185,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
                          {"dV", &args.dv}},
                         "read by TMA");
     require_backward_workspace(name(), args, backward_workspace_bytes(problem, false));
-    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, bulk, stream);
+    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, variant, stream);
   }
 
   void run(const AttentionProblem& problem, const AttentionArgs& args, Flash3Schedule::Choice choice,
