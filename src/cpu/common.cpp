@@ -13,6 +13,13 @@ constexpr int kMinHeadDim = 32;
 constexpr int kMaxHeadDim = 256;
 }  // namespace
 
+ViewShapes view_shapes(const AttentionProblem& problem) {
+  const std::int64_t b = problem.batch, hq = problem.heads_q, hkv = problem.heads_kv;
+  const std::int64_t nq = problem.seq_q, nk = problem.seq_kv;
+  const std::int64_t d = problem.head_dim, dv = problem.dim_v();
+  return {{b, nq, hq, d}, {b, nk, hkv, d}, {b, nk, hkv, dv}, {b, nq, hq, dv}};
+}
+
 void check_view(std::string_view backend, const char* what, const TensorView& view,
                 const std::array<std::int64_t, 4>& shape, DType dtype, bool contiguous_last_dim) {
   ATTNSUITE_CHECK(!view.empty(), ErrorKind::Usage, fmt::format("{}: {} is missing", backend, what));
@@ -72,13 +79,11 @@ std::unique_ptr<KernelPlan> configless_plan(const Backend& backend, const Attent
 
 void check_args(std::string_view backend, const AttentionProblem& problem, const AttentionArgs& args,
                 bool contiguous_last_dim) {
-  const std::int64_t b = problem.batch, hq = problem.heads_q, hkv = problem.heads_kv;
-  const std::int64_t nq = problem.seq_q, nk = problem.seq_kv;
-  const std::int64_t d = problem.head_dim, dv = problem.dim_v();
-  check_view(backend, "q", args.q, {b, nq, hq, d}, problem.dtype, contiguous_last_dim);
-  check_view(backend, "k", args.k, {b, nk, hkv, d}, problem.dtype, contiguous_last_dim);
-  check_view(backend, "v", args.v, {b, nk, hkv, dv}, problem.dtype, contiguous_last_dim);
-  check_view(backend, "o", args.o, {b, nq, hq, dv}, problem.output_dtype(), contiguous_last_dim);
+  const ViewShapes shape = view_shapes(problem);
+  check_view(backend, "q", args.q, shape.q, problem.dtype, contiguous_last_dim);
+  check_view(backend, "k", args.k, shape.k, problem.dtype, contiguous_last_dim);
+  check_view(backend, "v", args.v, shape.v, problem.dtype, contiguous_last_dim);
+  check_view(backend, "o", args.o, shape.o, problem.output_dtype(), contiguous_last_dim);
   ATTNSUITE_CHECK(args.lse.empty() || args.lse.device.type == DeviceType::Cpu, ErrorKind::Unsupported,
                   fmt::format("{}: lse is not on the CPU", backend));
 }

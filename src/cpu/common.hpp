@@ -34,6 +34,13 @@ std::unique_ptr<KernelPlan> configless_plan(const Backend& backend, const Attent
                                             const PlanOptions& options, FunctionPlan::Forward forward,
                                             FunctionPlan::Backward backward);
 
+// The (batch, seq, heads, dim) shape each view of a problem must have; dQ, dK, dV are shaped
+// like Q, K, V and dO like O.
+struct ViewShapes {
+  std::array<std::int64_t, 4> q, k, v, o;
+};
+ViewShapes view_shapes(const AttentionProblem& problem);
+
 // Checks one view: present, on the CPU, of the given shape and dtype and, when
 // contiguous_last_dim, with stride 1 in its last dim. Throws Error naming `what`.
 void check_view(std::string_view backend, const char* what, const TensorView& view,

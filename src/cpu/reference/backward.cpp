@@ -23,13 +23,11 @@ namespace {
 // The reference reads only Q, K, V and dO.
 void check_inputs(const AttentionProblem& problem, const BackwardArgs& args) {
   problem.validate();
-  const std::int64_t b = problem.batch, hq = problem.heads_q, hkv = problem.heads_kv;
-  const std::int64_t nq = problem.seq_q, nk = problem.seq_kv;
-  const std::int64_t d = problem.head_dim, dv = problem.dim_v();
-  check_view("reference", "q", args.q, {b, nq, hq, d}, problem.dtype, false);
-  check_view("reference", "k", args.k, {b, nk, hkv, d}, problem.dtype, false);
-  check_view("reference", "v", args.v, {b, nk, hkv, dv}, problem.dtype, false);
-  check_view("reference", "d_o", args.d_o, {b, nq, hq, dv}, problem.dtype, false);
+  const ViewShapes shape = view_shapes(problem);
+  check_view("reference", "q", args.q, shape.q, problem.dtype, false);
+  check_view("reference", "k", args.k, shape.k, problem.dtype, false);
+  check_view("reference", "v", args.v, shape.v, problem.dtype, false);
+  check_view("reference", "d_o", args.d_o, shape.o, problem.dtype, false);
 }
 
 void load_row(const TensorView& view, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t count, double* out) {
@@ -215,12 +213,11 @@ GradientsF64 reference_backward_f64(const AttentionProblem& problem, const Backw
 
 void reference_backward(const AttentionProblem& problem, const BackwardArgs& args, int threads) {
   check_inputs(problem, args);
-  const std::int64_t batch = problem.batch, nq = problem.seq_q, nk = problem.seq_kv;
-  const std::int64_t hq = problem.heads_q, hkv = problem.heads_kv;
-  const std::int64_t d = problem.head_dim, dv = problem.dim_v();
-  check_view("reference", "dq", args.dq, {batch, nq, hq, d}, problem.dtype, false);
-  check_view("reference", "dk", args.dk, {batch, nk, hkv, d}, problem.dtype, false);
-  check_view("reference", "dv", args.dv, {batch, nk, hkv, dv}, problem.dtype, false);
+  const ViewShapes shape = view_shapes(problem);
+  check_view("reference", "dq", args.dq, shape.q, problem.dtype, false);
+  check_view("reference", "dk", args.dk, shape.k, problem.dtype, false);
+  check_view("reference", "dv", args.dv, shape.v, problem.dtype, false);
+  const std::int64_t nq = problem.seq_q, nk = problem.seq_kv, d = problem.head_dim, dv = problem.dim_v();
   auto sink = [](const TensorView& view, std::int64_t b, std::int64_t h) {
     return [&view, b, h](std::int64_t s, std::int64_t c, double value) {
       store_from_float(view.data, view.dtype, view.offset(b, s, h, c), static_cast<float>(value));
