@@ -266,6 +266,19 @@ CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
   };
   // The statistics, cuDNN's (B, H, Sq, 1) float: the memory of our dense (B, H, Sq) LSE.
   const std::vector<std::int64_t> stats_dim{b, hq, sq, 1}, stats_stride{hq * sq, sq, 1, 1};
+  // e4m3's descales, scales and amaxes: one float each.
+  const std::vector<std::int64_t> scalar_shape{1, 1, 1, 1};
+  // The float tensors (the statistics, e4m3's scalars) as inputs and as outputs.
+  auto float_input = [&](const char* name, Uid uid, const std::vector<std::int64_t>& dim,
+                         const std::vector<std::int64_t>& stride) {
+    fe::graph::Tensor_attributes attributes;
+    attributes.set_name(name).set_uid(uid).set_dim(dim).set_stride(stride).set_data_type(fe::DataType_t::FLOAT);
+    return graph->tensor(attributes);
+  };
+  auto float_output = [](const std::shared_ptr<fe::graph::Tensor_attributes>& output, Uid uid,
+                         const std::vector<std::int64_t>& dim, const std::vector<std::int64_t>& stride) {
+    output->set_output(true).set_uid(uid).set_dim(dim).set_stride(stride).set_data_type(fe::DataType_t::FLOAT);
+  };
   auto q = tensor("Q", kUidQ, hq, sq, d, key.q);
   auto k = tensor("K", kUidK, hkv, skv, d, key.k);
   auto v = tensor("V", kUidV, hkv, skv, dv, key.v);
@@ -273,12 +286,7 @@ CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
   if (key.backward) {
     auto o = tensor("O", kUidO, hq, sq, dv, key.o);
     auto d_o = tensor("dO", kUidDO, hq, sq, dv, key.d_o);
-    auto stats = graph->tensor(fe::graph::Tensor_attributes()
-                                   .set_name("Stats")
-                                   .set_uid(kUidStats)
-                                   .set_dim(stats_dim)
-                                   .set_stride(stats_stride)
-                                   .set_data_type(fe::DataType_t::FLOAT));
+    auto stats = float_input("Stats", kUidStats, stats_dim, stats_stride);
     auto options = fe::graph::SDPA_backward_attributes()
                        .set_name("attnsuite_sdpa_backward")
                        .set_attn_scale(key.scale)
@@ -289,14 +297,7 @@ CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
     dk->set_output(true).set_uid(kUidDK).set_dim({b, hkv, skv, d}).set_stride(cudnn_strides(key.dk));
     dv_out->set_output(true).set_uid(kUidDV).set_dim({b, hkv, skv, dv}).set_stride(cudnn_strides(key.dv));
   } else if (e4m3) {
-    auto scalar = [&](const char* name, Uid uid) {
-      return graph->tensor(fe::graph::Tensor_attributes()
-                               .set_name(name)
-                               .set_uid(uid)
-                               .set_dim({1, 1, 1, 1})
-                               .set_stride({1, 1, 1, 1})
-                               .set_data_type(fe::DataType_t::FLOAT));
-    };
+    auto scalar = [&](const char* name, Uid uid) { return float_input(name, uid, scalar_shape, scalar_shape); };
     auto options = fe::graph::SDPA_fp8_attributes()
                        .set_name("attnsuite_sdpa_fp8")
                        .set_generate_stats(key.stats)
@@ -312,31 +313,15 @@ CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
         .set_stride(cudnn_strides(key.o))
         .set_data_type(fe::DataType_t::FP8_E4M3);
     for (auto& [amax, uid] : {std::pair{amax_s, kUidAmaxS}, std::pair{amax_o, kUidAmaxO}})
-      amax->set_output(true)
-          .set_uid(uid)
-          .set_dim({1, 1, 1, 1})
-          .set_stride({1, 1, 1, 1})
-          .set_data_type(fe::DataType_t::FLOAT);
-    if (key.stats) {
-      stats->set_output(true)
-          .set_uid(kUidStats)
-          .set_data_type(fe::DataType_t::FLOAT)
-          .set_dim(stats_dim)
-          .set_stride(stats_stride);
-    }
+      float_output(amax, uid, scalar_shape, scalar_shape);
+    if (key.stats) float_output(stats, kUidStats, stats_dim, stats_stride);
   } else {
     auto options =
         fe::graph::SDPA_attributes().set_name("attnsuite_sdpa").set_generate_stats(key.stats).set_attn_scale(key.scale);
     set_causal(options, key);
     auto [o, stats] = graph->sdpa(q, k, v, options);
     o->set_output(true).set_uid(kUidO).set_dim({b, hq, sq, dv}).set_stride(cudnn_strides(key.o));
-    if (key.stats) {
-      stats->set_output(true)
-          .set_uid(kUidStats)
-          .set_data_type(fe::DataType_t::FLOAT)
-          .set_dim(stats_dim)
-          .set_stride(stats_stride);
-    }
+    if (key.stats) float_output(stats, kUidStats, stats_dim, stats_stride);
   }
 
   const char* what = key.backward ? "backward graph" : "graph";
