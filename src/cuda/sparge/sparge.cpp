@@ -18,6 +18,7 @@
 #include "attnsuite/error.hpp"
 #include "attnsuite/kernel_configs.hpp"
 #include "cuda/common/backend_support.hpp"
+#include "cuda/common/attention_params.hpp"
 #include "cuda/common/check.hpp"
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/cuda_backends.hpp"
@@ -26,7 +27,6 @@
 #include "cuda/sparge/launch.hpp"
 #include "sparse/options.hpp"
 #if ATTNSUITE_HAVE_FLASH3
-#include "cuda/common/attention_params.hpp"
 #include "cuda/flash3/flash3.hpp"
 #include "cuda/flash3/launch.hpp"
 #endif
