@@ -17,11 +17,12 @@
 //      dV += Pᵀ·dO                           wgmma RS: Pᵀ from the accumulator as A, dO read
 //                                            transposed (the forward's P·V)
 //      dSᵀ = Pᵀ∘(dPᵀ − D), dK += dSᵀ·Q       once dPᵀ is done (dV still running); RS as dV
-//      dSᵀ → shared memory, then a named barrier
-//      dQ_tile = dS·K                        wgmma SS with both operands transposed, a 64 × 64
-//                                            tile per consumer (its keys at d64, its columns at
-//                                            d128: backward_traits.cuh), added into the fp32 dQ
-//                                            sums (one float2 reduction per column pair)
+//      dSᵀ → shared memory (one of two buffers), then a barrier of both consumers
+//      dQ_tile = dS·K                        wgmma SS with both operands transposed over all
+//                                            keys, a 64 × 64 tile (at d64 by one consumer, in
+//                                            turn; at d128 each its 64 columns:
+//                                            backward_traits.cuh), added into the fp32 dQ sums
+//                                            (one float2 reduction per column pair)
 //    and after the last tile dK·scale and dV straight to global memory.
 // The preprocess (D, LSE·log2 e, the dQ sums zeroed) runs before, the dQ conversion after
 // (common/backward_row_kernels.cuh).
@@ -137,7 +138,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t smem_k = smem + Traits::kKOffset, smem_v = smem + Traits::kVOffset;
   const std::uint32_t smem_q = smem + Traits::kQOffset, smem_do = smem + Traits::kDOOffset;
   const std::uint32_t smem_ds = smem + Traits::kDsOffset, smem_stats = smem + Traits::kStatsOffset;
-  [[maybe_unused]] const std::uint32_t smem_dq_stage = smem + Traits::kDqStageOffset;
   // The same shared memory through a generic pointer, for the consumers' plain loads of the stats.
   const unsigned char* smem_bytes = shared_bytes + (smem - shared_address(shared_bytes));
   const std::uint32_t kv_full = smem + Traits::kBarrierOffset;
@@ -209,14 +209,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     barrier_wait(kv_full, 0);
     const std::uint32_t k_rows = smem_k + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
     const std::uint32_t v_rows = smem_v + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
-    // The consumer's dQ product (traits): its own 64 keys (d64, one dSᵀ buffer), all keys on every
-    // other tile (d64, two buffers), or all keys and its 64 columns (d128); the barrier between
-    // dSᵀ's stores and the product's reads spans who wrote them.
-    constexpr int kDqKeys = Traits::kDqOverOwnKeys ? Traits::kKeysPerConsumer : kTileN;
-    const int dq_first_key = Traits::kDqOverOwnKeys ? consumer * Traits::kKeysPerConsumer : 0;
-    const int dq_column_slab = Traits::kDqOverOwnKeys || Traits::kDqAlternating ? 0 : consumer;
-    const int ds_barrier = Traits::kDqOverOwnKeys ? 1 + consumer : 1;
-    const int ds_barrier_threads = Traits::kDqOverOwnKeys ? 128 : 128 * Traits::kConsumers;
+    // The consumer's dQ product (traits) reads every key's dSᵀ: all keys on every other tile (d64),
+    // or all keys and its 64 columns (d128).
+    const int dq_column_slab = Traits::kDqAlternating ? 0 : consumer;
     const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
 
     PipelineState<kStages> stage;
@@ -224,11 +219,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
       const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
       const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
-      // This tile's dSᵀ buffer, and whether this consumer computes its dQ (always, but under
-      // kDqAlternating on every other tile): with two buffers the ring's stage (it % 2) picks
-      // both (an index of its own cost d128 80 bytes of spills, ptxas sm_90a).
-      static_assert(Traits::kDsBuffers == 1 || Traits::kDsBuffers == kStages, "two dSᵀ buffers follow the ring");
-      const std::uint32_t ds_tile = Traits::kDsBuffers == 1 ? smem_ds : smem_ds + stage.stage * Traits::kDsBufferBytes;
+      // This tile's dSᵀ buffer, and whether this consumer computes its dQ (always, but at d64 on
+      // every other tile): the ring's stage (it % 2) picks both (an index of its own cost d128 80
+      // bytes of spills, ptxas sm_90a).
+      const std::uint32_t ds_tile = smem_ds + stage.stage * Traits::kDsBufferBytes;
       const bool computes_dq = !Traits::kDqAlternating || stage.stage == consumer;
       // This thread's dSᵀ row in the buffer, chunk 0 swizzled (row % 8 = quad_row), its column pair.
       const std::uint32_t ds_row_base =
@@ -328,31 +322,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int i = 0; i < kTileM / 8; ++i)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int row = key_row + 8 * half, query = 8 * i + 2 * quad_col;
-          // Two buffers: the same address as base XOR the chunk (row % 8 is quad_row, the buffer
+          // Row key_row + 8·half: the address as base XOR chunk (the row % 8 is quad_row, the buffer
           // 1024-aligned), one live register; the sum's eight loop-invariant addresses spilled 80
           // bytes at d128 once the buffer varied (ptxas sm_90a).
-          const std::uint32_t address =
-              Traits::kDsBuffers == 1
-                  ? ds_tile +
-                        static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes + row * Traits::kSlabRowBytes +
-                                                   ((((query % 64) / 8) ^ (row % 8)) * 16) + (query % 8) * 2)
-                  : (ds_row_base + static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes +
-                                                              8 * half * Traits::kSlabRowBytes)) ^
-                        static_cast<std::uint32_t>(((query % 64) / 8) * 16);
+          const int query = 8 * i + 2 * quad_col;
+          const std::uint32_t address = (ds_row_base + static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes +
+                                                                                  8 * half * Traits::kSlabRowBytes)) ^
+                                        static_cast<std::uint32_t>(((query % 64) / 8) * 16);
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(ds_fragments[i / 2][2 * (i % 2) + half])
                        : "memory");
         }
       fence_proxy_async_shared();  // the generic-proxy stores, visible to wgmma's reads
-      named_barrier_sync(ds_barrier, ds_barrier_threads);
+      named_barrier_sync(1, Traits::kConsumerThreads);
 
       // dQ_tile = dS·K; then every product of the tile is done.
       float acc_dq[32];
       if (computes_dq) {
         wgmma_fence();
-        issue_query_gradient<Traits, kDqKeys>(
-            acc_dq, ds_tile + dq_first_key * Traits::kSlabRowBytes,
-            smem_k + dq_column_slab * Traits::kKVSlabBytes + dq_first_key * Traits::kSlabRowBytes);
+        issue_query_gradient<Traits, kTileN>(acc_dq, ds_tile, smem_k + dq_column_slab * Traits::kKVSlabBytes);
         wgmma_commit();
       }
       wgmma_wait<0>();
@@ -366,33 +353,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       q_empty.arrive(stage);
 
       // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).
-      if (!computes_dq) {
-      } else if constexpr (Traits::kBulkDq) {
-        // The warp's 16 rows through its rows of the consumer's staging tile, one bulk reduce-add
-        // a row (lanes 0..15). The warp alone writes and reads those rows: __syncwarp orders it.
-        const std::uint32_t staging = smem_dq_stage + consumer * Traits::kDqStageBytes;
-        if (lane < 16) bulk_wait_group_read<0>();  // the previous tile's reductions have read them
-        __syncwarp();
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const std::uint32_t address =
-                staging + (16 * warp + quad_row + 8 * half) * Traits::kDqRowBytes + (8 * i + 2 * quad_col) * 4;
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(acc_dq[4 * i + 2 * half]),
-                         "f"(acc_dq[4 * i + 2 * half + 1])
-                         : "memory");
-          }
-        fence_proxy_async_shared();  // the generic-proxy stores, visible to the bulk reads
-        __syncwarp();
-        if (lane < 16) {
-          const int row = 16 * warp + lane;
-          bulk_reduce_add_f32(
-              params.dq_accum + (rows_of_head + row) * static_cast<std::int64_t>(kHeadDim) + dq_column_slab * 64,
-              staging + row * Traits::kDqRowBytes, 64 * 4);
-          bulk_commit_group();
-        }
-      } else {
+      if (computes_dq) {
         float* sums = params.dq_accum + (rows_of_head + 16 * warp + quad_row) * static_cast<std::int64_t>(kHeadDim) +
                       dq_column_slab * 64 + 2 * quad_col;
 #pragma unroll
@@ -402,15 +363,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             atomicAdd(reinterpret_cast<float2*>(sums + 8 * half * kHeadDim + 8 * i),
                       make_float2(acc_dq[4 * i + 2 * half], acc_dq[4 * i + 2 * half + 1]));
       }
-      // The dQ products that read this consumer's dSᵀ rows are done before the next tile's stores
-      // (two buffers: the next tile writes the other one, and the one after it passes the next
-      // tile's barrier first, which every reader of this buffer reaches after its products).
-      if constexpr (Traits::kDsBuffers == 1) named_barrier_sync(ds_barrier, ds_barrier_threads);
+      // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
+      // into this one only past the next tile's barrier, which every reader of this buffer
+      // reaches after its dQ products are done.
       ++stage;
     }
-    // The bulk reductions are done before the CTA (and its shared memory) ends.
-    if constexpr (Traits::kBulkDq)
-      if (lane < 16) bulk_wait_group<0>();
   }
 
   // dK (times the scale) and dV of this thread's two keys; 0 for keys that no row sees.

@@ -83,9 +83,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
              {DeviceType::Cuda, 0},
              "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
-             "atomic dQ (no deterministic mode), options backward_dq=bulk, backward_ds_buffers=2 (experimental: not "
-             "yet "
-             "run on a GPU); "
+             "atomic dQ (no deterministic mode); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
             /*with_tile_configs=*/true) {}
@@ -94,16 +92,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
     const Support support = supports_problem_common(name(), problem);
     if (!support) return support;
     return supports_kernel(problem, flash3::kSupportedHeadDims);
-  }
-
-  // backward_dq: how the backward sums dQ — "atomic" (absent: atomic; float2 reductions) or "bulk"
-  // (TMA bulk reduce-adds from a shared-memory staging tile). backward_ds_buffers: dSᵀ in "1"
-  // (absent: 1) or "2" shared-memory buffers (experimental: not yet run on a GPU).
-  std::vector<std::string> option_keys() const override {
-    return {std::string(kBackwardDq), std::string(kBackwardDsBuffers)};
-  }
-  void check_options(const std::map<std::string, std::string>& options) const override {
-    (void)backward_variant(options);
   }
 
   // Head dims 64 and 128 (dQ's tile splits into 64 × 64 wgmma tiles: backward_traits.cuh), then the forward's rules.
@@ -120,7 +108,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     // The backward's own rules first: their refusals need no device.
-    const flash3::BackwardVariant variant = backward_variant(options.options);
     if (options.backward) {
       if (options.deterministic) {
         throw Error(ErrorKind::Unsupported,
@@ -139,41 +126,14 @@ class Flash3Backend final : public Flash3FamilyBackend {
     if (!options.backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
-        [this, problem, variant](const BackwardArgs& args, Stream stream, RunReport&) {
-          run_backward(problem, args, variant, stream);
-        },
+        [this, problem](const BackwardArgs& args, Stream stream, RunReport&) { run_backward(problem, args, stream); },
         backward_workspace_bytes(problem, /*deterministic=*/false));
   }
 
  private:
-  static constexpr std::string_view kBackwardDq = "backward_dq";
-  static constexpr std::string_view kBackwardDsBuffers = "backward_ds_buffers";
-
-  // The backward options: backward_dq "atomic" (absent: atomic) or "bulk", backward_ds_buffers "1"
-  // (absent: 1) or "2"; another value is refused.
-  static flash3::BackwardVariant backward_variant(const std::map<std::string, std::string>& options) {
-    flash3::BackwardVariant variant;
-    if (const auto found = options.find(std::string(kBackwardDq)); found != options.end()) {
-      if (found->second != "atomic" && found->second != "bulk") {
-        throw Error(ErrorKind::Usage, fmt::format("flash3: backend option {}='{}' not allowed; allowed: atomic, bulk",
-                                                  kBackwardDq, found->second));
-      }
-      variant.bulk_dq = found->second == "bulk";
-    }
-    if (const auto found = options.find(std::string(kBackwardDsBuffers)); found != options.end()) {
-      if (found->second != "1" && found->second != "2") {
-        throw Error(ErrorKind::Usage, fmt::format("flash3: backend option {}='{}' not allowed; allowed: 1, 2",
-                                                  kBackwardDsBuffers, found->second));
-      }
-      variant.ds_buffers = found->second == "2" ? 2 : 1;
-    }
-    return variant;
-  }
-
   // Q, K, V and dO are read by TMA (16-byte aligned bases and strides); O, dQ, dK and dV are
   // written or read 4 bytes at a time by rows, held to the same rule.
-  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, flash3::BackwardVariant variant,
-                    Stream stream) const {
+  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
     check_16_byte_views({{"q", &args.q},
                          {"k", &args.k},
@@ -185,7 +145,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
                          {"dV", &args.dv}},
                         "read by TMA");
     require_backward_workspace(name(), args, backward_workspace_bytes(problem, false));
-    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, variant, stream);
+    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, stream);
   }
 
   void run(const AttentionProblem& problem, const AttentionArgs& args, Flash3Schedule::Choice choice,

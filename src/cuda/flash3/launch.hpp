@@ -44,17 +44,9 @@ void launch_forward_tile_config(std::size_t index, const Params& params, DType d
 // Head dims with a compiled backward (BackwardConfig: dQ's tile splits into two 64 × 64 tiles).
 inline constexpr int kBackwardHeadDims[] = {64, 128};
 
-// The backward's variant (backend options; backward_traits.cuh): bulk_dq, the dQ sums by TMA bulk
-// reduce-adds from shared memory (backward_dq=bulk), else by float2 reductions; ds_buffers, dSᵀ
-// in one shared-memory buffer or two (backward_ds_buffers=2; experimental: not yet run on a GPU).
-struct BackwardVariant {
-  bool bulk_dq = false;
-  int ds_buffers = 1;
-};
-
 // The backward for params on `stream`: dq, dk, dv from q, k, v, o, d_o and the forward's lse, with
 // the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there). Throws
 // Error(Unsupported) for a (dtype, head dim) without a kernel.
-void launch_backward(const BackwardParams& params, DType dtype, BackwardVariant variant, void* stream);
+void launch_backward(const BackwardParams& params, DType dtype, void* stream);
 
 }  // namespace attnsuite::cuda::flash3

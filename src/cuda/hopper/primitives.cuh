@@ -130,27 +130,6 @@ __device__ __forceinline__ void bulk_load(std::uint32_t destination, const void*
       : "memory");
 }
 
-// `bytes` (a multiple of 16; both addresses 16-byte aligned) of fp32 from shared memory at `source`
-// added element by element into global memory at `destination` (a bulk reduction, done by the
-// TMA unit); committed and waited for per thread as a bulk group (bulk_commit_group, below).
-__device__ __forceinline__ void bulk_reduce_add_f32(void* destination, std::uint32_t source, std::uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                   reinterpret_cast<std::uint64_t>(destination)),
-               "r"(source), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// This thread's bulk groups but the newest kPending have read their shared-memory sources.
-template <int kPending>
-__device__ __forceinline__ void bulk_wait_group_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
-}
-// This thread's bulk groups but the newest kPending are complete (their writes done).
-template <int kPending>
-__device__ __forceinline__ void bulk_wait_group() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 // ---- Register reallocation ----------------------------------------------------------------------
 
 // Executed by all warps of a warpgroup; needs a kernel compiled with a register maximum

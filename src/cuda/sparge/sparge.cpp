@@ -17,8 +17,8 @@
 
 #include "attnsuite/error.hpp"
 #include "attnsuite/kernel_configs.hpp"
-#include "cuda/common/backend_support.hpp"
 #include "cuda/common/attention_params.hpp"
+#include "cuda/common/backend_support.hpp"
 #include "cuda/common/check.hpp"
 #include "cuda/common/device_buffer.hpp"
 #include "cuda/cuda_backends.hpp"
