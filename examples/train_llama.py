@@ -2,8 +2,10 @@
 
 Builds a Llama from a config (random weights: nothing is downloaded) and trains it for --steps
 steps (forward, backward, AdamW step) on a few fixed batches of random tokens, once with
-PyTorch's scaled_dot_product_attention and once per attnsuite backend through
-attnsuite.torch.patched(backend): the same seed, the same initial weights, the same batches.
+PyTorch's scaled_dot_product_attention, once with PyTorch SDPA held to one other of its backends
+(math on the CPU, memory-efficient on CUDA: the calibrating curve), and once per attnsuite
+backend through attnsuite.torch.patched(backend): the same seed, the same initial weights, the
+same batches.
 Prints, per run: tokens/s of the whole step, peak memory, the final loss and the largest
 difference of its loss curve from PyTorch SDPA's, and how many attention forwards and
 backwards attnsuite ran; writes all of it, loss curves included, as JSON.
@@ -14,13 +16,16 @@ backwards attnsuite ran; writes all of it, loss curves included, as JSON.
 --config llama-3.2-1b is Llama-3.2-1B's shape (16 layers, hidden 2048, 32 query heads, 8 kv
 heads, head dim 64, vocabulary 128256, tied embeddings). The default backends are those of
 this build on the device that have a backward for the model's attention; a backend named in
---backends without one is listed as skipped, with the reason. Exits 1 when a loss curve
-differs from PyTorch SDPA's by more than the dtype's tolerance or attnsuite ran no backward.
+--backends without one is listed as skipped, with the reason. Exits 1 when an attnsuite loss
+curve differs from PyTorch SDPA's by more than the tolerance — the dtype's, or twice the
+calibrating curve's difference in the same run if that is larger (rounding alone, compounded by
+the optimizer) — or attnsuite ran no backward.
 
 Needs torch, transformers and the attnsuite package (pip install . or PYTHONPATH=build/python).
 """
 
 import argparse
+import contextlib
 import json
 import platform
 import sys
@@ -39,6 +44,16 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # steps, `reference`): 7.6e-6 in fp32, 5.5e-3 in bf16; a backward that zeroes one query row's
 # dq in every layer moved the fp32 curve by 1.8e-4 in 6 steps, one that scales dq by 1.01 by 7.8e-5.
 TOLERANCE = {"fp32": 5e-5, "fp16": 5e-2, "bf16": 1e-1}
+# PyTorch SDPA restricted to one of its backends: a second correct implementation whose curve
+# measures, in the same run, how far rounding alone moves the loss. An attnsuite curve passes
+# when it is within TOLERANCE or within CALIBRATION_FACTOR times the farthest of these. Measured
+# need (H100, llama-3.2-1b bf16, 12 steps at lr 3e-4, 2026-12-06): the curves of PyTorch SDPA and
+# flash3 agreed within 1e-2 for 11 steps, then both jumped by 2 on a loss spike and differed by
+# 0.171 — above the fixed bf16 tolerance, with no calibrating curve to say whether rounding alone
+# does as much.
+SDPA_BACKENDS = {"sdpa-math": "MATH", "sdpa-efficient": "EFFICIENT_ATTENTION", "sdpa-flash": "FLASH_ATTENTION",
+                 "sdpa-cudnn": "CUDNN_ATTENTION"}
+CALIBRATION_FACTOR = 2.0
 
 CONFIGS = {
     # Small enough for CI on 2 CPU cores; head dim 32 (attnsuite's CPU kernels take 32..256).
@@ -68,8 +83,10 @@ def parse_args(argv=None):
                         "model learns them)")
     parser.add_argument("--lr", type=float, help="AdamW's learning rate (default: 1e-3 tiny, 3e-4 llama-3.2-1b)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--backends", help="comma-separated: 'sdpa' (PyTorch) and attnsuite backend names "
-                        "(default: sdpa and every backend here with a backward for the model's attention)")
+    parser.add_argument("--backends", help="comma-separated: 'sdpa' (PyTorch), 'sdpa-math', 'sdpa-efficient', "
+                        "'sdpa-flash', 'sdpa-cudnn' (PyTorch SDPA with that backend alone: a calibrating curve) "
+                        "and attnsuite backend names (default: sdpa, sdpa-math on cpu or sdpa-efficient on cuda, "
+                        "and every backend here with a backward for the model's attention)")
     parser.add_argument("--threads", type=int, help="PyTorch's CPU threads (torch.set_num_threads; default: its own)")
     parser.add_argument("--out", help="write the results here as JSON")
     args = parser.parse_args(argv)
@@ -104,11 +121,11 @@ def choose_backends(args, config):
     if args.backends:
         names = [name.strip() for name in args.backends.split(",") if name.strip()]
     else:
-        names = ["sdpa"] + [entry["name"] for entry in attnsuite.backends()
-                            if entry["device"] == device and not entry["peer_of"]]
+        names = ["sdpa", "sdpa-math" if device == "cpu" else "sdpa-efficient"] + [
+            entry["name"] for entry in attnsuite.backends() if entry["device"] == device and not entry["peer_of"]]
     runs, skipped = [], []
     for name in names:
-        if name == "sdpa":
+        if name == "sdpa" or name in SDPA_BACKENDS:
             runs.append(name)
             continue
         try:
@@ -194,19 +211,25 @@ def train(args, config, backend, batches):
     reset_peak_memory(args.device)
     with CallCounter() as calls, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if backend != "sdpa":
-            drop_in.patch(backend)
+        if backend in SDPA_BACKENDS:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            restricted = sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[backend]))
+        else:
+            restricted = contextlib.nullcontext()
+            if backend != "sdpa":
+                drop_in.patch(backend)
         try:
-            for step in range(args.steps):
-                tokens = batches[step % len(batches)]
-                start = time.perf_counter()
-                loss = model(input_ids=tokens, labels=tokens).loss
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                synchronize(args.device)
-                seconds.append(time.perf_counter() - start)
-                losses.append(loss.item())
+            with restricted:
+                for step in range(args.steps):
+                    tokens = batches[step % len(batches)]
+                    start = time.perf_counter()
+                    loss = model(input_ids=tokens, labels=tokens).loss
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    synchronize(args.device)
+                    seconds.append(time.perf_counter() - start)
+                    losses.append(loss.item())
         finally:
             drop_in.unpatch()
             drop_in.set_backend("auto")
@@ -214,7 +237,8 @@ def train(args, config, backend, batches):
     timed = seconds[args.warmup:]
     tokens_per_step = args.batch * args.seq
     return {"backend": backend,
-            "display_name": "PyTorch SDPA" if backend == "sdpa" else backend,
+            "display_name": ("PyTorch SDPA" if backend == "sdpa" else
+                             f"PyTorch SDPA, {SDPA_BACKENDS[backend]} alone" if backend in SDPA_BACKENDS else backend),
             "tokens_per_s": tokens_per_step * len(timed) / sum(timed),
             "ms_per_step_median": sorted(timed)[len(timed) // 2] * 1e3,
             "peak_memory_mib": peak, "peak_memory_measured": measured,
@@ -237,7 +261,7 @@ def table(results):
     lines = [header, "-" * len(header)]
     for row in results:
         peak = "-" if row["peak_memory_mib"] is None else f"{row['peak_memory_mib']:.0f}"
-        calls = ("-" if row["backend"] == "sdpa"
+        calls = ("-" if row["backend"] == "sdpa" or row["backend"] in SDPA_BACKENDS
                  else f"{row['attnsuite_forward_calls']}/{row['attnsuite_backward_calls']}")
         lines.append(f"{row['backend']:<14} {row['tokens_per_s']:>11.4g} {row['ms_per_step_median']:>9.2f} {peak:>10} "
                      f"{row['final_loss']:>11.5f} {row['max_loss_difference']:>12.3g} {calls:>18}")
@@ -275,14 +299,21 @@ def run(args):
         document["results"].append(train(args, config, backend, batches))
         save(args.out, document)
     baseline = document["results"][0]["losses"]
-    problems = []
     for row in document["results"]:
         row["max_loss_difference"] = max(abs(a - b) for a, b in zip(row["losses"], baseline))
-        if row["backend"] == "sdpa":
+    # How far a second correct implementation's curve moved in this run (0 without one).
+    spread = max((row["max_loss_difference"] for row in document["results"] if row["backend"] in SDPA_BACKENDS),
+                 default=0.0)
+    bound = max(TOLERANCE[args.dtype], CALIBRATION_FACTOR * spread)
+    document["calibration_spread"], document["tolerance"] = spread, bound
+    problems = []
+    for row in document["results"]:
+        if row["backend"] == "sdpa" or row["backend"] in SDPA_BACKENDS:
             continue
-        if row["max_loss_difference"] > TOLERANCE[args.dtype]:
+        if row["max_loss_difference"] > bound:
             problems.append(f"{row['backend']}: loss curve differs from PyTorch SDPA's by "
-                            f"{row['max_loss_difference']:.3g} (tolerance {TOLERANCE[args.dtype]})")
+                            f"{row['max_loss_difference']:.3g} (tolerance {bound:.3g}: {TOLERANCE[args.dtype]} or "
+                            f"{CALIBRATION_FACTOR:g} x the {spread:.3g} of PyTorch SDPA's other backends)")
         if row["attnsuite_backward_calls"] == 0:
             problems.append(f"{row['backend']}: attnsuite ran no backward (fell back: "
                             f"{'; '.join(row['fallback_warnings']) or 'no warning'})")
@@ -293,6 +324,8 @@ def run(args):
           f"({args.warmup} warm-up), {document['device']}; peak memory: "
           f"{document['results'][0]['peak_memory_measured']}")
     print(table(document["results"]))
+    print(f"loss tolerance {bound:.3g}: {TOLERANCE[args.dtype]} ({args.dtype}) or {CALIBRATION_FACTOR:g} x the "
+          f"{spread:.3g} by which PyTorch SDPA's other backends' curves moved")
     for entry in skipped:
         print(f"skipped {entry['backend']}: {entry['reason']}")
     for problem in problems:
