@@ -58,3 +58,13 @@ def test_a_wrong_backward_fails_the_example(example, monkeypatch, capsys):
     monkeypatch.setattr(attnsuite._core, "backward", wrong_backward)
     assert example.main(ARGS + ["--backends", "sdpa-math,reference"]) == 1  # the calibrating curve hides nothing
     assert "FAILED reference: loss curve differs from PyTorch SDPA's" in capsys.readouterr().out
+
+
+def test_a_calibrating_backend_pytorch_cannot_run_is_skipped(example, tmp_path):
+    # cuDNN's SDPA has no CPU kernel: PyTorch raises "No available kernel"; the run goes on.
+    out = tmp_path / "train.json"
+    assert example.main(ARGS + ["--backends", "sdpa-cudnn,reference", "--out", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert [row["backend"] for row in document["results"]] == ["sdpa", "reference"]
+    assert [entry["backend"] for entry in document["skipped"]] == ["sdpa-cudnn"]
+    assert document["tolerance"] == example.TOLERANCE["fp32"]
