@@ -73,6 +73,8 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static_assert(sizeof(Element) == 2, "flash3's backward computes on 16-bit inputs (fp16, bf16)");
   static_assert((kHeadDim == 64 || kHeadDim == 128) && kTileM == 64,
                 "dQ's 64-query tile is one 64 × 64 wgmma tile (d64) or two (d128)");
+  static_assert(!kDqAlternating || kStages == kConsumers,
+                "at d64 the ring's stage names the consumer that computes the tile's dQ");
   static_assert(kBackwardRowPadding % kTileM == 0, "the workspace's padded rows hold whole query tiles");
   static_assert(kKVSlabBytes % 1024 == 0 && kQSlabBytes % 1024 == 0 && kDsSlabBytes % 1024 == 0,
                 "every slab starts on a 1024-byte swizzle period");
