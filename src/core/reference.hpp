@@ -16,8 +16,9 @@ void reference_head_f64(const AttentionProblem& problem, const AttentionArgs& ar
 // The backward for one (batch, kv head): dq holds the group's q heads one after another
 // (group_size × seq_q × head_dim), dk and dv the kv head's gradients summed over the group in
 // q-head order. All row-major, overwritten. Reads args.q, k, v and d_o only (any dtype, any
-// strides, on the CPU).
+// strides, on the CPU). threads > 1: each head's query rows in up to that many chunks at once
+// (for a lone slice: the bench's reference of one N = 16k head took ~30 s on one thread).
 void reference_backward_kv_head_f64(const AttentionProblem& problem, const BackwardArgs& args, int batch_index,
-                                    int kv_head, double* dq, double* dk, double* dv);
+                                    int kv_head, double* dq, double* dk, double* dv, int threads = 1);
 
 }  // namespace attnsuite::cpu

@@ -763,6 +763,39 @@ TEST(CpuBackward, ReferenceDoesNotDependOnThreadsAndMatchesItsSlices) {
   }
 }
 
+// The bench's lone-slice reference: a head's query rows in chunks on several threads gives dQ
+// bitwise and dK, dV within rounding of the one-thread sums (their parts are added in chunk order),
+// causal with a window and GQA included; fewer rows than a chunk's minimum stay one chunk.
+TEST(CpuBackward, ReferenceSliceOnThreadsMatchesOneThread) {
+  for (const AttentionProblem& p : {with(shape(1, 4, 2, 300, 260, 64, 32), true, 40, 0), shape(1, 2, 2, 257, 257, 64),
+                                    shape(1, 2, 1, 33, 70, 64)}) {
+    SCOPED_TRACE(p.describe());
+    BackwardData data = make_data(p, 5);
+    const std::size_t dq_size = static_cast<std::size_t>(p.group_size() * p.seq_q * p.head_dim);
+    const std::size_t dk_size = static_cast<std::size_t>(p.seq_kv * p.head_dim);
+    const std::size_t dv_size = static_cast<std::size_t>(p.seq_kv * p.dim_v());
+    std::vector<double> dq1(dq_size), dk1(dk_size), dv1(dv_size), dq4(dq_size), dk4(dk_size), dv4(dv_size);
+    cpu::reference_backward_kv_head_f64(p, data.args(), 0, p.heads_kv - 1, dq1.data(), dk1.data(), dv1.data(), 1);
+    std::fill(dq4.begin(), dq4.end(), std::nan(""));
+    std::fill(dk4.begin(), dk4.end(), std::nan(""));
+    std::fill(dv4.begin(), dv4.end(), std::nan(""));
+    cpu::reference_backward_kv_head_f64(p, data.args(), 0, p.heads_kv - 1, dq4.data(), dk4.data(), dv4.data(), 4);
+    EXPECT_EQ(dq1, dq4);
+    const auto close = [](const std::vector<double>& a, const std::vector<double>& b) {
+      double worst = 0.0, largest = 0.0;
+      for (std::size_t n = 0; n < a.size(); ++n) {
+        EXPECT_FALSE(std::isnan(b[n])) << n;
+        worst = std::max(worst, std::abs(a[n] - b[n]));
+        largest = std::max(largest, std::abs(a[n]));
+      }
+      EXPECT_GT(largest, 0.0);
+      EXPECT_LE(worst, 1e-12 * largest);
+    };
+    close(dk1, dk4);
+    close(dv1, dv4);
+  }
+}
+
 TEST(CpuBackward, RejectsMismatchedArguments) {
   const AttentionProblem p = shape(1, 2, 2, 16, 16, 64);
   for (const char* name : {"reference", "cpu-vanilla", "cpu-flash"}) {

@@ -34,72 +34,101 @@ void load_row(const TensorView& view, std::int64_t b, std::int64_t s, std::int64
   for (std::int64_t d = 0; d < count; ++d) out[d] = load_as_float(view.data, view.dtype, view.offset(b, s, h, d));
 }
 
+// Row chunks of one head for `threads` threads: each chunk's dK/dV parts beside the first chunk's
+// (which writes dk, dv directly) cost seq_kv·(head_dim + dim_v) doubles, so at most
+// kPartBudgetBytes of them. One chunk computes exactly the one-thread sums.
+constexpr std::int64_t kPartBudgetBytes = std::int64_t{256} << 20;
+constexpr std::int64_t kRowsPerChunkMin = 64;
+
 void head_backward(const AttentionProblem& problem, const BackwardArgs& args, int b, int h, double* dq, double* dk,
-                   double* dv) {
+                   double* dv, int threads = 1) {
   const std::int64_t seq_q = problem.seq_q, seq_kv = problem.seq_kv;
   const std::int64_t head_dim = problem.head_dim, dim_v = problem.dim_v();
   const int kv_head = problem.kv_head_of(h);
   const double scale = problem.softmax_scale();
 
-  // K and V of the kv head as dense double rows, then per-row scratch.
-  HostBuffer scratch(static_cast<std::size_t>(seq_kv * (head_dim + dim_v) + 2 * seq_kv + head_dim + dim_v) *
-                     sizeof(double));
-  double* keys = scratch.as<double>();
+  // K and V of the kv head as dense double rows, read by every chunk.
+  HostBuffer kv(static_cast<std::size_t>(seq_kv * (head_dim + dim_v)) * sizeof(double));
+  double* keys = kv.as<double>();
   double* values = keys + seq_kv * head_dim;
-  double* p = values + seq_kv * dim_v;
-  double* dp = p + seq_kv;
-  double* query = dp + seq_kv;
-  double* grad_out = query + head_dim;
   for (std::int64_t j = 0; j < seq_kv; ++j) {
     load_row(args.k, b, j, kv_head, head_dim, keys + j * head_dim);
     load_row(args.v, b, j, kv_head, dim_v, values + j * dim_v);
   }
 
+  const std::int64_t part_doubles = seq_kv * (head_dim + dim_v);
+  const std::int64_t chunks =
+      std::max<std::int64_t>(1, std::min({static_cast<std::int64_t>(threads), seq_q / kRowsPerChunkMin,
+                                          1 + kPartBudgetBytes / std::max<std::int64_t>(1, part_doubles * 8)}));
+  HostBuffer parts(static_cast<std::size_t>((chunks - 1) * part_doubles) * sizeof(double));
   std::fill(dq, dq + seq_q * head_dim, 0.0);
   std::fill(dk, dk + seq_kv * head_dim, 0.0);
   std::fill(dv, dv + seq_kv * dim_v, 0.0);
-  for (std::int64_t i = 0; i < seq_q; ++i) {
-    const std::int64_t begin = problem.key_begin(i);
-    const std::int64_t end = problem.key_end(i);
-    if (begin >= end) continue;  // no key: no contribution, dq row 0
-    load_row(args.q, b, i, h, head_dim, query);
-    load_row(args.d_o, b, i, h, dim_v, grad_out);
+  if (chunks > 1) std::fill(parts.as<double>(), parts.as<double>() + (chunks - 1) * part_doubles, 0.0);
 
-    double row_max = -std::numeric_limits<double>::infinity();
-    for (std::int64_t j = begin; j < end; ++j) {
-      const double* key = keys + j * head_dim;
-      double dot = 0.0;
-      for (std::int64_t d = 0; d < head_dim; ++d) dot += query[d] * key[d];
-      p[j] = dot * scale;
-      row_max = std::max(row_max, p[j]);
-    }
-    double row_sum = 0.0;
-    for (std::int64_t j = begin; j < end; ++j) {
-      p[j] = std::exp(p[j] - row_max);
-      row_sum += p[j];
-    }
-    double row_dot = 0.0;  // D = Σ_j p_j·dp_j
-    for (std::int64_t j = begin; j < end; ++j) {
-      p[j] /= row_sum;
-      const double* value = values + j * dim_v;
-      double dot = 0.0;
-      for (std::int64_t d = 0; d < dim_v; ++d) dot += grad_out[d] * value[d];
-      dp[j] = dot;
-      row_dot += p[j] * dot;
-    }
-    double* dq_row = dq + i * head_dim;
-    for (std::int64_t j = begin; j < end; ++j) {
-      const double ds = p[j] * (dp[j] - row_dot);
-      const double* key = keys + j * head_dim;
-      double* dk_row = dk + j * head_dim;
-      double* dv_row = dv + j * dim_v;
-      for (std::int64_t d = 0; d < head_dim; ++d) {
-        dq_row[d] += ds * key[d];
-        dk_row[d] += scale * ds * query[d];
+  // Rows [row_begin, row_end): dq's rows, and their parts of dK and dV into dk_sum, dv_sum.
+  const auto rows = [&](std::int64_t row_begin, std::int64_t row_end, double* dk_sum, double* dv_sum) {
+    HostBuffer scratch(static_cast<std::size_t>(2 * seq_kv + head_dim + dim_v) * sizeof(double));
+    double* p = scratch.as<double>();
+    double* dp = p + seq_kv;
+    double* query = dp + seq_kv;
+    double* grad_out = query + head_dim;
+    for (std::int64_t i = row_begin; i < row_end; ++i) {
+      const std::int64_t begin = problem.key_begin(i);
+      const std::int64_t end = problem.key_end(i);
+      if (begin >= end) continue;  // no key: no contribution, dq row 0
+      load_row(args.q, b, i, h, head_dim, query);
+      load_row(args.d_o, b, i, h, dim_v, grad_out);
+
+      double row_max = -std::numeric_limits<double>::infinity();
+      for (std::int64_t j = begin; j < end; ++j) {
+        const double* key = keys + j * head_dim;
+        double dot = 0.0;
+        for (std::int64_t d = 0; d < head_dim; ++d) dot += query[d] * key[d];
+        p[j] = dot * scale;
+        row_max = std::max(row_max, p[j]);
       }
-      for (std::int64_t d = 0; d < dim_v; ++d) dv_row[d] += p[j] * grad_out[d];
+      double row_sum = 0.0;
+      for (std::int64_t j = begin; j < end; ++j) {
+        p[j] = std::exp(p[j] - row_max);
+        row_sum += p[j];
+      }
+      double row_dot = 0.0;  // D = Σ_j p_j·dp_j
+      for (std::int64_t j = begin; j < end; ++j) {
+        p[j] /= row_sum;
+        const double* value = values + j * dim_v;
+        double dot = 0.0;
+        for (std::int64_t d = 0; d < dim_v; ++d) dot += grad_out[d] * value[d];
+        dp[j] = dot;
+        row_dot += p[j] * dot;
+      }
+      double* dq_row = dq + i * head_dim;
+      for (std::int64_t j = begin; j < end; ++j) {
+        const double ds = p[j] * (dp[j] - row_dot);
+        const double* key = keys + j * head_dim;
+        double* dk_row = dk_sum + j * head_dim;
+        double* dv_row = dv_sum + j * dim_v;
+        for (std::int64_t d = 0; d < head_dim; ++d) {
+          dq_row[d] += ds * key[d];
+          dk_row[d] += scale * ds * query[d];
+        }
+        for (std::int64_t d = 0; d < dim_v; ++d) dv_row[d] += p[j] * grad_out[d];
+      }
+      for (std::int64_t d = 0; d < head_dim; ++d) dq_row[d] *= scale;
     }
-    for (std::int64_t d = 0; d < head_dim; ++d) dq_row[d] *= scale;
+  };
+  // Contiguous row chunks; their dK/dV parts added in chunk order (the result depends on the
+  // chunk count only through that order of additions).
+  if (chunks == 1) return rows(0, seq_q, dk, dv);
+  parallel_for(chunks, static_cast<int>(chunks), [&](std::int64_t chunk, int) {
+    const std::int64_t row_begin = seq_q * chunk / chunks, row_end = seq_q * (chunk + 1) / chunks;
+    double* part = chunk == 0 ? nullptr : parts.as<double>() + (chunk - 1) * part_doubles;
+    rows(row_begin, row_end, chunk == 0 ? dk : part, chunk == 0 ? dv : part + seq_kv * head_dim);
+  });
+  for (std::int64_t chunk = 1; chunk < chunks; ++chunk) {
+    const double* part = parts.as<double>() + (chunk - 1) * part_doubles;
+    for (std::int64_t n = 0; n < seq_kv * head_dim; ++n) dk[n] += part[n];
+    for (std::int64_t n = 0; n < seq_kv * dim_v; ++n) dv[n] += part[seq_kv * head_dim + n];
   }
 }
 
@@ -167,7 +196,7 @@ void reference_backward_head_f64(const AttentionProblem& problem, const Backward
 }
 
 void reference_backward_kv_head_f64(const AttentionProblem& problem, const BackwardArgs& args, int batch_index,
-                                    int kv_head, double* dq, double* dk, double* dv) {
+                                    int kv_head, double* dq, double* dk, double* dv, int threads) {
   check_inputs(problem, args);
   check_slice(problem, batch_index, kv_head, problem.heads_kv);
   const std::int64_t dq_size = static_cast<std::int64_t>(problem.seq_q) * problem.head_dim;
@@ -178,7 +207,8 @@ void reference_backward_kv_head_f64(const AttentionProblem& problem, const Backw
   for (int member = 0; member < group; ++member) {
     double* dk_part = member == 0 ? dk : part.as<double>();
     double* dv_part = member == 0 ? dv : part.as<double>() + dk_size;
-    head_backward(problem, args, batch_index, kv_head * group + member, dq + member * dq_size, dk_part, dv_part);
+    head_backward(problem, args, batch_index, kv_head * group + member, dq + member * dq_size, dk_part, dv_part,
+                  threads);
     if (member == 0) continue;
     for (std::int64_t n = 0; n < dk_size; ++n) dk[n] += dk_part[n];
     for (std::int64_t n = 0; n < dv_size; ++n) dv[n] += dv_part[n];
