@@ -55,6 +55,11 @@ SDPA_BACKENDS = {"sdpa-math": "MATH", "sdpa-efficient": "EFFICIENT_ATTENTION", "
                  "sdpa-cudnn": "CUDNN_ATTENTION"}
 CALIBRATION_FACTOR = 2.0
 
+
+def is_pytorch(backend):
+    """PyTorch's SDPA, as chosen by PyTorch or held to one backend: no attnsuite call in the run."""
+    return backend == "sdpa" or backend in SDPA_BACKENDS
+
 CONFIGS = {
     # Small enough for CI on 2 CPU cores; head dim 32 (attnsuite's CPU kernels take 32..256).
     "tiny": dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
@@ -125,7 +130,7 @@ def choose_backends(args, config):
             entry["name"] for entry in attnsuite.backends() if entry["device"] == device and not entry["peer_of"]]
     runs, skipped = [], []
     for name in names:
-        if name == "sdpa" or name in SDPA_BACKENDS:
+        if is_pytorch(name):
             runs.append(name)
             continue
         try:
@@ -261,7 +266,7 @@ def table(results):
     lines = [header, "-" * len(header)]
     for row in results:
         peak = "-" if row["peak_memory_mib"] is None else f"{row['peak_memory_mib']:.0f}"
-        calls = ("-" if row["backend"] == "sdpa" or row["backend"] in SDPA_BACKENDS
+        calls = ("-" if is_pytorch(row["backend"])
                  else f"{row['attnsuite_forward_calls']}/{row['attnsuite_backward_calls']}")
         lines.append(f"{row['backend']:<14} {row['tokens_per_s']:>11.4g} {row['ms_per_step_median']:>9.2f} {peak:>10} "
                      f"{row['final_loss']:>11.5f} {row['max_loss_difference']:>12.3g} {calls:>18}")
@@ -318,7 +323,7 @@ def run(args):
     document["calibration_spread"], document["tolerance"] = spread, bound
     problems = []
     for row in document["results"]:
-        if row["backend"] == "sdpa" or row["backend"] in SDPA_BACKENDS:
+        if is_pytorch(row["backend"]):
             continue
         if row["max_loss_difference"] > bound:
             problems.append(f"{row['backend']}: loss curve differs from PyTorch SDPA's by "

@@ -59,7 +59,7 @@ def syntax_only(arguments):
 
 
 def variants(entries):
-    """(file, macro, command) for every C++ entry and every tested macro the command turns on."""
+    """(file, macro, command, directory) for every C++ entry and every tested macro the command turns on."""
     for entry in entries:
         path = os.path.normpath(os.path.join(entry["directory"], entry["file"]))
         if not path.endswith((".cpp", ".cc", ".cxx")) or not os.path.exists(path):
@@ -68,8 +68,9 @@ def variants(entries):
         if os.path.basename(arguments[0]).startswith("nvcc"):
             continue
         on = {m.group(1) for m in map(DEFINED_ON.match, arguments) if m}
+        check_only = syntax_only(arguments)
         for macro in sorted(tested_macros(path) & on):
-            command = [a for a in syntax_only(arguments) if not (DEFINED_ON.match(a) and DEFINED_ON.match(a).group(1) == macro)]
+            command = [a for a in check_only if a not in (f"-D{macro}", f"-D{macro}=1")]
             yield path, macro, command[:1] + [f"-D{macro}=0"] + command[1:], entry["directory"]
 
 
