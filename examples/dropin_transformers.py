@@ -137,9 +137,9 @@ def main():
     calls = []
     real_forward = drop_in._core.forward
 
-    def counting_forward(backend, *rest):
+    def counting_forward(backend, *rest, **kwargs):
         calls.append(backend)
-        return real_forward(backend, *rest)
+        return real_forward(backend, *rest, **kwargs)
 
     results = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_name(),
                "torch": torch.__version__, "transformers": transformers_version(), "attnsuite": attnsuite.__version__,

@@ -187,13 +187,13 @@ class CallCounter:
     def __enter__(self):
         real_forward, real_backward = self._real
 
-        def forward(*args):
+        def forward(*args, **kwargs):
             self.forward += 1
-            return real_forward(*args)
+            return real_forward(*args, **kwargs)
 
-        def backward(*args):
+        def backward(*args, **kwargs):
             self.backward += 1
-            return real_backward(*args)
+            return real_backward(*args, **kwargs)
 
         attnsuite._core.forward, attnsuite._core.backward = forward, backward
         return self

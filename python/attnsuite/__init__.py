@@ -98,6 +98,20 @@ def _stream(array):
     return 0
 
 
+def _workspace(like, backend, q, k, v, causal, scale, layout, left, right, plan, backward=False,
+               deterministic=False, dtype="", descale=None):
+    """A torch tensor's call gets its workspace from PyTorch's caching allocator (ordered on the
+    stream like any tensor), so the module allocates nothing and does not wait for the stream;
+    None for other frameworks (the module allocates its own) and backends that need none."""
+    if _framework(like) != "torch":
+        return None
+    import torch
+
+    nbytes = _core.workspace_bytes(backend, q, k, v, causal, scale, layout, left, right, backward, deterministic,
+                                   *plan, dtype, descale)
+    return torch.empty(nbytes, dtype=torch.uint8, device=like.device) if nbytes else None
+
+
 def _window(window):
     if window is None:
         return -1, -1
@@ -187,8 +201,11 @@ def attention(q, k, v, *, causal=False, scale=None, backend="auto", layout="bshd
         heads, seq = (shape[2], shape[1]) if layout == "bshd" else (shape[1], shape[2])
         lse, finish_lse = _empty(q, (shape[0], heads, seq), "float32")
     left, right = _window(window) if window is not None else (-1, -1)
+    plan = _plan_arguments(kernel_config, options)
+    workspace = None if is_numpy else _workspace(q, backend, q, k, v, causal, scale, layout, left, right, plan,
+                                                 dtype=dtype or "", descale=_descale(descale))
     name = _core.forward(backend, q, k, v, o, lse, causal, scale, layout, left, right, 0 if is_numpy else _stream(q),
-                         *_plan_arguments(kernel_config, options), dtype or "", _descale(descale))
+                         *plan, dtype or "", _descale(descale), workspace)
     if not return_lse and not return_backend:
         return finish(o)
     return (finish(o),) + ((finish_lse(lse),) if return_lse else ()) + ((name,) if return_backend else ())
@@ -226,8 +243,11 @@ def attention_backward(q, k, v, out, lse, grad_out, *, causal=False, scale=None,
         else:
             grads.append(_empty(like, tuple(like.shape)))
     (dq, finish_dq), (dk, finish_dk), (dv, finish_dv) = grads
+    plan = _plan_arguments(kernel_config, options)
+    workspace = _workspace(q, backend, q, k, v, causal, scale, layout, left, right, plan, backward=True,
+                           deterministic=bool(deterministic))
     _core.backward(backend, q, k, v, out, grad_out, lse, dq, dk, dv, causal, scale, layout, left, right,
-                   bool(deterministic), _stream(q), *_plan_arguments(kernel_config, options))
+                   bool(deterministic), _stream(q), *plan, workspace)
     return finish_dq(dq), finish_dk(dk), finish_dv(dv)
 
 

@@ -65,6 +65,16 @@ def _stream(tensor):
     return torch.cuda.current_stream(tensor.device).cuda_stream if tensor.is_cuda else 0
 
 
+def _workspace(backend, query, key, value, is_causal, scale, backward=False):
+    """The op's workspace from PyTorch's caching allocator (ordered on the stream like any tensor),
+    or None when the backend needs none: without it the module allocates its own and waits for the
+    stream before freeing it, once per layer and pass of a training step."""
+    deterministic = backward and torch.are_deterministic_algorithms_enabled()
+    nbytes = _core.workspace_bytes(backend, query, key, value, is_causal, scale, "bhsd", -1, -1, backward,
+                                   deterministic)
+    return torch.empty(nbytes, dtype=torch.uint8, device=query.device) if nbytes else None
+
+
 def _last_dim_dense(*tensors):
     """The tensors as the kernels take them: detached (DLPack refuses tensors that require grad)
     and with a contiguous last dim. The wrapper falls back for other inputs; a compiled graph may
@@ -79,7 +89,8 @@ def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal
     query, key, value = _last_dim_dense(query, key, value)
     out = torch.empty(query.shape[:3] + (value.shape[3],), dtype=query.dtype, device=query.device)
     try:
-        _core.forward(backend, query, key, value, out, None, is_causal, scale, "bhsd", -1, -1, _stream(query))
+        _core.forward(backend, query, key, value, out, None, is_causal, scale, "bhsd", -1, -1, _stream(query),
+                      workspace=_workspace(backend, query, key, value, is_causal, scale))
     except _core.UnsupportedError as error:
         # Inside the op, so compiled graphs fall back too.
         _warn_once(str(error))
@@ -163,7 +174,8 @@ def _sdpa_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_ca
     out = torch.empty(query.shape[:3] + (value.shape[3],), dtype=query.dtype, device=query.device)
     lse = torch.empty(query.shape[:3], dtype=torch.float32, device=query.device)
     try:
-        _core.forward(backend, query, key, value, out, lse, is_causal, scale, "bhsd", -1, -1, _stream(query))
+        _core.forward(backend, query, key, value, out, lse, is_causal, scale, "bhsd", -1, -1, _stream(query),
+                      workspace=_workspace(backend, query, key, value, is_causal, scale))
     except _core.UnsupportedError as error:
         _warn_once(str(error))
         out, lse = _torch_attention(query, key, value, is_causal, scale)
@@ -188,7 +200,8 @@ def _sdpa_bwd(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
         name = backend if backend != "auto" else _core.resolve(backend, query, key, value, is_causal, scale, "bhsd",
                                                                -1, -1)
         _core.backward(name, query, key, value, out, grad_out, lse.detach().contiguous(), dq, dk, dv, is_causal,
-                       scale, "bhsd", -1, -1, torch.are_deterministic_algorithms_enabled(), _stream(query))
+                       scale, "bhsd", -1, -1, torch.are_deterministic_algorithms_enabled(), _stream(query),
+                       workspace=_workspace(name, query, key, value, is_causal, scale, backward=True))
     except _core.UnsupportedError as error:
         _warn_once(str(error))
         for into, grad in zip((dq, dk, dv), _torch_attention_backward(grad_out, query, key, value, is_causal, scale)):

@@ -456,14 +456,85 @@ PlanOptions python_plan_options(const Backend& backend, const std::string& kerne
   return plan_options;
 }
 
+// A workspace the caller hands in: a 1-D contiguous array on the call's device, e.g. the PyTorch
+// drop-in's torch.empty(n, dtype=torch.uint8) from its caching allocator, ordered on the stream
+// like any other tensor. Read under the GIL; its size is checked against the plan's need after.
+struct GivenWorkspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  bool given = false;
+};
+
+GivenWorkspace given_workspace(const std::optional<MutableArray>& workspace, const Device& device) {
+  if (!workspace) return {};
+  const MutableArray& w = *workspace;
+  ATTNSUITE_REQUIRE(w.ndim() == 1 && (w.shape(0) <= 1 || w.stride(0) == 1),
+                    fmt::format("workspace has {} dims{}; it must be a 1-D contiguous array", w.ndim(),
+                                w.ndim() == 1 ? fmt::format(" and stride {}", w.stride(0)) : std::string()));
+  const Device where = device_of(w.device_type(), w.device_id(), "workspace");
+  ATTNSUITE_REQUIRE(where == device, fmt::format("workspace is on {}; it must be on q's device, {}",
+                                                 device_name(where), device_name(device)));
+  const auto address = reinterpret_cast<std::uintptr_t>(w.data());
+  ATTNSUITE_REQUIRE(address % 256 == 0,
+                    fmt::format("workspace starts at an address {} bytes past a 256-byte boundary; it must be "
+                                "256-byte aligned (a fresh allocation is)",
+                                address % 256));
+  return {w.data(), w.nbytes(), true};
+}
+
+// The workspace of one run: the caller's when given (nothing allocated or waited for), else a
+// buffer of the call's own on the backend's device, which on a GPU is freed only after the stream
+// has run (a cudaMalloc, a cudaFree and a host wait per call: what every layer's backward of a
+// training step through the drop-in paid before the drop-in handed its own in).
+class CallWorkspace {
+ public:
+  CallWorkspace(const GivenWorkspace& given, std::size_t bytes, DeviceType backend_device) {
+    if (given.given) {
+      ATTNSUITE_REQUIRE(given.bytes >= bytes,
+                        fmt::format("workspace has {} bytes; this call needs {} (workspace_bytes() gives the size)",
+                                    given.bytes, bytes));
+      data_ = bytes > 0 ? given.data : nullptr;
+      return;
+    }
+    if (bytes == 0) return;
+    if (backend_device == DeviceType::Cpu) {
+      host_ = std::make_unique<HostBuffer>(bytes);
+      data_ = host_->data();
+      return;
+    }
+#if ATTNSUITE_HAVE_CUDA
+    device_ = cuda::DeviceBuffer(bytes);
+    data_ = device_.data();
+#endif
+  }
+  CallWorkspace(const CallWorkspace&) = delete;
+  CallWorkspace& operator=(const CallWorkspace&) = delete;
+  void* data() const { return data_; }
+  // After the run: the kernels queued on `stream` read a buffer of the call's own until they end.
+  void wait_before_free([[maybe_unused]] Stream stream) const {
+#if ATTNSUITE_HAVE_CUDA
+    if (device_.data() != nullptr) cuda::synchronize_stream(stream);
+#endif
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::unique_ptr<HostBuffer> host_;
+#if ATTNSUITE_HAVE_CUDA
+  cuda::DeviceBuffer device_;
+#endif
+};
+
 std::string forward(const std::string& backend_name, const Array& q, const Array& k, const Array& v, MutableArray& o,
                     std::optional<MutableArray>& lse, bool causal, std::optional<float> scale,
                     const std::string& layout, int window_left, int window_right, std::uintptr_t stream,
                     const std::string& kernel_config, const std::map<std::string, std::string>& options,
-                    const std::string& dtype, const std::optional<std::vector<float>>& descale) {
+                    const std::string& dtype, const std::optional<std::vector<float>>& descale,
+                    const std::optional<MutableArray>& workspace) {
   Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right, {dtype, descale});
   const auto& p = call.problem;
   TensorView out = view_of(o, p.layout, "out");
+  const GivenWorkspace given = given_workspace(workspace, call.args.q.device);
   // e4m3 inputs give bf16 O; on the CPU a float32 out takes it widened (exactly): numpy has no
   // bfloat16.
   const bool widen = p.dtype == DType::E4M3 && out.dtype == DType::F32 && out.device.type == DeviceType::Cpu;
@@ -514,32 +585,13 @@ std::string forward(const std::string& backend_name, const Array& q, const Array
   } else {
     call.args.o = out;
     call.args.lse = lse_view;
-    // The workspace a plan asks for, on its device: flash3-fp8, sage, sage2 and sparge keep
-    // their quantized copies or block lists there. (Without it they failed on the H200,
-    // 2026-12-02: "FF" in tests/python/test_gpu.py.)
-    std::unique_ptr<HostBuffer> workspace;
-    const std::size_t workspace_bytes = plan->workspace_bytes();
-    if (backend.device().type == DeviceType::Cpu) {
-      if (workspace_bytes > 0) {
-        workspace = std::make_unique<HostBuffer>(workspace_bytes);
-        call.args.workspace = workspace->data();
-      }
-      plan->forward(call.args, run_stream);
-    } else {
-#if ATTNSUITE_HAVE_CUDA
-      cuda::DeviceBuffer device_workspace;
-      if (workspace_bytes > 0) {
-        device_workspace = cuda::DeviceBuffer(workspace_bytes);
-        call.args.workspace = device_workspace.data();
-      }
-      plan->forward(call.args, run_stream);
-      // The kernels queued on the caller's stream read the workspace: wait for them before it
-      // is freed (only where there is one; the others stay asynchronous).
-      if (workspace_bytes > 0) cuda::synchronize_stream(run_stream);
-#else
-      plan->forward(call.args, run_stream);
-#endif
-    }
+    // The workspace a plan asks for: flash3-fp8, sage, sage2 and sparge keep their quantized
+    // copies or block lists there. (Without it they failed on the H200, 2026-12-02: "FF" in
+    // tests/python/test_gpu.py.)
+    const CallWorkspace run_workspace(given, plan->workspace_bytes(), backend.device().type);
+    call.args.workspace = run_workspace.data();
+    plan->forward(call.args, run_stream);
+    run_workspace.wait_before_free(run_stream);
   }
   if (widen) {
     for (std::int64_t b = 0; b < p.batch; ++b)
@@ -559,7 +611,7 @@ std::string backward(const std::string& backend_name, const Array& q, const Arra
                      const Array& d_o, const Array& lse, MutableArray& dq, MutableArray& dk, MutableArray& dv,
                      bool causal, std::optional<float> scale, const std::string& layout, int window_left,
                      int window_right, bool deterministic, std::uintptr_t stream, const std::string& kernel_config,
-                     const std::map<std::string, std::string>& options) {
+                     const std::map<std::string, std::string>& options, const std::optional<MutableArray>& workspace) {
   ATTNSUITE_REQUIRE(backend_name != "auto",
                     "backward takes the backend the forward ran (attention(..., return_backend=True) "
                     "names it), not \"auto\"");
@@ -590,6 +642,7 @@ std::string backward(const std::string& backend_name, const Array& q, const Arra
                         (p.batch == 1 || lse.stride(0) == static_cast<std::int64_t>(p.heads_q) * p.seq_q),
                     "lse must be the forward's: a dense float32 array of shape (batch, heads_q, seq_q)");
   args.lse = {static_cast<float*>(const_cast<void*>(lse.data())), call.args.q.device};
+  const GivenWorkspace given = given_workspace(workspace, call.args.q.device);
   nb::gil_scoped_release release;
   std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
   const Backend& backend = resolve(backend_name, call);
@@ -602,28 +655,11 @@ std::string backward(const std::string& backend_name, const Array& q, const Arra
   ATTNSUITE_REQUIRE(
       !plan->produces_own_output(),
       fmt::format("backend '{}' returns its own gradients; run it through attnsuite.bench()", backend.name()));
-  const std::size_t workspace_bytes = plan->backward_workspace_bytes();
   const auto run_stream = reinterpret_cast<Stream>(stream);
-  if (backend.device().type == DeviceType::Cpu) {
-    std::unique_ptr<HostBuffer> workspace;
-    if (workspace_bytes > 0) {
-      workspace = std::make_unique<HostBuffer>(workspace_bytes);
-      args.workspace = workspace->data();
-    }
-    plan->backward(args, run_stream);
-  } else {
-#if ATTNSUITE_HAVE_CUDA
-    cuda::DeviceBuffer device_workspace;
-    if (workspace_bytes > 0) {
-      device_workspace = cuda::DeviceBuffer(workspace_bytes);
-      args.workspace = device_workspace.data();
-    }
-    plan->backward(args, run_stream);
-    if (workspace_bytes > 0) cuda::synchronize_stream(run_stream);
-#else
-    plan->backward(args, run_stream);
-#endif
-  }
+  const CallWorkspace run_workspace(given, plan->backward_workspace_bytes(), backend.device().type);
+  args.workspace = run_workspace.data();
+  plan->backward(args, run_stream);
+  run_workspace.wait_before_free(run_stream);
   return std::string(backend.name());
 }
 
@@ -658,6 +694,26 @@ nb::tuple resolve_backward(const std::string& backend_name, const Array& q, cons
     }
   }
   return nb::make_tuple(name, why_not ? nb::cast(*why_not) : nb::none());
+}
+
+// The bytes of workspace a forward (or, with `backward`, a backward) of these arrays through
+// `backend_name` needs: what the caller hands to forward() / backward() as `workspace` so that the
+// call allocates nothing (0: none needed).
+std::size_t workspace_bytes(const std::string& backend_name, const Array& q, const Array& k, const Array& v,
+                            bool causal, std::optional<float> scale, const std::string& layout, int window_left,
+                            int window_right, bool backward, bool deterministic, const std::string& kernel_config,
+                            const std::map<std::string, std::string>& options, const std::string& dtype,
+                            const std::optional<std::vector<float>>& descale) {
+  const Call call = make_call(q, k, v, causal, scale, layout, window_left, window_right, {dtype, descale});
+  nb::gil_scoped_release release;
+  std::lock_guard<std::recursive_mutex> lock(g_backend_mutex);
+  const Backend& backend = resolve(backend_name, call);
+  PlanOptions plan_options = python_plan_options(backend, kernel_config, options);
+  plan_options.backward = backward;
+  plan_options.deterministic = deterministic;
+  const std::unique_ptr<KernelPlan> plan = backend.plan(call.problem, plan_options);
+  if (plan->produces_own_output()) return 0;
+  return backward ? plan->backward_workspace_bytes() : plan->workspace_bytes();
 }
 
 // Times `reps` calls of backend.forward() alone, in C++, on the same arrays: the baseline
@@ -1135,12 +1191,21 @@ NB_MODULE(_core, m) {
   m.def("forward", &forward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "causal"_a, "scale"_a.none(),
         "layout"_a, "window_left"_a, "window_right"_a, "stream"_a, "kernel_config"_a = std::string(),
         "options"_a = std::map<std::string, std::string>(), "dtype"_a = std::string(), "descale"_a.none() = nb::none(),
+        "workspace"_a.none() = nb::none(),
         "Runs one attention forward into `out` (and `lse`); returns the backend's name. dtype \"e4m3\": uint8 "
-        "arrays hold e4m3 bytes; descale: (dq, dk, dv) of e4m3 inputs.");
+        "arrays hold e4m3 bytes; descale: (dq, dk, dv) of e4m3 inputs. workspace: a 1-D array on q's device of at "
+        "least workspace_bytes() bytes (None: the call allocates its own and, on a GPU, waits for the stream).");
   m.def("backward", &backward, "backend"_a, "q"_a, "k"_a, "v"_a, "out"_a, "grad_out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a,
         "causal"_a, "scale"_a.none(), "layout"_a, "window_left"_a, "window_right"_a, "deterministic"_a, "stream"_a,
         "kernel_config"_a = std::string(), "options"_a = std::map<std::string, std::string>(),
-        "Runs one attention backward into dq, dk, dv; returns the backend's name.");
+        "workspace"_a.none() = nb::none(),
+        "Runs one attention backward into dq, dk, dv; returns the backend's name. workspace: as forward()'s, of "
+        "workspace_bytes(..., backward=True) bytes.");
+  m.def("workspace_bytes", &workspace_bytes, "backend"_a, "q"_a, "k"_a, "v"_a, "causal"_a, "scale"_a.none(),
+        "layout"_a, "window_left"_a, "window_right"_a, "backward"_a = false, "deterministic"_a = false,
+        "kernel_config"_a = std::string(), "options"_a = std::map<std::string, std::string>(),
+        "dtype"_a = std::string(), "descale"_a.none() = nb::none(),
+        "The bytes of workspace a forward (backward=True: a backward) of these arrays needs; 0: none.");
   m.def("resolve_backward", &resolve_backward, "backend"_a, "q"_a, "k"_a, "v"_a, "causal"_a, "scale"_a.none(),
         "layout"_a, "window_left"_a, "window_right"_a, "kernel_config"_a = std::string(),
         "options"_a = std::map<std::string, std::string>(),

@@ -135,8 +135,8 @@ def test_gradcheck_catches_a_wrong_gradient(monkeypatch):
     name = with_backward_or_skip("reference", q, k, v, True)
     real_backward = _core.backward
 
-    def wrong_backward(*args):
-        result = real_backward(*args)
+    def wrong_backward(*args, **kwargs):
+        result = real_backward(*args, **kwargs)
         args[7][:, :, 2] = 0  # dq of one query row
         return result
 
@@ -168,9 +168,9 @@ def counting(monkeypatch):
     for which in calls:
         real = getattr(_core, which)
 
-        def count(backend, *args, real=real, which=which):
+        def count(backend, *args, real=real, which=which, **kwargs):
             calls[which].append(backend)
-            return real(backend, *args)
+            return real(backend, *args, **kwargs)
 
         monkeypatch.setattr(_core, which, count)
     return calls
@@ -320,7 +320,7 @@ def test_ops_fall_back_inside_when_the_backend_cannot(monkeypatch):
     q, k, v = make_inputs(1, 3, 1, 11, 6, 32, 32)
     real_forward, real_backward = _core.forward, _core.backward
 
-    def unsupported(*args):
+    def unsupported(*args, **kwargs):
         raise _core.UnsupportedError("backend 'test': not this one")
 
     monkeypatch.setattr(_core, "forward", unsupported)
@@ -345,9 +345,9 @@ def test_deterministic_algorithms_reach_the_backward(monkeypatch):
     seen = []
     real_backward = _core.backward
 
-    def record(*args):
+    def record(*args, **kwargs):
         seen.append(args[15])  # deterministic
-        return real_backward(*args)
+        return real_backward(*args, **kwargs)
 
     monkeypatch.setattr(_core, "backward", record)
     previous = torch.are_deterministic_algorithms_enabled()

@@ -131,3 +131,44 @@ def test_kernel_config_and_options_reach_the_plan():
     if "cpu-block-sparse" in {entry["name"] for entry in attnsuite.backends()}:
         with pytest.raises(ValueError, match="bad block mask 'band:0'"):
             attnsuite.attention(q, k, v, backend="cpu-block-sparse", options={"block_mask": "band:0"})
+
+
+def test_a_given_workspace_is_checked_and_used():
+    """forward() and backward() take the caller's workspace (what the PyTorch drop-in hands in from
+    its caching allocator): a 1-D contiguous array, 256-byte aligned, on q's device, of at least
+    workspace_bytes() bytes; anything else is one clear ValueError. The CPU backends need none."""
+    q, k, v = random_qkv(batch=1, seq_q=9, heads_q=2, head_dim=32, seed=5)
+    args = ("cpu-flash", q, k, v, True, None, "bshd", -1, -1)
+    assert _core_workspace_bytes(*args) == 0 and _core_workspace_bytes(*args, backward=True) == 0
+    out, lse = attnsuite.attention(q, k, v, causal=True, backend="cpu-flash", return_lse=True)
+    grad_out = np.random.default_rng(6).standard_normal(out.shape).astype(np.float32)
+    expected = attnsuite.attention_backward(q, k, v, out, lse, grad_out, causal=True, backend="cpu-flash")
+    given = [np.full_like(x, np.nan) for x in (q, k, v)]
+    aligned = _aligned_bytes(1024)
+    attnsuite._core.backward("cpu-flash", q, k, v, out, grad_out, lse, *given, True, None, "bshd", -1, -1, False, 0,
+                             workspace=aligned)
+    for got, want in zip(given, expected):
+        np.testing.assert_array_equal(got, want)
+    o = np.full_like(out, np.nan)
+    attnsuite._core.forward("cpu-flash", q, k, v, o, None, True, None, "bshd", -1, -1, 0, workspace=aligned)
+    np.testing.assert_array_equal(o, out)
+    bad = [(np.zeros((4, 256), np.uint8), "workspace has 2 dims; it must be a 1-D contiguous array"),
+           (aligned[::2], "workspace has 1 dims and stride 2; it must be a 1-D contiguous array"),
+           (aligned[1:], "workspace starts at an address 1 bytes past a 256-byte boundary")]
+    for workspace, message in bad:
+        with pytest.raises(ValueError, match=message):
+            attnsuite._core.forward("cpu-flash", q, k, v, o, None, True, None, "bshd", -1, -1, 0, workspace=workspace)
+        with pytest.raises(ValueError, match=message):
+            attnsuite._core.backward("cpu-flash", q, k, v, out, grad_out, lse, *given, True, None, "bshd", -1, -1,
+                                     False, 0, workspace=workspace)
+
+
+def _core_workspace_bytes(*args, backward=False):
+    return attnsuite._core.workspace_bytes(*args, backward)
+
+
+def _aligned_bytes(count):
+    """`count` bytes of a numpy array that start on a 256-byte boundary."""
+    raw = np.zeros(count + 256, np.uint8)
+    start = (-raw.ctypes.data) % 256
+    return raw[start:start + count]

@@ -65,6 +65,37 @@ def test_drop_in_bf16_matches_pytorch(causal):
     assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
 
 
+def test_backward_runs_in_the_callers_workspace():
+    """flash3's backward in a workspace the caller hands in (the drop-in's, from PyTorch's caching
+    allocator; poisoned here: the preprocess must zero its dQ sums) gives the gradients of the
+    module's own workspace; one too small, or on the CPU, is a ValueError saying what it needs."""
+    q, k, v = qkv(heads=8, kv_heads=2, seq=200, dim=64)
+    args = (q, k, v, True, None, "bshd", -1, -1)
+    _, why_not = _core.resolve_backward("flash3", *args)
+    if why_not is not None:
+        pytest.skip(f"flash3 has no backward here: {why_not}")
+    out, lse = attnsuite.attention(q, k, v, causal=True, backend="flash3", return_lse=True)
+    grad_out = torch.randn_like(out)
+    nbytes = _core.workspace_bytes("flash3", *args, True)
+    assert nbytes > 0
+
+    def backward(workspace):
+        grads = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+        _core.backward("flash3", q, k, v, out, grad_out, lse, *grads, *args[3:], False,
+                       torch.cuda.current_stream().cuda_stream, workspace=workspace)
+        return grads
+
+    own = backward(None)
+    given = backward(torch.full((nbytes,), 255, dtype=torch.uint8, device="cuda"))
+    for got, want in zip(given, own):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)  # dQ's atomics sum in any order
+    with pytest.raises(ValueError, match=f"workspace has {nbytes - 256} bytes; this call needs {nbytes}"):
+        backward(torch.empty(nbytes - 256, dtype=torch.uint8, device="cuda"))
+    with pytest.raises(ValueError, match="workspace is on cpu; it must be on q's device, cuda:0"):
+        backward(torch.empty(nbytes, dtype=torch.uint8))
+
+
 def test_drop_in_under_inductor():
     q, k, v = (x.transpose(1, 2) for x in qkv())
 

@@ -164,9 +164,9 @@ def test_patched_module_runs_attnsuite(monkeypatch):
     calls = []
     real_forward = drop_in._core.forward
 
-    def counting_forward(backend, *args):
+    def counting_forward(backend, *args, **kwargs):
         calls.append(backend)
-        return real_forward(backend, *args)
+        return real_forward(backend, *args, **kwargs)
 
     monkeypatch.setattr(drop_in._core, "forward", counting_forward)
     layer = TinyAttention().eval()

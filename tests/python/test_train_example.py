@@ -50,8 +50,8 @@ def test_tiny_llama_trains_alike_with_the_drop_in(example, tmp_path):
 def test_a_wrong_backward_fails_the_example(example, monkeypatch, capsys):
     real_backward = attnsuite._core.backward
 
-    def wrong_backward(*args):
-        result = real_backward(*args)
+    def wrong_backward(*args, **kwargs):
+        result = real_backward(*args, **kwargs)
         args[7][:, :, 10] = 0  # dq of one query row ((batch, heads, seq, dim)), in every layer
         return result
 
