@@ -472,8 +472,8 @@ GivenWorkspace given_workspace(const std::optional<MutableArray>& workspace, con
                     fmt::format("workspace has {} dims{}; it must be a 1-D contiguous array", w.ndim(),
                                 w.ndim() == 1 ? fmt::format(" and stride {}", w.stride(0)) : std::string()));
   const Device where = device_of(w.device_type(), w.device_id(), "workspace");
-  ATTNSUITE_REQUIRE(where == device, fmt::format("workspace is on {}; it must be on q's device, {}",
-                                                 device_name(where), device_name(device)));
+  ATTNSUITE_REQUIRE(where == device, fmt::format("workspace is on {}; it must be on q's device, {}", device_name(where),
+                                                 device_name(device)));
   const auto address = reinterpret_cast<std::uintptr_t>(w.data());
   ATTNSUITE_REQUIRE(address % 256 == 0,
                     fmt::format("workspace starts at an address {} bytes past a 256-byte boundary; it must be "
@@ -1201,8 +1201,8 @@ NB_MODULE(_core, m) {
         "workspace"_a.none() = nb::none(),
         "Runs one attention backward into dq, dk, dv; returns the backend's name. workspace: as forward()'s, of "
         "workspace_bytes(..., backward=True) bytes.");
-  m.def("workspace_bytes", &workspace_bytes, "backend"_a, "q"_a, "k"_a, "v"_a, "causal"_a, "scale"_a.none(),
-        "layout"_a, "window_left"_a, "window_right"_a, "backward"_a = false, "deterministic"_a = false,
+  m.def("workspace_bytes", &workspace_bytes, "backend"_a, "q"_a, "k"_a, "v"_a, "causal"_a, "scale"_a.none(), "layout"_a,
+        "window_left"_a, "window_right"_a, "backward"_a = false, "deterministic"_a = false,
         "kernel_config"_a = std::string(), "options"_a = std::map<std::string, std::string>(),
         "dtype"_a = std::string(), "descale"_a.none() = nb::none(),
         "The bytes of workspace a forward (backward=True: a backward) of these arrays needs; 0: none.");
