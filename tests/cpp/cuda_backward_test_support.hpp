@@ -24,7 +24,7 @@
 
 namespace attnsuite::testing_support {
 
-// Backend options of a backward test (flash3's backward_schedule), none when empty.
+// Backend options of a backward test (flash3's backward_dq), none when empty.
 using BackendOptions = std::map<std::string, std::string>;
 
 // opt_in, key_tile: flash2's options; `extra`: more backend options.

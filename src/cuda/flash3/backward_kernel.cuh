@@ -120,6 +120,37 @@ __device__ __forceinline__ void to_fragments(const float (&acc)[kN / 2], std::ui
     for (int r = 0; r < 4; ++r) fragments[j][r] = pack_pair<Element>(acc[8 * j + 2 * r], acc[8 * j + 2 * r + 1]);
 }
 
+// backward_dq=row-pairs (experimental: not yet run on a GPU): dQ's 64 × 64 tile (acc: rows
+// quad_row and quad_row + 8 of the warp's 16, columns 8i + 2·quad_col) added into the fp32 sums with
+// the float2 reductions of each pair of rows (quad rows 2r, 2r + 1: lanes l and l ^ 4) rearranged so
+// that one warp reduction covers 16 contiguous columns (64 bytes) of a row instead of 8: the even
+// quad row's lanes take columns 16j .. 16j + 7 of both rows, the odd one's 16j + 8 .. 16j + 15, one
+// float2 shuffle a (16-column block, half). ncu (H100, d128 N 4096): each of the default's 134 M
+// reduction requests carried one 32-byte sector, cuDNN's two, and the crossbar into L2 was 75% busy
+// in both, the binding unit.
+template <int kHeadDim>
+__device__ __forceinline__ void add_dq_by_row_pairs(const float (&acc)[32], float* dq_accum, std::int64_t warp_row,
+                                                    int column_base, int quad_row, int quad_col) {
+  const int odd = quad_row & 1;
+  float* sums = dq_accum + (warp_row + (quad_row & ~1)) * static_cast<std::int64_t>(kHeadDim) + column_base +
+                8 * odd + 2 * quad_col;
+#pragma unroll
+  for (int block = 0; block < 4; ++block)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // This lane's pairs at columns 16·block + 2·quad_col (i = 2·block) and + 8 (i = 2·block + 1).
+      const float2 first = make_float2(acc[8 * block + 2 * half], acc[8 * block + 2 * half + 1]);
+      const float2 second = make_float2(acc[8 * block + 4 + 2 * half], acc[8 * block + 4 + 2 * half + 1]);
+      // The even lane hands its second pair (the odd lane writes it into the even row), the odd lane
+      // its first (the even lane writes it into the odd row).
+      const float2 sent = odd ? first : second;
+      const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, sent.x, 4), __shfl_xor_sync(0xffffffffu, sent.y, 4));
+      float* row_sums = sums + 8 * half * kHeadDim + 16 * block;
+      atomicAdd(reinterpret_cast<float2*>(row_sums), odd ? got : first);                // the even row
+      atomicAdd(reinterpret_cast<float2*>(row_sums + kHeadDim), odd ? second : got);   // the odd row
+    }
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash3_backward_kernel(const __grid_constant__ BackwardParams params, const __grid_constant__ CUtensorMap q_map,
@@ -214,149 +245,150 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int dq_column_slab = Traits::kDqAlternating ? 0 : consumer;
     const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
 
-    if constexpr (!Traits::kOverlapNext) {
-      PipelineState<kStages> stage;
-      for (int it = 0; it < work.iterations; ++it) {
-        const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
-        const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
-        const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
-        // This tile's dSᵀ buffer, and whether this consumer computes its dQ (always, but at d64 on
-        // every other tile): the ring's stage (it % 2) picks both (an index of its own cost d128 80
-        // bytes of spills, ptxas sm_90a).
-        const std::uint32_t ds_tile = smem_ds + stage.stage * Traits::kDsBufferBytes;
-        const bool computes_dq = !Traits::kDqAlternating || stage.stage == consumer;
-        // This thread's dSᵀ row in the buffer, chunk 0 swizzled (row % 8 = quad_row), its column pair.
-        const std::uint32_t ds_row_base =
-            ds_tile + static_cast<std::uint32_t>(key_row * Traits::kSlabRowBytes + quad_row * 16 + quad_col * 4);
-        q_full.wait(stage);
-        const float* lse_log2 =
-            reinterpret_cast<const float*>(smem_bytes + Traits::kStatsOffset + stage.stage * Traits::kStatsBytes);
-        const float* row_dot = lse_log2 + kTileM;
+    PipelineState<kStages> stage;
+    for (int it = 0; it < work.iterations; ++it) {
+      const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
+      const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
+      const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
+      // This tile's dSᵀ buffer, and whether this consumer computes its dQ (always, but at d64 on
+      // every other tile): the ring's stage (it % 2) picks both (an index of its own cost d128 80
+      // bytes of spills, ptxas sm_90a).
+      const std::uint32_t ds_tile = smem_ds + stage.stage * Traits::kDsBufferBytes;
+      const bool computes_dq = !Traits::kDqAlternating || stage.stage == consumer;
+      // This thread's dSᵀ row in the buffer, chunk 0 swizzled (row % 8 = quad_row), its column pair.
+      const std::uint32_t ds_row_base =
+          ds_tile + static_cast<std::uint32_t>(key_row * Traits::kSlabRowBytes + quad_row * 16 + quad_col * 4);
+      q_full.wait(stage);
+      const float* lse_log2 =
+          reinterpret_cast<const float*>(smem_bytes + Traits::kStatsOffset + stage.stage * Traits::kStatsBytes);
+      const float* row_dot = lse_log2 + kTileM;
 
-        // Sᵀ = K_c·Qᵀ and dPᵀ = V_c·dOᵀ (64 keys × kTileM queries each), two groups: P is computed
-        // while dPᵀ is still in the tensor cores.
-        float acc_s[kTileM / 2], acc_dp[kTileM / 2];
-        wgmma_fence();
-        issue_transposed_scores<Traits>(acc_s, k_rows, q_tile);
-        wgmma_commit();
-        issue_transposed_scores<Traits>(acc_dp, v_rows, d_o_tile);
-        wgmma_commit();
+      // Sᵀ = K_c·Qᵀ and dPᵀ = V_c·dOᵀ (64 keys × kTileM queries each), two groups: P is computed
+      // while dPᵀ is still in the tensor cores.
+      float acc_s[kTileM / 2], acc_dp[kTileM / 2];
+      wgmma_fence();
+      issue_transposed_scores<Traits>(acc_s, k_rows, q_tile);
+      wgmma_commit();
+      issue_transposed_scores<Traits>(acc_dp, v_rows, d_o_tile);
+      wgmma_commit();
 
-        // Column 8i + 2·quad_col + e of the tile is query row_begin + that; the element mask only
-        // where the tile crosses a row's key range or the ends of the keys or queries.
-        const std::int64_t rows_of_head =
-            (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin;
-        const bool unmasked = row_begin + kTileM <= params.seq_q && work.key_begin + kTileN <= params.seq_kv &&
-                              key_range(params, row_begin + kTileM - 1).begin <= work.key_begin &&
-                              key_range(params, row_begin).end >= work.key_begin + kTileN;
-        // kMasked: the tile crosses the mask (two copies of each loop, no per-element branch where not).
-        auto hidden = [&](auto masked, int query, int half) {
-          if constexpr (decltype(masked)::value) return mask.hidden(row_begin + query, thread_key + 8 * half);
-          return false;
-        };
+      // Column 8i + 2·quad_col + e of the tile is query row_begin + that; the element mask only
+      // where the tile crosses a row's key range or the ends of the keys or queries.
+      const std::int64_t rows_of_head =
+          (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin;
+      const bool unmasked = row_begin + kTileM <= params.seq_q && work.key_begin + kTileN <= params.seq_kv &&
+                            key_range(params, row_begin + kTileM - 1).begin <= work.key_begin &&
+                            key_range(params, row_begin).end >= work.key_begin + kTileN;
+      // kMasked: the tile crosses the mask (two copies of each loop, no per-element branch where not).
+      auto hidden = [&](auto masked, int query, int half) {
+        if constexpr (decltype(masked)::value) return mask.hidden(row_begin + query, thread_key + 8 * half);
+        return false;
+      };
 
-        // Pᵀ = 2^(Sᵀ·scale·log2 e − LSE·log2 e) in place (0 where hidden), then dV += Pᵀ·dO issued.
-        auto probabilities = [&](auto masked) {
+      // Pᵀ = 2^(Sᵀ·scale·log2 e − LSE·log2 e) in place (0 where hidden), then dV += Pᵀ·dO issued.
+      auto probabilities = [&](auto masked) {
 #pragma unroll
-          for (int i = 0; i < kTileM / 8; ++i) {
-            const float2 lse = *reinterpret_cast<const float2*>(lse_log2 + 8 * i + 2 * quad_col);
+        for (int i = 0; i < kTileM / 8; ++i) {
+          const float2 lse = *reinterpret_cast<const float2*>(lse_log2 + 8 * i + 2 * quad_col);
 #pragma unroll
-            for (int e = 0; e < 2; ++e)
+          for (int e = 0; e < 2; ++e)
 #pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                float& s = acc_s[4 * i + 2 * half + e];
-                const float p = exp2_approx(fmaf(s, params.scale_log2, -(e == 0 ? lse.x : lse.y)));
-                s = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p;
-              }
-          }
-        };
-        wgmma_wait<1>();
-        fence_registers(acc_s);
-        if (unmasked)
-          probabilities(std::false_type{});
-        else
-          probabilities(std::true_type{});
-        std::uint32_t p_fragments[kTileM / 16][4];
-        to_fragments<Element, kTileM>(acc_s, p_fragments);
-        fence_registers(acc_dv);
-#pragma unroll
-        for (int j = 0; j < kTileM / 16; ++j) fence_registers(p_fragments[j]);
-        wgmma_fence();
-        issue_key_gradient<Traits>(acc_dv, p_fragments, d_o_tile);
-        wgmma_commit();
-
-        // dSᵀ = Pᵀ∘(dPᵀ − D) in place, set to 0 where hidden (not multiplied: a NaN of V at a hidden
-        // key never reaches dS), then dK += dSᵀ·Q issued.
-        auto score_gradients = [&](auto masked) {
-#pragma unroll
-          for (int i = 0; i < kTileM / 8; ++i) {
-            const float2 dot = *reinterpret_cast<const float2*>(row_dot + 8 * i + 2 * quad_col);
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                float& dp = acc_dp[4 * i + 2 * half + e];
-                const float p = acc_s[4 * i + 2 * half + e];
-                dp = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p * (dp - (e == 0 ? dot.x : dot.y));
-              }
-          }
-        };
-        wgmma_wait<1>();
-        fence_registers(acc_dp);
-        if (unmasked)
-          score_gradients(std::false_type{});
-        else
-          score_gradients(std::true_type{});
-        std::uint32_t ds_fragments[kTileM / 16][4];
-        to_fragments<Element, kTileM>(acc_dp, ds_fragments);
-        fence_registers(acc_dk);
-#pragma unroll
-        for (int j = 0; j < kTileM / 16; ++j) fence_registers(ds_fragments[j]);
-        wgmma_fence();
-        issue_key_gradient<Traits>(acc_dk, ds_fragments, q_tile);
-        wgmma_commit();
-
-        // dSᵀ to shared memory for dQ (while dV and dK run): row key_row, query q at slab q / 64,
-        // 16-byte chunk (q % 64) / 8 XOR (row % 8) — TMA's 128B swizzle, which the transposed wgmma
-        // read expects.
-#pragma unroll
-        for (int i = 0; i < kTileM / 8; ++i)
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            // Row key_row + 8·half: the address as base XOR chunk (the row % 8 is quad_row, the buffer
-            // 1024-aligned), one live register; the sum's eight loop-invariant addresses spilled 80
-            // bytes at d128 once the buffer varied (ptxas sm_90a).
-            const int query = 8 * i + 2 * quad_col;
-            const std::uint32_t address =
-                (ds_row_base +
-                 static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes + 8 * half * Traits::kSlabRowBytes)) ^
-                static_cast<std::uint32_t>(((query % 64) / 8) * 16);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(ds_fragments[i / 2][2 * (i % 2) + half])
-                         : "memory");
-          }
-        fence_proxy_async_shared();  // the generic-proxy stores, visible to wgmma's reads
-        named_barrier_sync(1, Traits::kConsumerThreads);
-
-        // dQ_tile = dS·K; then every product of the tile is done.
-        float acc_dq[32];
-        if (computes_dq) {
-          wgmma_fence();
-          issue_query_gradient<Traits, kTileN>(acc_dq, ds_tile, smem_k + dq_column_slab * Traits::kKVSlabBytes);
-          wgmma_commit();
+            for (int half = 0; half < 2; ++half) {
+              float& s = acc_s[4 * i + 2 * half + e];
+              const float p = exp2_approx(fmaf(s, params.scale_log2, -(e == 0 ? lse.x : lse.y)));
+              s = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p;
+            }
         }
-        wgmma_wait<0>();
-        fence_registers(acc_dv);
-        fence_registers(acc_dk);
-        if (computes_dq) fence_registers(acc_dq);
-        // This thread's reads of the stage's Q, dO and row statistics are done. Every consumer
-        // thread arrives (its release orders its own reads of the stats): with one arrival a warp,
-        // compute-sanitizer's racecheck reported the next bulk copy of the stats against the other
-        // lanes' reads (H100, 2026-12-06).
-        q_empty.arrive(stage);
+      };
+      wgmma_wait<1>();
+      fence_registers(acc_s);
+      if (unmasked)
+        probabilities(std::false_type{});
+      else
+        probabilities(std::true_type{});
+      std::uint32_t p_fragments[kTileM / 16][4];
+      to_fragments<Element, kTileM>(acc_s, p_fragments);
+      fence_registers(acc_dv);
+#pragma unroll
+      for (int j = 0; j < kTileM / 16; ++j) fence_registers(p_fragments[j]);
+      wgmma_fence();
+      issue_key_gradient<Traits>(acc_dv, p_fragments, d_o_tile);
+      wgmma_commit();
 
-        // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).
+      // dSᵀ = Pᵀ∘(dPᵀ − D) in place, set to 0 where hidden (not multiplied: a NaN of V at a hidden
+      // key never reaches dS), then dK += dSᵀ·Q issued.
+      auto score_gradients = [&](auto masked) {
+#pragma unroll
+        for (int i = 0; i < kTileM / 8; ++i) {
+          const float2 dot = *reinterpret_cast<const float2*>(row_dot + 8 * i + 2 * quad_col);
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              float& dp = acc_dp[4 * i + 2 * half + e];
+              const float p = acc_s[4 * i + 2 * half + e];
+              dp = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p * (dp - (e == 0 ? dot.x : dot.y));
+            }
+        }
+      };
+      wgmma_wait<1>();
+      fence_registers(acc_dp);
+      if (unmasked)
+        score_gradients(std::false_type{});
+      else
+        score_gradients(std::true_type{});
+      std::uint32_t ds_fragments[kTileM / 16][4];
+      to_fragments<Element, kTileM>(acc_dp, ds_fragments);
+      fence_registers(acc_dk);
+#pragma unroll
+      for (int j = 0; j < kTileM / 16; ++j) fence_registers(ds_fragments[j]);
+      wgmma_fence();
+      issue_key_gradient<Traits>(acc_dk, ds_fragments, q_tile);
+      wgmma_commit();
+
+      // dSᵀ to shared memory for dQ (while dV and dK run): row key_row, query q at slab q / 64,
+      // 16-byte chunk (q % 64) / 8 XOR (row % 8) — TMA's 128B swizzle, which the transposed wgmma
+      // read expects.
+#pragma unroll
+      for (int i = 0; i < kTileM / 8; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          // Row key_row + 8·half: the address as base XOR chunk (the row % 8 is quad_row, the buffer
+          // 1024-aligned), one live register; the sum's eight loop-invariant addresses spilled 80
+          // bytes at d128 once the buffer varied (ptxas sm_90a).
+          const int query = 8 * i + 2 * quad_col;
+          const std::uint32_t address =
+              (ds_row_base +
+               static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes + 8 * half * Traits::kSlabRowBytes)) ^
+              static_cast<std::uint32_t>(((query % 64) / 8) * 16);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(ds_fragments[i / 2][2 * (i % 2) + half])
+                       : "memory");
+        }
+      fence_proxy_async_shared();  // the generic-proxy stores, visible to wgmma's reads
+      named_barrier_sync(1, Traits::kConsumerThreads);
+
+      // dQ_tile = dS·K; then every product of the tile is done.
+      float acc_dq[32];
+      if (computes_dq) {
+        wgmma_fence();
+        issue_query_gradient<Traits, kTileN>(acc_dq, ds_tile, smem_k + dq_column_slab * Traits::kKVSlabBytes);
+        wgmma_commit();
+      }
+      wgmma_wait<0>();
+      fence_registers(acc_dv);
+      fence_registers(acc_dk);
+      if (computes_dq) fence_registers(acc_dq);
+      // This thread's reads of the stage's Q, dO and row statistics are done. Every consumer
+      // thread arrives (its release orders its own reads of the stats): with one arrival a warp,
+      // compute-sanitizer's racecheck reported the next bulk copy of the stats against the other
+      // lanes' reads (H100, 2026-12-06).
+      q_empty.arrive(stage);
+
+      // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).
+      if constexpr (!Traits::kDqRowPairs) {
         if (computes_dq) {
-          float* sums = params.dq_accum + (rows_of_head + 16 * warp + quad_row) * static_cast<std::int64_t>(kHeadDim) +
+          float* sums = params.dq_accum +
+                        (rows_of_head + 16 * warp + quad_row) * static_cast<std::int64_t>(kHeadDim) +
                         dq_column_slab * 64 + 2 * quad_col;
 #pragma unroll
           for (int i = 0; i < 8; ++i)
@@ -365,228 +397,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
               atomicAdd(reinterpret_cast<float2*>(sums + 8 * half * kHeadDim + 8 * i),
                         make_float2(acc_dq[4 * i + 2 * half], acc_dq[4 * i + 2 * half + 1]));
         }
-        // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
-        // into this one only past the next tile's barrier, which every reader of this buffer
-        // reaches after its dQ products are done.
-        ++stage;
+      } else {
+        if (computes_dq) add_dq_by_row_pairs<kHeadDim>(acc_dq, params.dq_accum, rows_of_head + 16 * warp,
+                                                       dq_column_slab * 64, quad_row, quad_col);
       }
-    } else {
-      // backward_schedule=overlap (experimental: not yet run on a GPU): the same tile's work as
-      // above, in phases, so that the loop can turn by half a tile. The default loop above stays
-      // as it is until a GPU run measures both (as phases its PTX differed).
-      // A query tile's place: its q head, first row, rows in the workspace, dSᵀ buffer, and
-      // whether this consumer computes its dQ (always, but at d64 on every other tile): the ring's
-      // stage (it % 2) picks the buffer and the consumer (an index of its own cost d128 80 bytes of
-      // spills, ptxas sm_90a).
-      struct QueryTile {
-        int head, row_begin;
-        std::uint32_t ds_tile, ds_row_base;
-        bool computes_dq;
-        __device__ std::int64_t rows_of_head(const BackwardParams& params, int batch) const {
-          return (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin;
-        }
-      };
-      const auto query_tile = [&](int it, PipelineState<kStages> at) {
-        QueryTile tile;
-        tile.head = work.head(params, kv_head, it);
-        tile.row_begin = work.row_begin(it);
-        tile.ds_tile = smem_ds + at.stage * Traits::kDsBufferBytes;
-        tile.computes_dq = !Traits::kDqAlternating || at.stage == consumer;
-        // This thread's dSᵀ row in the buffer, chunk 0 swizzled (row % 8 = quad_row), its column pair.
-        tile.ds_row_base =
-            tile.ds_tile + static_cast<std::uint32_t>(key_row * Traits::kSlabRowBytes + quad_row * 16 + quad_col * 4);
-        return tile;
-      };
-      // Sᵀ = K_c·Qᵀ and dPᵀ = V_c·dOᵀ (64 keys × kTileM queries each), two groups: P is computed
-      // while dPᵀ is still in the tensor cores.
-      const auto issue_scores = [&](float(&acc)[kTileM / 2], std::uint32_t rows, std::uint32_t tile) {
-        issue_transposed_scores<Traits>(acc, rows, tile);
-        wgmma_commit();
-      };
-      // The tile once Sᵀ and dPᵀ are issued: P, dV += Pᵀ·dO, dSᵀ, dK += dSᵀ·Q, dSᵀ to shared memory
-      // and the barrier after which either consumer's dQ product may read it.
-      const auto tile_gradients = [&](const QueryTile& tile, PipelineState<kStages> at, float(&acc_s)[kTileM / 2],
-                                      float(&acc_dp)[kTileM / 2]) {
-        const int row_begin = tile.row_begin;
-        const std::uint32_t q_tile = smem_q + at.stage * Traits::kQBytes;
-        const std::uint32_t d_o_tile = smem_do + at.stage * Traits::kQBytes;
-        const float* lse_log2 =
-            reinterpret_cast<const float*>(smem_bytes + Traits::kStatsOffset + at.stage * Traits::kStatsBytes);
-        const float* row_dot = lse_log2 + kTileM;
-        const std::uint32_t ds_row_base = tile.ds_row_base;
-
-        // Column 8i + 2·quad_col + e of the tile is query row_begin + that; the element mask only
-        // where the tile crosses a row's key range or the ends of the keys or queries.
-        const bool unmasked = row_begin + kTileM <= params.seq_q && work.key_begin + kTileN <= params.seq_kv &&
-                              key_range(params, row_begin + kTileM - 1).begin <= work.key_begin &&
-                              key_range(params, row_begin).end >= work.key_begin + kTileN;
-        // kMasked: the tile crosses the mask (two copies of each loop, no per-element branch where not).
-        auto hidden = [&](auto masked, int query, int half) {
-          if constexpr (decltype(masked)::value) return mask.hidden(row_begin + query, thread_key + 8 * half);
-          return false;
-        };
-
-        // Pᵀ = 2^(Sᵀ·scale·log2 e − LSE·log2 e) in place (0 where hidden), then dV += Pᵀ·dO issued.
-        auto probabilities = [&](auto masked) {
-#pragma unroll
-          for (int i = 0; i < kTileM / 8; ++i) {
-            const float2 lse = *reinterpret_cast<const float2*>(lse_log2 + 8 * i + 2 * quad_col);
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                float& s = acc_s[4 * i + 2 * half + e];
-                const float p = exp2_approx(fmaf(s, params.scale_log2, -(e == 0 ? lse.x : lse.y)));
-                s = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p;
-              }
-          }
-        };
-        wgmma_wait<1>();
-        fence_registers(acc_s);
-        if (unmasked)
-          probabilities(std::false_type{});
-        else
-          probabilities(std::true_type{});
-        std::uint32_t p_fragments[kTileM / 16][4];
-        to_fragments<Element, kTileM>(acc_s, p_fragments);
-        fence_registers(acc_dv);
-#pragma unroll
-        for (int j = 0; j < kTileM / 16; ++j) fence_registers(p_fragments[j]);
-        wgmma_fence();
-        issue_key_gradient<Traits>(acc_dv, p_fragments, d_o_tile);
-        wgmma_commit();
-
-        // dSᵀ = Pᵀ∘(dPᵀ − D) in place, set to 0 where hidden (not multiplied: a NaN of V at a hidden
-        // key never reaches dS), then dK += dSᵀ·Q issued.
-        auto score_gradients = [&](auto masked) {
-#pragma unroll
-          for (int i = 0; i < kTileM / 8; ++i) {
-            const float2 dot = *reinterpret_cast<const float2*>(row_dot + 8 * i + 2 * quad_col);
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                float& dp = acc_dp[4 * i + 2 * half + e];
-                const float p = acc_s[4 * i + 2 * half + e];
-                dp = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p * (dp - (e == 0 ? dot.x : dot.y));
-              }
-          }
-        };
-        wgmma_wait<1>();
-        fence_registers(acc_dp);
-        if (unmasked)
-          score_gradients(std::false_type{});
-        else
-          score_gradients(std::true_type{});
-        std::uint32_t ds_fragments[kTileM / 16][4];
-        to_fragments<Element, kTileM>(acc_dp, ds_fragments);
-        fence_registers(acc_dk);
-#pragma unroll
-        for (int j = 0; j < kTileM / 16; ++j) fence_registers(ds_fragments[j]);
-        wgmma_fence();
-        issue_key_gradient<Traits>(acc_dk, ds_fragments, q_tile);
-        wgmma_commit();
-
-        // dSᵀ to shared memory for dQ (while dV and dK run): row key_row, query q at slab q / 64,
-        // 16-byte chunk (q % 64) / 8 XOR (row % 8) — TMA's 128B swizzle, which the transposed wgmma
-        // read expects.
-#pragma unroll
-        for (int i = 0; i < kTileM / 8; ++i)
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            // Row key_row + 8·half: the address as base XOR chunk (the row % 8 is quad_row, the buffer
-            // 1024-aligned), one live register; the sum's eight loop-invariant addresses spilled 80
-            // bytes at d128 once the buffer varied (ptxas sm_90a).
-            const int query = 8 * i + 2 * quad_col;
-            const std::uint32_t address =
-                (ds_row_base +
-                 static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes + 8 * half * Traits::kSlabRowBytes)) ^
-                static_cast<std::uint32_t>(((query % 64) / 8) * 16);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(ds_fragments[i / 2][2 * (i % 2) + half])
-                         : "memory");
-          }
-        fence_proxy_async_shared();  // the generic-proxy stores, visible to wgmma's reads
-        named_barrier_sync(1, Traits::kConsumerThreads);
-      };
-      // dQ_tile = dS·K, and its sums (rows past seq_q are the workspace's padding: never read).
-      const auto issue_dq = [&](const QueryTile& tile, float(&acc_dq)[32]) {
-        wgmma_fence();
-        issue_query_gradient<Traits, kTileN>(acc_dq, tile.ds_tile, smem_k + dq_column_slab * Traits::kKVSlabBytes);
-        wgmma_commit();
-      };
-      const auto add_dq = [&](const QueryTile& tile, const float(&acc_dq)[32]) {
-        const std::int64_t rows_of_head = tile.rows_of_head(params, batch);
-        float* sums = params.dq_accum + (rows_of_head + 16 * warp + quad_row) * static_cast<std::int64_t>(kHeadDim) +
-                      dq_column_slab * 64 + 2 * quad_col;
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-          for (int half = 0; half < 2; ++half)
-            atomicAdd(reinterpret_cast<float2*>(sums + 8 * half * kHeadDim + 8 * i),
-                      make_float2(acc_dq[4 * i + 2 * half], acc_dq[4 * i + 2 * half + 1]));
-      };
-      // This thread's reads of the stage's Q, dO and row statistics are done once dV's and dK's
-      // products are. Every consumer thread arrives (its release orders its own reads of the
-      // stats): with one arrival a warp, compute-sanitizer's racecheck reported the next bulk copy
-      // of the stats against the other lanes' reads (H100, 2026-12-06).
-      // No second barrier a tile: the next tile writes the other dSᵀ buffer, and the one after it
-      // stores into this one only past the next tile's barrier, which every reader of this buffer
+      // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
+      // into this one only past the next tile's barrier, which every reader of this buffer
       // reaches after its dQ products are done.
-      PipelineState<kStages> stage;
-      // The loop turned by half a tile: iteration `it` issues tile it's dQ product, waits for
-      // its dV and dK products only, issues tile it + 1's Sᵀ and dPᵀ behind dQ's, adds dQ's sums,
-      // then runs tile it + 1 up to its barrier — the tensor cores do not drain at a tile's end.
-      // Only dK's and dV's products (accumulated in place) run across the loop's back edge.
-      {
-        const QueryTile first = query_tile(0, stage);
-        q_full.wait(stage);
-        float acc_s[kTileM / 2], acc_dp[kTileM / 2];
-        wgmma_fence();
-        issue_scores(acc_s, k_rows, smem_q + stage.stage * Traits::kQBytes);
-        issue_scores(acc_dp, v_rows, smem_do + stage.stage * Traits::kQBytes);
-        tile_gradients(first, stage, acc_s, acc_dp);
-      }
-      // Every tile but the last has a next one: no branch on it inside the loop (ptxas follows
-      // every path of the control flow, feasible or not, when it checks the products in flight).
-      for (int it = 0; it + 1 < work.iterations; ++it) {
-        const QueryTile tile = query_tile(it, stage);
-        float acc_dq[32];
-        if (tile.computes_dq) {
-          issue_dq(tile, acc_dq);
-          wgmma_wait<1>();
-        } else {
-          wgmma_wait<0>();
-        }
-        fence_registers(acc_dv);
-        fence_registers(acc_dk);
-        q_empty.arrive(stage);
-        PipelineState<kStages> next = stage;
-        ++next;
-        float acc_s[kTileM / 2], acc_dp[kTileM / 2];
-        q_full.wait(next);
-        wgmma_fence();
-        issue_scores(acc_s, k_rows, smem_q + next.stage * Traits::kQBytes);
-        issue_scores(acc_dp, v_rows, smem_do + next.stage * Traits::kQBytes);
-        wgmma_wait<2>();  // dQ's product done (a no-op where this consumer issued none)
-        if (tile.computes_dq) {
-          fence_registers(acc_dq);
-          add_dq(tile, acc_dq);
-        }
-        tile_gradients(query_tile(it + 1, next), next, acc_s, acc_dp);
-        ++stage;
-      }
-      // The last tile: its dQ product, everything waited for.
-      const QueryTile last = query_tile(work.iterations - 1, stage);
-      float acc_dq[32];
-      if (last.computes_dq) issue_dq(last, acc_dq);
-      wgmma_wait<0>();
-      fence_registers(acc_dv);
-      fence_registers(acc_dk);
-      q_empty.arrive(stage);
-      if (last.computes_dq) {
-        fence_registers(acc_dq);
-        add_dq(last, acc_dq);
-      }
+      ++stage;
     }
   }
 

@@ -1,25 +1,17 @@
 // Dispatch of flash3's backward from the run-time (dtype, head dim) to the compiled instantiations.
-#include <fmt/format.h>
-
-#include "attnsuite/error.hpp"
 #include "cuda/common/dispatch.hpp"
 #include "cuda/flash3/launch.hpp"
 #include "cuda/flash3/run_backward.cuh"
 
 namespace attnsuite::cuda::flash3 {
 
-void launch_backward(const BackwardParams& params, DType dtype, bool overlap_next, void* stream) {
+void launch_backward(const BackwardParams& params, DType dtype, bool dq_row_pairs, void* stream) {
   dispatch_16bit(dtype, "flash3 backward", [&](auto element) {
     dispatch_head_dim<64, 128>(params.head_dim, "flash3 backward", [&](auto head_dim) {
       using Element = typename decltype(element)::type;
       constexpr int kHeadDim = decltype(head_dim)::value;
-      if (!overlap_next) return run_backward<Element, kHeadDim, false>(params, static_cast<cudaStream_t>(stream));
-      if constexpr (kHeadDim == 64) {
-        run_backward<Element, kHeadDim, true>(params, static_cast<cudaStream_t>(stream));
-      } else {
-        throw Error(ErrorKind::Unsupported,
-                    fmt::format("flash3 backward: the overlapped schedule has head dim 64 only, not {}", kHeadDim));
-      }
+      if (dq_row_pairs) return run_backward<Element, kHeadDim, true>(params, static_cast<cudaStream_t>(stream));
+      run_backward<Element, kHeadDim, false>(params, static_cast<cudaStream_t>(stream));
     });
   });
 }

@@ -34,13 +34,11 @@ namespace attnsuite::cuda::flash3 {
 // reducing its own 64 keys' partial tile (twice the float2 reductions) with one dSᵀ buffer; d128
 // unchanged (3.28 / 3.29 ms). 128-query tiles at d64 spilled 176 bytes: Sᵀ and dPᵀ alone are
 // then 128 registers.
-// kOverlapNext (d64; backend option backward_schedule=overlap; experimental: not yet run on a
-// GPU): the loop turned by half a tile, so that the next tile's Sᵀ and dPᵀ products are issued as
-// soon as this tile's dV and dK products are done, behind its dQ product, instead of after every
-// product of the tile (the tensor cores drain at each tile's end otherwise). ptxas sm_90a: 168
-// registers, 24 bytes of spills.
+// kDqRowPairs (backend option backward_dq=row-pairs; experimental: not yet run on a GPU): dQ's
+// float2 reductions rearranged between pairs of rows so that each warp reduction writes 64
+// contiguous bytes of a row (backward_kernel.cuh, add_dq_by_row_pairs).
 // The register split is the forward's: 128·24 + 256·240 = 384·168 (__launch_bounds__(384, 1)).
-template <class Element_, int kHeadDim_, int kTileM_, bool kOverlapNext_ = false>
+template <class Element_, int kHeadDim_, int kTileM_, bool kDqRowPairs_ = false>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -61,7 +59,7 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kDsBufferBytes = kDsSlabs * kDsSlabBytes;  // one of kStages
   // dQ's tile by one consumer in turn over all keys (d64), or by both, split by columns (d128).
   static constexpr bool kDqAlternating = kHeadDim == 64;
-  static constexpr bool kOverlapNext = kOverlapNext_;
+  static constexpr bool kDqRowPairs = kDqRowPairs_;
 
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKOffset + kKVBytes;
@@ -79,9 +77,6 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static_assert(sizeof(Element) == 2, "flash3's backward computes on 16-bit inputs (fp16, bf16)");
   static_assert((kHeadDim == 64 || kHeadDim == 128) && kTileM == 64,
                 "dQ's 64-query tile is one 64 × 64 wgmma tile (d64) or two (d128)");
-  static_assert(!kOverlapNext || kHeadDim == 64,
-                "the overlapped schedule is d64's: at d128 dK, dV, dQ and the next tile's Sᵀ in flight "
-                "left too few registers (ptxas serialized the products and spilled 308 bytes)");
   static_assert(!kDqAlternating || kStages == kConsumers,
                 "at d64 the ring's stage names the consumer that computes the tile's dQ");
   static_assert(kBackwardRowPadding % kTileM == 0, "the workspace's padded rows hold whole query tiles");
@@ -95,9 +90,9 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
 // 64-query tiles: Sᵀ and dPᵀ 32 + 32 registers, dK and dV 32 + 32 (d64) or 64 + 64 (d128), dQ 32;
 // shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 2 × 16 KiB dSᵀ, 1 KiB row statistics = 98 KiB
 // at d64, 162 KiB at d128.
-template <class Element, int kHeadDim, bool kOverlapNext = false>
+template <class Element, int kHeadDim, bool kDqRowPairs = false>
 struct BackwardConfig {
-  using Kernel = BackwardTraits<Element, kHeadDim, 64, kOverlapNext>;
+  using Kernel = BackwardTraits<Element, kHeadDim, 64, kDqRowPairs>;
 };
 
 }  // namespace attnsuite::cuda::flash3

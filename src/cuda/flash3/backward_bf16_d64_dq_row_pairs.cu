@@ -1,4 +1,4 @@
-// flash3 backward, bf16, head dim 64, the overlapped schedule (backward_schedule=overlap; experimental).
+// flash3 backward, bf16, head dim 64, dQ reduced by row pairs (backward_dq=row-pairs; experimental).
 #include "cuda/flash3/backward_launch_template.cuh"
 
 namespace attnsuite::cuda::flash3 {
