@@ -96,3 +96,21 @@ def test_onnxruntime_peers_in_the_harness(tmp_path):
         assert row["status"] == "ok", row["reason"]
         assert row["rel_l2"] < (1e-5 if row["dtype"] == "fp32" else 2e-3)
         assert row["ms_median"] > 0 and row["peak_mem_mib"] >= 0
+
+
+def test_listing_the_backends_imports_neither_onnx_nor_onnxruntime():
+    """attnsuite.backends() names the installed onnxruntime's version (the peers' capabilities)
+    from its package metadata: importing onnx in a process that had imported torch ended the
+    interpreter on the H100 image (2026-12-06), and every listing would have imported it."""
+    import sys
+
+    script = ("import sys, attnsuite\n"
+              "entries = {b['name']: b for b in attnsuite.backends()}\n"
+              "print(entries.get('onnxruntime', {}).get('capabilities', ''))\n"
+              "print('onnx' in sys.modules, 'onnxruntime' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    capabilities, imported = result.stdout.strip().splitlines()[-2:]
+    assert imported == "False False"
+    if "onnxruntime" in {b["name"] for b in attnsuite.backends()}:
+        assert f"onnxruntime {onnxruntime.__version__} through its Python API" in capabilities

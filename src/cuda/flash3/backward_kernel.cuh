@@ -120,20 +120,20 @@ __device__ __forceinline__ void to_fragments(const float (&acc)[kN / 2], std::ui
     for (int r = 0; r < 4; ++r) fragments[j][r] = pack_pair<Element>(acc[8 * j + 2 * r], acc[8 * j + 2 * r + 1]);
 }
 
-// backward_dq=row-pairs (experimental: not yet run on a GPU): dQ's 64 × 64 tile (acc: rows
-// quad_row and quad_row + 8 of the warp's 16, columns 8i + 2·quad_col) added into the fp32 sums with
-// the float2 reductions of each pair of rows (quad rows 2r, 2r + 1: lanes l and l ^ 4) rearranged so
-// that one warp reduction covers 16 contiguous columns (64 bytes) of a row instead of 8: the even
-// quad row's lanes take columns 16j .. 16j + 7 of both rows, the odd one's 16j + 8 .. 16j + 15, one
-// float2 shuffle a (16-column block, half). ncu (H100, d128 N 4096): each of the default's 134 M
-// reduction requests carried one 32-byte sector, cuDNN's two, and the crossbar into L2 was 75% busy
-// in both, the binding unit.
+// dQ's 64 × 64 tile (acc: rows quad_row and quad_row + 8 of the warp's 16, columns 8i + 2·quad_col)
+// added into the fp32 sums with the float2 reductions of each pair of rows (quad rows 2r, 2r + 1:
+// lanes l and l ^ 4) rearranged so that one warp reduction covers 16 contiguous columns (64 bytes)
+// of a row: the even quad row's lanes take columns 16j .. 16j + 7 of both rows, the odd one's
+// 16j + 8 .. 16j + 15, one float2 shuffle a (16-column block, half). Each thread reducing its own
+// pairs (a warp covering 8 columns, 32 bytes, of 8 rows) sent one-sector requests to L2: 134 M of
+// them at d128 N 4096 against cuDNN's 67 M two-sector ones, with the crossbar into L2 75% busy
+// (ncu, H100); rearranged, 1.10–1.12× faster at d128, 1.04–1.05× at d64 (H100, 2026-12-06).
 template <int kHeadDim>
 __device__ __forceinline__ void add_dq_by_row_pairs(const float (&acc)[32], float* dq_accum, std::int64_t warp_row,
                                                     int column_base, int quad_row, int quad_col) {
   const int odd = quad_row & 1;
-  float* sums = dq_accum + (warp_row + (quad_row & ~1)) * static_cast<std::int64_t>(kHeadDim) + column_base +
-                8 * odd + 2 * quad_col;
+  float* sums = dq_accum + (warp_row + (quad_row & ~1)) * static_cast<std::int64_t>(kHeadDim) + column_base + 8 * odd +
+                2 * quad_col;
 #pragma unroll
   for (int block = 0; block < 4; ++block)
 #pragma unroll
@@ -146,8 +146,8 @@ __device__ __forceinline__ void add_dq_by_row_pairs(const float (&acc)[32], floa
       const float2 sent = odd ? first : second;
       const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, sent.x, 4), __shfl_xor_sync(0xffffffffu, sent.y, 4));
       float* row_sums = sums + 8 * half * kHeadDim + 16 * block;
-      atomicAdd(reinterpret_cast<float2*>(row_sums), odd ? got : first);                // the even row
-      atomicAdd(reinterpret_cast<float2*>(row_sums + kHeadDim), odd ? second : got);   // the odd row
+      atomicAdd(reinterpret_cast<float2*>(row_sums), odd ? got : first);              // the even row
+      atomicAdd(reinterpret_cast<float2*>(row_sums + kHeadDim), odd ? second : got);  // the odd row
     }
 }
 
@@ -357,10 +357,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           // 1024-aligned), one live register; the sum's eight loop-invariant addresses spilled 80
           // bytes at d128 once the buffer varied (ptxas sm_90a).
           const int query = 8 * i + 2 * quad_col;
-          const std::uint32_t address =
-              (ds_row_base +
-               static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes + 8 * half * Traits::kSlabRowBytes)) ^
-              static_cast<std::uint32_t>(((query % 64) / 8) * 16);
+          const std::uint32_t address = (ds_row_base + static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes +
+                                                                                  8 * half * Traits::kSlabRowBytes)) ^
+                                        static_cast<std::uint32_t>(((query % 64) / 8) * 16);
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(ds_fragments[i / 2][2 * (i % 2) + half])
                        : "memory");
         }
@@ -385,22 +384,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       q_empty.arrive(stage);
 
       // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).
-      if constexpr (!Traits::kDqRowPairs) {
-        if (computes_dq) {
-          float* sums = params.dq_accum +
-                        (rows_of_head + 16 * warp + quad_row) * static_cast<std::int64_t>(kHeadDim) +
-                        dq_column_slab * 64 + 2 * quad_col;
-#pragma unroll
-          for (int i = 0; i < 8; ++i)
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-              atomicAdd(reinterpret_cast<float2*>(sums + 8 * half * kHeadDim + 8 * i),
-                        make_float2(acc_dq[4 * i + 2 * half], acc_dq[4 * i + 2 * half + 1]));
-        }
-      } else {
-        if (computes_dq) add_dq_by_row_pairs<kHeadDim>(acc_dq, params.dq_accum, rows_of_head + 16 * warp,
-                                                       dq_column_slab * 64, quad_row, quad_col);
-      }
+      if (computes_dq)
+        add_dq_by_row_pairs<kHeadDim>(acc_dq, params.dq_accum, rows_of_head + 16 * warp, dq_column_slab * 64, quad_row,
+                                      quad_col);
       // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
       // into this one only past the next tile's barrier, which every reader of this buffer
       // reaches after its dQ products are done.

@@ -5,13 +5,12 @@
 
 namespace attnsuite::cuda::flash3 {
 
-void launch_backward(const BackwardParams& params, DType dtype, bool dq_row_pairs, void* stream) {
+void launch_backward(const BackwardParams& params, DType dtype, void* stream) {
   dispatch_16bit(dtype, "flash3 backward", [&](auto element) {
     dispatch_head_dim<64, 128>(params.head_dim, "flash3 backward", [&](auto head_dim) {
       using Element = typename decltype(element)::type;
       constexpr int kHeadDim = decltype(head_dim)::value;
-      if (dq_row_pairs) return run_backward<Element, kHeadDim, true>(params, static_cast<cudaStream_t>(stream));
-      run_backward<Element, kHeadDim, false>(params, static_cast<cudaStream_t>(stream));
+      run_backward<Element, kHeadDim>(params, static_cast<cudaStream_t>(stream));
     });
   });
 }

@@ -34,11 +34,8 @@ namespace attnsuite::cuda::flash3 {
 // reducing its own 64 keys' partial tile (twice the float2 reductions) with one dSᵀ buffer; d128
 // unchanged (3.28 / 3.29 ms). 128-query tiles at d64 spilled 176 bytes: Sᵀ and dPᵀ alone are
 // then 128 registers.
-// kDqRowPairs (backend option backward_dq=row-pairs; experimental: not yet run on a GPU): dQ's
-// float2 reductions rearranged between pairs of rows so that each warp reduction writes 64
-// contiguous bytes of a row (backward_kernel.cuh, add_dq_by_row_pairs).
 // The register split is the forward's: 128·24 + 256·240 = 384·168 (__launch_bounds__(384, 1)).
-template <class Element_, int kHeadDim_, int kTileM_, bool kDqRowPairs_ = false>
+template <class Element_, int kHeadDim_, int kTileM_>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -59,7 +56,6 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kDsBufferBytes = kDsSlabs * kDsSlabBytes;  // one of kStages
   // dQ's tile by one consumer in turn over all keys (d64), or by both, split by columns (d128).
   static constexpr bool kDqAlternating = kHeadDim == 64;
-  static constexpr bool kDqRowPairs = kDqRowPairs_;
 
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKOffset + kKVBytes;
@@ -90,9 +86,9 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
 // 64-query tiles: Sᵀ and dPᵀ 32 + 32 registers, dK and dV 32 + 32 (d64) or 64 + 64 (d128), dQ 32;
 // shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 2 × 16 KiB dSᵀ, 1 KiB row statistics = 98 KiB
 // at d64, 162 KiB at d128.
-template <class Element, int kHeadDim, bool kDqRowPairs = false>
+template <class Element, int kHeadDim>
 struct BackwardConfig {
-  using Kernel = BackwardTraits<Element, kHeadDim, 64, kDqRowPairs>;
+  using Kernel = BackwardTraits<Element, kHeadDim, 64>;
 };
 
 }  // namespace attnsuite::cuda::flash3

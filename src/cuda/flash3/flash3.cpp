@@ -83,8 +83,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
              {DeviceType::Cuda, 0},
              "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
-             "atomic dQ (no deterministic mode), option backward_dq=row-pairs (experimental: not yet run on a "
-             "GPU); "
+             "atomic dQ (no deterministic mode); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
             /*with_tile_configs=*/true) {}
@@ -93,14 +92,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
     const Support support = supports_problem_common(name(), problem);
     if (!support) return support;
     return supports_kernel(problem, flash3::kSupportedHeadDims);
-  }
-
-  // backward_dq: "quad" (absent: quad) or "row-pairs" (dQ's reductions rearranged between pairs of
-  // rows, 64 contiguous bytes a row per warp reduction; experimental: not yet run on a GPU:
-  // backward_kernel.cuh).
-  std::vector<std::string> option_keys() const override { return {std::string(kBackwardDq)}; }
-  void check_options(const std::map<std::string, std::string>& options) const override {
-    (void)dq_row_pairs(options);
   }
 
   // Head dims 64 and 128 (dQ's tile splits into 64 × 64 wgmma tiles: backward_traits.cuh), then the forward's rules.
@@ -117,7 +108,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     // The backward's own rules first: their refusals need no device.
-    const bool row_pairs = dq_row_pairs(options.options);
     if (options.backward) {
       if (options.deterministic) {
         throw Error(ErrorKind::Unsupported,
@@ -136,27 +126,14 @@ class Flash3Backend final : public Flash3FamilyBackend {
     if (!options.backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
-        [this, problem, row_pairs](const BackwardArgs& args, Stream stream, RunReport&) {
-          run_backward(problem, args, row_pairs, stream);
-        },
+        [this, problem](const BackwardArgs& args, Stream stream, RunReport&) { run_backward(problem, args, stream); },
         backward_workspace_bytes(problem, /*deterministic=*/false));
   }
 
  private:
-  static constexpr std::string_view kBackwardDq = "backward_dq";
-
-  // The backward_dq option: "quad" (absent: quad) or "row-pairs"; another value is refused.
-  static bool dq_row_pairs(const std::map<std::string, std::string>& options) {
-    const auto found = options.find(std::string(kBackwardDq));
-    if (found == options.end() || found->second == "quad") return false;
-    if (found->second == "row-pairs") return true;
-    throw Error(ErrorKind::Usage, fmt::format("flash3: backend option {}='{}' not allowed; allowed: quad, row-pairs",
-                                              kBackwardDq, found->second));
-  }
-
   // Q, K, V and dO are read by TMA (16-byte aligned bases and strides); O, dQ, dK and dV are
   // written or read 4 bytes at a time by rows, held to the same rule.
-  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool row_pairs, Stream stream) const {
+  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
     check_16_byte_views({{"q", &args.q},
                          {"k", &args.k},
@@ -168,7 +145,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
                          {"dV", &args.dv}},
                         "read by TMA");
     require_backward_workspace(name(), args, backward_workspace_bytes(problem, false));
-    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, row_pairs, stream);
+    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, stream);
   }
 
   void run(const AttentionProblem& problem, const AttentionArgs& args, Flash3Schedule::Choice choice,

@@ -45,9 +45,8 @@ void launch_forward_tile_config(std::size_t index, const Params& params, DType d
 inline constexpr int kBackwardHeadDims[] = {64, 128};
 
 // The backward for params on `stream`: dq, dk, dv from q, k, v, o, d_o and the forward's lse, with
-// the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there). dq_row_pairs:
-// dQ's reductions by row pairs (backward_dq=row-pairs; experimental, not yet run on a GPU:
-// backward_kernel.cuh). Throws Error(Unsupported) for a (dtype, head dim) without a kernel.
-void launch_backward(const BackwardParams& params, DType dtype, bool dq_row_pairs, void* stream);
+// the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there). Throws
+// Error(Unsupported) for a (dtype, head dim) without a kernel.
+void launch_backward(const BackwardParams& params, DType dtype, void* stream);
 
 }  // namespace attnsuite::cuda::flash3

@@ -368,16 +368,26 @@ class OnnxRuntimeBackend final : public Backend {
 std::string onnxruntime_version() {
   static std::optional<std::string> version;
   if (version) return *version;
+  // From the package metadata (the onnxruntime or onnxruntime-gpu distribution), importing neither
+  // onnxruntime nor onnx: every backends() listing asks (capabilities()), and in a Python process
+  // that had imported torch, importing onnx ended the interpreter (a segmentation fault in
+  // ml_dtypes, H100 image, 2026-12-06), so attnsuite.backends() crashed there.
   try {
-    version = with_module([](PyObject* module) -> std::string {
-      PyRef info(PyObject_CallMethod(module, "onnxruntime_info", nullptr));
-      if (!info) {
+    PythonLock lock;
+    version = [] {
+      PyRef metadata(PyImport_ImportModule("importlib.metadata"));
+      if (!metadata) {
         take_python_error();
-        return "";
+        return std::string();
       }
-      const char* text = PyUnicode_AsUTF8(PyTuple_GetItem(info.get(), 0));
-      return text != nullptr ? text : "";
-    });
+      for (const char* distribution : {"onnxruntime", "onnxruntime-gpu"}) {
+        PyRef text(PyObject_CallMethod(metadata.get(), "version", "s", distribution));
+        const char* utf8 = text ? PyUnicode_AsUTF8(text.get()) : nullptr;
+        if (utf8 != nullptr) return std::string(utf8);
+        take_python_error();
+      }
+      return std::string();
+    }();
   } catch (const Error&) {
     version = "";
   }
