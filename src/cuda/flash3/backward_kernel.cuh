@@ -151,6 +151,48 @@ __device__ __forceinline__ void add_dq_by_row_pairs(const float (&acc)[32], floa
     }
 }
 
+// backward_dq=staged (experimental: not yet run on a GPU): the warp's 16 rows of dQ's 64 × 64 tile
+// (acc as add_dq_by_row_pairs takes it) into `staging` (16 × 64 fp32, 16-byte chunks of a row
+// swizzled by row % 8: the float2 stores and float4 loads free of bank conflicts), then read back a
+// float4 a lane, 16 lanes a row, and added with red.v4.f32: one warp reduction covers 128 contiguous
+// bytes of each of 2 rows, four sectors a request (the row pairs: two), 8 reductions a thread a
+// tile instead of 16.
+template <int kHeadDim>
+__device__ __forceinline__ void add_dq_staged(const float (&acc)[32], float* dq_accum, std::int64_t warp_row,
+                                              int column_base, int lane, std::uint32_t staging) {
+  const int quad_row = lane / 4, quad_col = lane % 4;
+  // Stores: row quad_row + 8·half, chunk i ^ quad_row (bits 5-7 of the address; staging is
+  // 256-byte aligned), so the address is a base XOR the chunk plus the half: one live register
+  // (generic 64-bit addresses, hoisted out of the loop, spilled 116 bytes at d128; ptxas sm_90a).
+  const std::uint32_t store_base =
+      staging + static_cast<std::uint32_t>(quad_row * 256 + (quad_row << 5) + quad_col * 8);
+  __syncwarp();  // every lane's reads of the previous tile's rows are done
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"((store_base ^ static_cast<std::uint32_t>(i << 5)) +
+                                                              static_cast<std::uint32_t>(half * 2048)),
+                   "f"(acc[4 * i + 2 * half]), "f"(acc[4 * i + 2 * half + 1])
+                   : "memory");
+  __syncwarp();
+  // Loads: row 2n + high (16 lanes a row), columns 4·(lane % 16) .. + 3, chunk (column / 8) ^ (row % 8).
+  const int high = lane / 16, column = (lane % 16) * 4;
+  const std::uint32_t load_base =
+      staging + static_cast<std::uint32_t>(high * 256 + (((column / 8) ^ high) << 5) + (column % 8) * 4);
+  float* sums = dq_accum + (warp_row + high) * kHeadDim + column_base + column;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    float4 v;
+    asm volatile(
+        "ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+        : "r"((load_base + static_cast<std::uint32_t>(512 * n)) ^ static_cast<std::uint32_t>(((2 * n) & 7) << 5))
+        : "memory");
+    atomicAdd(reinterpret_cast<float4*>(sums + 2 * n * kHeadDim), v);
+  }
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash3_backward_kernel(const __grid_constant__ BackwardParams params, const __grid_constant__ CUtensorMap q_map,
@@ -384,9 +426,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       q_empty.arrive(stage);
 
       // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).
-      if (computes_dq)
-        add_dq_by_row_pairs<kHeadDim>(acc_dq, params.dq_accum, rows_of_head + 16 * warp, dq_column_slab * 64, quad_row,
-                                      quad_col);
+      if constexpr (!Traits::kDqStaged) {
+        if (computes_dq)
+          add_dq_by_row_pairs<kHeadDim>(acc_dq, params.dq_accum, rows_of_head + 16 * warp, dq_column_slab * 64,
+                                        quad_row, quad_col);
+      } else {
+        // This warp's staging rows: consumer, then warp (backward_traits.cuh, kDqStageOffset).
+        const std::uint32_t staging = smem + Traits::kDqStageOffset +
+                                      static_cast<std::uint32_t>((consumer * 4 + warp) * Traits::kDqStageWarpBytes);
+        if (computes_dq)
+          add_dq_staged<kHeadDim>(acc_dq, params.dq_accum, rows_of_head + 16 * warp, dq_column_slab * 64, lane,
+                                  staging);
+      }
       // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
       // into this one only past the next tile's barrier, which every reader of this buffer
       // reaches after its dQ products are done.

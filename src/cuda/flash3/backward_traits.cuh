@@ -34,8 +34,13 @@ namespace attnsuite::cuda::flash3 {
 // reducing its own 64 keys' partial tile (twice the float2 reductions) with one dSᵀ buffer; d128
 // unchanged (3.28 / 3.29 ms). 128-query tiles at d64 spilled 176 bytes: Sᵀ and dPᵀ alone are
 // then 128 registers.
+// kDqStaged (backend option backward_dq=staged; experimental: not yet run on a GPU): each warp
+// puts its 16 rows of dQ's tile into a swizzled shared-memory staging area and reads them back a
+// float4 a lane, so that one warp reduction (red.v4.f32) covers 128 contiguous bytes of each of 2
+// rows — four sectors a request and half the reduction instructions of the row pairs, for 16 KiB
+// of shared memory a consumer (backward_kernel.cuh, add_dq_staged).
 // The register split is the forward's: 128·24 + 256·240 = 384·168 (__launch_bounds__(384, 1)).
-template <class Element_, int kHeadDim_, int kTileM_>
+template <class Element_, int kHeadDim_, int kTileM_, bool kDqStaged_ = false>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -56,6 +61,7 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kDsBufferBytes = kDsSlabs * kDsSlabBytes;  // one of kStages
   // dQ's tile by one consumer in turn over all keys (d64), or by both, split by columns (d128).
   static constexpr bool kDqAlternating = kHeadDim == 64;
+  static constexpr bool kDqStaged = kDqStaged_;
 
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKOffset + kKVBytes;
@@ -64,7 +70,11 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kDsOffset = kDOOffset + kStages * kQBytes;
   static constexpr int kStatsBytes = 2 * kTileM * 4;  // one stage: LSE·log2 e, then D
   static constexpr int kStatsOffset = kDsOffset + kStages * kDsBufferBytes;
-  static constexpr int kBarrierOffset = kStatsOffset + kStages * kStatsBytes;
+  // backward_dq=staged: a consumer's 4 warps × 16 rows × 64 fp32 columns (kDqStaged; else none).
+  static constexpr int kDqStageWarpBytes = 16 * 64 * 4;
+  static constexpr int kDqStageOffset = kStatsOffset + kStages * kStatsBytes;
+  static constexpr int kDqStageBytes = kDqStaged ? kConsumers * 4 * kDqStageWarpBytes : 0;
+  static constexpr int kBarrierOffset = kDqStageOffset + kDqStageBytes;
   // Barriers: K/V full, Q/dO full ×stages, Q/dO empty ×stages (8 bytes each).
   static constexpr int kBarrierBytes = 8 * (1 + 2 * kStages);
   // +1024: the dynamic shared memory's start is rounded up to the 128B swizzle's period.
@@ -80,15 +90,16 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
                 "every slab starts on a 1024-byte swizzle period");
   static_assert(kTileM * 4 % 16 == 0 && kBackwardRowPadding * 4 % 16 == 0,
                 "a tile's row statistics are one 16-byte-aligned bulk copy each");
+  static_assert(kDqStageOffset % 256 == 0, "add_dq_staged XORs the chunk into bits 5-7 of a 256-byte aligned row");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 
 // 64-query tiles: Sᵀ and dPᵀ 32 + 32 registers, dK and dV 32 + 32 (d64) or 64 + 64 (d128), dQ 32;
 // shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 2 × 16 KiB dSᵀ, 1 KiB row statistics = 98 KiB
 // at d64, 162 KiB at d128.
-template <class Element, int kHeadDim>
+template <class Element, int kHeadDim, bool kDqStaged = false>
 struct BackwardConfig {
-  using Kernel = BackwardTraits<Element, kHeadDim, 64>;
+  using Kernel = BackwardTraits<Element, kHeadDim, 64, kDqStaged>;
 };
 
 }  // namespace attnsuite::cuda::flash3

@@ -1,5 +1,5 @@
-// flash3's backward per (dtype, head dim), each defined and explicitly instantiated in its own translation
-// unit (backward_<dtype>_d<head dim>.cu).
+// flash3's backward per (dtype, head dim, dQ staging), each defined and explicitly instantiated in its own translation
+// unit (backward_<dtype>_d<head dim>[_dq_staged].cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,7 +8,7 @@
 
 namespace attnsuite::cuda::flash3 {
 
-template <class Element, int kHeadDim>
+template <class Element, int kHeadDim, bool kDqStaged>
 void run_backward(const BackwardParams& params, cudaStream_t stream);
 
 }  // namespace attnsuite::cuda::flash3
