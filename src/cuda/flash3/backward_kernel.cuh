@@ -36,6 +36,7 @@
 
 #include "cuda/common/backward_epilogue.cuh"
 #include "cuda/common/backward_rows.hpp"
+#include "cuda/common/dq_row_pairs.cuh"
 #include "cuda/common/kernel_params.hpp"
 #include "cuda/common/key_range.cuh"
 #include "cuda/flash3/backward_traits.cuh"
@@ -120,40 +121,9 @@ __device__ __forceinline__ void to_fragments(const float (&acc)[kN / 2], std::ui
     for (int r = 0; r < 4; ++r) fragments[j][r] = pack_pair<Element>(acc[8 * j + 2 * r], acc[8 * j + 2 * r + 1]);
 }
 
-// dQ's 64 × 64 tile (acc: rows quad_row and quad_row + 8 of the warp's 16, columns 8i + 2·quad_col)
-// added into the fp32 sums with the float2 reductions of each pair of rows (quad rows 2r, 2r + 1:
-// lanes l and l ^ 4) rearranged so that one warp reduction covers 16 contiguous columns (64 bytes)
-// of a row: the even quad row's lanes take columns 16j .. 16j + 7 of both rows, the odd one's
-// 16j + 8 .. 16j + 15, one float2 shuffle a (16-column block, half). Each thread reducing its own
-// pairs (a warp covering 8 columns, 32 bytes, of 8 rows) sent one-sector requests to L2: 134 M of
-// them at d128 N 4096 against cuDNN's 67 M two-sector ones, with the crossbar into L2 75% busy
-// (ncu, H100); rearranged, 1.10–1.12× faster at d128, 1.04–1.05× at d64 (H100, 2026-12-06).
-template <int kHeadDim>
-__device__ __forceinline__ void add_dq_by_row_pairs(const float (&acc)[32], float* dq_accum, std::int64_t warp_row,
-                                                    int column_base, int quad_row, int quad_col) {
-  const int odd = quad_row & 1;
-  float* sums = dq_accum + (warp_row + (quad_row & ~1)) * static_cast<std::int64_t>(kHeadDim) + column_base + 8 * odd +
-                2 * quad_col;
-#pragma unroll
-  for (int block = 0; block < 4; ++block)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      // This lane's pairs at columns 16·block + 2·quad_col (i = 2·block) and + 8 (i = 2·block + 1).
-      const float2 first = make_float2(acc[8 * block + 2 * half], acc[8 * block + 2 * half + 1]);
-      const float2 second = make_float2(acc[8 * block + 4 + 2 * half], acc[8 * block + 4 + 2 * half + 1]);
-      // The even lane hands its second pair (the odd lane writes it into the even row), the odd lane
-      // its first (the even lane writes it into the odd row).
-      const float2 sent = odd ? first : second;
-      const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, sent.x, 4), __shfl_xor_sync(0xffffffffu, sent.y, 4));
-      float* row_sums = sums + 8 * half * kHeadDim + 16 * block;
-      atomicAdd(reinterpret_cast<float2*>(row_sums), odd ? got : first);              // the even row
-      atomicAdd(reinterpret_cast<float2*>(row_sums + kHeadDim), odd ? second : got);  // the odd row
-    }
-}
-
 // backward_dq=staged (experimental: not yet run on a GPU): the warp's 16 rows of dQ's 64 × 64 tile
-// (acc as add_dq_by_row_pairs takes it) into `staging` (16 × 64 fp32, 16-byte chunks of a row
-// swizzled by row % 8: the float2 stores and float4 loads free of bank conflicts), then read back a
+// (acc: rows quad_row and quad_row + 8 of the warp's 16, columns 8i + 2·quad_col) into `staging` (16 × 64 fp32, 16-byte
+// chunks of a row swizzled by row % 8: the float2 stores and float4 loads free of bank conflicts), then read back a
 // float4 a lane, 16 lanes a row, and added with red.v4.f32: one warp reduction covers 128 contiguous
 // bytes of each of 2 rows, four sectors a request (the row pairs: two), 8 reductions a thread a
 // tile instead of 16.
@@ -428,8 +398,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).
       if constexpr (!Traits::kDqStaged) {
         if (computes_dq)
-          add_dq_by_row_pairs<kHeadDim>(acc_dq, params.dq_accum, rows_of_head + 16 * warp, dq_column_slab * 64,
-                                        quad_row, quad_col);
+          add_by_row_pairs<4>(
+              params.dq_accum + (rows_of_head + 16 * warp + (quad_row & ~1)) * static_cast<std::int64_t>(kHeadDim) +
+                  dq_column_slab * 64 + 8 * (quad_row & 1) + 2 * quad_col,
+              kHeadDim, quad_row,
+              [&](int i, int half) { return make_float2(acc_dq[4 * i + 2 * half], acc_dq[4 * i + 2 * half + 1]); });
       } else {
         // This warp's staging rows: consumer, then warp (backward_traits.cuh, kDqStageOffset).
         const std::uint32_t staging = smem + Traits::kDqStageOffset +
