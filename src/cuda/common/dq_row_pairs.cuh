@@ -17,6 +17,16 @@
 
 namespace attnsuite::cuda {
 
+// One float2 into two adjacent fp32 sums (8-byte aligned): sm_90's vector reduction, else two.
+__device__ __forceinline__ void add_pair(float* sums, float2 value) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(sums), value);
+#else
+  atomicAdd(sums, value.x);
+  atomicAdd(sums + 1, value.y);
+#endif
+}
+
 // kBlocks 16-column blocks; `sums`: the fp32 sums at row (quad_row & ~1) of the 16, column
 // 8·(quad_row & 1) + 2·quad_col of the first block; `pair(i, half)`: this lane's float2 at columns
 // 8i + 2·quad_col of row quad_row + 8·half.
@@ -35,8 +45,8 @@ __device__ __forceinline__ void add_by_row_pairs(float* sums, std::int64_t row_s
       const float2 sent = odd ? first : second;
       const float2 got = make_float2(__shfl_xor_sync(0xffffffffu, sent.x, 4), __shfl_xor_sync(0xffffffffu, sent.y, 4));
       float* row_sums = sums + 8 * half * row_stride + 16 * block;
-      atomicAdd(reinterpret_cast<float2*>(row_sums), odd ? got : first);                // the even row
-      atomicAdd(reinterpret_cast<float2*>(row_sums + row_stride), odd ? second : got);  // the odd row
+      add_pair(row_sums, odd ? got : first);                // the even row
+      add_pair(row_sums + row_stride, odd ? second : got);  // the odd row
     }
 }
 

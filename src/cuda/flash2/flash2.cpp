@@ -72,14 +72,17 @@ class Flash2Backend final : public Backend {
 
   // The backward is experimental (it passes its GPU tests but runs 0.71-0.79x FlashAttention-2's
   // backward on the H100, docs/kernels/flash2.md): plans refuse it unless experimental_backward is "1";
-  // backward_key_tile (64 or 128) sets the main kernel's keys per CTA (backward_traits.cuh).
+  // backward_key_tile (64 or 128) sets the main kernel's keys per CTA (backward_traits.cuh);
+  // backward_dq "quad" (absent: quad) or "row-pairs" (dQ's atomic sums by row pairs, flash3's way;
+  // experimental: not yet run on a GPU).
   std::vector<std::string> option_keys() const override {
     if (variant_.launch != nullptr) return {};
-    return {std::string(kExperimentalBackwardOption), std::string(kBackwardKeyTile)};
+    return {std::string(kExperimentalBackwardOption), std::string(kBackwardKeyTile), std::string(kBackwardDq)};
   }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)experimental_backward_opted_in(name(), options);
     (void)backward_key_tile(options);
+    (void)dq_row_pairs(options);
   }
   std::string_view backward_status() const override {
     return variant_.launch != nullptr ? std::string_view{}
@@ -133,6 +136,13 @@ class Flash2Backend final : public Backend {
                               "(bench --backend-option {}=1)",
                               kExperimentalBackwardOption, kExperimentalBackwardOption));
     }
+    if (backward && dq_row_pairs(options.options) &&
+        (options.deterministic || backward_key_tile(options.options) != 64)) {
+      throw Error(
+          ErrorKind::Unsupported,
+          fmt::format("flash2: backward_dq=row-pairs adds the atomic dQ sums of key tile 64; not with {}",
+                      options.deterministic ? "the deterministic mode (no atomic sums)" : "backward_key_tile=128"));
+    }
     if (backward)
       if (const Support support = supports_backward(problem); !support)
         throw Error(ErrorKind::Unsupported, name_ + ": " + support.reason);
@@ -148,10 +158,11 @@ class Flash2Backend final : public Backend {
     if (!backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     const bool deterministic = options.deterministic;
     const int key_tile = backward_key_tile(options.options);
+    const bool row_pairs = dq_row_pairs(options.options);
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
-        [this, problem, deterministic, key_tile](const BackwardArgs& args, Stream stream, RunReport&) {
-          run_backward(problem, args, deterministic, key_tile, stream);
+        [this, problem, deterministic, key_tile, row_pairs](const BackwardArgs& args, Stream stream, RunReport&) {
+          run_backward(problem, args, deterministic, key_tile, row_pairs, stream);
         },
         backward_workspace_bytes(problem, deterministic));
   }
@@ -180,6 +191,16 @@ class Flash2Backend final : public Backend {
   }
 
   static constexpr std::string_view kBackwardKeyTile = "backward_key_tile";
+  static constexpr std::string_view kBackwardDq = "backward_dq";
+
+  // The backward_dq option: "quad" (absent: quad) or "row-pairs"; another value is refused.
+  static bool dq_row_pairs(const std::map<std::string, std::string>& options) {
+    const auto found = options.find(std::string(kBackwardDq));
+    if (found == options.end() || found->second == "quad") return false;
+    if (found->second == "row-pairs") return true;
+    throw Error(ErrorKind::Usage, fmt::format("flash2: backend option {}='{}' not allowed; allowed: quad, row-pairs",
+                                              kBackwardDq, found->second));
+  }
 
   // The backward_key_tile option: "64" (absent: 64) or "128"; another value is refused.
   static int backward_key_tile(const std::map<std::string, std::string>& options) {
@@ -191,7 +212,7 @@ class Flash2Backend final : public Backend {
   }
 
   void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic, int key_tile,
-                    Stream stream) const {
+                    bool row_pairs, Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o, &args.d_o, &args.dq, &args.dk, &args.dv}) {
       if (!flash2::rows_aligned(*view)) {
@@ -201,7 +222,8 @@ class Flash2Backend final : public Backend {
       }
     }
     require_backward_workspace(name(), args, backward_workspace_bytes(problem, deterministic));
-    flash2::launch_backward(make_backward_params(problem, args, deterministic), problem.dtype, key_tile, stream);
+    flash2::launch_backward(make_backward_params(problem, args, deterministic), problem.dtype, key_tile, row_pairs,
+                            stream);
   }
 
   std::string name_ = "flash2";
