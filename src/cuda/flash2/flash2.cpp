@@ -67,7 +67,7 @@ class Flash2Backend final : public Backend {
   std::string capabilities() const override {
     return "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
            "BSHD/BHSD, LSE; sm80+ (mma.sync); backward (experimental, opt-in): head dim 64/128, "
-           "deterministic option";
+           "deterministic option, option backward_dq=row-pairs (experimental: not yet run on a GPU)";
   }
 
   // The backward is experimental (it passes its GPU tests but runs 0.71-0.79x FlashAttention-2's
