@@ -22,7 +22,8 @@
 //                                            keys, a 64 × 64 tile (at d64 by one consumer, in
 //                                            turn; at d128 each its 64 columns:
 //                                            backward_traits.cuh), added into the fp32 dQ sums
-//                                            (one float2 reduction per column pair)
+//                                            (float2 reductions by row pairs:
+//                                            common/dq_row_pairs.cuh)
 //    and after the last tile dK·scale and dV straight to global memory.
 // The preprocess (D, LSE·log2 e, the dQ sums zeroed) runs before, the dQ conversion after
 // (common/backward_row_kernels.cuh).
