@@ -33,7 +33,8 @@
 #   Env SAGE_PEER_SUITE: another suite file for --sage-peer (default bench/suites/sage.json).
 #   --profile: Nsight Compute's full set (--set full: speed of light, warp stall reasons, pipe and
 #   issue-slot use, instruction mix) on one launch of the kernel matching PROFILE_KERNEL (a regex,
-#   default: our attention kernels) per backend of PROFILE_BACKENDS (default sage), N PROFILE_SEQ
+#   default: our forward attention kernels; a backward wants e.g.
+#   PROFILE_KERNEL='flash3_backward_kernel|flash_bprop', flash3's and cuDNN's) per backend of PROFILE_BACKENDS (default sage), N PROFILE_SEQ
 #   (default 4096), the case of PROFILE_ARGS (default KERNEL_TIMES_ARGS), per head dim of
 #   PROFILE_HEAD_DIMS if set; with --baseline the baseline's too ->
 #   profile-<backend>[@commit][-d<dim>].txt (ncu's details page).
