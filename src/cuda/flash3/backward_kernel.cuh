@@ -130,7 +130,11 @@ __device__ __forceinline__ void to_fragments(const float (&acc)[kN / 2], std::ui
 // tile instead of 16.
 template <int kHeadDim>
 __device__ __forceinline__ void add_dq_staged(const float (&acc)[32], float* dq_accum, std::int64_t warp_row,
-                                              int column_base, int lane, std::uint32_t staging) {
+                                              int column_base, std::uint32_t staging) {
+  // The lane read here, each tile (asm volatile: not hoisted): its derived addresses, kept live
+  // across the loop, spilled 28 bytes at d128 (ptxas sm_90a).
+  int lane;
+  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
   const int quad_row = lane / 4, quad_col = lane % 4;
   // Stores: row quad_row + 8·half, chunk i ^ quad_row (bits 5-7 of the address; staging is
   // 256-byte aligned), so the address is a base XOR the chunk plus the half: one live register
@@ -409,8 +413,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         const std::uint32_t staging = smem + Traits::kDqStageOffset +
                                       static_cast<std::uint32_t>((consumer * 4 + warp) * Traits::kDqStageWarpBytes);
         if (computes_dq)
-          add_dq_staged<kHeadDim>(acc_dq, params.dq_accum, rows_of_head + 16 * warp, dq_column_slab * 64, lane,
-                                  staging);
+          add_dq_staged<kHeadDim>(acc_dq, params.dq_accum, rows_of_head + 16 * warp, dq_column_slab * 64, staging);
       }
       // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
       // into this one only past the next tile's barrier, which every reader of this buffer
