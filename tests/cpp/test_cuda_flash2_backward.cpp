@@ -275,42 +275,37 @@ TEST(CudaFlash2Backward, SlidingWindows) {
   check_both_modes(p(200, 150, false, 16, 4, DType::F16, Layout::BSHD, 2, 2, 128));
 }
 
-// backward_key_tile=128 (8 warps, 128 keys per CTA): key tiles cut by the end of the keys (1, 7,
-// 130, 333 keys), causal both ways (tiles and rows that see no key), GQA/MQA, windows, both
-// head dims, dtypes and layouts, both dQ modes.
+// Key tiles cut by the end of the keys (1, 7, 130, 333 keys), causal both ways (tiles and rows
+// that see no key), GQA/MQA, windows, both head dims, dtypes and layouts: the cases of a
+// configuration other than the default's.
+std::vector<AttentionProblem> configuration_cases() {
+  return {
+      make_problem(2, 2, 2, 1, 1, 64, DType::F16, Layout::BSHD, false),
+      make_problem(2, 2, 2, 7, 7, 128, DType::BF16, Layout::BHSD, true),
+      make_problem(1, 8, 2, 65, 130, 64, DType::F16, Layout::BSHD, true),
+      make_problem(1, 4, 1, 333, 333, 128, DType::BF16, Layout::BSHD, true),
+      make_problem(1, 2, 2, 1000, 333, 64, DType::BF16, Layout::BHSD, true),
+      make_problem(1, 2, 2, 33, 1000, 128, DType::F16, Layout::BSHD, false),
+      windowed(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, true), 40, 0),
+      windowed(make_problem(1, 2, 2, 200, 150, 128, DType::F16, Layout::BSHD, false), 16, 4),
+  };
+}
+
+// backward_key_tile=128 (8 warps, 128 keys per CTA), both dQ modes.
 TEST(CudaFlash2Backward, KeyTile128MatchesTheReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (const AttentionProblem& p : {
-           make_problem(2, 2, 2, 1, 1, 64, DType::F16, Layout::BSHD, false),
-           make_problem(2, 2, 2, 7, 7, 128, DType::BF16, Layout::BHSD, true),
-           make_problem(1, 8, 2, 65, 130, 64, DType::F16, Layout::BSHD, true),
-           make_problem(1, 4, 1, 333, 333, 128, DType::BF16, Layout::BSHD, true),
-           make_problem(1, 2, 2, 1000, 333, 64, DType::BF16, Layout::BHSD, true),
-           make_problem(1, 2, 2, 33, 1000, 128, DType::F16, Layout::BSHD, false),
-           windowed(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, true), 40, 0),
-           windowed(make_problem(1, 2, 2, 200, 150, 128, DType::F16, Layout::BSHD, false), 16, 4),
-       }) {
+  for (const AttentionProblem& p : configuration_cases()) {
     check_flash2_backward(p, false, 128);
     check_flash2_backward(p, true, 128);
   }
 }
 
 // backward_dq=row-pairs (experimental: not yet run on a GPU): the atomic dQ sums added by row
-// pairs — partial key and query tiles, causal both ways, GQA/MQA, windows, both head dims, dtypes
-// and layouts, the training cases.
+// pairs, on the configuration cases and the training cases.
 TEST(CudaFlash2Backward, DqByRowPairsMatchesTheReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const BackendOptions row_pairs = {{"backward_dq", "row-pairs"}};
-  for (const AttentionProblem& p : {
-           make_problem(2, 2, 2, 1, 1, 64, DType::F16, Layout::BSHD, false),
-           make_problem(2, 2, 2, 7, 7, 128, DType::BF16, Layout::BHSD, true),
-           make_problem(1, 8, 2, 65, 130, 64, DType::F16, Layout::BSHD, true),
-           make_problem(1, 4, 1, 333, 333, 128, DType::BF16, Layout::BSHD, true),
-           make_problem(1, 2, 2, 1000, 333, 64, DType::BF16, Layout::BHSD, true),
-           make_problem(1, 2, 2, 33, 1000, 128, DType::F16, Layout::BSHD, false),
-           windowed(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, true), 40, 0),
-       })
-    check_gpu_backward("flash2", p, false, 64, row_pairs);
+  for (const AttentionProblem& p : configuration_cases()) check_gpu_backward("flash2", p, false, 64, row_pairs);
   for (AttentionProblem p : training_gradient_cases()) {
     p.dtype = DType::BF16;
     check_gpu_backward("flash2", p, false, 64, row_pairs);
