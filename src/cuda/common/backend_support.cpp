@@ -120,12 +120,19 @@ void require_backward_workspace(std::string_view backend, const BackwardArgs& ar
                                 backend, bytes));
 }
 
+std::size_t option_choice(std::string_view backend, const std::map<std::string, std::string>& options,
+                          std::string_view key, std::span<const std::string_view> allowed) {
+  const auto found = options.find(std::string(key));
+  if (found == options.end()) return 0;
+  for (std::size_t i = 0; i < allowed.size(); ++i)
+    if (found->second == allowed[i]) return i;
+  throw Error(ErrorKind::Usage, fmt::format("{}: backend option {}='{}' not allowed; allowed: {}", backend, key,
+                                            found->second, fmt::join(allowed, ", ")));
+}
+
 bool experimental_backward_opted_in(std::string_view backend, const std::map<std::string, std::string>& options) {
-  const auto found = options.find(std::string(kExperimentalBackwardOption));
-  if (found == options.end() || found->second == "0") return false;
-  if (found->second == "1") return true;
-  throw Error(ErrorKind::Usage, fmt::format("{}: backend option {}='{}' not allowed; allowed: 0, 1", backend,
-                                            kExperimentalBackwardOption, found->second));
+  static constexpr std::string_view kAllowed[] = {"0", "1"};
+  return option_choice(backend, options, kExperimentalBackwardOption, kAllowed) == 1;
 }
 
 }  // namespace attnsuite::cuda

@@ -39,6 +39,12 @@ void check_cuda_backward_args(std::string_view backend, const AttentionProblem& 
 // bytes, the plan's backward_workspace_bytes()); BackwardArgs::workspace is null" otherwise.
 void require_backward_workspace(std::string_view backend, const BackwardArgs& args, std::size_t bytes);
 
+// Which of `allowed` backend option `key` names: its index, 0 (the first, the default) when absent;
+// another value is Error(Usage) "<backend>: backend option <key>='<value>' not allowed; allowed:
+// <allowed, comma-separated>".
+std::size_t option_choice(std::string_view backend, const std::map<std::string, std::string>& options,
+                          std::string_view key, std::span<const std::string_view> allowed);
+
 // The backend option of a backward that plans refuse unless opted in (flash2's):
 // "1" opts in, "0" or absent not; another value is Error(Usage) "<backend>: backend option
 // experimental_backward='<value>' not allowed; allowed: 0, 1".

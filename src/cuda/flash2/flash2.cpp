@@ -195,20 +195,14 @@ class Flash2Backend final : public Backend {
 
   // The backward_dq option: "quad" (absent: quad) or "row-pairs"; another value is refused.
   static bool dq_row_pairs(const std::map<std::string, std::string>& options) {
-    const auto found = options.find(std::string(kBackwardDq));
-    if (found == options.end() || found->second == "quad") return false;
-    if (found->second == "row-pairs") return true;
-    throw Error(ErrorKind::Usage, fmt::format("flash2: backend option {}='{}' not allowed; allowed: quad, row-pairs",
-                                              kBackwardDq, found->second));
+    static constexpr std::string_view kAllowed[] = {"quad", "row-pairs"};
+    return cuda::option_choice("flash2", options, kBackwardDq, kAllowed) == 1;
   }
 
   // The backward_key_tile option: "64" (absent: 64) or "128"; another value is refused.
   static int backward_key_tile(const std::map<std::string, std::string>& options) {
-    const auto found = options.find(std::string(kBackwardKeyTile));
-    if (found == options.end() || found->second == "64") return 64;
-    if (found->second == "128") return 128;
-    throw Error(ErrorKind::Usage, fmt::format("flash2: backend option {}='{}' not allowed; allowed: 64, 128",
-                                              kBackwardKeyTile, found->second));
+    static constexpr std::string_view kAllowed[] = {"64", "128"};
+    return cuda::option_choice("flash2", options, kBackwardKeyTile, kAllowed) == 1 ? 128 : 64;
   }
 
   void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic, int key_tile,

@@ -143,11 +143,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   // The backward_dq option: "row-pairs" (absent: row-pairs) or "staged"; another value is refused.
   static bool dq_staged(const std::map<std::string, std::string>& options) {
-    const auto found = options.find(std::string(kBackwardDq));
-    if (found == options.end() || found->second == "row-pairs") return false;
-    if (found->second == "staged") return true;
-    throw Error(ErrorKind::Usage, fmt::format("flash3: backend option {}='{}' not allowed; allowed: row-pairs, staged",
-                                              kBackwardDq, found->second));
+    static constexpr std::string_view kAllowed[] = {"row-pairs", "staged"};
+    return cuda::option_choice("flash3", options, kBackwardDq, kAllowed) == 1;
   }
 
   // Q, K, V and dO are read by TMA (16-byte aligned bases and strides); O, dQ, dK and dV are
