@@ -206,6 +206,28 @@ class CallCounter:
         return False
 
 
+def attention_kernels(device, model, tokens):
+    """The GPU kernels of one more forward and backward (no optimizer step; gradients dropped)
+    whose names say attention: which kernels PyTorch's SDPA chose (flash, memory-efficient,
+    cuDNN...) or attnsuite ran, as they ran. [] on the CPU; one "profiler failed: ..." entry if
+    the profiler cannot run."""
+    if not device.startswith("cuda"):
+        return []
+    from torch.profiler import ProfilerActivity, profile
+
+    words = ("attention", "attn", "flash", "fmha", "sdpa", "sdp_", "bprop", "fprop")
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+            model(input_ids=tokens, labels=tokens).loss.backward()
+            torch.cuda.synchronize()
+        names = {event.key for event in profiler.key_averages()}
+    except RuntimeError as error:
+        return [f"profiler failed: {str(error).splitlines()[0]}"]
+    finally:
+        model.zero_grad(set_to_none=True)
+    return sorted(name for name in names if any(word in name.lower() for word in words))
+
+
 def train(args, config, backend, batches):
     """One run: the model from the seed, --steps AdamW steps; its figures."""
     from transformers import LlamaForCausalLM
@@ -238,10 +260,12 @@ def train(args, config, backend, batches):
                     synchronize(args.device)
                     seconds.append(time.perf_counter() - start)
                     losses.append(loss.item())
+                peak, measured = peak_memory_mib(args.device)
+                forward_calls, backward_calls = calls.forward, calls.backward
+                kernels = attention_kernels(args.device, model, batches[0])
         finally:
             drop_in.unpatch()
             drop_in.set_backend("auto")
-    peak, measured = peak_memory_mib(args.device)
     timed = seconds[args.warmup:]
     tokens_per_step = args.batch * args.seq
     return {"backend": backend,
@@ -251,7 +275,8 @@ def train(args, config, backend, batches):
             "ms_per_step_median": sorted(timed)[len(timed) // 2] * 1e3,
             "peak_memory_mib": peak, "peak_memory_measured": measured,
             "losses": losses, "final_loss": losses[-1],
-            "attnsuite_forward_calls": calls.forward, "attnsuite_backward_calls": calls.backward,
+            "attnsuite_forward_calls": forward_calls, "attnsuite_backward_calls": backward_calls,
+            "attention_kernels": kernels,
             "fallback_warnings": sorted({str(w.message) for w in caught if "attnsuite.torch" in str(w.message)})}
 
 
@@ -344,6 +369,9 @@ def run(args):
     print(table(document["results"]))
     print(f"loss tolerance {bound:.3g}: {TOLERANCE[args.dtype]} ({args.dtype}) or {CALIBRATION_FACTOR:g} x the "
           f"{spread:.3g} by which PyTorch SDPA's other backends' curves moved")
+    for row in document["results"]:
+        if row["attention_kernels"]:
+            print(f"{row['backend']} ran: {', '.join(row['attention_kernels'])}")
     for entry in skipped:
         print(f"skipped {entry['backend']}: {entry['reason']}")
     for problem in problems:

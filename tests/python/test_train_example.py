@@ -39,6 +39,7 @@ def test_tiny_llama_trains_alike_with_the_drop_in(example, tmp_path):
     assert len(sdpa) == steps and sdpa[-1] < sdpa[0]  # it learns
     for name, row in rows.items():
         assert row["tokens_per_s"] > 0 and len(row["losses"]) == steps
+        assert row["attention_kernels"] == []  # named from a GPU profile; none on the CPU
         if name in ("sdpa", "sdpa-math"):
             continue
         # Every attention forward and backward ran in attnsuite, none fell back.
