@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _core
+from . import _workspace as _package_workspace
 
 __all__ = ["scaled_dot_product_attention", "patch", "unpatch", "patched", "set_backend", "get_backend"]
 
@@ -66,13 +67,12 @@ def _stream(tensor):
 
 
 def _workspace(backend, query, key, value, is_causal, scale, backward=False):
-    """The op's workspace from PyTorch's caching allocator (ordered on the stream like any tensor),
-    or None when the backend needs none: without it the module allocates its own and waits for the
-    stream before freeing it, once per layer and pass of a training step."""
-    deterministic = backward and torch.are_deterministic_algorithms_enabled()
-    nbytes = _core.workspace_bytes(backend, query, key, value, is_causal, scale, "bhsd", -1, -1, backward,
-                                   deterministic)
-    return torch.empty(nbytes, dtype=torch.uint8, device=query.device) if nbytes else None
+    """The op's workspace from PyTorch's caching allocator (attnsuite._workspace): without it the
+    module allocates its own and waits for the stream before freeing it, once per layer and pass of
+    a training step."""
+    return _package_workspace(query, backend, query, key, value, is_causal, scale, "bhsd", -1, -1, ("", {}),
+                              backward=backward,
+                              deterministic=backward and torch.are_deterministic_algorithms_enabled())
 
 
 def _last_dim_dense(*tensors):

@@ -136,12 +136,13 @@ class Flash2Backend final : public Backend {
                               "(bench --backend-option {}=1)",
                               kExperimentalBackwardOption, kExperimentalBackwardOption));
     }
-    if (backward && dq_row_pairs(options.options) &&
-        (options.deterministic || backward_key_tile(options.options) != 64)) {
-      throw Error(
-          ErrorKind::Unsupported,
-          fmt::format("flash2: backward_dq=row-pairs adds the atomic dQ sums of key tile 64; not with {}",
-                      options.deterministic ? "the deterministic mode (no atomic sums)" : "backward_key_tile=128"));
+    const bool deterministic = options.deterministic;
+    const int key_tile = backward_key_tile(options.options);
+    const bool row_pairs = dq_row_pairs(options.options);
+    if (backward && row_pairs && (deterministic || key_tile != 64)) {
+      throw Error(ErrorKind::Unsupported,
+                  fmt::format("flash2: backward_dq=row-pairs adds the atomic dQ sums of key tile 64; not with {}",
+                              deterministic ? "the deterministic mode (no atomic sums)" : "backward_key_tile=128"));
     }
     if (backward)
       if (const Support support = supports_backward(problem); !support)
@@ -156,9 +157,6 @@ class Flash2Backend final : public Backend {
       run(problem, args, alternative, stream);
     };
     if (!backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
-    const bool deterministic = options.deterministic;
-    const int key_tile = backward_key_tile(options.options);
-    const bool row_pairs = dq_row_pairs(options.options);
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
         [this, problem, deterministic, key_tile, row_pairs](const BackwardArgs& args, Stream stream, RunReport&) {
