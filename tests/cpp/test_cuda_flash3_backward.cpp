@@ -57,17 +57,18 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
             "flash3: head dim 256 has no flash3 backward; allowed: 64, 128 (at 256 a consumer thread's dK and dV of "
             "its warpgroup's 64 keys alone would be 256 fp32 registers, above the 240 setmaxnreg gives it)");
   EXPECT_FALSE(flash3.supports_backward(d256));
-  // backward_dq: row-pairs or staged; another value is a usage error naming both.
+  // backward_dq: row-pairs, staged or bulk; another value is a usage error naming them.
   try {
     flash3.check_options({{"backward_dq", "quad"}});
     ADD_FAILURE() << "backward_dq=quad accepted";
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::Usage);
     EXPECT_EQ(std::string(error.what()),
-              "flash3: backend option backward_dq='quad' not allowed; allowed: row-pairs, staged");
+              "flash3: backend option backward_dq='quad' not allowed; allowed: row-pairs, staged, bulk");
   }
   EXPECT_NO_THROW(flash3.check_options({{"backward_dq", "row-pairs"}}));
   EXPECT_NO_THROW(flash3.check_options({{"backward_dq", "staged"}}));
+  EXPECT_NO_THROW(flash3.check_options({{"backward_dq", "bulk"}}));
 }
 
 // Lengths 1, 7, 33 (one partial 64-query tile, a partial 128-key tile), 200 and 1000 (several
@@ -105,15 +106,17 @@ TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
                      {{"backward_dq", "staged"}});
   check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64,
                      {{"backward_dq", "staged"}});
+  check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false, 64,
+                     {{"backward_dq", "bulk"}});
+  check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64,
+                     {{"backward_dq", "bulk"}});
 }
 
-// backward_dq=staged (experimental: not yet run on a GPU): dQ reduced through shared memory —
-// partial query tiles (rows past seq_q: the workspace's padding), odd and even tile counts, causal
-// and not, seq_q != seq_kv both ways, GQA, a window, both head dims, dtypes and layouts, the
-// training cases.
-TEST(CudaFlash3Backward, DqStagedMatchesTheReference) {
-  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  const BackendOptions staged = {{"backward_dq", "staged"}};
+// backward_dq=staged and bulk (experimental: not yet run on a GPU): partial query tiles (rows past
+// seq_q: the workspace's padding), odd and even tile counts, causal and not, seq_q != seq_kv both
+// ways, GQA, a window, both head dims, dtypes and layouts, the training cases.
+void check_dq_reduction(const std::string& value) {
+  const BackendOptions staged = {{"backward_dq", value}};
   for (const int head_dim : {64, 128})
     for (const int seq : {1, 33, 65, 200, 1000})
       for (const bool causal : {false, true})
@@ -131,6 +134,18 @@ TEST(CudaFlash3Backward, DqStagedMatchesTheReference) {
     p.dtype = DType::BF16;
     check_gpu_backward("flash3", p, false, 64, staged);
   }
+}
+
+// dQ reduced through shared memory, red.v4.f32 (backward_traits.cuh).
+TEST(CudaFlash3Backward, DqStagedMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  check_dq_reduction("staged");
+}
+
+// dQ added by bulk reductions, the sums in the tiles' fragment order (backward_traits.cuh).
+TEST(CudaFlash3Backward, DqBulkMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  check_dq_reduction("bulk");
 }
 
 // seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA

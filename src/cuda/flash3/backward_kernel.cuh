@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "cuda/common/backward_epilogue.cuh"
+#include "cuda/common/backward_row_kernels.cuh"
 #include "cuda/common/backward_rows.hpp"
 #include "cuda/common/dq_row_pairs.cuh"
 #include "cuda/common/kernel_params.hpp"
@@ -165,6 +166,69 @@ __device__ __forceinline__ void add_dq_staged(const float (&acc)[32], float* dq_
         : "r"((load_base + static_cast<std::uint32_t>(512 * n)) ^ static_cast<std::uint32_t>(((2 * n) & 7) << 5))
         : "memory");
     atomicAdd(reinterpret_cast<float4*>(sums + 2 * n * kHeadDim), v);
+  }
+}
+
+// backward_dq=bulk (experimental: not yet run on a GPU): the warp's 16 × 64 sums of dQ's tile
+// stored as they lie in its registers — float4 i of lane l (rows quad_row and quad_row + 8,
+// columns 8i + 2·quad_col) at staging + 16·(32i + l), each warp store 512 contiguous bytes — then
+// added to the warp's 4 KiB block `sums` of the tile (the same order: convert_dq_tiles_kernel
+// reads it back) by one bulk reduction from lane 0.
+__device__ __forceinline__ void add_dq_bulk(const float (&acc)[32], float* sums, std::uint32_t staging) {
+  int lane;
+  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
+  if (lane == 0) bulk_wait_group_read<0>();  // the previous tile's reduction has read the staging area
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    asm volatile(
+        "st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(staging + static_cast<std::uint32_t>(16 * (32 * i + lane))),
+        "f"(acc[4 * i]), "f"(acc[4 * i + 1]), "f"(acc[4 * i + 2]), "f"(acc[4 * i + 3])
+        : "memory");
+  fence_proxy_async_shared();  // the generic-proxy stores, visible to the bulk reduction's reads
+  __syncwarp();
+  if (lane == 0) {
+    bulk_reduce_add(sums, staging, 16 * 64 * 4);
+    bulk_commit_group();
+  }
+}
+
+// backward_dq=bulk: dQ = scale · the fp32 sums kept in fragment order (add_dq_bulk: per 64-row
+// tile, block 4·slab + warp of 4 KiB, float4 32i + lane), 0 where the row sees no key. One CTA of 8
+// warps a tile: the sums read in order (coalesced) into padded rows of shared memory, then a row a
+// warp, as backward_convert_dq_kernel writes it.
+template <class Element, int kHeadDim>
+__global__ void __launch_bounds__(256) convert_dq_tiles_kernel(const __grid_constant__ BackwardParams params) {
+  // 8 floats of padding a row: a warp's float2 stores (8 rows × 32 bytes) take two wavefronts.
+  constexpr int kStride = kHeadDim + 8;
+  __shared__ __align__(16) float rows[64 * kStride];
+  const std::int64_t tiles = (params.seq_q + 63) / 64;
+  const std::int64_t batch_head = static_cast<std::int64_t>(blockIdx.x) / tiles;
+  const int row_begin = static_cast<int>(static_cast<std::int64_t>(blockIdx.x) % tiles) * 64;
+  const auto* sums =
+      reinterpret_cast<const float4*>(params.dq_accum + (batch_head * params.seq_q_padded + row_begin) * kHeadDim);
+  for (int f = static_cast<int>(threadIdx.x); f < 16 * kHeadDim; f += 256) {
+    const float4 v = sums[f];
+    const int block = f / 256, i = (f / 32) % 8, lane = f % 32;
+    const int row = 16 * (block % 4) + lane / 4, column = 64 * (block / 4) + 8 * i + 2 * (lane % 4);
+    *reinterpret_cast<float2*>(&rows[row * kStride + column]) = make_float2(v.x, v.y);
+    *reinterpret_cast<float2*>(&rows[(row + 8) * kStride + column]) = make_float2(v.z, v.w);
+  }
+  __syncthreads();
+  const int head = static_cast<int>(batch_head % params.heads_q);
+  const int batch = static_cast<int>(batch_head / params.heads_q);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  for (int r = warp; r < 64 && row_begin + r < params.seq_q; r += 8) {
+    const int row = row_begin + r;
+    const KeyRange keys = key_range(params, row);
+    const bool sees = keys.begin < keys.end;
+    auto* dq = static_cast<Element*>(params.dq) + batch * params.dq_batch_stride + row * params.dq_row_stride +
+               head * params.dq_head_stride;
+    for (int c = 2 * lane; c < kHeadDim; c += 64) {
+      const float2 pair = *reinterpret_cast<const float2*>(&rows[r * kStride + c]);
+      *reinterpret_cast<std::uint32_t*>(dq + c) =
+          pack_row_pair<Element>(sees ? pair.x * params.scale : 0.0f, sees ? pair.y * params.scale : 0.0f);
+    }
   }
 }
 
@@ -401,19 +465,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       q_empty.arrive(stage);
 
       // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).
-      if constexpr (!Traits::kDqStaged) {
+      if constexpr (Traits::kDq == DqReduction::RowPairs) {
         if (computes_dq)
           add_by_row_pairs<4>(
               params.dq_accum + (rows_of_head + 16 * warp + (quad_row & ~1)) * static_cast<std::int64_t>(kHeadDim) +
                   dq_column_slab * 64 + 8 * (quad_row & 1) + 2 * quad_col,
               kHeadDim, quad_row,
               [&](int i, int half) { return make_float2(acc_dq[4 * i + 2 * half], acc_dq[4 * i + 2 * half + 1]); });
-      } else {
-        // This warp's staging rows: consumer, then warp (backward_traits.cuh, kDqStageOffset).
-        const std::uint32_t staging = smem + Traits::kDqStageOffset +
-                                      static_cast<std::uint32_t>((consumer * 4 + warp) * Traits::kDqStageWarpBytes);
+      } else if constexpr (Traits::kDq == DqReduction::Staged) {
         if (computes_dq)
-          add_dq_staged<kHeadDim>(acc_dq, params.dq_accum, rows_of_head + 16 * warp, dq_column_slab * 64, staging);
+          add_dq_staged<kHeadDim>(acc_dq, params.dq_accum, rows_of_head + 16 * warp, dq_column_slab * 64,
+                                  smem + Traits::dq_staging_offset(consumer, warp));
+      } else {
+        // The warp's block of the tile's sums: 4 KiB each, slab-major (convert_dq_tiles_kernel).
+        if (computes_dq)
+          add_dq_bulk(acc_dq, params.dq_accum + rows_of_head * kHeadDim + (dq_column_slab * 4 + warp) * 1024,
+                      smem + Traits::dq_staging_offset(consumer, warp));
       }
       // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
       // into this one only past the next tile's barrier, which every reader of this buffer
@@ -421,6 +488,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       ++stage;
     }
   }
+
+  // The staging area stays readable until this warp's last bulk reduction has read it.
+  if constexpr (Traits::kDq == DqReduction::Bulk)
+    if (lane == 0) bulk_wait_group_read<0>();
 
   // dK (times the scale) and dV of this thread's two keys; 0 for keys that no row sees.
   store_key_gradients<Element, kHeadDim>(

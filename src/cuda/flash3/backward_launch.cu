@@ -5,13 +5,15 @@
 
 namespace attnsuite::cuda::flash3 {
 
-void launch_backward(const BackwardParams& params, DType dtype, bool dq_staged, void* stream) {
+void launch_backward(const BackwardParams& params, DType dtype, DqReduction dq, void* stream) {
   dispatch_16bit(dtype, "flash3 backward", [&](auto element) {
     dispatch_head_dim<64, 128>(params.head_dim, "flash3 backward", [&](auto head_dim) {
       using Element = typename decltype(element)::type;
       constexpr int kHeadDim = decltype(head_dim)::value;
-      if (dq_staged) return run_backward<Element, kHeadDim, true>(params, static_cast<cudaStream_t>(stream));
-      run_backward<Element, kHeadDim, false>(params, static_cast<cudaStream_t>(stream));
+      const auto native = static_cast<cudaStream_t>(stream);
+      if (dq == DqReduction::Staged) return run_backward<Element, kHeadDim, DqReduction::Staged>(params, native);
+      if (dq == DqReduction::Bulk) return run_backward<Element, kHeadDim, DqReduction::Bulk>(params, native);
+      run_backward<Element, kHeadDim, DqReduction::RowPairs>(params, native);
     });
   });
 }

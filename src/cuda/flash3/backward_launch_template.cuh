@@ -20,9 +20,9 @@
 
 namespace attnsuite::cuda::flash3 {
 
-template <class Element, int kHeadDim, bool kDqStaged>
+template <class Element, int kHeadDim, DqReduction kDq>
 void run_backward(const BackwardParams& params, cudaStream_t stream) {
-  using Kernel = typename BackwardConfig<Element, kHeadDim, kDqStaged>::Kernel;
+  using Kernel = typename BackwardConfig<Element, kHeadDim, kDq>::Kernel;
   constexpr DType kDType = std::is_same_v<Element, __half> ? DType::F16 : DType::BF16;
   // 64-column boxes (128B swizzle): kTileM rows of Q and dO, kTileN rows of K and V.
   auto map = [&](const void* data, int rows, int heads, std::int64_t row_stride, std::int64_t head_stride,
@@ -45,7 +45,14 @@ void run_backward(const BackwardParams& params, cudaStream_t stream) {
   launch_kernel(flash3_backward_kernel<Kernel>, grid, Kernel::kThreads, Kernel::kSmemBytes, stream, params, q_map,
                 k_map, v_map, d_o_map);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash3_backward_kernel");
-  launch_backward_convert_dq<Element>(params, stream);
+  if constexpr (kDq == DqReduction::Bulk) {
+    // The sums in the tiles' fragment order (add_dq_bulk): one CTA a 64-row tile.
+    const std::int64_t tiles = static_cast<std::int64_t>(params.batch) * params.heads_q * ((params.seq_q + 63) / 64);
+    convert_dq_tiles_kernel<Element, kHeadDim><<<static_cast<unsigned>(tiles), 256, 0, stream>>>(params);
+    ATTNSUITE_CUDA_CHECK_LAUNCH("convert_dq_tiles_kernel");
+  } else {
+    launch_backward_convert_dq<Element>(params, stream);
+  }
 }
 
 }  // namespace attnsuite::cuda::flash3

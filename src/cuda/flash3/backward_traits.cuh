@@ -5,7 +5,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+
 #include "cuda/common/backward_rows.hpp"
+#include "cuda/flash3/launch.hpp"
 #include "cuda/hopper/register_split.hpp"
 
 namespace attnsuite::cuda::flash3 {
@@ -34,13 +37,20 @@ namespace attnsuite::cuda::flash3 {
 // reducing its own 64 keys' partial tile (twice the float2 reductions) with one dSᵀ buffer; d128
 // unchanged (3.28 / 3.29 ms). 128-query tiles at d64 spilled 176 bytes: Sᵀ and dPᵀ alone are
 // then 128 registers.
-// kDqStaged (backend option backward_dq=staged; experimental: not yet run on a GPU): each warp
-// puts its 16 rows of dQ's tile into a swizzled shared-memory staging area and reads them back a
-// float4 a lane, so that one warp reduction (red.v4.f32) covers 128 contiguous bytes of each of 2
-// rows — four sectors a request and half the reduction instructions of the row pairs, for 16 KiB
-// of shared memory a consumer (backward_kernel.cuh, add_dq_staged).
+// kDq (backend option backward_dq; launch.hpp's DqReduction): how dQ's tile reaches the fp32 sums.
+// RowPairs (the default): float2 reductions by row pairs, two sectors a request
+// (common/dq_row_pairs.cuh). Staged (experimental: not yet run on a GPU): each warp puts its 16
+// rows into a swizzled shared-memory staging area and reads them back a float4 a lane, so that one
+// warp reduction (red.v4.f32) covers 128 contiguous bytes of each of 2 rows — four sectors a
+// request, half the reduction instructions (backward_kernel.cuh, add_dq_staged). Bulk
+// (experimental: not yet run on a GPU): each warp stores its 16 × 64 sums as they lie in its
+// registers (eight float4 a lane, conflict-free) and one lane adds the 4 KiB with one bulk
+// reduction (cp.reduce.async.bulk .add.f32): the sums are kept in the tiles' fragment order, which
+// the dQ conversion reads back (add_dq_bulk, convert_dq_tiles_kernel) — the way cuDNN's backward
+// adds its dQ (ncu, H100: bulk reductions, no red instructions). Both take 4 KiB of shared memory a
+// warp: 16 KiB a consumer.
 // The register split is the forward's: 128·24 + 256·240 = 384·168 (__launch_bounds__(384, 1)).
-template <class Element_, int kHeadDim_, int kTileM_, bool kDqStaged_ = false>
+template <class Element_, int kHeadDim_, int kTileM_, DqReduction kDq_ = DqReduction::RowPairs>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -61,7 +71,7 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kDsBufferBytes = kDsSlabs * kDsSlabBytes;  // one of kStages
   // dQ's tile by one consumer in turn over all keys (d64), or by both, split by columns (d128).
   static constexpr bool kDqAlternating = kHeadDim == 64;
-  static constexpr bool kDqStaged = kDqStaged_;
+  static constexpr DqReduction kDq = kDq_;
 
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKOffset + kKVBytes;
@@ -70,11 +80,15 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kDsOffset = kDOOffset + kStages * kQBytes;
   static constexpr int kStatsBytes = 2 * kTileM * 4;  // one stage: LSE·log2 e, then D
   static constexpr int kStatsOffset = kDsOffset + kStages * kDsBufferBytes;
-  // backward_dq=staged: a consumer's 4 warps × 16 rows × 64 fp32 columns (kDqStaged; else none).
+  // backward_dq=staged or bulk: a consumer's 4 warps × 16 rows × 64 fp32 columns (else none).
   static constexpr int kDqStageWarpBytes = 16 * 64 * 4;
   static constexpr int kDqStageOffset = kStatsOffset + kStages * kStatsBytes;
-  static constexpr int kDqStageBytes = kDqStaged ? kConsumers * 4 * kDqStageWarpBytes : 0;
+  static constexpr int kDqStageBytes = kDq != DqReduction::RowPairs ? kConsumers * 4 * kDqStageWarpBytes : 0;
   static constexpr int kBarrierOffset = kDqStageOffset + kDqStageBytes;
+  // A warp's staging rows: consumer, then warp.
+  static constexpr __host__ __device__ std::uint32_t dq_staging_offset(int consumer, int warp) {
+    return static_cast<std::uint32_t>(kDqStageOffset + (consumer * 4 + warp) * kDqStageWarpBytes);
+  }
   // Barriers: K/V full, Q/dO full ×stages, Q/dO empty ×stages (8 bytes each).
   static constexpr int kBarrierBytes = 8 * (1 + 2 * kStages);
   // +1024: the dynamic shared memory's start is rounded up to the 128B swizzle's period.
@@ -97,9 +111,9 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
 // 64-query tiles: Sᵀ and dPᵀ 32 + 32 registers, dK and dV 32 + 32 (d64) or 64 + 64 (d128), dQ 32;
 // shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 2 × 16 KiB dSᵀ, 1 KiB row statistics = 98 KiB
 // at d64, 162 KiB at d128.
-template <class Element, int kHeadDim, bool kDqStaged = false>
+template <class Element, int kHeadDim, DqReduction kDq = DqReduction::RowPairs>
 struct BackwardConfig {
-  using Kernel = BackwardTraits<Element, kHeadDim, 64, kDqStaged>;
+  using Kernel = BackwardTraits<Element, kHeadDim, 64, kDq>;
 };
 
 }  // namespace attnsuite::cuda::flash3

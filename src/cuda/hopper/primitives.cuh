@@ -130,6 +130,30 @@ __device__ __forceinline__ void bulk_load(std::uint32_t destination, const void*
       : "memory");
 }
 
+// ---- Bulk reductions ----------------------------------------------------------------------------
+
+// `sums`[0 .. bytes / 4) += the fp32 values at shared address `source`, elementwise and atomically,
+// by the async proxy, as part of this thread's open bulk group (both 16-byte aligned, bytes a
+// multiple of 16). The shared-memory stores it reads must be made visible to the async proxy first
+// (fence.proxy.async.shared::cta).
+__device__ __forceinline__ void bulk_reduce_add(float* sums, std::uint32_t source, std::uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   reinterpret_cast<std::uint64_t>(sums)),
+               "r"(source), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until at most kPending of this thread's bulk groups still read their shared memory (.read), or
+// are still running at all.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 // ---- Register reallocation ----------------------------------------------------------------------
 
 // Executed by all warps of a warpgroup; needs a kernel compiled with a register maximum
