@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "bench/statistics.hpp"
+#include "core/enum_names.hpp"
 #include "report/sinks.hpp"
 #include "report/table.hpp"
 
@@ -98,25 +99,13 @@ std::string verdict_cell(const ComparedCase& compared) {
   return text;
 }
 
+constexpr EnumName<Verdict> kVerdictNames[] = {
+    {Verdict::Faster, "faster"},     {Verdict::Slower, "slower"},
+    {Verdict::Same, "same"},         {Verdict::NotComparable, "not comparable"},
+    {Verdict::OnlyInA, "only in A"}, {Verdict::OnlyInB, "only in B"}};
 }  // namespace
 
-std::string_view to_string(Verdict verdict) {
-  switch (verdict) {
-    case Verdict::Faster:
-      return "faster";
-    case Verdict::Slower:
-      return "slower";
-    case Verdict::Same:
-      return "same";
-    case Verdict::NotComparable:
-      return "not comparable";
-    case Verdict::OnlyInA:
-      return "only in A";
-    case Verdict::OnlyInB:
-      return "only in B";
-  }
-  return "unknown";
-}
+std::string_view to_string(Verdict verdict) { return name_of(kVerdictNames, verdict, "unknown"); }
 
 std::optional<double> relative_spread(const ResultRow& row) {
   if (!row.ms_median || !(*row.ms_median > 0)) return std::nullopt;
