@@ -149,32 +149,21 @@ Comparison compare_runs(const std::vector<ResultRow>& a, const std::vector<Resul
                    {"noise ±", Align::Right},
                    {"verdict", Align::Left, 60}});
   for (const ComparedCase& compared : result.cases) {
-    switch (compared.verdict) {
-      case Verdict::Faster:
-        ++result.faster;
-        break;
-      case Verdict::Slower:
-        ++result.slower;
-        break;
-      case Verdict::Same:
-        ++result.same;
-        break;
-      case Verdict::NotComparable:
-        ++result.not_comparable;
-        break;
-      case Verdict::OnlyInA:
-        ++result.only_in_a;
-        break;
-      case Verdict::OnlyInB:
-        ++result.only_in_b;
-        break;
-    }
-    if (compared.accuracy_worse) ++result.accuracy_worse;
     table.add_row({compared.label, ms_cell(compared.a), ms_cell(compared.b),
                    compared.ratio ? format_ratio(*compared.ratio) : std::string(),
                    compared.ratio ? fmt::format("{:.1f}%", 100 * compared.noise) : std::string(),
                    verdict_cell(compared)});
   }
+  const auto count = [&](Verdict verdict) {
+    return static_cast<int>(std::ranges::count(result.cases, verdict, &ComparedCase::verdict));
+  };
+  result.faster = count(Verdict::Faster);
+  result.slower = count(Verdict::Slower);
+  result.same = count(Verdict::Same);
+  result.not_comparable = count(Verdict::NotComparable);
+  result.only_in_a = count(Verdict::OnlyInA);
+  result.only_in_b = count(Verdict::OnlyInB);
+  result.accuracy_worse = static_cast<int>(std::ranges::count(result.cases, true, &ComparedCase::accuracy_worse));
   const std::string counts = fmt::format(
       "{} faster, {} slower, {} same, {} not comparable, {} only in A, {} only in B; {} with "
       "worse accuracy (ratio = A ms / B ms: > 1 means B is faster)",
