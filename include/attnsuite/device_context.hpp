@@ -33,6 +33,19 @@ class DeviceAllocation {
   virtual std::size_t bytes() const = 0;
 };
 
+// The DeviceAllocation that owns a Buffer of `bytes` (any type with that constructor and data(),
+// bytes()): the CPU context's of a HostBuffer, CUDA's of a DeviceBuffer.
+template <class Buffer>
+class BufferAllocation final : public DeviceAllocation {
+ public:
+  explicit BufferAllocation(std::size_t bytes) : buffer_(bytes) {}
+  void* data() const override { return buffer_.data(); }
+  std::size_t bytes() const override { return buffer_.bytes(); }
+
+ private:
+  Buffer buffer_;
+};
+
 class DeviceContext {
  public:
   virtual ~DeviceContext() = default;

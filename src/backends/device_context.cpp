@@ -51,22 +51,12 @@ class CpuTimer final : public Timer {
   Clock::time_point start_, stop_;
 };
 
-class HostAllocation final : public DeviceAllocation {
- public:
-  explicit HostAllocation(std::size_t bytes) : buffer_(bytes) {}
-  void* data() const override { return buffer_.data(); }
-  std::size_t bytes() const override { return buffer_.bytes(); }
-
- private:
-  HostBuffer buffer_;
-};
-
 class CpuContext final : public DeviceContext {
  public:
   Device device() const override { return {DeviceType::Cpu, 0}; }
   std::string device_name() const override { return host_info().cpu_model; }
   std::unique_ptr<DeviceAllocation> allocate(std::size_t bytes) override {
-    return std::make_unique<HostAllocation>(bytes);
+    return std::make_unique<BufferAllocation<HostBuffer>>(bytes);
   }
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }

@@ -465,18 +465,17 @@ std::vector<Case> expand(const SweepSpec& spec) {
                   for (const auto& backend : spec.backends) {
                     Case c;
                     c.pass = pass;
-                    auto& p = c.problem;
-                    p.batch = batch;
-                    p.heads_q = heads.heads_q;
-                    p.heads_kv = heads.heads_kv;
-                    p.seq_q = seq_q;
-                    p.seq_kv = seq_kv;
-                    p.head_dim = heads.head_dim;
-                    p.dtype = dtype;
-                    p.layout = spec.layout;
-                    p.causal = causal;
-                    p.window_left = spec.window_left;
-                    p.window_right = spec.window_right;
+                    c.problem = {.batch = batch,
+                                 .heads_q = heads.heads_q,
+                                 .heads_kv = heads.heads_kv,
+                                 .seq_q = seq_q,
+                                 .seq_kv = seq_kv,
+                                 .head_dim = heads.head_dim,
+                                 .dtype = dtype,
+                                 .layout = spec.layout,
+                                 .causal = causal,
+                                 .window_left = spec.window_left,
+                                 .window_right = spec.window_right};
                     c.backend = backend;
                     c.generator = generator;
                     c.seed = spec.seed;
@@ -485,7 +484,7 @@ std::vector<Case> expand(const SweepSpec& spec) {
                     if (const auto config = spec.kernel_configs.find(backend); config != spec.kernel_configs.end())
                       c.kernel_config = config->second;
                     try {
-                      p.validate();
+                      c.problem.validate();
                     } catch (const Error& error) {
                       c.invalid_reason = error.what();
                     }

@@ -191,9 +191,6 @@ bool read_bool(const nlohmann::json& value, std::string_view what, std::string_v
   malformed(what, name, "true or false", value);
 }
 
-}  // namespace
-
-namespace {
 constexpr EnumName<CaseStatus> kCaseStatusNames[] = {
     {CaseStatus::Ok, "ok"}, {CaseStatus::Skipped, "skipped"}, {CaseStatus::Failed, "failed"}};
 }  // namespace

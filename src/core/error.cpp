@@ -2,27 +2,21 @@
 
 #include <fmt/format.h>
 
+#include "core/enum_names.hpp"
+
 namespace attnsuite {
 
-std::string_view to_string(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::Usage:
-      return "usage";
-    case ErrorKind::Unsupported:
-      return "unsupported";
-    case ErrorKind::OutOfMemory:
-      return "out of memory";
-    case ErrorKind::Device:
-      return "device";
-    case ErrorKind::Io:
-      return "io";
-    case ErrorKind::Internal:
-      return "internal";
-    case ErrorKind::Cancelled:
-      return "cancelled";
-  }
-  return "unknown";
-}
+namespace {
+constexpr EnumName<ErrorKind> kErrorKindNames[] = {{ErrorKind::Usage, "usage"},
+                                                   {ErrorKind::Unsupported, "unsupported"},
+                                                   {ErrorKind::OutOfMemory, "out of memory"},
+                                                   {ErrorKind::Device, "device"},
+                                                   {ErrorKind::Io, "io"},
+                                                   {ErrorKind::Internal, "internal"},
+                                                   {ErrorKind::Cancelled, "cancelled"}};
+}  // namespace
+
+std::string_view to_string(ErrorKind kind) { return name_of(kErrorKindNames, kind, "unknown"); }
 
 namespace detail {
 void throw_check_failure(ErrorKind kind, const char* expression, const char* file, int line,

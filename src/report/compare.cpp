@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "bench/statistics.hpp"
+#include "core/enum_names.hpp"
 #include "report/sinks.hpp"
 #include "report/table.hpp"
 
@@ -98,25 +99,13 @@ std::string verdict_cell(const ComparedCase& compared) {
   return text;
 }
 
+constexpr EnumName<Verdict> kVerdictNames[] = {
+    {Verdict::Faster, "faster"},     {Verdict::Slower, "slower"},
+    {Verdict::Same, "same"},         {Verdict::NotComparable, "not comparable"},
+    {Verdict::OnlyInA, "only in A"}, {Verdict::OnlyInB, "only in B"}};
 }  // namespace
 
-std::string_view to_string(Verdict verdict) {
-  switch (verdict) {
-    case Verdict::Faster:
-      return "faster";
-    case Verdict::Slower:
-      return "slower";
-    case Verdict::Same:
-      return "same";
-    case Verdict::NotComparable:
-      return "not comparable";
-    case Verdict::OnlyInA:
-      return "only in A";
-    case Verdict::OnlyInB:
-      return "only in B";
-  }
-  return "unknown";
-}
+std::string_view to_string(Verdict verdict) { return name_of(kVerdictNames, verdict, "unknown"); }
 
 std::optional<double> relative_spread(const ResultRow& row) {
   if (!row.ms_median || !(*row.ms_median > 0)) return std::nullopt;
@@ -160,32 +149,21 @@ Comparison compare_runs(const std::vector<ResultRow>& a, const std::vector<Resul
                    {"noise ±", Align::Right},
                    {"verdict", Align::Left, 60}});
   for (const ComparedCase& compared : result.cases) {
-    switch (compared.verdict) {
-      case Verdict::Faster:
-        ++result.faster;
-        break;
-      case Verdict::Slower:
-        ++result.slower;
-        break;
-      case Verdict::Same:
-        ++result.same;
-        break;
-      case Verdict::NotComparable:
-        ++result.not_comparable;
-        break;
-      case Verdict::OnlyInA:
-        ++result.only_in_a;
-        break;
-      case Verdict::OnlyInB:
-        ++result.only_in_b;
-        break;
-    }
-    if (compared.accuracy_worse) ++result.accuracy_worse;
     table.add_row({compared.label, ms_cell(compared.a), ms_cell(compared.b),
                    compared.ratio ? format_ratio(*compared.ratio) : std::string(),
                    compared.ratio ? fmt::format("{:.1f}%", 100 * compared.noise) : std::string(),
                    verdict_cell(compared)});
   }
+  const auto count = [&](Verdict verdict) {
+    return static_cast<int>(std::ranges::count(result.cases, verdict, &ComparedCase::verdict));
+  };
+  result.faster = count(Verdict::Faster);
+  result.slower = count(Verdict::Slower);
+  result.same = count(Verdict::Same);
+  result.not_comparable = count(Verdict::NotComparable);
+  result.only_in_a = count(Verdict::OnlyInA);
+  result.only_in_b = count(Verdict::OnlyInB);
+  result.accuracy_worse = static_cast<int>(std::ranges::count(result.cases, true, &ComparedCase::accuracy_worse));
   const std::string counts = fmt::format(
       "{} faster, {} slower, {} same, {} not comparable, {} only in A, {} only in B; {} with "
       "worse accuracy (ratio = A ms / B ms: > 1 means B is faster)",

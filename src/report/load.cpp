@@ -9,6 +9,7 @@
 
 #include "attnsuite/error.hpp"
 #include "core/atomic_file.hpp"
+#include "core/enum_names.hpp"
 #include "core/json_limits.hpp"
 #include "report/jsonl.hpp"
 
@@ -143,19 +144,12 @@ std::optional<nlohmann::json> cell_to_json(std::string_view text, ColumnType typ
   return std::nullopt;
 }
 
-std::string_view expected_for(ColumnType type) {
-  switch (type) {
-    case ColumnType::Text:
-      return "text";
-    case ColumnType::Integer:
-      return "an integer";
-    case ColumnType::Boolean:
-      return "true or false";
-    case ColumnType::Number:
-      return "a number, nan, inf or an empty cell";
-  }
-  return "a value";
-}
+constexpr EnumName<ColumnType> kExpectedValues[] = {{ColumnType::Text, "text"},
+                                                    {ColumnType::Integer, "an integer"},
+                                                    {ColumnType::Boolean, "true or false"},
+                                                    {ColumnType::Number, "a number, nan, inf or an empty cell"}};
+
+std::string_view expected_for(ColumnType type) { return name_of(kExpectedValues, type, "a value"); }
 
 LoadedResults load_json(const std::filesystem::path& path) {
   const std::string text = read_text_file(path);

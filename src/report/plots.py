@@ -131,6 +131,13 @@ def power_of_two_axis(ax):
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(tokens_label))
 
 
+def log_log_axes(ax, xlabel, ylabel):
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
 def shared_legend(fig, axes):
     """One legend under the panels: the peers' names are long, and every panel has the same lines."""
     handles, labels = [], []
@@ -314,10 +321,7 @@ class Plotter:
             ax.plot(xs, ys, color="black", linewidth=1.2, linestyle=["-", "--", ":", "-."][i % 4],
                     label=f"roof {roof['device']} {roof['dtype']}: {roof['compute_label']} "
                     f"{roof['compute_tflops']:.3g} TFLOP/s, {roof['memory_label']} {roof['memory_gbps']:.4g} GB/s")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("arithmetic intensity (FLOP / byte of minimum traffic)")
-        ax.set_ylabel("achieved TFLOP/s")
+        log_log_axes(ax, "arithmetic intensity (FLOP / byte of minimum traffic)", "achieved TFLOP/s")
         ax.legend(loc="lower right")
         fig.set_size_inches(8, 5)
         caption = "Every ok case as a point; the roofs are the ceilings measured at the start of the run."
@@ -337,10 +341,7 @@ class Plotter:
             members = [r for r in rows if label_of(r) == label]
             ax.plot([r["tokens_per_s"] for r in members], [max(r["rel_l1"], floor) for r in members],
                     linestyle="none", label=label, markersize=5, alpha=0.8, **self.styles.of(label))
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("tokens/s")
-        ax.set_ylabel("relative L1 error vs fp64 reference")
+        log_log_axes(ax, "tokens/s", "relative L1 error vs fp64 reference")
         ax.legend(loc="best")
         fig.set_size_inches(7, 4.5)
         self.save(fig, "accuracy_vs_speed", "Accuracy vs speed",

@@ -12,9 +12,11 @@
 
 namespace attnsuite::cuda {
 
-// A view's batch, row (sequence) and head strides, in elements (Int: the params' own type).
-template <class Int>
-void copy_strides(const TensorView& view, Int& batch, Int& row, Int& head) {
+// A view's data pointer and its batch, row (sequence) and head strides, in elements (Int: the
+// params' own type).
+template <class Pointer, class Int>
+void copy_view(const TensorView& view, Pointer& data, Int& batch, Int& row, Int& head) {
+  data = view.data;
   batch = view.strides[0];
   row = view.strides[1];
   head = view.strides[2];
@@ -43,15 +45,11 @@ void fill_window(Params& params, const AttentionProblem& problem) {
 
 template <class Params>
 void fill_attention_params(Params& params, const AttentionProblem& problem, const AttentionArgs& args) {
-  params.q = args.q.data;
-  params.k = args.k.data;
-  params.v = args.v.data;
-  params.o = args.o.data;
+  copy_view(args.q, params.q, params.q_batch_stride, params.q_row_stride, params.q_head_stride);
+  copy_view(args.k, params.k, params.k_batch_stride, params.k_row_stride, params.k_head_stride);
+  copy_view(args.v, params.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
+  copy_view(args.o, params.o, params.o_batch_stride, params.o_row_stride, params.o_head_stride);
   params.lse = args.lse.data;
-  copy_strides(args.q, params.q_batch_stride, params.q_row_stride, params.q_head_stride);
-  copy_strides(args.k, params.k_batch_stride, params.k_row_stride, params.k_head_stride);
-  copy_strides(args.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
-  copy_strides(args.o, params.o_batch_stride, params.o_row_stride, params.o_head_stride);
   fill_sizes(params, problem);
   params.scale = problem.softmax_scale();
   params.scale_log2 = params.scale * std::numbers::log2e_v<float>;

@@ -42,6 +42,15 @@ Support supports_shape(std::string_view backend, const AttentionProblem& problem
   return Support::yes();
 }
 
+Support supports_backward_head_dim(std::string_view family, const AttentionProblem& problem,
+                                   std::span<const int> head_dims, std::string_view why) {
+  if (std::ranges::find(head_dims, problem.head_dim) == head_dims.end()) {
+    return Support::no(fmt::format("head dim {} has no {} backward; allowed: {} ({})", problem.head_dim, family,
+                                   fmt::join(head_dims, ", "), why));
+  }
+  return Support::yes();
+}
+
 Support supports_device(std::string_view backend) {
   const std::string reason = cuda_unavailable_reason();
   if (!reason.empty()) return Support::no("no CUDA device available: " + reason);

@@ -16,6 +16,10 @@ Support supports_problem_common(std::string_view backend, const AttentionProblem
 // The shape rules of the fused kernels: the head dim one of `head_dims` (the refusal lists them),
 // head_dim_v equal to it, and batch and q heads at most 65535 each (grid dimensions y and z).
 Support supports_shape(std::string_view backend, const AttentionProblem& problem, std::span<const int> head_dims);
+// The backward's head dim rule: "head dim <d> has no <family> backward; allowed: <head_dims,
+// comma-separated> (<why>)" unless the head dim is one of `head_dims`.
+Support supports_backward_head_dim(std::string_view family, const AttentionProblem& problem,
+                                   std::span<const int> head_dims, std::string_view why);
 
 // The device rule: a CUDA device is current and has compute capability >= 8.0 (mma.sync with
 // bf16, cp.async). "no CUDA device available: ..." without one.

@@ -40,14 +40,10 @@ BackwardParams make_backward_params(const AttentionProblem& problem, const Backw
   forward_args.lse = args.lse;
   BackwardParams params;
   fill_attention_params(params, problem, forward_args);
-  params.d_o = args.d_o.data;
-  params.dq = args.dq.data;
-  params.dk = args.dk.data;
-  params.dv = args.dv.data;
-  copy_strides(args.d_o, params.d_o_batch_stride, params.d_o_row_stride, params.d_o_head_stride);
-  copy_strides(args.dq, params.dq_batch_stride, params.dq_row_stride, params.dq_head_stride);
-  copy_strides(args.dk, params.dk_batch_stride, params.dk_row_stride, params.dk_head_stride);
-  copy_strides(args.dv, params.dv_batch_stride, params.dv_row_stride, params.dv_head_stride);
+  copy_view(args.d_o, params.d_o, params.d_o_batch_stride, params.d_o_row_stride, params.d_o_head_stride);
+  copy_view(args.dq, params.dq, params.dq_batch_stride, params.dq_row_stride, params.dq_head_stride);
+  copy_view(args.dk, params.dk, params.dk_batch_stride, params.dk_row_stride, params.dk_head_stride);
+  copy_view(args.dv, params.dv, params.dv_batch_stride, params.dv_row_stride, params.dv_head_stride);
   params.seq_q_padded = (problem.seq_q + kBackwardRowPadding - 1) / kBackwardRowPadding * kBackwardRowPadding;
   const std::size_t row_floats = align_up(padded_rows(problem) * sizeof(float));
   auto* workspace = static_cast<unsigned char*>(args.workspace);

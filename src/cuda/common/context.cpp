@@ -48,16 +48,6 @@ class EventTimer final : public bench::Timer {
   cudaEvent_t stop_ = nullptr;
 };
 
-class CudaAllocation final : public bench::DeviceAllocation {
- public:
-  explicit CudaAllocation(std::size_t bytes) : buffer_(bytes) {}
-  void* data() const override { return buffer_.data(); }
-  std::size_t bytes() const override { return buffer_.bytes(); }
-
- private:
-  DeviceBuffer buffer_;
-};
-
 class CudaContext final : public bench::DeviceContext {
  public:
   explicit CudaContext(int device_index) : info_(query_cuda_device(device_index)) {
@@ -78,7 +68,7 @@ class CudaContext final : public bench::DeviceContext {
 
   std::unique_ptr<bench::DeviceAllocation> allocate(std::size_t bytes) override {
     activate();
-    return std::make_unique<CudaAllocation>(bytes);
+    return std::make_unique<bench::BufferAllocation<DeviceBuffer>>(bytes);
   }
   void copy_to_device(void* dst, const void* host_src, std::size_t bytes) override {
     activate();

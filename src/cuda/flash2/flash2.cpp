@@ -53,6 +53,11 @@ struct VariantInfo {
   void (*launch)(const flash2::Params&, void*) = nullptr;
 };
 
+// Why the backward stops below head dim 256 (its refusal says so).
+constexpr std::string_view kNoBackwardAt256 =
+    "at 256 a warp's dK and dV of its 16 keys alone would be 256 fp32 registers per thread, above the 255 a thread can "
+    "have";
+
 class Flash2Backend final : public Backend {
  public:
   Flash2Backend() = default;
@@ -92,13 +97,8 @@ class Flash2Backend final : public Backend {
   // The head dim rule first (it needs no device), then the forward's.
   Support supports_backward(const AttentionProblem& problem) const override {
     if (variant_.launch != nullptr) return Support::no(fmt::format("{} has no backward pass", name_));
-    if (std::find(std::begin(flash2::kBackwardHeadDims), std::end(flash2::kBackwardHeadDims), problem.head_dim) ==
-        std::end(flash2::kBackwardHeadDims)) {
-      return Support::no(fmt::format(
-          "head dim {} has no flash2 backward; allowed: 64, 128 (at 256 a warp's dK and dV of its 16 keys alone "
-          "would be 256 fp32 registers per thread, above the 255 a thread can have)",
-          problem.head_dim));
-    }
+    const Support head_dim = supports_backward_head_dim("flash2", problem, flash2::kBackwardHeadDims, kNoBackwardAt256);
+    if (!head_dim) return head_dim;
     return supports(problem);
   }
 

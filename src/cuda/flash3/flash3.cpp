@@ -74,6 +74,11 @@ void Flash3FamilyBackend::check_16_byte_views(std::initializer_list<NamedView> v
 
 namespace {
 
+// Why the backward stops below head dim 256 (its refusal says so).
+constexpr std::string_view kNoBackwardAt256 =
+    "at 256 a consumer thread's dK and dV of its warpgroup's 64 keys alone would be 256 fp32 registers, above the 240 "
+    "setmaxnreg gives it";
+
 class Flash3Backend final : public Flash3FamilyBackend {
  public:
   Flash3Backend()
@@ -103,13 +108,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   // Head dims 64 and 128 (dQ's tile splits into 64 × 64 wgmma tiles: backward_traits.cuh), then the forward's rules.
   Support supports_backward(const AttentionProblem& problem) const override {
-    if (std::find(std::begin(flash3::kBackwardHeadDims), std::end(flash3::kBackwardHeadDims), problem.head_dim) ==
-        std::end(flash3::kBackwardHeadDims)) {
-      return Support::no(fmt::format(
-          "head dim {} has no flash3 backward; allowed: 64, 128 (at 256 a consumer thread's dK and dV of its "
-          "warpgroup's 64 keys alone would be 256 fp32 registers, above the 240 setmaxnreg gives it)",
-          problem.head_dim));
-    }
+    const Support head_dim = supports_backward_head_dim("flash3", problem, flash3::kBackwardHeadDims, kNoBackwardAt256);
+    if (!head_dim) return head_dim;
     return supports(problem);
   }
 

@@ -123,20 +123,18 @@ CUtensorMap make_tensor_map(const TensorMapShape& shape) {
 CUtensorMap make_tensor_map(const void* data, DType dtype, bool e4m3, int columns, int rows, int heads, int batch,
                             std::int64_t row_stride, std::int64_t head_stride, std::int64_t batch_stride,
                             int box_columns, int box_rows) {
-  TensorMapShape shape;
-  shape.data = data;
-  shape.dtype = dtype;
-  shape.e4m3 = e4m3;
-  shape.box_columns = box_columns;
-  shape.head_dim = columns;
-  shape.rows = rows;
-  shape.heads = heads;
-  shape.batch = batch;
-  shape.row_stride = row_stride;
-  shape.head_stride = head_stride;
-  shape.batch_stride = batch_stride;
-  shape.box_rows = box_rows;
-  return make_tensor_map(shape);
+  return make_tensor_map(TensorMapShape{.data = data,
+                                        .dtype = dtype,
+                                        .head_dim = columns,
+                                        .rows = rows,
+                                        .heads = heads,
+                                        .batch = batch,
+                                        .row_stride = row_stride,
+                                        .head_stride = head_stride,
+                                        .batch_stride = batch_stride,
+                                        .box_rows = box_rows,
+                                        .e4m3 = e4m3,
+                                        .box_columns = box_columns});
 }
 
 }  // namespace attnsuite::cuda::hopper

@@ -282,8 +282,7 @@ class SageBackend final : public IdentifiedBackend {
     sage::Params params;
     if (mode_ == Mode::Sage2) {
       sage::VQuantParams v;
-      v.v = args.v.data;
-      copy_strides(args.v, v.batch_stride, v.row_stride, v.head_stride);
+      copy_view(args.v, v.v, v.batch_stride, v.row_stride, v.head_stride);
       v.batch = problem.batch;
       v.heads = problem.heads_kv;
       v.seq = problem.seq_kv;
@@ -298,8 +297,7 @@ class SageBackend final : public IdentifiedBackend {
       params.v_scale = v.v_scale;
       params.v_keys = layout.v_keys;
     } else {
-      params.v = args.v.data;
-      copy_strides(args.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
+      copy_view(args.v, params.v, params.v_batch_stride, params.v_row_stride, params.v_head_stride);
     }
     params.q8 = q.out;
     params.k8 = k.out;
@@ -307,8 +305,7 @@ class SageBackend final : public IdentifiedBackend {
     params.k_scale = k.scale;
     params.q_blocks = layout.q_blocks;
     params.k_blocks = layout.k_blocks;
-    params.o = args.o.data;
-    copy_strides(args.o, params.o_batch_stride, params.o_row_stride, params.o_head_stride);
+    copy_view(args.o, params.o, params.o_batch_stride, params.o_row_stride, params.o_head_stride);
     params.lse = args.lse.data;
     params.lse_shift = q.lse_shift;
     fill_sizes(params, problem);

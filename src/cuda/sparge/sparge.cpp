@@ -190,10 +190,8 @@ class SparsePlan final : public KernelPlan {
       counters = reinterpret_cast<unsigned long long*>(base + layout.counters);
       ATTNSUITE_CUDA_CHECK(cudaMemsetAsync(counters, 0, kCounters * sizeof(unsigned long long), cuda_stream));
       sparge::PredictorParams pp;
-      pp.q = args.q.data;
-      pp.k = args.k.data;
-      copy_strides(args.q, pp.q_batch_stride, pp.q_row_stride, pp.q_head_stride);
-      copy_strides(args.k, pp.k_batch_stride, pp.k_row_stride, pp.k_head_stride);
+      copy_view(args.q, pp.q, pp.q_batch_stride, pp.q_row_stride, pp.q_head_stride);
+      copy_view(args.k, pp.k, pp.k_batch_stride, pp.k_row_stride, pp.k_head_stride);
       fill_sizes(pp, problem);
       pp.block_m = shape.m;
       pp.block_n = shape.n;
