@@ -155,33 +155,6 @@ TEST(CudaFlash2Backward, RefusedUnlessOptedIn) {
                 std::string("flash2: backend option backward_key_tile='") + tile + "' not allowed; allowed: 64, 128");
     }
   }
-  // backward_dq: quad (the default) or row-pairs, the latter with the atomic sums of key tile 64
-  // only — refused with the reason, before any device is asked.
-  EXPECT_NE(std::find(keys.begin(), keys.end(), "backward_dq"), keys.end());
-  for (const char* value : {"quad", "row-pairs"}) EXPECT_NO_THROW(flash2.check_options({{"backward_dq", value}}));
-  try {
-    flash2.check_options({{"backward_dq", "staged"}});
-    ADD_FAILURE() << "backward_dq=staged accepted";
-  } catch (const Error& error) {
-    EXPECT_EQ(error.kind(), ErrorKind::Usage);
-    EXPECT_EQ(std::string(error.what()),
-              "flash2: backend option backward_dq='staged' not allowed; allowed: quad, row-pairs");
-  }
-  const auto refusal = [&](bool deterministic, int key_tile) {
-    try {
-      flash2.plan(p, backward_options(deterministic, true, key_tile, {{"backward_dq", "row-pairs"}}));
-      ADD_FAILURE() << "a row-pairs plan with deterministic=" << deterministic << " key tile " << key_tile;
-      return std::string();
-    } catch (const Error& error) {
-      EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
-      return std::string(error.what());
-    }
-  };
-  EXPECT_EQ(refusal(true, 64),
-            "flash2: backward_dq=row-pairs adds the atomic dQ sums of key tile 64; not with the "
-            "deterministic mode (no atomic sums)");
-  EXPECT_EQ(refusal(false, 128),
-            "flash2: backward_dq=row-pairs adds the atomic dQ sums of key tile 64; not with backward_key_tile=128");
 }
 
 // Head dim 256 has no backward (registers), and says so without a device.
@@ -300,26 +273,12 @@ TEST(CudaFlash2Backward, KeyTile128MatchesTheReference) {
   }
 }
 
-// backward_dq=row-pairs (experimental: not yet run on a GPU): the atomic dQ sums added by row
-// pairs, on the configuration cases and the training cases.
-TEST(CudaFlash2Backward, DqByRowPairsMatchesTheReference) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const BackendOptions row_pairs = {{"backward_dq", "row-pairs"}};
-  for (const AttentionProblem& p : configuration_cases()) check_gpu_backward("flash2", p, false, 64, row_pairs);
-  for (AttentionProblem p : training_gradient_cases()) {
-    p.dtype = DType::BF16;
-    check_gpu_backward("flash2", p, false, 64, row_pairs);
-  }
-}
-
 // Small cases for compute-sanitizer (tools/device/run.sh's default filter): partial key and
-// query tiles, causal with seq_q < seq_kv, GQA, a window; both dQ modes, and row pairs.
+// query tiles, causal with seq_q < seq_kv, GQA, a window; both dQ modes.
 TEST(CudaFlash2Backward, SmallCasesForSanitizers) {
   SKIP_WITHOUT_CUDA_DEVICE();
   check_both_modes(make_problem(1, 4, 2, 70, 130, 64, DType::F16, Layout::BSHD, true));
   check_both_modes(windowed(make_problem(1, 2, 2, 100, 90, 128, DType::BF16, Layout::BHSD, false), 20, 5));
-  check_gpu_backward("flash2", make_problem(1, 4, 2, 70, 130, 64, DType::F16, Layout::BSHD, true), false, 64,
-                     {{"backward_dq", "row-pairs"}});
 }
 
 TEST(CudaFlash2Backward, TrainingGradientCases) {

@@ -1,9 +1,7 @@
-// flash2 backward, bf16, head dim 64: both key tiles (64, 128) and dQ by row
-// pairs (backward_dq=row-pairs, key tile 64; experimental) in one translation unit.
+// flash2 backward, bf16, head dim 64: both key tiles (64, 128) in one translation unit.
 #include "cuda/flash2/backward_launch_template.cuh"
 
 namespace attnsuite::cuda::flash2 {
 template void run_backward<__nv_bfloat16, 64, 64>(const BackwardParams& params, cudaStream_t stream);
 template void run_backward<__nv_bfloat16, 64, 128>(const BackwardParams& params, cudaStream_t stream);
-template void run_backward<__nv_bfloat16, 64, 64, true>(const BackwardParams& params, cudaStream_t stream);
 }  // namespace attnsuite::cuda::flash2

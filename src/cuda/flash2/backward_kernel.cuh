@@ -24,7 +24,6 @@
 #include "cuda/common/backward_epilogue.cuh"
 #include "cuda/common/backward_row_kernels.cuh"
 #include "cuda/common/backward_rows.hpp"
-#include "cuda/common/dq_row_pairs.cuh"
 #include "cuda/common/key_range.cuh"
 #include "cuda/flash2/backward_traits.cuh"
 #include "cuda/flash2/params.hpp"
@@ -46,10 +45,8 @@ __device__ __forceinline__ void softmax_gradient(float& s_to_p, float& dp_to_ds,
 }
 
 // The main kernel (see the top of the file). kAtomicDq: add dS·K into params.dq_accum; without,
-// dQ is left to flash2_backward_dq_kernel. kDqRowPairs (backend option backward_dq=row-pairs;
-// experimental: not yet run on a GPU): the atomic sums added by row pairs (common/dq_row_pairs.cuh,
-// flash3's way) instead of each thread's own pairs.
-template <class Traits, bool kAtomicDq, bool kDqRowPairs = false>
+// dQ is left to flash2_backward_dq_kernel.
+template <class Traits, bool kAtomicDq>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     flash2_backward_kernel(const __grid_constant__ BackwardParams params) {
   using Element = typename Traits::Element;
@@ -222,37 +219,25 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           mma(acc_dq[2 * dp + 1], a, b[2], b[3]);
         }
       }
-      if constexpr (kDqRowPairs) {
-        static_assert(kDqDTiles % 2 == 0, "row pairs add 16-column blocks");
-        add_by_row_pairs<kDqDTiles / 2>(
-            params.dq_accum +
-                ((static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin +
-                 row_block * 16 + (quad_row & ~1)) *
-                    kHeadDim +
-                column_group * kDqDTiles * 8 + 8 * (quad_row & 1) + 2 * quad_col,
-            kHeadDim, quad_row,
-            [&](int dt, int half) { return make_float2(acc_dq[dt][2 * half], acc_dq[dt][2 * half + 1]); });
-      } else {
-        float* sums = params.dq_accum +
-                      ((static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin +
-                       row_block * 16 + quad_row) *
-                          kHeadDim +
-                      column_group * kDqDTiles * 8 + 2 * quad_col;
+      float* sums = params.dq_accum +
+                    ((static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin +
+                     row_block * 16 + quad_row) *
+                        kHeadDim +
+                    column_group * kDqDTiles * 8 + 2 * quad_col;
 #pragma unroll
-        for (int dt = 0; dt < kDqDTiles; ++dt)
+      for (int dt = 0; dt < kDqDTiles; ++dt)
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            float* pair = sums + 8 * half * kHeadDim + dt * 8;  // 8-byte aligned: an even column
+        for (int half = 0; half < 2; ++half) {
+          float* pair = sums + 8 * half * kHeadDim + dt * 8;  // 8-byte aligned: an even column
 #if __CUDA_ARCH__ >= 900
-            // sm_90's vector reduction: one instruction for the two adjacent columns (half as many
-            // atomics to issue; not yet timed against the scalar pair).
-            atomicAdd(reinterpret_cast<float2*>(pair), make_float2(acc_dq[dt][2 * half], acc_dq[dt][2 * half + 1]));
+          // sm_90's vector reduction: one instruction for the two adjacent columns (half as many
+          // atomics to issue; not yet timed against the scalar pair).
+          atomicAdd(reinterpret_cast<float2*>(pair), make_float2(acc_dq[dt][2 * half], acc_dq[dt][2 * half + 1]));
 #else
-            atomicAdd(pair, acc_dq[dt][2 * half]);
-            atomicAdd(pair + 1, acc_dq[dt][2 * half + 1]);
+          atomicAdd(pair, acc_dq[dt][2 * half]);
+          atomicAdd(pair + 1, acc_dq[dt][2 * half + 1]);
 #endif
-          }
-      }
+        }
     }
   }
   wait_async_copies<0>();  // with no query tile, K and V may still be in flight

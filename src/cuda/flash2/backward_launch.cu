@@ -6,14 +6,12 @@
 
 namespace attnsuite::cuda::flash2 {
 
-void launch_backward(const BackwardParams& params, DType dtype, int key_tile, bool dq_row_pairs, void* stream) {
+void launch_backward(const BackwardParams& params, DType dtype, int key_tile, void* stream) {
   dispatch_16bit(dtype, "flash2 backward", [&](auto element) {
     dispatch_head_dim<64, 128>(params.head_dim, "flash2 backward", [&](auto head_dim) {
       using Element = typename decltype(element)::type;
       constexpr int kHeadDim = decltype(head_dim)::value;
-      if (dq_row_pairs)
-        run_backward<Element, kHeadDim, 64, true>(params, static_cast<cudaStream_t>(stream));
-      else if (key_tile == 128)
+      if (key_tile == 128)
         run_backward<Element, kHeadDim, 128>(params, static_cast<cudaStream_t>(stream));
       else
         run_backward<Element, kHeadDim, 64>(params, static_cast<cudaStream_t>(stream));

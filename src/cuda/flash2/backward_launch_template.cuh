@@ -15,7 +15,7 @@
 
 namespace attnsuite::cuda::flash2 {
 
-template <class Element, int kHeadDim, int kKeyTile, bool kDqRowPairs>
+template <class Element, int kHeadDim, int kKeyTile>
 void run_backward(const BackwardParams& params, cudaStream_t stream) {
   using Main = typename BackwardConfig<Element, kHeadDim, kKeyTile>::Kernel;
   using Dq = typename BackwardConfig<Element, kHeadDim, kKeyTile>::DqKernel;
@@ -24,8 +24,7 @@ void run_backward(const BackwardParams& params, cudaStream_t stream) {
   const dim3 key_grid(static_cast<unsigned>((params.seq_kv + Main::kTileN - 1) / Main::kTileN),
                       static_cast<unsigned>(params.heads_kv), static_cast<unsigned>(params.batch));
   if (params.dq_accum != nullptr) {
-    launch_kernel(flash2_backward_kernel<Main, true, kDqRowPairs>, key_grid, Main::kThreads, Main::kSmemBytes, stream,
-                  params);
+    launch_kernel(flash2_backward_kernel<Main, true>, key_grid, Main::kThreads, Main::kSmemBytes, stream, params);
     ATTNSUITE_CUDA_CHECK_LAUNCH("flash2_backward_kernel");
     launch_backward_convert_dq<Element>(params, stream);
   } else {

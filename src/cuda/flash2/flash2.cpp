@@ -72,22 +72,19 @@ class Flash2Backend final : public Backend {
   std::string capabilities() const override {
     return "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
            "BSHD/BHSD, LSE; sm80+ (mma.sync); backward (experimental, opt-in): head dim 64/128, "
-           "deterministic option, option backward_dq=row-pairs (experimental: not yet run on a GPU)";
+           "deterministic option";
   }
 
   // The backward is experimental (it passes its GPU tests but runs 0.71-0.79x FlashAttention-2's
   // backward on the H100, docs/kernels/flash2.md): plans refuse it unless experimental_backward is "1";
-  // backward_key_tile (64 or 128) sets the main kernel's keys per CTA (backward_traits.cuh);
-  // backward_dq "quad" (absent: quad) or "row-pairs" (dQ's atomic sums by row pairs, flash3's way;
-  // experimental: not yet run on a GPU).
+  // backward_key_tile (64 or 128) sets the main kernel's keys per CTA (backward_traits.cuh).
   std::vector<std::string> option_keys() const override {
     if (variant_.launch != nullptr) return {};
-    return {std::string(kExperimentalBackwardOption), std::string(kBackwardKeyTile), std::string(kBackwardDq)};
+    return {std::string(kExperimentalBackwardOption), std::string(kBackwardKeyTile)};
   }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)experimental_backward_opted_in(name(), options);
     (void)backward_key_tile(options);
-    (void)dq_row_pairs(options);
   }
   std::string_view backward_status() const override {
     return variant_.launch != nullptr ? std::string_view{}
@@ -138,12 +135,6 @@ class Flash2Backend final : public Backend {
     }
     const bool deterministic = options.deterministic;
     const int key_tile = backward_key_tile(options.options);
-    const bool row_pairs = dq_row_pairs(options.options);
-    if (backward && row_pairs && (deterministic || key_tile != 64)) {
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("flash2: backward_dq=row-pairs adds the atomic dQ sums of key tile 64; not with {}",
-                              deterministic ? "the deterministic mode (no atomic sums)" : "backward_key_tile=128"));
-    }
     if (backward)
       if (const Support support = supports_backward(problem); !support)
         throw Error(ErrorKind::Unsupported, name_ + ": " + support.reason);
@@ -159,8 +150,8 @@ class Flash2Backend final : public Backend {
     if (!backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
-        [this, problem, deterministic, key_tile, row_pairs](const BackwardArgs& args, Stream stream, RunReport&) {
-          run_backward(problem, args, deterministic, key_tile, row_pairs, stream);
+        [this, problem, deterministic, key_tile](const BackwardArgs& args, Stream stream, RunReport&) {
+          run_backward(problem, args, deterministic, key_tile, stream);
         },
         backward_workspace_bytes(problem, deterministic));
   }
@@ -189,13 +180,6 @@ class Flash2Backend final : public Backend {
   }
 
   static constexpr std::string_view kBackwardKeyTile = "backward_key_tile";
-  static constexpr std::string_view kBackwardDq = "backward_dq";
-
-  // The backward_dq option: "quad" (absent: quad) or "row-pairs"; another value is refused.
-  static bool dq_row_pairs(const std::map<std::string, std::string>& options) {
-    static constexpr std::string_view kAllowed[] = {"quad", "row-pairs"};
-    return cuda::option_choice("flash2", options, kBackwardDq, kAllowed) == 1;
-  }
 
   // The backward_key_tile option: "64" (absent: 64) or "128"; another value is refused.
   static int backward_key_tile(const std::map<std::string, std::string>& options) {
@@ -204,7 +188,7 @@ class Flash2Backend final : public Backend {
   }
 
   void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic, int key_tile,
-                    bool row_pairs, Stream stream) const {
+                    Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o, &args.d_o, &args.dq, &args.dk, &args.dv}) {
       if (!flash2::rows_aligned(*view)) {
@@ -214,8 +198,7 @@ class Flash2Backend final : public Backend {
       }
     }
     require_backward_workspace(name(), args, backward_workspace_bytes(problem, deterministic));
-    flash2::launch_backward(make_backward_params(problem, args, deterministic), problem.dtype, key_tile, row_pairs,
-                            stream);
+    flash2::launch_backward(make_backward_params(problem, args, deterministic), problem.dtype, key_tile, stream);
   }
 
   std::string name_ = "flash2";

@@ -20,9 +20,7 @@ inline constexpr int kBackwardHeadDims[] = {64, 128};
 // Runs the backward for params on `stream` (a cudaStream_t): dq, dk, dv from q, k, v, o, d_o and
 // the forward's lse, with the workspace pieces set (make_backward_params, flash2.hpp). Throws
 // Error(Unsupported) for a (dtype, head dim) without a kernel. key_tile: keys per CTA of the main
-// kernel, 64 or 128 (the backend option backward_key_tile; anything else runs 64). dq_row_pairs:
-// the atomic dQ sums added by row pairs with key tile 64 (backward_dq=row-pairs; experimental, not
-// yet run on a GPU).
-void launch_backward(const BackwardParams& params, DType dtype, int key_tile, bool dq_row_pairs, void* stream);
+// kernel, 64 or 128 (the backend option backward_key_tile; anything else runs 64).
+void launch_backward(const BackwardParams& params, DType dtype, int key_tile, void* stream);
 
 }  // namespace attnsuite::cuda::flash2

@@ -9,9 +9,7 @@
 namespace attnsuite::cuda::flash2 {
 
 // kKeyTile: keys per CTA of the main kernel (64 or 128; backward_traits.cuh BackwardConfig).
-// kDqRowPairs: the atomic dQ sums added by row pairs (backward_dq=row-pairs; experimental: not yet
-// run on a GPU; compiled for key tile 64).
-template <class Element, int kHeadDim, int kKeyTile, bool kDqRowPairs = false>
+template <class Element, int kHeadDim, int kKeyTile>
 void run_backward(const BackwardParams& params, cudaStream_t stream);
 
 }  // namespace attnsuite::cuda::flash2

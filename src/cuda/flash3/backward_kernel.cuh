@@ -22,11 +22,10 @@
 //                                            keys, a 64 × 64 tile (at d64 by one consumer, in
 //                                            turn; at d128 each its 64 columns:
 //                                            backward_traits.cuh), added into the fp32 dQ sums
-//                                            (float2 reductions by row pairs:
-//                                            common/dq_row_pairs.cuh)
+//                                            by one bulk reduction of 4 KiB a warp (add_dq_bulk)
 //    and after the last tile dK·scale and dV straight to global memory.
-// The preprocess (D, LSE·log2 e, the dQ sums zeroed) runs before, the dQ conversion after
-// (common/backward_row_kernels.cuh).
+// The preprocess (D, LSE·log2 e, the dQ sums zeroed) runs before (common/backward_row_kernels.cuh),
+// the dQ conversion from the sums' fragment order after (convert_dq_tiles_kernel).
 #pragma once
 
 #include <cuda.h>
@@ -38,7 +37,6 @@
 #include "cuda/common/backward_epilogue.cuh"
 #include "cuda/common/backward_row_kernels.cuh"
 #include "cuda/common/backward_rows.hpp"
-#include "cuda/common/dq_row_pairs.cuh"
 #include "cuda/common/kernel_params.hpp"
 #include "cuda/common/key_range.cuh"
 #include "cuda/flash3/backward_traits.cuh"
@@ -123,53 +121,7 @@ __device__ __forceinline__ void to_fragments(const float (&acc)[kN / 2], std::ui
     for (int r = 0; r < 4; ++r) fragments[j][r] = pack_pair<Element>(acc[8 * j + 2 * r], acc[8 * j + 2 * r + 1]);
 }
 
-// backward_dq=staged (experimental: not yet run on a GPU): the warp's 16 rows of dQ's 64 × 64 tile
-// (acc: rows quad_row and quad_row + 8 of the warp's 16, columns 8i + 2·quad_col) into `staging` (16 × 64 fp32, 16-byte
-// chunks of a row swizzled by row % 8: the float2 stores and float4 loads free of bank conflicts), then read back a
-// float4 a lane, 16 lanes a row, and added with red.v4.f32: one warp reduction covers 128 contiguous
-// bytes of each of 2 rows, four sectors a request (the row pairs: two), 8 reductions a thread a
-// tile instead of 16.
-template <int kHeadDim>
-__device__ __forceinline__ void add_dq_staged(const float (&acc)[32], float* dq_accum, std::int64_t warp_row,
-                                              int column_base, std::uint32_t staging) {
-  // The lane read here, each tile (asm volatile: not hoisted): its derived addresses, kept live
-  // across the loop, spilled 28 bytes at d128 (ptxas sm_90a).
-  int lane;
-  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
-  const int quad_row = lane / 4, quad_col = lane % 4;
-  // Stores: row quad_row + 8·half, chunk i ^ quad_row (bits 5-7 of the address; staging is
-  // 256-byte aligned), so the address is a base XOR the chunk plus the half: one live register
-  // (generic 64-bit addresses, hoisted out of the loop, spilled 116 bytes at d128; ptxas sm_90a).
-  const std::uint32_t store_base =
-      staging + static_cast<std::uint32_t>(quad_row * 256 + (quad_row << 5) + quad_col * 8);
-  __syncwarp();  // every lane's reads of the previous tile's rows are done
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"((store_base ^ static_cast<std::uint32_t>(i << 5)) +
-                                                              static_cast<std::uint32_t>(half * 2048)),
-                   "f"(acc[4 * i + 2 * half]), "f"(acc[4 * i + 2 * half + 1])
-                   : "memory");
-  __syncwarp();
-  // Loads: row 2n + high (16 lanes a row), columns 4·(lane % 16) .. + 3, chunk (column / 8) ^ (row % 8).
-  const int high = lane / 16, column = (lane % 16) * 4;
-  const std::uint32_t load_base =
-      staging + static_cast<std::uint32_t>(high * 256 + (((column / 8) ^ high) << 5) + (column % 8) * 4);
-  float* sums = dq_accum + (warp_row + high) * kHeadDim + column_base + column;
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    float4 v;
-    asm volatile(
-        "ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-        : "r"((load_base + static_cast<std::uint32_t>(512 * n)) ^ static_cast<std::uint32_t>(((2 * n) & 7) << 5))
-        : "memory");
-    atomicAdd(reinterpret_cast<float4*>(sums + 2 * n * kHeadDim), v);
-  }
-}
-
-// backward_dq=bulk (experimental: not yet run on a GPU): the warp's 16 × 64 sums of dQ's tile
+// The warp's 16 × 64 sums of dQ's tile
 // stored as they lie in its registers — float4 i of lane l (rows quad_row and quad_row + 8,
 // columns 8i + 2·quad_col) at staging + 16·(32i + l), each warp store 512 contiguous bytes — then
 // added to the warp's 4 KiB block `sums` of the tile (the same order: convert_dq_tiles_kernel
@@ -193,7 +145,7 @@ __device__ __forceinline__ void add_dq_bulk(const float (&acc)[32], float* sums,
   }
 }
 
-// backward_dq=bulk: dQ = scale · the fp32 sums kept in fragment order (add_dq_bulk: per 64-row
+// dQ = scale · the fp32 sums kept in fragment order (add_dq_bulk: per 64-row
 // tile, block 4·slab + warp of 4 KiB, float4 32i + lane), 0 where the row sees no key. One CTA of 8
 // warps a tile: the sums read in order (coalesced) into padded rows of shared memory, then a row a
 // warp, as backward_convert_dq_kernel writes it.
@@ -464,24 +416,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // lanes' reads (H100, 2026-12-06).
       q_empty.arrive(stage);
 
-      // dQ's tile into the fp32 sums (rows past seq_q are the workspace's padding: never read).
-      if constexpr (Traits::kDq == DqReduction::RowPairs) {
-        if (computes_dq)
-          add_by_row_pairs<4>(
-              params.dq_accum + (rows_of_head + 16 * warp + (quad_row & ~1)) * static_cast<std::int64_t>(kHeadDim) +
-                  dq_column_slab * 64 + 8 * (quad_row & 1) + 2 * quad_col,
-              kHeadDim, quad_row,
-              [&](int i, int half) { return make_float2(acc_dq[4 * i + 2 * half], acc_dq[4 * i + 2 * half + 1]); });
-      } else if constexpr (Traits::kDq == DqReduction::Staged) {
-        if (computes_dq)
-          add_dq_staged<kHeadDim>(acc_dq, params.dq_accum, rows_of_head + 16 * warp, dq_column_slab * 64,
-                                  smem + Traits::dq_staging_offset(consumer, warp));
-      } else {
-        // The warp's block of the tile's sums: 4 KiB each, slab-major (convert_dq_tiles_kernel).
-        if (computes_dq)
-          add_dq_bulk(acc_dq, params.dq_accum + rows_of_head * kHeadDim + (dq_column_slab * 4 + warp) * 1024,
-                      smem + Traits::dq_staging_offset(consumer, warp));
-      }
+      // dQ's tile into the warp's 4 KiB block of the tile's fp32 sums (slab-major: rows past seq_q
+      // are the workspace's padding, never read; convert_dq_tiles_kernel).
+      if (computes_dq)
+        add_dq_bulk(acc_dq, params.dq_accum + rows_of_head * kHeadDim + (dq_column_slab * 4 + warp) * 1024,
+                    smem + Traits::dq_staging_offset(consumer, warp));
       // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
       // into this one only past the next tile's barrier, which every reader of this buffer
       // reaches after its dQ products are done.
@@ -490,8 +429,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
 
   // The staging area stays readable until this warp's last bulk reduction has read it.
-  if constexpr (Traits::kDq == DqReduction::Bulk)
-    if (lane == 0) bulk_wait_group_read<0>();
+  if (lane == 0) bulk_wait_group_read<0>();
 
   // dK (times the scale) and dV of this thread's two keys; 0 for keys that no row sees.
   store_key_gradients<Element, kHeadDim>(

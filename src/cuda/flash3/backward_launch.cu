@@ -5,15 +5,12 @@
 
 namespace attnsuite::cuda::flash3 {
 
-void launch_backward(const BackwardParams& params, DType dtype, DqReduction dq, void* stream) {
+void launch_backward(const BackwardParams& params, DType dtype, void* stream) {
   dispatch_16bit(dtype, "flash3 backward", [&](auto element) {
     dispatch_head_dim<64, 128>(params.head_dim, "flash3 backward", [&](auto head_dim) {
       using Element = typename decltype(element)::type;
       constexpr int kHeadDim = decltype(head_dim)::value;
-      const auto native = static_cast<cudaStream_t>(stream);
-      if (dq == DqReduction::Staged) return run_backward<Element, kHeadDim, DqReduction::Staged>(params, native);
-      if (dq == DqReduction::Bulk) return run_backward<Element, kHeadDim, DqReduction::Bulk>(params, native);
-      run_backward<Element, kHeadDim, DqReduction::RowPairs>(params, native);
+      run_backward<Element, kHeadDim>(params, static_cast<cudaStream_t>(stream));
     });
   });
 }

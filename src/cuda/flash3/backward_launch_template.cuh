@@ -1,5 +1,6 @@
 // Launch of flash3's backward for one (dtype, head dim): the preprocess, the main kernel
-// (backward_kernel.cuh) with the TMA descriptors of Q, K, V and dO, and the dQ conversion.
+// (backward_kernel.cuh) with the TMA descriptors of Q, K, V and dO, and the dQ conversion (from the
+// sums' fragment order).
 // Included only by the instantiation TUs (backward_<dtype>_d<head dim>.cu).
 #pragma once
 
@@ -20,9 +21,9 @@
 
 namespace attnsuite::cuda::flash3 {
 
-template <class Element, int kHeadDim, DqReduction kDq>
+template <class Element, int kHeadDim>
 void run_backward(const BackwardParams& params, cudaStream_t stream) {
-  using Kernel = typename BackwardConfig<Element, kHeadDim, kDq>::Kernel;
+  using Kernel = typename BackwardConfig<Element, kHeadDim>::Kernel;
   constexpr DType kDType = std::is_same_v<Element, __half> ? DType::F16 : DType::BF16;
   // 64-column boxes (128B swizzle): kTileM rows of Q and dO, kTileN rows of K and V.
   auto map = [&](const void* data, int rows, int heads, std::int64_t row_stride, std::int64_t head_stride,
@@ -45,14 +46,10 @@ void run_backward(const BackwardParams& params, cudaStream_t stream) {
   launch_kernel(flash3_backward_kernel<Kernel>, grid, Kernel::kThreads, Kernel::kSmemBytes, stream, params, q_map,
                 k_map, v_map, d_o_map);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash3_backward_kernel");
-  if constexpr (kDq == DqReduction::Bulk) {
-    // The sums in the tiles' fragment order (add_dq_bulk): one CTA a 64-row tile.
-    const std::int64_t tiles = static_cast<std::int64_t>(params.batch) * params.heads_q * ((params.seq_q + 63) / 64);
-    convert_dq_tiles_kernel<Element, kHeadDim><<<static_cast<unsigned>(tiles), 256, 0, stream>>>(params);
-    ATTNSUITE_CUDA_CHECK_LAUNCH("convert_dq_tiles_kernel");
-  } else {
-    launch_backward_convert_dq<Element>(params, stream);
-  }
+  // dQ from the sums in the tiles' fragment order (add_dq_bulk): one CTA a 64-row tile.
+  const std::int64_t tiles = static_cast<std::int64_t>(params.batch) * params.heads_q * ((params.seq_q + 63) / 64);
+  convert_dq_tiles_kernel<Element, kHeadDim><<<static_cast<unsigned>(tiles), 256, 0, stream>>>(params);
+  ATTNSUITE_CUDA_CHECK_LAUNCH("convert_dq_tiles_kernel");
 }
 
 }  // namespace attnsuite::cuda::flash3

@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "cuda/common/backward_rows.hpp"
-#include "cuda/flash3/launch.hpp"
 #include "cuda/hopper/register_split.hpp"
 
 namespace attnsuite::cuda::flash3 {
@@ -37,20 +36,18 @@ namespace attnsuite::cuda::flash3 {
 // reducing its own 64 keys' partial tile (twice the float2 reductions) with one dSᵀ buffer; d128
 // unchanged (3.28 / 3.29 ms). 128-query tiles at d64 spilled 176 bytes: Sᵀ and dPᵀ alone are
 // then 128 registers.
-// kDq (backend option backward_dq; launch.hpp's DqReduction): how dQ's tile reaches the fp32 sums.
-// RowPairs (the default): float2 reductions by row pairs, two sectors a request
-// (common/dq_row_pairs.cuh). Staged (experimental: not yet run on a GPU): each warp puts its 16
-// rows into a swizzled shared-memory staging area and reads them back a float4 a lane, so that one
-// warp reduction (red.v4.f32) covers 128 contiguous bytes of each of 2 rows — four sectors a
-// request, half the reduction instructions (backward_kernel.cuh, add_dq_staged). Bulk
-// (experimental: not yet run on a GPU): each warp stores its 16 × 64 sums as they lie in its
-// registers (eight float4 a lane, conflict-free) and one lane adds the 4 KiB with one bulk
-// reduction (cp.reduce.async.bulk .add.f32): the sums are kept in the tiles' fragment order, which
-// the dQ conversion reads back (add_dq_bulk, convert_dq_tiles_kernel) — the way cuDNN's backward
-// adds its dQ (ncu, H100: bulk reductions, no red instructions). Both take 4 KiB of shared memory a
-// warp: 16 KiB a consumer.
+// dQ's sums: each warp stores its 16 × 64 sums as they lie in its registers (eight float4 a lane,
+// a warp's store 512 contiguous bytes: no bank conflicts) into 4 KiB of shared memory, and lane 0
+// adds them with one bulk reduction (cp.reduce.async.bulk .add.f32, the TMA unit's reduce-add):
+// no reduction instructions in the warps. The sums are kept in the tiles' fragment order, which
+// the dQ conversion reads back (backward_kernel.cuh: add_dq_bulk, convert_dq_tiles_kernel) — the
+// way cuDNN's backward adds its dQ (ncu, H100: bulk reductions, no red instructions). Measured on
+// the H100 (bf16, one call, 2026-12-06) against float2 reductions by row pairs (two sectors a
+// request): d128 N 4096 2.93 -> 2.58 ms dense, 1.72 -> 1.53 causal; d64 3.71 -> 3.48, 2.19 ->
+// 2.06; N 16384 1.06-1.12x; and against red.v4.f32 from a swizzled staging area (four sectors a
+// request): 1.04-1.12x.
 // The register split is the forward's: 128·24 + 256·240 = 384·168 (__launch_bounds__(384, 1)).
-template <class Element_, int kHeadDim_, int kTileM_, DqReduction kDq_ = DqReduction::RowPairs>
+template <class Element_, int kHeadDim_, int kTileM_>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -71,7 +68,6 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kDsBufferBytes = kDsSlabs * kDsSlabBytes;  // one of kStages
   // dQ's tile by one consumer in turn over all keys (d64), or by both, split by columns (d128).
   static constexpr bool kDqAlternating = kHeadDim == 64;
-  static constexpr DqReduction kDq = kDq_;
 
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKOffset + kKVBytes;
@@ -80,10 +76,10 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kDsOffset = kDOOffset + kStages * kQBytes;
   static constexpr int kStatsBytes = 2 * kTileM * 4;  // one stage: LSE·log2 e, then D
   static constexpr int kStatsOffset = kDsOffset + kStages * kDsBufferBytes;
-  // backward_dq=staged or bulk: a consumer's 4 warps × 16 rows × 64 fp32 columns (else none).
+  // dQ's staging: a consumer's 4 warps × 16 rows × 64 fp32 columns.
   static constexpr int kDqStageWarpBytes = 16 * 64 * 4;
   static constexpr int kDqStageOffset = kStatsOffset + kStages * kStatsBytes;
-  static constexpr int kDqStageBytes = kDq != DqReduction::RowPairs ? kConsumers * 4 * kDqStageWarpBytes : 0;
+  static constexpr int kDqStageBytes = kConsumers * 4 * kDqStageWarpBytes;
   static constexpr int kBarrierOffset = kDqStageOffset + kDqStageBytes;
   // A warp's staging rows: consumer, then warp.
   static constexpr __host__ __device__ std::uint32_t dq_staging_offset(int consumer, int warp) {
@@ -104,16 +100,17 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
                 "every slab starts on a 1024-byte swizzle period");
   static_assert(kTileM * 4 % 16 == 0 && kBackwardRowPadding * 4 % 16 == 0,
                 "a tile's row statistics are one 16-byte-aligned bulk copy each");
-  static_assert(kDqStageOffset % 256 == 0, "add_dq_staged XORs the chunk into bits 5-7 of a 256-byte aligned row");
+  static_assert(kDqStageOffset % 16 == 0 && kDqStageWarpBytes % 16 == 0,
+                "a bulk reduction reads 16-byte aligned shared memory");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 
 // 64-query tiles: Sᵀ and dPᵀ 32 + 32 registers, dK and dV 32 + 32 (d64) or 64 + 64 (d128), dQ 32;
-// shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 2 × 16 KiB dSᵀ, 1 KiB row statistics = 98 KiB
-// at d64, 162 KiB at d128.
-template <class Element, int kHeadDim, DqReduction kDq = DqReduction::RowPairs>
+// shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 2 × 16 KiB dSᵀ, 1 KiB row statistics, 32 KiB
+// dQ staging = 130 KiB at d64, 194 KiB at d128.
+template <class Element, int kHeadDim>
 struct BackwardConfig {
-  using Kernel = BackwardTraits<Element, kHeadDim, 64, kDq>;
+  using Kernel = BackwardTraits<Element, kHeadDim, 64>;
 };
 
 }  // namespace attnsuite::cuda::flash3

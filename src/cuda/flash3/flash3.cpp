@@ -88,8 +88,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
              {DeviceType::Cuda, 0},
              "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
-             "atomic dQ (no deterministic mode), options backward_dq=staged and backward_dq=bulk (experimental: not "
-             "yet run on a GPU); "
+             "dQ by bulk reductions (no deterministic mode); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
             /*with_tile_configs=*/true) {}
@@ -100,12 +99,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
     return supports_kernel(problem, flash3::kSupportedHeadDims);
   }
 
-  // backward_dq: "row-pairs" (absent: row-pairs), "staged" (dQ reduced through shared memory, four
-  // sectors a request) or "bulk" (bulk reductions of 4 KiB); the last two experimental: not yet run
-  // on a GPU (backward_traits.cuh).
-  std::vector<std::string> option_keys() const override { return {std::string(kBackwardDq)}; }
-  void check_options(const std::map<std::string, std::string>& options) const override { (void)dq_reduction(options); }
-
   // Head dims 64 and 128 (dQ's tile splits into 64 × 64 wgmma tiles: backward_traits.cuh), then the forward's rules.
   Support supports_backward(const AttentionProblem& problem) const override {
     const Support head_dim = supports_backward_head_dim("flash3", problem, flash3::kBackwardHeadDims, kNoBackwardAt256);
@@ -115,7 +108,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     // The backward's own rules first: their refusals need no device.
-    const flash3::DqReduction dq = dq_reduction(options.options);
     if (options.backward) {
       if (options.deterministic) {
         throw Error(ErrorKind::Unsupported,
@@ -134,26 +126,14 @@ class Flash3Backend final : public Flash3FamilyBackend {
     if (!options.backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
-        [this, problem, dq](const BackwardArgs& args, Stream stream, RunReport&) {
-          run_backward(problem, args, dq, stream);
-        },
+        [this, problem](const BackwardArgs& args, Stream stream, RunReport&) { run_backward(problem, args, stream); },
         backward_workspace_bytes(problem, /*deterministic=*/false));
   }
 
  private:
-  static constexpr std::string_view kBackwardDq = "backward_dq";
-
-  // The backward_dq option: "row-pairs" (absent: row-pairs), "staged" or "bulk" (launch.hpp's
-  // DqReduction, in that order); another value is refused.
-  static flash3::DqReduction dq_reduction(const std::map<std::string, std::string>& options) {
-    static constexpr std::string_view kAllowed[] = {"row-pairs", "staged", "bulk"};
-    return static_cast<flash3::DqReduction>(cuda::option_choice("flash3", options, kBackwardDq, kAllowed));
-  }
-
   // Q, K, V and dO are read by TMA (16-byte aligned bases and strides); O, dQ, dK and dV are
   // written or read 4 bytes at a time by rows, held to the same rule.
-  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, flash3::DqReduction dq,
-                    Stream stream) const {
+  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
     check_16_byte_views({{"q", &args.q},
                          {"k", &args.k},
@@ -165,7 +145,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
                          {"dV", &args.dv}},
                         "read by TMA");
     require_backward_workspace(name(), args, backward_workspace_bytes(problem, false));
-    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, dq, stream);
+    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, stream);
   }
 
   void run(const AttentionProblem& problem, const AttentionArgs& args, Flash3Schedule::Choice choice,

@@ -44,16 +44,9 @@ void launch_forward_tile_config(std::size_t index, const Params& params, DType d
 // Head dims with a compiled backward (BackwardConfig: dQ's tile splits into two 64 × 64 tiles).
 inline constexpr int kBackwardHeadDims[] = {64, 128};
 
-// How the backward's main kernel adds its dQ tiles into the fp32 sums (backend option backward_dq;
-// backward_traits.cuh): float2 reductions by row pairs (the default), through a shared-memory
-// staging area with red.v4.f32 (`staged`), or as bulk reductions (cp.reduce.async.bulk) of each
-// warp's 4 KiB, the sums in the tiles' fragment order (`bulk`). The last two are experimental: not
-// yet run on a GPU.
-enum class DqReduction { RowPairs, Staged, Bulk };
-
 // The backward for params on `stream`: dq, dk, dv from q, k, v, o, d_o and the forward's lse, with
-// the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there), dQ added as
-// `dq` says. Throws Error(Unsupported) for a (dtype, head dim) without a kernel.
-void launch_backward(const BackwardParams& params, DType dtype, DqReduction dq, void* stream);
+// the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there). Throws
+// Error(Unsupported) for a (dtype, head dim) without a kernel.
+void launch_backward(const BackwardParams& params, DType dtype, void* stream);
 
 }  // namespace attnsuite::cuda::flash3
