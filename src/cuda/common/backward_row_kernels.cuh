@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "cuda/common/check.hpp"
+#include "cuda/common/element.cuh"
 #include "cuda/common/kernel_params.hpp"
 #include "cuda/common/key_range.cuh"
 
@@ -28,15 +29,6 @@ __device__ __forceinline__ std::uint32_t pack_row_pair(float low, float high) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
     return *reinterpret_cast<const std::uint32_t*>(&pair);
   }
-}
-
-__device__ __forceinline__ float to_float(__half value) { return __half2float(value); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
-
-__device__ __forceinline__ float warp_sum(float value) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  return value;
 }
 
 // The rows of the workspace handled per CTA by the row-wise kernels (one warp a row).

@@ -182,12 +182,8 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
   constexpr std::uint32_t kKVTileBytes = Traits::kKVTileElements * 2;
 
   constexpr int kQRegisterTiles = Traits::kQRegisterTiles;
-  std::uint32_t q_frag[kQRegisterTiles > 0 ? kQRegisterTiles : 1][kQRegisterTiles > 0 ? kKSteps : 1][4];
-  if constexpr (kQRegisterTiles > 0) {
-    wait_async_copies<kStages - 1>();
-    __syncthreads();
-    load_q_fragments<kQRegisterTiles, kKSteps>(q_frag, a_addresses, smem_q_address);
-  }
+  QFragments<kQRegisterTiles, kKSteps> q_frag;
+  keep_q_fragments<kQRegisterTiles, kKSteps, kStages - 1>(q_frag, a_addresses, smem_q_address);
 
   float acc_o[kMTiles][kDTiles][4];
   float row_max[kMTiles][2], row_sum[kMTiles][2];

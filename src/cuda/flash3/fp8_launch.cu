@@ -70,21 +70,30 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&x)[8]) {
   }
 }
 
-__global__ void __launch_bounds__(kQuantizeThreads) amax_kernel(const __grid_constant__ QuantizeArgs args) {
-  const QuantizeOperand& op = args.operands[blockIdx.y];
+// Calls visit(dense_offset, x) for each 16-byte chunk of an operand this thread takes (a grid-
+// stride loop over chunk_count chunks): x the chunk's 8 values, dense_offset its e4m3 copy's.
+template <class Visit>
+__device__ __forceinline__ void for_each_chunk(const QuantizeOperand& op, const QuantizeArgs& args, Visit visit) {
   const std::uint32_t total = chunk_count(op, args.batch, args.head_dim);
-  float amax = 0.0f;
   for (std::uint32_t index = blockIdx.x * blockDim.x + threadIdx.x; index < total; index += gridDim.x * blockDim.x) {
     std::int64_t dense_offset;
     const uint4 raw = *reinterpret_cast<const uint4*>(chunk_source(op, args.head_dim, index, dense_offset));
     float x[8];
     unpack8(raw, x);
+    visit(dense_offset, x);
+  }
+}
+
+__global__ void __launch_bounds__(kQuantizeThreads) amax_kernel(const __grid_constant__ QuantizeArgs args) {
+  const QuantizeOperand& op = args.operands[blockIdx.y];
+  float amax = 0.0f;
+  for_each_chunk(op, args, [&](std::int64_t, float(&x)[8]) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const float magnitude = fabsf(x[i]);
       amax = fmaxf(amax, magnitude < INFINITY ? magnitude : 0.0f);  // finite values only (NaN, ±Inf: 0)
     }
-  }
+  });
   for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
   __shared__ float warp_max[kQuantizeThreads / 32];
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
@@ -103,14 +112,9 @@ __global__ void __launch_bounds__(kQuantizeThreads) quantize_kernel(const __grid
   const float descale = scaled ? amax / kE4m3Max : 1.0f;
   const float inverse = scaled ? kE4m3Max / amax : 1.0f;
   if (blockIdx.x == 0 && threadIdx.x == 0) args.descales[blockIdx.y] = descale;
-  const std::uint32_t total = chunk_count(op, args.batch, args.head_dim);
-  for (std::uint32_t index = blockIdx.x * blockDim.x + threadIdx.x; index < total; index += gridDim.x * blockDim.x) {
-    std::int64_t dense_offset;
-    const uint4 raw = *reinterpret_cast<const uint4*>(chunk_source(op, args.head_dim, index, dense_offset));
-    float x[8];
-    unpack8(raw, x);
-    // e4m3 has no infinity: ±Inf becomes NaN (never a finite value), NaN stays NaN.
+  for_each_chunk(op, args, [&](std::int64_t dense_offset, float(&x)[8]) {
 #pragma unroll
+    // e4m3 has no infinity: ±Inf becomes NaN (never a finite value), NaN stays NaN.
     for (int i = 0; i < 8; ++i) x[i] = fabsf(x[i]) == INFINITY ? NAN : x[i];
     std::uint32_t packed[2];
 #pragma unroll
@@ -126,7 +130,7 @@ __global__ void __launch_bounds__(kQuantizeThreads) quantize_kernel(const __grid
       packed[half] = static_cast<std::uint32_t>(low) | static_cast<std::uint32_t>(high) << 16;
     }
     *reinterpret_cast<uint2*>(op.destination + dense_offset) = make_uint2(packed[0], packed[1]);
-  }
+  });
 }
 
 constexpr std::size_t align_256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }

@@ -134,12 +134,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     }
 
   constexpr int kQRegisterTiles = Traits::kQRegisterTiles;
-  std::uint32_t q_frag[kQRegisterTiles > 0 ? kQRegisterTiles : 1][kQRegisterTiles > 0 ? kKSteps : 1][4];
-  if constexpr (kQRegisterTiles > 0) {
-    wait_async_copies<kStages - 1>();
-    __syncthreads();
-    load_q_fragments<kQRegisterTiles, kKSteps>(q_frag, q_addresses, smem_q_address);
-  }
+  QFragments<kQRegisterTiles, kKSteps> q_frag;
+  keep_q_fragments<kQRegisterTiles, kKSteps, kStages - 1>(q_frag, q_addresses, smem_q_address);
 
   float acc_o[kMTiles][kDTiles][4];
   float row_max[kMTiles][2], row_sum[kMTiles][2];

@@ -82,6 +82,23 @@ __device__ __forceinline__ void load_q_fragments(std::uint32_t (&q_frag)[kTiles]
     for (int ks = 0; ks < kKSteps; ++ks) load_matrix_x4(q_frag[mt][ks], q_addresses.at(q_address, mt, ks));
 }
 
+// The Q fragments a warp keeps in registers for the whole CTA: its first kQRegisterTiles row
+// tiles (one unused entry when it keeps none).
+template <int kQRegisterTiles, int kKSteps>
+using QFragments = std::uint32_t[kQRegisterTiles > 0 ? kQRegisterTiles : 1][kQRegisterTiles > 0 ? kKSteps : 1][4];
+
+// The forward's Q fragments (load_q_fragments), once the Q tile has landed: the caller committed
+// Q's copies, then kPendingCopies more groups (the K/V prologue). Keeping none: nothing to do.
+template <int kQRegisterTiles, int kKSteps, int kPendingCopies, class QAddresses>
+__device__ __forceinline__ void keep_q_fragments(QFragments<kQRegisterTiles, kKSteps>& q_frag,
+                                                 const QAddresses& q_addresses, std::uint32_t q_address) {
+  if constexpr (kQRegisterTiles > 0) {
+    wait_async_copies<kPendingCopies>();
+    __syncthreads();
+    load_q_fragments<kQRegisterTiles, kKSteps>(q_frag, q_addresses, q_address);
+  }
+}
+
 // A warp's rows before the first K tile: O = 0, running max -inf, running sum 0 (per fragment row
 // (mt, half): half 0 is row quad_row, half 1 is row quad_row + 8).
 template <int kMTiles, int kDTiles>

@@ -12,6 +12,7 @@
 #include "attnsuite/error.hpp"
 #include "cuda/common/check.hpp"
 #include "cuda/common/dispatch.hpp"
+#include "cuda/common/element.cuh"
 #include "cuda/common/key_range.cuh"
 #include "cuda/sparge/launch.hpp"
 
@@ -20,15 +21,6 @@ namespace {
 
 constexpr int kPoolThreads = 128;
 constexpr int kSelectThreads = 256;
-
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
 
 // blockIdx.x: block, y: head, z: batch. `rows` tokens from `first`, seq rows in total.
 template <class Element, int kHeadDim>

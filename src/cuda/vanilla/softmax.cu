@@ -8,6 +8,7 @@
 
 #include "attnsuite/error.hpp"
 #include "cuda/common/check.hpp"
+#include "cuda/common/element.cuh"
 #include "cuda/common/key_range.cuh"
 #include "cuda/vanilla/softmax.hpp"
 
@@ -15,19 +16,6 @@ namespace attnsuite::cuda::vanilla {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float to_float(__half value) { return __half2float(value); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
-template <class Element>
-__device__ __forceinline__ Element from_float(float value);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float value) {
-  return __float2half_rn(value);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
-  return __float2bfloat16_rn(value);
-}
 
 template <bool kIsMax>
 __device__ float block_reduce(float value, float* scratch) {

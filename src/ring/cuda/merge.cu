@@ -2,24 +2,12 @@
 #include <cuda_fp16.h>
 
 #include "cuda/common/check.hpp"
+#include "cuda/common/element.cuh"
 #include "ring/cuda/merge.hpp"
 
 namespace attnsuite::cuda::ring_kernels {
 
 namespace {
-
-__device__ inline float to_float(__half x) { return __half2float(x); }
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T>
-__device__ inline T from_float(float x);
-template <>
-__device__ inline __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 constexpr int kWarpsPerBlock = 4;
 
