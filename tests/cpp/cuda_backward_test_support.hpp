@@ -24,13 +24,18 @@
 
 namespace attnsuite::testing_support {
 
-// opt_in, key_tile: flash2's options.
-inline PlanOptions backward_options(bool deterministic, bool opt_in = true, int key_tile = 64) {
+// Backend options of a backward test (flash3's backward_epilogue), none when empty.
+using BackendOptions = std::map<std::string, std::string>;
+
+// opt_in, key_tile: flash2's options; `extra`: more backend options.
+inline PlanOptions backward_options(bool deterministic, bool opt_in = true, int key_tile = 64,
+                                    const BackendOptions& extra = {}) {
   PlanOptions options;
   options.backward = true;
   options.deterministic = deterministic;
   if (opt_in) options.options["experimental_backward"] = "1";
   if (key_tile != 64) options.options["backward_key_tile"] = std::to_string(key_tile);
+  for (const auto& [key, value] : extra) options.options[key] = value;
   return options;
 }
 
@@ -42,18 +47,20 @@ inline AttentionProblem windowed(AttentionProblem p, int window_left, int window
 
 // Runs a backward (flash2's opted in) on fresh random inputs and dO, checks every gradient against
 // the fp64 reference with FlashAttention's rule and dQ = 0 exactly in rows that see no key.
-// `backend`: flash2 (both dQ modes, both key tiles) or flash3.
+// `backend`: flash2 (both dQ modes, both key tiles) or flash3 (its options in `extra`).
 inline void check_gpu_backward(const std::string& backend_name, const AttentionProblem& p, bool deterministic,
-                               int key_tile = 64) {
+                               int key_tile = 64, const BackendOptions& extra = {}) {
   const std::uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(backend_name + " backward " + (deterministic ? "deterministic " : "") + "key tile " +
+  std::string options_text;
+  for (const auto& [key, value] : extra) options_text += key + "=" + value + " ";
+  SCOPED_TRACE(backend_name + " backward " + (deterministic ? "deterministic " : "") + options_text + "key tile " +
                std::to_string(key_tile) + " " + p.describe() + " " + std::string(to_string(p.layout)) + " window " +
                std::to_string(p.window_left) + "," + std::to_string(p.window_right) + " seed " + std::to_string(seed));
   const Backend& backend = Registry::global().find(backend_name);
   ASSERT_TRUE(backend.supports(p)) << backend.supports(p).reason;
   ASSERT_TRUE(backend.supports_backward(p)) << backend.supports_backward(p).reason;
   const std::unique_ptr<KernelPlan> plan =
-      backend.plan(p, backward_options(deterministic, /*opt_in=*/backend_name == "flash2", key_tile));
+      backend.plan(p, backward_options(deterministic, /*opt_in=*/backend_name == "flash2", key_tile, extra));
   EXPECT_EQ(plan->backward_workspace_bytes(), cuda::backward_workspace_bytes(p, deterministic));
 
   const Inputs in = random_inputs(p, seed);

@@ -38,7 +38,7 @@ const Backend& flash3_backend() { return Registry::global().find("flash3"); }
 TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   const Backend& flash3 = flash3_backend();
   EXPECT_EQ(flash3.backward_status(), "");
-  EXPECT_TRUE(flash3.option_keys().empty());
+  EXPECT_EQ(flash3.option_keys(), std::vector<std::string>{"backward_epilogue"});
   const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
   const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
     try {
@@ -57,6 +57,17 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
             "flash3: head dim 256 has no flash3 backward; allowed: 64, 128 (at 256 a consumer thread's dK and dV of "
             "its warpgroup's 64 keys alone would be 256 fp32 registers, above the 240 setmaxnreg gives it)");
   EXPECT_FALSE(flash3.supports_backward(d256));
+  // backward_epilogue: 4-byte or 16-byte; another value is a usage error naming both.
+  try {
+    flash3.check_options({{"backward_epilogue", "8-byte"}});
+    ADD_FAILURE() << "backward_epilogue=8-byte accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_EQ(std::string(error.what()),
+              "flash3: backend option backward_epilogue='8-byte' not allowed; allowed: 4-byte, 16-byte");
+  }
+  EXPECT_NO_THROW(flash3.check_options({{"backward_epilogue", "4-byte"}}));
+  EXPECT_NO_THROW(flash3.check_options({{"backward_epilogue", "16-byte"}}));
 }
 
 // Lengths 1, 7, 33 (one partial 64-query tile, a partial 128-key tile), 200 and 1000 (several
@@ -90,30 +101,48 @@ TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
   check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false);
   check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false);
   check_gpu_backward("flash3", make_problem(1, 2, 2, 150, 150, 64, DType::BF16, Layout::BSHD, false), false);
+  check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false, 64,
+                     {{"backward_epilogue", "16-byte"}});
+  check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64,
+                     {{"backward_epilogue", "16-byte"}});
 }
 
 // dQ's sums in the tiles' fragment order (one bulk reduction a warp, converted per 64-row tile):
 // partial query tiles (rows past seq_q: the workspace's padding), odd and even tile counts, causal
 // and not, seq_q != seq_kv both ways, GQA, a window, both head dims, dtypes and layouts, the
 // training cases in bf16.
-TEST(CudaFlash3Backward, DqTilesPartialOddAndEven) {
-  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+void check_tiles_and_odd_cases(const BackendOptions& options) {
   for (const int head_dim : {64, 128})
     for (const int seq : {1, 33, 65, 200, 1000})
       for (const bool causal : {false, true})
         check_gpu_backward("flash3",
                            make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
                                         causal ? Layout::BSHD : Layout::BHSD, causal),
-                           false);
-  check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, 128, DType::F16, Layout::BSHD, true), false);
-  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 64, DType::F16, Layout::BHSD, false), false);
-  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 128, DType::F16, Layout::BSHD, false), false);
+                           false, 64, options);
+  check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, 128, DType::F16, Layout::BSHD, true), false, 64,
+                     options);
+  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 64, DType::F16, Layout::BHSD, false), false, 64,
+                     options);
+  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 128, DType::F16, Layout::BSHD, false), false, 64,
+                     options);
   check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true), 40, 0),
-                     false);
+                     false, 64, options);
   for (AttentionProblem p : training_gradient_cases()) {
     p.dtype = DType::BF16;
-    check_gpu_backward("flash3", p, false);
+    check_gpu_backward("flash3", p, false, 64, options);
   }
+}
+
+TEST(CudaFlash3Backward, DqTilesPartialOddAndEven) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  check_tiles_and_odd_cases({});
+}
+
+// backward_epilogue=16-byte (experimental: not yet run on a GPU): dK and dV stored 16 bytes a lane
+// after a transpose within each quad — the same cases (keys past seq_kv in the last tile's quads).
+TEST(CudaFlash3Backward, SixteenByteEpilogueMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  check_tiles_and_odd_cases({{"backward_epilogue", "16-byte"}});
 }
 
 // seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA

@@ -432,9 +432,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (lane == 0) bulk_wait_group_read<0>();
 
   // dK (times the scale) and dV of this thread's two keys; 0 for keys that no row sees.
-  store_key_gradients<Element, kHeadDim>(
-      params, thread_key, kv_head, batch, quad_col, [&](int i, int e) { return acc_dk[4 * i + e]; },
-      [&](int i, int e) { return acc_dv[4 * i + e]; });
+  auto dk_at = [&](int i, int e) { return acc_dk[4 * i + e]; };
+  auto dv_at = [&](int i, int e) { return acc_dv[4 * i + e]; };
+  if constexpr (Traits::kWideEpilogue)
+    store_key_gradients_16_bytes<Element, kHeadDim>(params, thread_key, kv_head, batch, quad_col, dk_at, dv_at);
+  else
+    store_key_gradients<Element, kHeadDim>(params, thread_key, kv_head, batch, quad_col, dk_at, dv_at);
 #endif
 }
 

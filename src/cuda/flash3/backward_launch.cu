@@ -5,11 +5,12 @@
 
 namespace attnsuite::cuda::flash3 {
 
-void launch_backward(const BackwardParams& params, DType dtype, void* stream) {
+void launch_backward(const BackwardParams& params, DType dtype, bool wide_epilogue, void* stream) {
   dispatch_16bit(dtype, "flash3 backward", [&](auto element) {
     dispatch_head_dim<64, 128>(params.head_dim, "flash3 backward", [&](auto head_dim) {
       using Element = typename decltype(element)::type;
       constexpr int kHeadDim = decltype(head_dim)::value;
+      if (wide_epilogue) return run_backward<Element, kHeadDim, true>(params, static_cast<cudaStream_t>(stream));
       run_backward<Element, kHeadDim>(params, static_cast<cudaStream_t>(stream));
     });
   });

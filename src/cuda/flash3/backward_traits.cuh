@@ -47,13 +47,16 @@ namespace attnsuite::cuda::flash3 {
 // 2.06; N 16384 1.06-1.12x; and against red.v4.f32 from a swizzled staging area (four sectors a
 // request): 1.04-1.12x.
 // The register split is the forward's: 128·24 + 256·240 = 384·168 (__launch_bounds__(384, 1)).
-template <class Element_, int kHeadDim_, int kTileM_>
+template <class Element_, int kHeadDim_, int kTileM_, bool kWideEpilogue_ = false>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kTileN = 128;
   static constexpr int kTileM = kTileM_;
   static constexpr int kStages = 2;
+  // backward_epilogue=16-byte (experimental: not yet run on a GPU): dK and dV stored 16 bytes a
+  // lane after a transpose within each quad (common/backward_epilogue.cuh) instead of 4.
+  static constexpr bool kWideEpilogue = kWideEpilogue_;
 
   static constexpr int kKeysPerConsumer = kTileN / kConsumers;  // 64: one wgmma M
 
@@ -108,9 +111,9 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
 // 64-query tiles: Sᵀ and dPᵀ 32 + 32 registers, dK and dV 32 + 32 (d64) or 64 + 64 (d128), dQ 32;
 // shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 2 × 16 KiB dSᵀ, 1 KiB row statistics, 32 KiB
 // dQ staging = 130 KiB at d64, 194 KiB at d128.
-template <class Element, int kHeadDim>
+template <class Element, int kHeadDim, bool kWideEpilogue = false>
 struct BackwardConfig {
-  using Kernel = BackwardTraits<Element, kHeadDim, 64>;
+  using Kernel = BackwardTraits<Element, kHeadDim, 64, kWideEpilogue>;
 };
 
 }  // namespace attnsuite::cuda::flash3

@@ -88,7 +88,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
              {DeviceType::Cuda, 0},
              "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
-             "dQ by bulk reductions (no deterministic mode); "
+             "dQ by bulk reductions (no deterministic mode), option backward_epilogue=16-byte (experimental: not "
+             "yet run on a GPU); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
             /*with_tile_configs=*/true) {}
@@ -99,6 +100,11 @@ class Flash3Backend final : public Flash3FamilyBackend {
     return supports_kernel(problem, flash3::kSupportedHeadDims);
   }
 
+  // backward_epilogue: "4-byte" (absent: 4-byte) or "16-byte" (dK and dV stored 16 bytes a lane
+  // after a transpose within each quad; experimental: not yet run on a GPU: common/backward_epilogue.cuh).
+  std::vector<std::string> option_keys() const override { return {std::string(kBackwardEpilogue)}; }
+  void check_options(const std::map<std::string, std::string>& options) const override { (void)wide_epilogue(options); }
+
   // Head dims 64 and 128 (dQ's tile splits into 64 × 64 wgmma tiles: backward_traits.cuh), then the forward's rules.
   Support supports_backward(const AttentionProblem& problem) const override {
     const Support head_dim = supports_backward_head_dim("flash3", problem, flash3::kBackwardHeadDims, kNoBackwardAt256);
@@ -108,6 +114,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     // The backward's own rules first: their refusals need no device.
+    const bool wide = wide_epilogue(options.options);
     if (options.backward) {
       if (options.deterministic) {
         throw Error(ErrorKind::Unsupported,
@@ -126,14 +133,24 @@ class Flash3Backend final : public Flash3FamilyBackend {
     if (!options.backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
-        [this, problem](const BackwardArgs& args, Stream stream, RunReport&) { run_backward(problem, args, stream); },
+        [this, problem, wide](const BackwardArgs& args, Stream stream, RunReport&) {
+          run_backward(problem, args, wide, stream);
+        },
         backward_workspace_bytes(problem, /*deterministic=*/false));
   }
 
  private:
+  static constexpr std::string_view kBackwardEpilogue = "backward_epilogue";
+
+  // The backward_epilogue option: "4-byte" (absent: 4-byte) or "16-byte"; another value is refused.
+  static bool wide_epilogue(const std::map<std::string, std::string>& options) {
+    static constexpr std::string_view kAllowed[] = {"4-byte", "16-byte"};
+    return cuda::option_choice("flash3", options, kBackwardEpilogue, kAllowed) == 1;
+  }
+
   // Q, K, V and dO are read by TMA (16-byte aligned bases and strides); O, dQ, dK and dV are
   // written or read 4 bytes at a time by rows, held to the same rule.
-  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, Stream stream) const {
+  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool wide, Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
     check_16_byte_views({{"q", &args.q},
                          {"k", &args.k},
@@ -145,7 +162,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
                          {"dV", &args.dv}},
                         "read by TMA");
     require_backward_workspace(name(), args, backward_workspace_bytes(problem, false));
-    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, stream);
+    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, wide, stream);
   }
 
   void run(const AttentionProblem& problem, const AttentionArgs& args, Flash3Schedule::Choice choice,

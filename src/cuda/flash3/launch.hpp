@@ -45,8 +45,9 @@ void launch_forward_tile_config(std::size_t index, const Params& params, DType d
 inline constexpr int kBackwardHeadDims[] = {64, 128};
 
 // The backward for params on `stream`: dq, dk, dv from q, k, v, o, d_o and the forward's lse, with
-// the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there). Throws
-// Error(Unsupported) for a (dtype, head dim) without a kernel.
-void launch_backward(const BackwardParams& params, DType dtype, void* stream);
+// the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there).
+// wide_epilogue: dK and dV stored 16 bytes a lane (backward_epilogue=16-byte; experimental: not
+// yet run on a GPU). Throws Error(Unsupported) for a (dtype, head dim) without a kernel.
+void launch_backward(const BackwardParams& params, DType dtype, bool wide_epilogue, void* stream);
 
 }  // namespace attnsuite::cuda::flash3

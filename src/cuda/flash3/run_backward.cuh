@@ -1,5 +1,6 @@
-// flash3's backward per (dtype, head dim), each defined and explicitly instantiated in its own
-// translation unit (backward_<dtype>_d<head dim>.cu).
+// flash3's backward per (dtype, head dim, epilogue), each defined and explicitly instantiated in its
+// own translation unit (backward_<dtype>_d<head dim>[_wide_epilogue].cu). kWideEpilogue: dK and dV
+// stored 16 bytes a lane (backward_epilogue=16-byte; experimental: not yet run on a GPU).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,7 +9,7 @@
 
 namespace attnsuite::cuda::flash3 {
 
-template <class Element, int kHeadDim>
+template <class Element, int kHeadDim, bool kWideEpilogue = false>
 void run_backward(const BackwardParams& params, cudaStream_t stream);
 
 }  // namespace attnsuite::cuda::flash3
