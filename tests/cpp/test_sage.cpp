@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -76,14 +77,16 @@ std::string default_kernel_config(const std::string& backend_name) {
 }
 
 // Copies the inputs to the GPU, poisons O and LSE, runs the backend with kernel config `config`
-// ("": its choice) and a harness workspace when `harness_workspace` (else the plan's own),
-// copies back.
+// ("": its choice), `backend_options` and a harness workspace when `harness_workspace` (else the
+// plan's own), copies back.
 DeviceRun run_on_device(const std::string& backend_name, const AttentionProblem& p, const Inputs& in,
-                        bool harness_workspace = false, const std::string& config = "") {
+                        bool harness_workspace = false, const std::string& config = "",
+                        const std::map<std::string, std::string>& backend_options = {}) {
   auto context = cuda::make_cuda_context(0);
   const Backend& backend = Registry::global().find(backend_name);
   PlanOptions options;
   options.kernel_config = config;
+  options.options = backend_options;
   const std::unique_ptr<KernelPlan> plan = backend.plan(p, options);
   const HostTensor o_layout({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.layout);
   auto q = context->allocate(in.q.bytes()), k = context->allocate(in.k.bytes()), v = context->allocate(in.v.bytes()),
@@ -284,6 +287,24 @@ TEST_P(SageTest, DeterministicAndTheSameWithTheHarnessWorkspace) {
   const DeviceRun second = run_on_device(GetParam(), p, in, /*harness_workspace=*/true);
   EXPECT_EQ(std::memcmp(first.out_bits.data(), second.out_bits.data(), first.out_bits.size() * 2), 0);
   EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * 4), 0);
+}
+
+// quant_qk=fused (experimental: not yet run on a GPU): Q's and K's quantization passes in one
+// launch give the same bits as the two launches — GQA (more Q heads than K's), seq_q != seq_kv
+// both ways (more CTAs of either tensor), both head dims and dtypes, the LSE (Q's pass computes
+// smooth-K's shift).
+TEST_P(SageTest, FusedQkQuantizationGivesTheBitsOfTheSeparatePasses) {
+  for (const AttentionProblem& p : {make_problem(2, 8, 2, 257, 1000, 64, DType::F16, Layout::BSHD, false),
+                                    make_problem(1, 4, 1, 1000, 200, 128, DType::BF16, Layout::BHSD, true),
+                                    make_problem(2, 2, 2, 33, 33, 128, DType::F16, Layout::BSHD, true)}) {
+    SKIP_UNLESS_RUNS(GetParam(), p);
+    const Inputs in = random_inputs(p, std::random_device{}());
+    const DeviceRun separate = run_on_device(GetParam(), p, in);
+    const DeviceRun fused = run_on_device(GetParam(), p, in, false, "", {{"quant_qk", "fused"}});
+    EXPECT_EQ(std::memcmp(separate.out_bits.data(), fused.out_bits.data(), separate.out_bits.size() * 2), 0)
+        << p.describe();
+    EXPECT_EQ(std::memcmp(separate.lse.data(), fused.lse.data(), separate.lse.size() * 4), 0) << p.describe();
+  }
 }
 
 // NaN propagates to the output rows it touches, at the granularity of a quantization block
@@ -568,6 +589,24 @@ TEST(SageBackends, EveryKernelConfigMeetsTheBoundsOnEveryGenerator) {
               make_problem(1, 2, 1, 1024, 1024, head_dim, DType::BF16, Layout::BSHD, head_dim == 64);
           check_backend(name, p, generator_inputs(p, generator.name, 42), generator.name, generator.name, config);
         }
+    }
+  }
+}
+
+// The quant_qk option: separate or fused; another value is a usage error naming both and the backend.
+TEST(SageBackends, QuantQkOptionValues) {
+  for (const char* name : {"sage", "sage2"}) {
+    const Backend& backend = Registry::global().find(name);
+    EXPECT_EQ(backend.option_keys(), std::vector<std::string>{"quant_qk"});
+    EXPECT_NO_THROW(backend.check_options({{"quant_qk", "separate"}}));
+    EXPECT_NO_THROW(backend.check_options({{"quant_qk", "fused"}}));
+    try {
+      backend.check_options({{"quant_qk", "one"}});
+      ADD_FAILURE() << name << ": quant_qk=one accepted";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Usage);
+      EXPECT_EQ(std::string(error.what()),
+                std::string(name) + ": backend option quant_qk='one' not allowed; allowed: separate, fused");
     }
   }
 }

@@ -98,14 +98,15 @@ BackendIdentity identity(Mode mode) {
             {DeviceType::Cuda, 0},
             "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
             "INT8 Q·Kᵀ (smoothed K), 16-bit P·V; sm80+ (mma.sync), sm_90a wgmma kernel config; "
-            "quantization included in forward"};
+            "quantization included in forward; option quant_qk=fused (experimental: not yet run on a GPU)"};
   }
   return {"sage2",
           "sage2 (attnsuite INT8 QK, FP8 PV)",
           {DeviceType::Cuda, 0},
           "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
           "INT8 Q·Kᵀ (smoothed K), FP8 e4m3 P·V; sm89+ (mma.sync e4m3), sm_90a wgmma kernel config; "
-          "quantization included in forward; kernel config wgmma-pingpong-fmaexp opt-in (0.97x wgmma-pingpong on the "
+          "quantization included in forward, option quant_qk=fused (experimental: not yet run on a GPU); kernel "
+          "config wgmma-pingpong-fmaexp opt-in (0.97x wgmma-pingpong on the "
           "H100)"};
 }
 
@@ -161,7 +162,15 @@ class SageBackend final : public IdentifiedBackend {
   // run do not allow (sage: a V that TMA cannot read) falls back to "mma" — unless it was given
   // in PlanOptions::kernel_config: then the run throws Error(Unsupported). RunReport::kernel_config
   // says which ran.
+  // quant_qk: "separate" (absent: separate) or "fused" (Q's and K's quantization passes in one
+  // launch; experimental: not yet run on a GPU: quant.cu, quantize_q_and_k_kernel).
+  std::vector<std::string> option_keys() const override { return {std::string(kQuantQk)}; }
+  void check_options(const std::map<std::string, std::string>& options) const override {
+    (void)fused_qk_quantization(options);
+  }
+
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    const bool fused_qk = fused_qk_quantization(options.options);
     require_support(*this, problem);
     std::string config = choose_kernel_config(*this, problem, options);
     const bool given = !options.kernel_config.empty();
@@ -170,8 +179,10 @@ class SageBackend final : public IdentifiedBackend {
     auto own_workspace = std::make_shared<DeviceBuffer>();
     return std::make_unique<FunctionPlan>(
         config, layout_of(problem).bytes,
-        [this, problem, config, given, own_workspace](const AttentionArgs& args, Stream stream, RunReport& report) {
-          report.kernel_config = std::string(run(problem, args, stream, config, given, nullptr, own_workspace.get()));
+        [this, problem, config, given, own_workspace, fused_qk](const AttentionArgs& args, Stream stream,
+                                                                RunReport& report) {
+          report.kernel_config =
+              std::string(run(problem, args, stream, config, given, nullptr, own_workspace.get(), fused_qk));
         });
   }
 
@@ -191,10 +202,11 @@ class SageBackend final : public IdentifiedBackend {
   // One forward: the quantization passes, then the attention kernel of `config` (a block list:
   // the wgmma kernel over the listed tiles). `given`: the config was asked for, so a wgmma config
   // that cannot run is an error rather than "mma". `own_workspace`: where a run without
-  // args.workspace gets one (null: args.workspace is required). Returns the config that ran.
+  // args.workspace gets one (null: args.workspace is required). `fused_qk`: Q's and K's
+  // quantization passes in one launch (quant_qk=fused). Returns the config that ran.
   std::string_view run(const AttentionProblem& problem, const AttentionArgs& args, Stream stream,
                        const std::string& config, bool given, const sage::BlockList* block_list,
-                       DeviceBuffer* own_workspace) const {
+                       DeviceBuffer* own_workspace, bool fused_qk = false) const {
     check_cuda_args(name(), problem, args);
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o}) {
       if (!rows_aligned(*view)) {
@@ -269,7 +281,6 @@ class SageBackend final : public IdentifiedBackend {
       q.seq_kv = problem.seq_kv;
       q.shift_scale = problem.softmax_scale();
     }
-    sage::launch_quantize_rows(q, problem.dtype, stream);
 
     sage::QuantParams k = rows_of(args.k, problem.heads_kv, problem.seq_kv, layout.k8, layout.k_scale);
     k.block_rows = sage::k_block_rows(mode_, d);
@@ -277,7 +288,12 @@ class SageBackend final : public IdentifiedBackend {
     k.blocks = layout.k_blocks;
     k.mean_partials = stats.k_sum;
     k.splits = layout.splits;
-    sage::launch_quantize_rows(k, problem.dtype, stream);
+    if (fused_qk) {
+      sage::launch_quantize_q_and_k(q, k, problem.dtype, stream);
+    } else {
+      sage::launch_quantize_rows(q, problem.dtype, stream);
+      sage::launch_quantize_rows(k, problem.dtype, stream);
+    }
 
     sage::Params params;
     if (mode_ == Mode::Sage2) {
@@ -337,6 +353,14 @@ class SageBackend final : public IdentifiedBackend {
   }
 
  private:
+  static constexpr std::string_view kQuantQk = "quant_qk";
+
+  // The quant_qk option: "separate" (absent: separate) or "fused"; another value is refused.
+  bool fused_qk_quantization(const std::map<std::string, std::string>& options) const {
+    static constexpr std::string_view kAllowed[] = {"separate", "fused"};
+    return cuda::option_choice(name(), options, kQuantQk, kAllowed) == 1;
+  }
+
   // Why the wgmma kernel cannot run this forward here, or "" when it can.
   std::string wgmma_problem([[maybe_unused]] const sage::Params& params) const {
     std::string why_not = wgmma_device_problem();
