@@ -337,10 +337,20 @@ struct StatsLaunch {
     ATTNSUITE_CUDA_CHECK_LAUNCH("sage stats_kernel");
   }
 };
+// A rows pass's CTAs along x: kQuantRowsPerCta rows each.
+int rows_ctas(const QuantParams& p) { return (p.seq + kQuantRowsPerCta - 1) / kQuantRowsPerCta; }
+
+// A rows pass's scale blocks must tile a CTA's rows (or be sage2's key groups).
+void check_block_rows(const QuantParams& p) {
+  ATTNSUITE_REQUIRE(p.key_groups || (p.block_rows > 0 && kQuantRowsPerCta % p.block_rows == 0),
+                    fmt::format("sage: quantization block of {} rows; must divide {} (a power of two)", p.block_rows,
+                                kQuantRowsPerCta));
+}
+
 template <class Element, int kHeadDim>
 struct RowsLaunch {
   static void run(const QuantParams& p, cudaStream_t stream) {
-    const int ctas = (p.seq + kQuantRowsPerCta - 1) / kQuantRowsPerCta;
+    const int ctas = rows_ctas(p);
     quantize_rows_kernel<Element, kHeadDim><<<grid_of(ctas, p.heads, p.batch), kThreads, 0, stream>>>(p);
     ATTNSUITE_CUDA_CHECK_LAUNCH("sage quantize_rows_kernel");
   }
@@ -352,8 +362,7 @@ struct QAndKParams {
 template <class Element, int kHeadDim>
 struct QAndKLaunch {
   static void run(const QAndKParams& p, cudaStream_t stream) {
-    const int q_ctas = (p.q.seq + kQuantRowsPerCta - 1) / kQuantRowsPerCta;
-    const int k_ctas = (p.k.seq + kQuantRowsPerCta - 1) / kQuantRowsPerCta;
+    const int q_ctas = rows_ctas(p.q), k_ctas = rows_ctas(p.k);
     quantize_q_and_k_kernel<Element, kHeadDim>
         <<<grid_of(q_ctas + k_ctas, std::max(p.q.heads, p.k.heads), p.q.batch), kThreads, 0, stream>>>(p.q, p.k,
                                                                                                        q_ctas);
@@ -375,17 +384,12 @@ void launch_stats(const StatsParams& params, DType dtype, void* stream) {
   dispatch<StatsLaunch>(params, dtype, params.head_dim, static_cast<cudaStream_t>(stream));
 }
 void launch_quantize_rows(const QuantParams& params, DType dtype, void* stream) {
-  ATTNSUITE_REQUIRE(params.key_groups || (params.block_rows > 0 && kQuantRowsPerCta % params.block_rows == 0),
-                    fmt::format("sage: quantization block of {} rows; must divide {} (a power of two)",
-                                params.block_rows, kQuantRowsPerCta));
+  check_block_rows(params);
   dispatch<RowsLaunch>(params, dtype, params.head_dim, static_cast<cudaStream_t>(stream));
 }
 void launch_quantize_q_and_k(const QuantParams& q, const QuantParams& k, DType dtype, void* stream) {
-  for (const QuantParams* p : {&q, &k}) {
-    ATTNSUITE_REQUIRE(p->key_groups || (p->block_rows > 0 && kQuantRowsPerCta % p->block_rows == 0),
-                      fmt::format("sage: quantization block of {} rows; must divide {} (a power of two)", p->block_rows,
-                                  kQuantRowsPerCta));
-  }
+  check_block_rows(q);
+  check_block_rows(k);
   ATTNSUITE_REQUIRE(q.head_dim == k.head_dim && q.batch == k.batch, "sage: Q and K of one problem");
   dispatch<QAndKLaunch>(QAndKParams{q, k}, dtype, q.head_dim, static_cast<cudaStream_t>(stream));
 }
