@@ -1,6 +1,6 @@
 // flash3's backward (sm_90a; its design in docs/kernels/flash3-backward.md): dQ, dK, dV against
 // the fp64 reference backward with FlashAttention's rule (backward_test_support.hpp) on fresh random
-// inputs and dO, gradients poisoned first; one code path (no backend options). The
+// inputs and dO, gradients poisoned first; the default kernels and the experimental options. The
 // refusals run everywhere; the rest skips without an sm_90 GPU.
 #if ATTNSUITE_HAVE_CUDA
 
@@ -38,7 +38,7 @@ const Backend& flash3_backend() { return Registry::global().find("flash3"); }
 TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   const Backend& flash3 = flash3_backend();
   EXPECT_EQ(flash3.backward_status(), "");
-  EXPECT_EQ(flash3.option_keys(), std::vector<std::string>{"backward_epilogue"});
+  EXPECT_EQ(flash3.option_keys(), (std::vector<std::string>{"backward_epilogue", "backward_query_tile"}));
   const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
   const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
     try {
@@ -68,6 +68,26 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   }
   EXPECT_NO_THROW(flash3.check_options({{"backward_epilogue", "4-byte"}}));
   EXPECT_NO_THROW(flash3.check_options({{"backward_epilogue", "16-byte"}}));
+  // backward_query_tile: 64 or 128; 128 only at d64 and with the 4-byte epilogue (not built with the other).
+  const auto usage_error = [&](const BackendOptions& options) {
+    try {
+      flash3.check_options(options);
+      ADD_FAILURE() << "options accepted";
+      return std::string();
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Usage);
+      return std::string(error.what());
+    }
+  };
+  EXPECT_EQ(usage_error({{"backward_query_tile", "96"}}),
+            "flash3: backend option backward_query_tile='96' not allowed; allowed: 64, 128");
+  EXPECT_EQ(usage_error({{"backward_query_tile", "128"}, {"backward_epilogue", "16-byte"}}),
+            "flash3: backward_query_tile=128 is built with backward_epilogue=4-byte only, got 16-byte");
+  EXPECT_NO_THROW(flash3.check_options({{"backward_query_tile", "64"}, {"backward_epilogue", "16-byte"}}));
+  EXPECT_NO_THROW(flash3.check_options({{"backward_query_tile", "128"}}));
+  const AttentionProblem d128 = make_problem(1, 2, 2, 128, 128, 128, DType::BF16, Layout::BSHD, false);
+  EXPECT_EQ(refusal(d128, backward_options(false, false, 64, {{"backward_query_tile", "128"}})),
+            "flash3: backward_query_tile=128 is built for head dim 64, got 128");
 }
 
 // Lengths 1, 7, 33 (one partial 64-query tile, a partial 128-key tile), 200 and 1000 (several
@@ -105,29 +125,36 @@ TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
                      {{"backward_epilogue", "16-byte"}});
   check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64,
                      {{"backward_epilogue", "16-byte"}});
+  check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false, 64,
+                     {{"backward_query_tile", "128"}});
+  check_gpu_backward("flash3", make_problem(1, 2, 2, 300, 150, 64, DType::BF16, Layout::BSHD, false), false, 64,
+                     {{"backward_query_tile", "128"}});
 }
 
 // dQ's sums in the tiles' fragment order (one bulk reduction a warp, converted per 64-row tile):
 // partial query tiles (rows past seq_q: the workspace's padding), odd and even tile counts, causal
 // and not, seq_q != seq_kv both ways, GQA, a window, both head dims, dtypes and layouts, the
 // training cases in bf16.
-void check_tiles_and_odd_cases(const BackendOptions& options) {
-  for (const int head_dim : {64, 128})
+void check_tiles_and_odd_cases(const BackendOptions& options, bool d64_only = false) {
+  // The cases written at d128 run at d64 where only d64 is built.
+  const int wide = d64_only ? 64 : 128;
+  for (const int head_dim : {64, wide})
     for (const int seq : {1, 33, 65, 200, 1000})
       for (const bool causal : {false, true})
         check_gpu_backward("flash3",
                            make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
                                         causal ? Layout::BSHD : Layout::BHSD, causal),
                            false, 64, options);
-  check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, 128, DType::F16, Layout::BSHD, true), false, 64,
+  check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, wide, DType::F16, Layout::BSHD, true), false, 64,
                      options);
   check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 64, DType::F16, Layout::BHSD, false), false, 64,
                      options);
-  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 128, DType::F16, Layout::BSHD, false), false, 64,
+  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, wide, DType::F16, Layout::BSHD, false), false, 64,
                      options);
   check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true), 40, 0),
                      false, 64, options);
   for (AttentionProblem p : training_gradient_cases()) {
+    if (d64_only && p.head_dim != 64) continue;
     p.dtype = DType::BF16;
     check_gpu_backward("flash3", p, false, 64, options);
   }
@@ -143,6 +170,14 @@ TEST(CudaFlash3Backward, DqTilesPartialOddAndEven) {
 TEST(CudaFlash3Backward, SixteenByteEpilogueMatchesTheReference) {
   SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
   check_tiles_and_odd_cases({{"backward_epilogue", "16-byte"}});
+}
+
+// backward_query_tile=128 (experimental: not yet run on a GPU): 128-query tiles at d64, each
+// consumer dQ's 64 queries of its own, dSᵀ from P's 16-bit fragments — the same cases at d64
+// (partial 128-query tiles: one consumer's half past seq_q; GQA, windows, both lengths' orders).
+TEST(CudaFlash3Backward, QueryTile128MatchesTheReference) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  check_tiles_and_odd_cases({{"backward_query_tile", "128"}}, /*d64_only=*/true);
 }
 
 // seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA

@@ -274,8 +274,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const std::uint32_t k_rows = smem_k + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
     const std::uint32_t v_rows = smem_v + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
     // The consumer's dQ product (traits) reads every key's dSᵀ: all keys on every other tile (d64),
-    // or all keys and its 64 columns (d128).
-    const int dq_column_slab = Traits::kDqAlternating ? 0 : consumer;
+    // all keys and its 64 columns (d128), or all keys and its 64 queries (128-query tiles).
+    const int dq_column_slab = Traits::kDqAlternating || Traits::kDqByQueries ? 0 : consumer;
+    const int dq_query_slab = Traits::kDqByQueries ? consumer : 0;
     const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
 
     PipelineState<kStages> stage;
@@ -349,7 +350,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       wgmma_commit();
 
       // dSᵀ = Pᵀ∘(dPᵀ − D) in place, set to 0 where hidden (not multiplied: a NaN of V at a hidden
-      // key never reaches dS), then dK += dSᵀ·Q issued.
+      // key never reaches dS), then dK += dSᵀ·Q issued. P from the fp32 scores, or (128-query
+      // tiles, traits) from its 16-bit fragments: element 4i + 2·half + e is fragment [i / 2][2(i % 2) + half].
+      auto probability = [&](int i, int half, int e) {
+        if constexpr (Traits::kScoreGradientsFromFragments)
+          return unpack_half<Element>(p_fragments[i / 2][2 * (i % 2) + half], e);
+        else
+          return acc_s[4 * i + 2 * half + e];
+      };
       auto score_gradients = [&](auto masked) {
 #pragma unroll
         for (int i = 0; i < kTileM / 8; ++i) {
@@ -359,7 +367,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
               float& dp = acc_dp[4 * i + 2 * half + e];
-              const float p = acc_s[4 * i + 2 * half + e];
+              const float p = probability(i, half, e);
               dp = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p * (dp - (e == 0 ? dot.x : dot.y));
             }
         }
@@ -403,7 +411,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       float acc_dq[32];
       if (computes_dq) {
         wgmma_fence();
-        issue_query_gradient<Traits, kTileN>(acc_dq, ds_tile, smem_k + dq_column_slab * Traits::kKVSlabBytes);
+        issue_query_gradient<Traits, kTileN>(acc_dq, ds_tile + dq_query_slab * Traits::kDsSlabBytes,
+                                             smem_k + dq_column_slab * Traits::kKVSlabBytes);
         wgmma_commit();
       }
       wgmma_wait<0>();
@@ -419,8 +428,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // dQ's tile into the warp's 4 KiB block of the tile's fp32 sums (slab-major: rows past seq_q
       // are the workspace's padding, never read; convert_dq_tiles_kernel).
       if (computes_dq)
-        add_dq_bulk(acc_dq, params.dq_accum + rows_of_head * kHeadDim + (dq_column_slab * 4 + warp) * 1024,
-                    smem + Traits::dq_staging_offset(consumer, warp));
+        add_dq_bulk(
+            acc_dq,
+            params.dq_accum + (rows_of_head + 64 * dq_query_slab) * kHeadDim + (dq_column_slab * 4 + warp) * 1024,
+            smem + Traits::dq_staging_offset(consumer, warp));
       // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
       // into this one only past the next tile's barrier, which every reader of this buffer
       // reaches after its dQ products are done.

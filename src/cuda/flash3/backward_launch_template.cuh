@@ -21,9 +21,9 @@
 
 namespace attnsuite::cuda::flash3 {
 
-template <class Element, int kHeadDim, bool kWideEpilogue>
+template <class Element, int kHeadDim, bool kWideEpilogue, int kTileM>
 void run_backward(const BackwardParams& params, cudaStream_t stream) {
-  using Kernel = typename BackwardConfig<Element, kHeadDim, kWideEpilogue>::Kernel;
+  using Kernel = typename BackwardConfig<Element, kHeadDim, kWideEpilogue, kTileM>::Kernel;
   constexpr DType kDType = std::is_same_v<Element, __half> ? DType::F16 : DType::BF16;
   // 64-column boxes (128B swizzle): kTileM rows of Q and dO, kTileN rows of K and V.
   auto map = [&](const void* data, int rows, int heads, std::int64_t row_stride, std::int64_t head_stride,

@@ -46,6 +46,12 @@ namespace attnsuite::cuda::flash3 {
 // request): d128 N 4096 2.93 -> 2.58 ms dense, 1.72 -> 1.53 causal; d64 3.71 -> 3.48, 2.19 ->
 // 2.06; N 16384 1.06-1.12x; and against red.v4.f32 from a swizzled staging area (four sectors a
 // request): 1.04-1.12x.
+// 128-query tiles (backward_query_tile=128, d64 only; experimental: not yet run on a GPU): the
+// tile of FlashAttention-3's d64 backward (128 × 128). Each consumer takes dQ's 64 queries of its
+// own (query slab = consumer) over all keys, every tile, and dSᵀ = Pᵀ∘(dPᵀ − D) reads P from its
+// 16-bit fragments (the A operand of dV's product) rather than the fp32 scores, so that Sᵀ's 64
+// registers are free before dPᵀ's are read (with both, 124 bytes spilled: ptxas sm_90a, CUDA 13): P rounded to 16 bits
+// before the product, as dS is after it.
 // The register split is the forward's: 128·24 + 256·240 = 384·168 (__launch_bounds__(384, 1)).
 template <class Element_, int kHeadDim_, int kTileM_, bool kWideEpilogue_ = false>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
@@ -69,8 +75,12 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kDsSlabs = kTileM / 64;
   static constexpr int kDsSlabBytes = kTileN * kSlabRowBytes;
   static constexpr int kDsBufferBytes = kDsSlabs * kDsSlabBytes;  // one of kStages
-  // dQ's tile by one consumer in turn over all keys (d64), or by both, split by columns (d128).
-  static constexpr bool kDqAlternating = kHeadDim == 64;
+  // dQ's tile by one consumer in turn over all keys (d64, 64-query tiles), or by both, split by
+  // columns (d128) or by queries (128-query tiles).
+  static constexpr bool kDqAlternating = kHeadDim == 64 && kTileM == 64;
+  static constexpr bool kDqByQueries = kTileM == 128;
+  // dSᵀ from P's 16-bit fragments (128-query tiles: the registers of Sᵀ are free before dPᵀ's wait).
+  static constexpr bool kScoreGradientsFromFragments = kTileM == 128;
 
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKOffset + kKVBytes;
@@ -94,8 +104,9 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;
 
   static_assert(sizeof(Element) == 2, "flash3's backward computes on 16-bit inputs (fp16, bf16)");
-  static_assert((kHeadDim == 64 || kHeadDim == 128) && kTileM == 64,
-                "dQ's 64-query tile is one 64 × 64 wgmma tile (d64) or two (d128)");
+  static_assert((kHeadDim == 64 || kHeadDim == 128) && (kTileM == 64 || (kTileM == 128 && kHeadDim == 64)),
+                "dQ's tile is 64 × 64 wgmma tiles: one (d64), two by columns (d128) or two by queries (d64, "
+                "128-query tiles)");
   static_assert(!kDqAlternating || kStages == kConsumers,
                 "at d64 the ring's stage names the consumer that computes the tile's dQ");
   static_assert(kBackwardRowPadding % kTileM == 0, "the workspace's padded rows hold whole query tiles");
@@ -111,9 +122,12 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
 // 64-query tiles: Sᵀ and dPᵀ 32 + 32 registers, dK and dV 32 + 32 (d64) or 64 + 64 (d128), dQ 32;
 // shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 2 × 16 KiB dSᵀ, 1 KiB row statistics, 32 KiB
 // dQ staging = 130 KiB at d64, 194 KiB at d128.
-template <class Element, int kHeadDim, bool kWideEpilogue = false>
+// 128-query tiles at d64 (kTileM = 128): Sᵀ and dPᵀ 64 + 64, dK and dV 32 + 32, dQ 32; shared
+// memory 16 + 16 KiB K/V, 2 × (16 + 16) KiB Q/dO, 2 × 32 KiB dSᵀ, 2 KiB row statistics, 32 KiB dQ
+// staging = 194 KiB.
+template <class Element, int kHeadDim, bool kWideEpilogue = false, int kTileM = 64>
 struct BackwardConfig {
-  using Kernel = BackwardTraits<Element, kHeadDim, 64, kWideEpilogue>;
+  using Kernel = BackwardTraits<Element, kHeadDim, kTileM, kWideEpilogue>;
 };
 
 }  // namespace attnsuite::cuda::flash3

@@ -88,8 +88,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
              {DeviceType::Cuda, 0},
              "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
-             "dQ by bulk reductions (no deterministic mode), option backward_epilogue=16-byte (experimental: not "
-             "yet run on a GPU); "
+             "dQ by bulk reductions (no deterministic mode), options backward_epilogue=16-byte and "
+             "backward_query_tile=128 (d64) (experimental: not yet run on a GPU); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
             /*with_tile_configs=*/true) {}
@@ -102,8 +102,14 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   // backward_epilogue: "4-byte" (absent: 4-byte) or "16-byte" (dK and dV stored 16 bytes a lane
   // after a transpose within each quad; experimental: not yet run on a GPU: common/backward_epilogue.cuh).
-  std::vector<std::string> option_keys() const override { return {std::string(kBackwardEpilogue)}; }
-  void check_options(const std::map<std::string, std::string>& options) const override { (void)wide_epilogue(options); }
+  // backward_query_tile: "64" (absent: 64) or "128" (d64 only, 4-byte epilogue; experimental: not
+  // yet run on a GPU: backward_traits.cuh).
+  std::vector<std::string> option_keys() const override {
+    return {std::string(kBackwardEpilogue), std::string(kBackwardQueryTile)};
+  }
+  void check_options(const std::map<std::string, std::string>& options) const override {
+    (void)backward_variant(options);
+  }
 
   // Head dims 64 and 128 (dQ's tile splits into 64 × 64 wgmma tiles: backward_traits.cuh), then the forward's rules.
   Support supports_backward(const AttentionProblem& problem) const override {
@@ -114,13 +120,16 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     // The backward's own rules first: their refusals need no device.
-    const bool wide = wide_epilogue(options.options);
+    const flash3::BackwardVariant variant = backward_variant(options.options);
     if (options.backward) {
       if (options.deterministic) {
         throw Error(ErrorKind::Unsupported,
                     "flash3's backward has no deterministic mode (dQ is summed with atomics); flash2's backward "
                     "has one");
       }
+      if (variant.query_tile == 128 && problem.head_dim != 64)
+        throw Error(ErrorKind::Unsupported,
+                    fmt::format("flash3: backward_query_tile=128 is built for head dim 64, got {}", problem.head_dim));
       if (const Support support = supports_backward(problem); !support)
         throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
     }
@@ -133,24 +142,34 @@ class Flash3Backend final : public Flash3FamilyBackend {
     if (!options.backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
-        [this, problem, wide](const BackwardArgs& args, Stream stream, RunReport&) {
-          run_backward(problem, args, wide, stream);
+        [this, problem, variant](const BackwardArgs& args, Stream stream, RunReport&) {
+          run_backward(problem, args, variant, stream);
         },
         backward_workspace_bytes(problem, /*deterministic=*/false));
   }
 
  private:
   static constexpr std::string_view kBackwardEpilogue = "backward_epilogue";
+  static constexpr std::string_view kBackwardQueryTile = "backward_query_tile";
 
-  // The backward_epilogue option: "4-byte" (absent: 4-byte) or "16-byte"; another value is refused.
-  static bool wide_epilogue(const std::map<std::string, std::string>& options) {
-    static constexpr std::string_view kAllowed[] = {"4-byte", "16-byte"};
-    return cuda::option_choice("flash3", options, kBackwardEpilogue, kAllowed) == 1;
+  // The backward options; another value is refused, and so are 128-query tiles with the 16-byte
+  // epilogue (not built together).
+  static flash3::BackwardVariant backward_variant(const std::map<std::string, std::string>& options) {
+    static constexpr std::string_view kEpilogues[] = {"4-byte", "16-byte"};
+    static constexpr std::string_view kQueryTiles[] = {"64", "128"};
+    const flash3::BackwardVariant variant{
+        .wide_epilogue = cuda::option_choice("flash3", options, kBackwardEpilogue, kEpilogues) == 1,
+        .query_tile = cuda::option_choice("flash3", options, kBackwardQueryTile, kQueryTiles) == 1 ? 128 : 64};
+    if (variant.wide_epilogue && variant.query_tile == 128)
+      throw Error(ErrorKind::Usage,
+                  "flash3: backward_query_tile=128 is built with backward_epilogue=4-byte only, got 16-byte");
+    return variant;
   }
 
   // Q, K, V and dO are read by TMA (16-byte aligned bases and strides); O, dQ, dK and dV are
   // written or read 4 bytes at a time by rows, held to the same rule.
-  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool wide, Stream stream) const {
+  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, flash3::BackwardVariant variant,
+                    Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
     check_16_byte_views({{"q", &args.q},
                          {"k", &args.k},
@@ -162,7 +181,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
                          {"dV", &args.dv}},
                         "read by TMA");
     require_backward_workspace(name(), args, backward_workspace_bytes(problem, false));
-    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, wide, stream);
+    flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, variant, stream);
   }
 
   void run(const AttentionProblem& problem, const AttentionArgs& args, Flash3Schedule::Choice choice,

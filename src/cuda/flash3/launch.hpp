@@ -44,10 +44,18 @@ void launch_forward_tile_config(std::size_t index, const Params& params, DType d
 // Head dims with a compiled backward (BackwardConfig: dQ's tile splits into two 64 × 64 tiles).
 inline constexpr int kBackwardHeadDims[] = {64, 128};
 
+// The backward's variants, from the backend options (the defaults are the kernels that ran on a
+// GPU; the others are experimental: not yet run on a GPU).
+struct BackwardVariant {
+  // backward_epilogue=16-byte: dK and dV stored 16 bytes a lane after a transpose within each quad.
+  bool wide_epilogue = false;
+  // backward_query_tile: query rows a tile, 64 or 128 (head dim 64 only, with the 4-byte epilogue).
+  int query_tile = 64;
+};
+
 // The backward for params on `stream`: dq, dk, dv from q, k, v, o, d_o and the forward's lse, with
-// the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there).
-// wide_epilogue: dK and dV stored 16 bytes a lane (backward_epilogue=16-byte; experimental: not
-// yet run on a GPU). Throws Error(Unsupported) for a (dtype, head dim) without a kernel.
-void launch_backward(const BackwardParams& params, DType dtype, bool wide_epilogue, void* stream);
+// the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there). Throws
+// Error(Unsupported) for a (dtype, head dim, variant) without a kernel.
+void launch_backward(const BackwardParams& params, DType dtype, BackwardVariant variant, void* stream);
 
 }  // namespace attnsuite::cuda::flash3

@@ -22,6 +22,7 @@ using sm80::pack_pair;
 using sm80::quad_max;
 using sm80::quad_sum;
 using sm80::shared_address;
+using sm80::unpack_half;
 
 // The softmax's 2^x for a score of 8-key group `group` (a compile-time value once the loops are
 // unrolled): every kFmaEvery-th group on the FMA pipe (exp2_fma, cuda/common/exp2_fma.hpp),

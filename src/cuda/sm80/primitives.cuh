@@ -85,6 +85,20 @@ __device__ __forceinline__ std::uint32_t pack_pair<__nv_bfloat16>(float low, flo
   return *reinterpret_cast<const std::uint32_t*>(&pair);
 }
 
+// Half e (0: low, 1: high) of a pack_pair, back to fp32 (exact).
+template <class Element>
+__device__ __forceinline__ float unpack_half(std::uint32_t pair, int e);
+
+template <>
+__device__ __forceinline__ float unpack_half<__half>(std::uint32_t pair, int e) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(e == 0 ? pair & 0xffffu : pair >> 16)));
+}
+
+template <>
+__device__ __forceinline__ float unpack_half<__nv_bfloat16>(std::uint32_t pair, int e) {
+  return __uint_as_float(e == 0 ? pair << 16 : pair & 0xffff0000u);
+}
+
 // 2^x with the SFU (ex2.approx, 2 ulp); 2^-inf = 0, which masked scores rely on.
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;
