@@ -38,7 +38,8 @@ const Backend& flash3_backend() { return Registry::global().find("flash3"); }
 TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   const Backend& flash3 = flash3_backend();
   EXPECT_EQ(flash3.backward_status(), "");
-  EXPECT_EQ(flash3.option_keys(), (std::vector<std::string>{"backward_epilogue", "backward_query_tile"}));
+  EXPECT_EQ(flash3.option_keys(),
+            (std::vector<std::string>{"backward_epilogue", "backward_query_tile", "backward_order"}));
   const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
   const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
     try {
@@ -85,6 +86,12 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
             "flash3: backward_query_tile=128 is built with backward_epilogue=4-byte only, got 16-byte");
   EXPECT_NO_THROW(flash3.check_options({{"backward_query_tile", "64"}, {"backward_epilogue", "16-byte"}}));
   EXPECT_NO_THROW(flash3.check_options({{"backward_query_tile", "128"}}));
+  // backward_order: head-major or tile-major; tile-major not with the 16-byte epilogue.
+  EXPECT_EQ(usage_error({{"backward_order", "random"}}),
+            "flash3: backend option backward_order='random' not allowed; allowed: head-major, tile-major");
+  EXPECT_EQ(usage_error({{"backward_order", "tile-major"}, {"backward_epilogue", "16-byte"}}),
+            "flash3: backward_order=tile-major is built with backward_epilogue=4-byte only, got 16-byte");
+  EXPECT_NO_THROW(flash3.check_options({{"backward_order", "tile-major"}, {"backward_query_tile", "128"}}));
   const AttentionProblem d128 = make_problem(1, 2, 2, 128, 128, 128, DType::BF16, Layout::BSHD, false);
   EXPECT_EQ(refusal(d128, backward_options(false, false, 64, {{"backward_query_tile", "128"}})),
             "flash3: backward_query_tile=128 is built for head dim 64, got 128");
@@ -129,6 +136,8 @@ TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
                      {{"backward_query_tile", "128"}});
   check_gpu_backward("flash3", make_problem(1, 2, 2, 300, 150, 64, DType::BF16, Layout::BSHD, false), false, 64,
                      {{"backward_query_tile", "128"}});
+  check_gpu_backward("flash3", make_problem(2, 4, 2, 70, 300, 128, DType::BF16, Layout::BSHD, true), false, 64,
+                     {{"backward_order", "tile-major"}});
 }
 
 // dQ's sums in the tiles' fragment order (one bulk reduction a warp, converted per 64-row tile):
@@ -178,6 +187,14 @@ TEST(CudaFlash3Backward, SixteenByteEpilogueMatchesTheReference) {
 TEST(CudaFlash3Backward, QueryTile128MatchesTheReference) {
   SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
   check_tiles_and_odd_cases({{"backward_query_tile", "128"}}, /*d64_only=*/true);
+}
+
+// backward_order=tile-major (experimental: not yet run on a GPU): the grid's key tiles outermost —
+// the same cases at both head dims, and at d64 with 128-query tiles.
+TEST(CudaFlash3Backward, TileMajorOrderMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  check_tiles_and_odd_cases({{"backward_order", "tile-major"}});
+  check_tiles_and_odd_cases({{"backward_order", "tile-major"}, {"backward_query_tile", "128"}}, /*d64_only=*/true);
 }
 
 // seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA

@@ -193,8 +193,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim, kTileM = Traits::kTileM, kTileN = Traits::kTileN;
   constexpr int kStages = Traits::kStages, kSlabs = Traits::kSlabs;
-  const int n_block = static_cast<int>(blockIdx.x);
-  const int kv_head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
+  // The grid's order (traits): head-major x = key tile, y = kv head, z = batch; tile-major x = kv
+  // head, y = batch, z = key tile.
+  const int n_block = static_cast<int>(Traits::kTileMajor ? blockIdx.z : blockIdx.x);
+  const int kv_head = static_cast<int>(Traits::kTileMajor ? blockIdx.x : blockIdx.y);
+  const int batch = static_cast<int>(Traits::kTileMajor ? blockIdx.y : blockIdx.z);
   const KeyTileWork<Traits> work(params, n_block);
 
   extern __shared__ __align__(1024) unsigned char shared_bytes[];

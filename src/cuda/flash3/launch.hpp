@@ -51,6 +51,9 @@ struct BackwardVariant {
   bool wide_epilogue = false;
   // backward_query_tile: query rows a tile, 64 or 128 (head dim 64 only, with the 4-byte epilogue).
   int query_tile = 64;
+  // backward_order=tile-major: the grid's key tiles outermost, every head's longest CTA first
+  // (backward_traits.cuh); not with the 16-byte epilogue.
+  bool tile_major = false;
 };
 
 // The backward for params on `stream`: dq, dk, dv from q, k, v, o, d_o and the forward's lse, with
