@@ -58,34 +58,48 @@ static_assert(tiles_fit(FlashBlocks<simd::Avx2>::kScoreKeys, kQueryGranule) &&
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
-// st[r][0:C·w] = Σ_d keys[r][d] · qt[d][0:C·w] for r < R. qt and st rows aligned.
-template <class V, int R, int C>
-inline void score_block(const float* keys, std::int64_t key_stride, const float* qt, std::int64_t qt_stride, int depth,
-                        float* st, std::int64_t st_stride) {
+// How a micro-kernel reads the operand it broadcasts: by rows as they are (A[r][s] =
+// a[r·lda + s]: K in the scores kernel), or transposed (A[r][s] = a[s·lda + r]: Pᵀ in P·V).
+enum class BroadcastLayout { Rows, Transposed };
+
+// out[r][0:C·w] = acc[r] + Σ_{s<steps} A[r][s] · b[s·b_stride][0:C·w] for r < R: the register
+// block both micro-kernels run once they have set acc. b and out rows aligned. Forced inline, so
+// that acc stays the caller's array, whose accumulators ATTNSUITE_UNROLL keeps in registers.
+template <class V, int R, int C, BroadcastLayout kA>
+__attribute__((always_inline)) inline void fma_block(typename V::Vec (&acc)[R][C], const float* a, std::int64_t lda,
+                                                     const float* b, std::int64_t b_stride, int steps, float* out,
+                                                     std::int64_t out_stride) {
   using Vec = typename V::Vec;
   constexpr int W = V::kLanes;
-  Vec acc[R][C];
-  ATTNSUITE_UNROLL
-  for (int r = 0; r < R; ++r) {
+  for (int s = 0; s < steps; ++s) {
+    Vec row[C];
     ATTNSUITE_UNROLL
-    for (int c = 0; c < C; ++c) acc[r][c] = V::zero();
-  }
-  for (int d = 0; d < depth; ++d) {
-    Vec q[C];
-    ATTNSUITE_UNROLL
-    for (int c = 0; c < C; ++c) q[c] = V::load(qt + d * qt_stride + c * W);
+    for (int c = 0; c < C; ++c) row[c] = V::load(b + s * b_stride + c * W);
     ATTNSUITE_UNROLL
     for (int r = 0; r < R; ++r) {
-      const Vec k = V::broadcast(keys + r * key_stride + d);
+      const Vec x = V::broadcast(kA == BroadcastLayout::Rows ? a + r * lda + s : a + s * lda + r);
       ATTNSUITE_UNROLL
-      for (int c = 0; c < C; ++c) acc[r][c] = V::fmadd(k, q[c], acc[r][c]);
+      for (int c = 0; c < C; ++c) acc[r][c] = V::fmadd(x, row[c], acc[r][c]);
     }
   }
   ATTNSUITE_UNROLL
   for (int r = 0; r < R; ++r) {
     ATTNSUITE_UNROLL
-    for (int c = 0; c < C; ++c) V::store(st + r * st_stride + c * W, acc[r][c]);
+    for (int c = 0; c < C; ++c) V::store(out + r * out_stride + c * W, acc[r][c]);
   }
+}
+
+// st[r][0:C·w] = Σ_d keys[r][d] · qt[d][0:C·w] for r < R. qt and st rows aligned.
+template <class V, int R, int C>
+inline void score_block(const float* keys, std::int64_t key_stride, const float* qt, std::int64_t qt_stride, int depth,
+                        float* st, std::int64_t st_stride) {
+  typename V::Vec acc[R][C];
+  ATTNSUITE_UNROLL
+  for (int r = 0; r < R; ++r) {
+    ATTNSUITE_UNROLL
+    for (int c = 0; c < C; ++c) acc[r][c] = V::zero();
+  }
+  fma_block<V, R, C, BroadcastLayout::Rows>(acc, keys, key_stride, qt, qt_stride, depth, st, st_stride);
 }
 
 // out[r][0:C·w] = alpha[r] · out[r][0:C·w] + Σ_{j<keys} pt[j][r] · values[j][0:C·w] for r < R.
@@ -101,22 +115,7 @@ inline void pv_block(const float* pt, std::int64_t pt_stride, const float* value
     ATTNSUITE_UNROLL
     for (int c = 0; c < C; ++c) acc[r][c] = V::mul(V::load(out + r * out_stride + c * W), rescale);
   }
-  for (int j = 0; j < keys; ++j) {
-    Vec v[C];
-    ATTNSUITE_UNROLL
-    for (int c = 0; c < C; ++c) v[c] = V::load(values + j * value_stride + c * W);
-    ATTNSUITE_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const Vec p = V::broadcast(pt + j * pt_stride + r);
-      ATTNSUITE_UNROLL
-      for (int c = 0; c < C; ++c) acc[r][c] = V::fmadd(p, v[c], acc[r][c]);
-    }
-  }
-  ATTNSUITE_UNROLL
-  for (int r = 0; r < R; ++r) {
-    ATTNSUITE_UNROLL
-    for (int c = 0; c < C; ++c) V::store(out + r * out_stride + c * W, acc[r][c]);
-  }
+  fma_block<V, R, C, BroadcastLayout::Transposed>(acc, pt, pt_stride, values, value_stride, keys, out, out_stride);
 }
 
 // pv_block for the last `rows` (< R) queries of a tile: one instance per possible count.
