@@ -15,10 +15,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <memory>
 
 #include "attnsuite/error.hpp"
+#include "cuda/common/attention_params.hpp"
 #include "cuda/common/backend_support.hpp"
 #include "cuda/common/check.hpp"
 #include "cuda/common/device_buffer.hpp"
@@ -135,9 +135,7 @@ class CudaVanillaBackend final : public IdentifiedBackend {
     softmax.rows = batch * heads_q * seq_q;
     softmax.seq_q = problem.seq_q;
     softmax.seq_kv = problem.seq_kv;
-    softmax.window_left = problem.window_left;
-    softmax.window_right =
-        problem.causal ? (problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0) : problem.window_right;
+    fill_window(softmax, problem);
     vanilla::launch_masked_softmax(softmax, problem.dtype, stream);
 
     for (std::int64_t b = 0; b < calls_over_batch; ++b) {
@@ -152,17 +150,13 @@ class CudaVanillaBackend final : public IdentifiedBackend {
       }
     }
     vanilla::ZeroRowsParams zero_rows;
-    zero_rows.o = args.o.data;
-    zero_rows.stride_batch = o[0];
-    zero_rows.stride_seq = o[1];
-    zero_rows.stride_head = o[2];
+    copy_view(args.o, zero_rows.o, zero_rows.stride_batch, zero_rows.stride_seq, zero_rows.stride_head);
     zero_rows.batch = problem.batch;
     zero_rows.heads_q = problem.heads_q;
     zero_rows.dim_v = problem.dim_v();
     zero_rows.seq_q = problem.seq_q;
     zero_rows.seq_kv = problem.seq_kv;
-    zero_rows.window_left = softmax.window_left;
-    zero_rows.window_right = softmax.window_right;
+    fill_window(zero_rows, problem);
     // Key ranges move monotonically with the query, so the first and the last query are the
     // ones that can see no key; without such a row there is nothing to zero.
     const auto unseen = [&](int query) { return problem.key_begin(query) >= problem.key_end(query); };
