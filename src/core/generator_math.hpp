@@ -39,6 +39,14 @@ ATTNSUITE_HD inline double add(double a, double b) {
 }
 ATTNSUITE_HD inline double sub(double a, double b) { return add(a, -b); }
 
+// c_n·x^n + … + c_1·x + c_0 by Horner's rule, through add and mul: horner(x, c_n, …, c_1, c_0).
+template <class... Coefficients>
+ATTNSUITE_HD inline double horner(double x, double highest, Coefficients... lower) {
+  double p = highest;
+  ((p = add(mul(p, x), lower)), ...);
+  return p;
+}
+
 // splitmix64: a counter-based generator, so element i needs no state from element i-1.
 ATTNSUITE_HD inline std::uint64_t mix(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -63,17 +71,8 @@ ATTNSUITE_HD inline double log_unit(double u) {
   }
   const double t = (m - 1.0) / (m + 1.0);  // both exact-rounded IEEE ops
   const double t2 = mul(t, t);
-  double p = 1.0 / 21.0;
-  p = add(mul(p, t2), 1.0 / 19.0);
-  p = add(mul(p, t2), 1.0 / 17.0);
-  p = add(mul(p, t2), 1.0 / 15.0);
-  p = add(mul(p, t2), 1.0 / 13.0);
-  p = add(mul(p, t2), 1.0 / 11.0);
-  p = add(mul(p, t2), 1.0 / 9.0);
-  p = add(mul(p, t2), 1.0 / 7.0);
-  p = add(mul(p, t2), 1.0 / 5.0);
-  p = add(mul(p, t2), 1.0 / 3.0);
-  p = add(mul(p, t2), 1.0);
+  const double p = horner(t2, 1.0 / 21.0, 1.0 / 19.0, 1.0 / 17.0, 1.0 / 15.0, 1.0 / 13.0, 1.0 / 11.0, 1.0 / 9.0,
+                          1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0, 1.0);
   return add(mul(static_cast<double>(e), 0.69314718055994531), mul(mul(2.0, t), p));
 }
 
@@ -84,26 +83,12 @@ ATTNSUITE_HD inline void sincos_turn(double u, double* sin_out, double* cos_out)
   const double k = std::floor(x);
   const double r = mul(sub(sub(x, k), 0.5), 0.78539816339744831);  // π/4
   const double r2 = mul(r, r);
-  double s = 1.0 / 355687428096000.0;           // 1/17!
-  s = add(mul(s, r2), -1.0 / 1307674368000.0);  // −1/15!
-  s = add(mul(s, r2), 1.0 / 6227020800.0);      // 1/13!
-  s = add(mul(s, r2), -1.0 / 39916800.0);       // −1/11!
-  s = add(mul(s, r2), 1.0 / 362880.0);          // 1/9!
-  s = add(mul(s, r2), -1.0 / 5040.0);           // −1/7!
-  s = add(mul(s, r2), 1.0 / 120.0);             // 1/5!
-  s = add(mul(s, r2), -1.0 / 6.0);              // −1/3!
-  s = add(mul(s, r2), 1.0);
-  const double sin_r = mul(s, r);
-  double c = 1.0 / 20922789888000.0;          // 1/16!
-  c = add(mul(c, r2), -1.0 / 87178291200.0);  // −1/14!
-  c = add(mul(c, r2), 1.0 / 479001600.0);     // 1/12!
-  c = add(mul(c, r2), -1.0 / 3628800.0);      // −1/10!
-  c = add(mul(c, r2), 1.0 / 40320.0);         // 1/8!
-  c = add(mul(c, r2), -1.0 / 720.0);          // −1/6!
-  c = add(mul(c, r2), 1.0 / 24.0);            // 1/4!
-  c = add(mul(c, r2), -0.5);                  // −1/2!
-  c = add(mul(c, r2), 1.0);
-  const double cos_r = c;
+  // In r², highest degree first: ±1/k! for k = 17, 15, …, 3, 1 (sin r / r) and 16, 14, …, 2, 0 (cos r).
+  const double sin_r = mul(horner(r2, 1.0 / 355687428096000.0, -1.0 / 1307674368000.0, 1.0 / 6227020800.0,
+                                  -1.0 / 39916800.0, 1.0 / 362880.0, -1.0 / 5040.0, 1.0 / 120.0, -1.0 / 6.0, 1.0),
+                           r);
+  const double cos_r = horner(r2, 1.0 / 20922789888000.0, -1.0 / 87178291200.0, 1.0 / 479001600.0, -1.0 / 3628800.0,
+                              1.0 / 40320.0, -1.0 / 720.0, 1.0 / 24.0, -0.5, 1.0);
   // sin/cos of (2k+1)·π/8, k = 0..7.
   constexpr double kS = 0.38268343236508977, kC = 0.92387953251128674;  // sin, cos of π/8
   const double centre_sin[8] = {kS, kC, kC, kS, -kS, -kC, -kC, -kS};
