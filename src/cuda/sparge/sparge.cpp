@@ -364,27 +364,27 @@ class SparsePlan final : public KernelPlan {
 };
 
 BackendIdentity identity(Kind kind) {
+  // What the three take alike, then what each adds.
+  const auto sparse_identity = [](const char* name, const char* display_name, std::string_view adds) {
+    return BackendIdentity{name,
+                           display_name,
+                           {DeviceType::Cuda, 0},
+                           fmt::format("fp16/bf16, head dim 64/128, causal, window, GQA; {}", adds)};
+  };
   switch (kind) {
     case Kind::Sparge:
-      return {"sparge",
-              "sparge (predicted block-sparse attention on flash3 / flash2)",
-              {DeviceType::Cuda, 0},
-              "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; flash3 kernel on sm_90 "
-              "(128x128 blocks), flash2 on sm80+ (kernel config flash2)"};
+      return sparse_identity("sparge", "sparge (predicted block-sparse attention on flash3 / flash2)",
+                             "--sparse-config FILE; flash3 kernel on sm_90 (128x128 blocks), flash2 on sm80+ (kernel "
+                             "config flash2)");
     case Kind::BlockSparse:
-      return {"block-sparse",
-              "block-sparse (flash3 / flash2 with a given block mask)",
-              {DeviceType::Cuda, 0},
-              "fp16/bf16, head dim 64/128, causal, window, GQA; --block-mask SPEC; flash3 kernel on sm_90, flash2 "
-              "on sm80+"};
+      return sparse_identity("block-sparse", "block-sparse (flash3 / flash2 with a given block mask)",
+                             "--block-mask SPEC; flash3 kernel on sm_90, flash2 on sm80+");
     case Kind::SpargeSage:
       break;
   }
-  return {"sparge-sage",
-          "sparge-sage (predicted block-sparse attention on sage2)",
-          {DeviceType::Cuda, 0},
-          "fp16/bf16, head dim 64/128, causal, window, GQA; --sparse-config FILE; sage2's INT8/FP8 wgmma "
-          "kernel (128x128 blocks), sm_90a only; quantization included"};
+  return sparse_identity("sparge-sage", "sparge-sage (predicted block-sparse attention on sage2)",
+                         "--sparse-config FILE; sage2's INT8/FP8 wgmma kernel (128x128 blocks), sm_90a only; "
+                         "quantization included");
 }
 
 class SparseCudaBackend final : public IdentifiedBackend {
