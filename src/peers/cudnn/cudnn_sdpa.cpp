@@ -180,24 +180,22 @@ std::vector<std::int64_t> cudnn_strides(const Strides& ours) { return {ours[0], 
 
 GraphKey key_for(const AttentionProblem& p, int device, const Strides& q, const Strides& k, const Strides& v,
                  const Strides& o, bool stats) {
-  GraphKey key;
-  key.device = device;
-  key.batch = p.batch;
-  key.heads_q = p.heads_q;
-  key.heads_kv = p.heads_kv;
-  key.seq_q = p.seq_q;
-  key.seq_kv = p.seq_kv;
-  key.head_dim = p.head_dim;
-  key.head_dim_v = p.dim_v();
-  key.dtype = p.dtype;
-  key.causal = p.causal;
-  key.scale = p.softmax_scale();
-  key.stats = stats;
-  key.q = q;
-  key.k = k;
-  key.v = v;
-  key.o = o;
-  return key;
+  return {.device = device,
+          .batch = p.batch,
+          .heads_q = p.heads_q,
+          .heads_kv = p.heads_kv,
+          .seq_q = p.seq_q,
+          .seq_kv = p.seq_kv,
+          .head_dim = p.head_dim,
+          .head_dim_v = p.dim_v(),
+          .dtype = p.dtype,
+          .causal = p.causal,
+          .scale = p.softmax_scale(),
+          .stats = stats,
+          .q = q,
+          .k = k,
+          .v = v,
+          .o = o};
 }
 
 // The key of a backward graph: the forward's tensors with the statistics, dO like O and the
