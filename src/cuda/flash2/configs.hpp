@@ -3,8 +3,7 @@
 // translation unit (config_<name>_d<head dim>.cu) for fp16 and bf16.
 #pragma once
 
-#include <cstddef>
-
+#include "cuda/common/pointer_range.hpp"
 #include "cuda/flash2/params.hpp"
 
 namespace attnsuite::cuda::flash2 {
@@ -16,14 +15,8 @@ struct AlternativeConfig {
   void (*launch_bf16)(const Params& params, void* stream);
 };
 
-// Every alternative configuration compiled into this build (a range for `for`; the .cu files
-// that include this header are C++17, so no std::span).
-struct AlternativeConfigs {
-  const AlternativeConfig* first;
-  std::size_t count;
-  const AlternativeConfig* begin() const { return first; }
-  const AlternativeConfig* end() const { return first + count; }
-};
+// Every alternative configuration compiled into this build.
+using AlternativeConfigs = PointerRange<AlternativeConfig>;
 AlternativeConfigs alternative_configs();
 
 }  // namespace attnsuite::cuda::flash2

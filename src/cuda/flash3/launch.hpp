@@ -6,6 +6,7 @@
 
 #include "attnsuite/dtype.hpp"
 #include "cuda/common/kernel_params.hpp"
+#include "cuda/common/pointer_range.hpp"
 #include "cuda/flash3/params.hpp"
 
 namespace attnsuite::cuda::flash3 {
@@ -29,13 +30,7 @@ struct TileConfig {
 // In the order Flash3Schedule lists them: m192 (three consumer warpgroups, 192-row Q tiles; d64),
 // m192-fmaexp (m192 with 1/8 of the exponentials on the FMA pipe; opt-in), n176 (176-key K/V tiles;
 // d128). Each runs the v2 schedule whatever params.serial_schedule says.
-// (A pointer range: this header is also read by the C++17 device translation units.)
-struct TileConfigs {
-  const TileConfig* first;
-  std::size_t count;
-  const TileConfig* begin() const { return first; }
-  const TileConfig* end() const { return first + count; }
-};
+using TileConfigs = PointerRange<TileConfig>;
 TileConfigs tile_configs();
 
 // The forward with tile_configs()[index]. Throws Error(Unsupported) for another head dim or dtype.
