@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "attnsuite/backend.hpp"
 #include "attnsuite/kernel_configs.hpp"
@@ -21,10 +22,12 @@ Support supports_common(const AttentionProblem& problem, bool takes_e4m3 = false
 // No for an e4m3 problem (e4m3 has no backward), else yes: what supports_backward() asks first.
 Support supports_backward_dtype(const AttentionProblem& problem);
 
-// A CPU backend: its backward takes what its forward takes, e4m3 aside (it has none).
+// A CPU backend: on the host (device cpu:0); its backward takes what its forward takes, e4m3
+// aside (it has none).
 class CpuBackend : public IdentifiedBackend {
  public:
-  using IdentifiedBackend::IdentifiedBackend;
+  CpuBackend(std::string name, std::string display_name, std::string capabilities)
+      : IdentifiedBackend({std::move(name), std::move(display_name), {DeviceType::Cpu, 0}, std::move(capabilities)}) {}
   Support supports_backward(const AttentionProblem& problem) const override;
 };
 

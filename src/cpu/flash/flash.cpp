@@ -25,14 +25,11 @@ using flash::TileConfig;
 class FlashBackend final : public CpuBackend {
  public:
   FlashBackend()
-      : CpuBackend(
-            {"cpu-flash",
-             "FlashAttention-style tiled CPU kernel (attnsuite)",
-             {DeviceType::Cpu, 0},
-             fmt::format("fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), tiled online softmax, O(N) memory, "
-                         "AVX-512 or AVX2+FMA (widest here: {}; ATTNSUITE_CPU_ISA=avx2 forces AVX2), threaded, causal, "
-                         "window, GQA/MQA, head dim 32..256",
-                         to_string(widest_cpu_isa()))}) {}
+      : CpuBackend("cpu-flash", "FlashAttention-style tiled CPU kernel (attnsuite)",
+                   fmt::format("fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), tiled online softmax, O(N) memory, "
+                               "AVX-512 or AVX2+FMA (widest here: {}; ATTNSUITE_CPU_ISA=avx2 forces AVX2), threaded, "
+                               "causal, window, GQA/MQA, head dim 32..256",
+                               to_string(widest_cpu_isa()))) {}
   Support supports(const AttentionProblem& problem) const override {
     return supports_common(problem, /*takes_e4m3=*/true);
   }

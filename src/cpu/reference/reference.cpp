@@ -75,11 +75,9 @@ namespace {
 class ReferenceBackend final : public CpuBackend {
  public:
   ReferenceBackend()
-      : CpuBackend({"reference",
-                    "fp64 reference (attnsuite)",
-                    {DeviceType::Cpu, 0},
-                    "fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), fp64 accumulation, any strides, "
-                    "causal, window, GQA/MQA, head dim 32..256"}) {}
+      : CpuBackend("reference", "fp64 reference (attnsuite)",
+                   "fp32/fp16/bf16 (e4m3 in, bf16 out: forward only), fp64 accumulation, any strides, "
+                   "causal, window, GQA/MQA, head dim 32..256") {}
   Support supports(const AttentionProblem& problem) const override {
     return supports_common(problem, /*takes_e4m3=*/true);
   }

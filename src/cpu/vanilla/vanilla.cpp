@@ -57,11 +57,9 @@ float masked_softmax_row(float* row, std::int64_t length, std::int64_t begin, st
 class VanillaBackend final : public CpuBackend {
  public:
   VanillaBackend()
-      : CpuBackend({"cpu-vanilla",
-                    "vanilla attention (attnsuite, OpenBLAS)",
-                    {DeviceType::Cpu, 0},
-                    "fp32 (and e4m3 in, dequantized to fp32, bf16 out: forward only), materializes "
-                    "B·H·Nq·Nk scores, causal, window, GQA/MQA, head dim 32..256"}) {}
+      : CpuBackend("cpu-vanilla", "vanilla attention (attnsuite, OpenBLAS)",
+                   "fp32 (and e4m3 in, dequantized to fp32, bf16 out: forward only), materializes "
+                   "B·H·Nq·Nk scores, causal, window, GQA/MQA, head dim 32..256") {}
 
   Support supports(const AttentionProblem& problem) const override {
     if (problem.dtype != DType::F32 && problem.dtype != DType::E4M3) {
