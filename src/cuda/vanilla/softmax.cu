@@ -4,10 +4,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <string>
-
 #include "attnsuite/error.hpp"
 #include "cuda/common/check.hpp"
+#include "cuda/common/dispatch.hpp"
 #include "cuda/common/element.cuh"
 #include "cuda/common/key_range.cuh"
 #include "cuda/vanilla/softmax.hpp"
@@ -90,18 +89,10 @@ void launch_zero_unseen_rows(const ZeroRowsParams& params, DType dtype, void* st
   const std::int64_t rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q;
   constexpr int kRowThreads = 128;
   const dim3 grid(static_cast<unsigned>((rows + kRowThreads - 1) / kRowThreads));
-  auto cuda_stream = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DType::F16:
-      zero_unseen_rows_kernel<__half><<<grid, kRowThreads, 0, cuda_stream>>>(params);
-      break;
-    case DType::BF16:
-      zero_unseen_rows_kernel<__nv_bfloat16><<<grid, kRowThreads, 0, cuda_stream>>>(params);
-      break;
-    default:
-      throw Error(ErrorKind::Unsupported, std::string("cuda-vanilla: dtype ") + std::string(to_string(dtype)) +
-                                              " not supported; allowed: fp16, bf16");
-  }
+  dispatch_16bit(dtype, "cuda-vanilla", [&](auto element) {
+    zero_unseen_rows_kernel<typename decltype(element)::type>
+        <<<grid, kRowThreads, 0, static_cast<cudaStream_t>(stream)>>>(params);
+  });
   ATTNSUITE_CUDA_CHECK_LAUNCH("zero_unseen_rows_kernel");
 }
 
@@ -109,18 +100,10 @@ void launch_masked_softmax(const SoftmaxParams& params, DType dtype, void* strea
   if (params.rows == 0) return;
   ATTNSUITE_CHECK(params.rows <= 0x7fffffff, ErrorKind::Unsupported, "cuda-vanilla: more than 2^31-1 score rows");
   const dim3 grid(static_cast<unsigned>(params.rows));
-  auto cuda_stream = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DType::F16:
-      masked_softmax_kernel<__half><<<grid, kThreads, 0, cuda_stream>>>(params);
-      break;
-    case DType::BF16:
-      masked_softmax_kernel<__nv_bfloat16><<<grid, kThreads, 0, cuda_stream>>>(params);
-      break;
-    default:
-      throw Error(ErrorKind::Unsupported, std::string("cuda-vanilla softmax: dtype ") + std::string(to_string(dtype)) +
-                                              " not supported; allowed: fp16, bf16");
-  }
+  dispatch_16bit(dtype, "cuda-vanilla softmax", [&](auto element) {
+    masked_softmax_kernel<typename decltype(element)::type>
+        <<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(params);
+  });
   ATTNSUITE_CUDA_CHECK_LAUNCH("masked_softmax_kernel");
 }
 
