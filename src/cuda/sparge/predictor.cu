@@ -324,24 +324,27 @@ int next_power_of_two(int n) {
 
 template <class Element, int kHeadDim>
 void run_predictor(const PredictorParams& params, cudaStream_t stream) {
-  const dim3 q_grid(static_cast<unsigned>(params.m_blocks), static_cast<unsigned>(params.heads_q),
-                    static_cast<unsigned>(params.batch));
-  pool_kernel<Element, kHeadDim><<<q_grid, kPoolThreads, 0, stream>>>(
-      static_cast<const Element*>(params.q), params.q_batch_stride, params.q_row_stride, params.q_head_stride,
-      params.seq_q, params.heads_q, params.block_m, params.q_mean, params.q_sim);
+  // One CTA per (block, head, batch) of Q's blocks or K's.
+  const auto blocks_grid = [&](int blocks, int heads) {
+    return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(heads), static_cast<unsigned>(params.batch));
+  };
+  const auto pool = [&](const void* x, long long batch_stride, long long row_stride, long long head_stride, int seq,
+                        int heads, int block_rows, int blocks, float* mean, float* sim) {
+    pool_kernel<Element, kHeadDim><<<blocks_grid(blocks, heads), kPoolThreads, 0, stream>>>(
+        static_cast<const Element*>(x), batch_stride, row_stride, head_stride, seq, heads, block_rows, mean, sim);
+  };
+  pool(params.q, params.q_batch_stride, params.q_row_stride, params.q_head_stride, params.seq_q, params.heads_q,
+       params.block_m, params.m_blocks, params.q_mean, params.q_sim);
   ATTNSUITE_CUDA_CHECK_LAUNCH("sparge pool_kernel (Q)");
-  const dim3 k_grid(static_cast<unsigned>(params.n_blocks), static_cast<unsigned>(params.heads_kv),
-                    static_cast<unsigned>(params.batch));
-  pool_kernel<Element, kHeadDim><<<k_grid, kPoolThreads, 0, stream>>>(
-      static_cast<const Element*>(params.k), params.k_batch_stride, params.k_row_stride, params.k_head_stride,
-      params.seq_kv, params.heads_kv, params.block_n, params.k_mean, params.k_sim);
+  pool(params.k, params.k_batch_stride, params.k_row_stride, params.k_head_stride, params.seq_kv, params.heads_kv,
+       params.block_n, params.n_blocks, params.k_mean, params.k_sim);
   ATTNSUITE_CUDA_CHECK_LAUNCH("sparge pool_kernel (K)");
   const int sort_size = next_power_of_two(params.n_blocks);
   const std::size_t smem = static_cast<std::size_t>(kHeadDim) * 4 + static_cast<std::size_t>(sort_size) * 12;
   const auto kernel = select_kernel<kHeadDim>;
   ATTNSUITE_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<q_grid, kSelectThreads, smem, stream>>>(params, sort_size);
+  kernel<<<blocks_grid(params.m_blocks, params.heads_q), kSelectThreads, smem, stream>>>(params, sort_size);
   ATTNSUITE_CUDA_CHECK_LAUNCH("sparge select_kernel");
 }
 
