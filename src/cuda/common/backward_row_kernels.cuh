@@ -34,36 +34,68 @@ __device__ __forceinline__ std::uint32_t pack_row_pair(float low, float high) {
 // The rows of the workspace handled per CTA by the row-wise kernels (one warp a row).
 inline constexpr int kRowKernelWarps = 8;
 
+// A row-wise kernel's rows: (batch, q head, row < rows_per_head), seq_q_padded rows a head for the
+// workspace, seq_q for dQ.
+__host__ __device__ inline std::int64_t row_kernel_rows(int batch, int heads_q, int rows_per_head) {
+  return static_cast<std::int64_t>(batch) * heads_q * rows_per_head;
+}
+
+// This warp's row among row_kernel_rows (one warp a row; past the last one, nothing to do).
+__device__ __forceinline__ std::int64_t warp_row_index() {
+  return static_cast<std::int64_t>(blockIdx.x) * kRowKernelWarps + threadIdx.x / 32;
+}
+
+// A warp's row as (batch, head, row) and batch · heads_q + head, with the warp's lane.
+struct WarpRow {
+  std::int64_t batch_head;
+  int lane, row, head, batch;
+};
+
+// Row `index` of row_kernel_rows(params.batch, params.heads_q, rows_per_head), split.
+__device__ __forceinline__ WarpRow warp_row(std::int64_t index, const BackwardParams& params, int rows_per_head) {
+  WarpRow w;
+  w.lane = static_cast<int>(threadIdx.x) % 32;
+  w.row = static_cast<int>(index % rows_per_head);
+  w.batch_head = index / rows_per_head;
+  w.head = static_cast<int>(w.batch_head % params.heads_q);
+  w.batch = static_cast<int>(w.batch_head / params.heads_q);
+  return w;
+}
+
+// kernel<<<…>>>(params) with one warp per row of row_kernel_rows(params.batch, params.heads_q,
+// rows_per_head).
+inline void launch_row_kernel(void (*kernel)(BackwardParams), const BackwardParams& params, int rows_per_head,
+                              cudaStream_t stream) {
+  const std::int64_t rows = row_kernel_rows(params.batch, params.heads_q, rows_per_head);
+  kernel<<<static_cast<unsigned>((rows + kRowKernelWarps - 1) / kRowKernelWarps), kRowKernelWarps * 32, 0, stream>>>(
+      params);
+}
+
 // One warp per workspace row (batch, q head, row < seq_q_padded).
 template <class Element>
 __global__ void __launch_bounds__(kRowKernelWarps * 32)
     backward_preprocess_kernel(const __grid_constant__ BackwardParams params) {
-  const std::int64_t row_index = static_cast<std::int64_t>(blockIdx.x) * kRowKernelWarps + threadIdx.x / 32;
-  const std::int64_t rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q_padded;
-  if (row_index >= rows) return;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int row = static_cast<int>(row_index % params.seq_q_padded);
-  const std::int64_t batch_head = row_index / params.seq_q_padded;
-  const int head = static_cast<int>(batch_head % params.heads_q);
-  const int batch = static_cast<int>(batch_head / params.heads_q);
+  const std::int64_t row_index = warp_row_index();
+  if (row_index >= row_kernel_rows(params.batch, params.heads_q, params.seq_q_padded)) return;
+  const WarpRow w = warp_row(row_index, params, params.seq_q_padded);
   float dot = 0.0f, lse_log2 = INFINITY;
-  if (row < params.seq_q) {
-    const auto* o = static_cast<const Element*>(params.o) + batch * params.o_batch_stride + row * params.o_row_stride +
-                    head * params.o_head_stride;
-    const auto* d_o = static_cast<const Element*>(params.d_o) + batch * params.d_o_batch_stride +
-                      row * params.d_o_row_stride + head * params.d_o_head_stride;
-    for (int c = lane; c < params.head_dim; c += 32) dot += to_float(o[c]) * to_float(d_o[c]);
+  if (w.row < params.seq_q) {
+    const auto* o = static_cast<const Element*>(params.o) + w.batch * params.o_batch_stride +
+                    w.row * params.o_row_stride + w.head * params.o_head_stride;
+    const auto* d_o = static_cast<const Element*>(params.d_o) + w.batch * params.d_o_batch_stride +
+                      w.row * params.d_o_row_stride + w.head * params.d_o_head_stride;
+    for (int c = w.lane; c < params.head_dim; c += 32) dot += to_float(o[c]) * to_float(d_o[c]);
     dot = warp_sum(dot);
-    const float lse = params.lse[batch_head * params.seq_q + row];
+    const float lse = params.lse[w.batch_head * params.seq_q + w.row];
     // -inf: the row sees no key (O = 0); +inf makes its P 0 instead of 2^+inf.
     lse_log2 = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
   }
-  if (lane == 0) {
+  if (w.lane == 0) {
     params.lse_log2[row_index] = lse_log2;
     params.row_dot[row_index] = dot;
   }
   if (params.dq_accum != nullptr)
-    for (int c = lane; c < params.head_dim; c += 32) params.dq_accum[row_index * params.head_dim + c] = 0.0f;
+    for (int c = w.lane; c < params.head_dim; c += 32) params.dq_accum[row_index * params.head_dim + c] = 0.0f;
 }
 
 // One warp per dQ row (batch, q head, row < seq_q): dq = scale · the fp32 sums, 0 where the row
@@ -71,20 +103,15 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32)
 template <class Element>
 __global__ void __launch_bounds__(kRowKernelWarps * 32)
     backward_convert_dq_kernel(const __grid_constant__ BackwardParams params) {
-  const std::int64_t row_index = static_cast<std::int64_t>(blockIdx.x) * kRowKernelWarps + threadIdx.x / 32;
-  const std::int64_t rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q;
-  if (row_index >= rows) return;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int row = static_cast<int>(row_index % params.seq_q);
-  const std::int64_t batch_head = row_index / params.seq_q;
-  const int head = static_cast<int>(batch_head % params.heads_q);
-  const int batch = static_cast<int>(batch_head / params.heads_q);
-  const KeyRange keys = key_range(params, row);
+  const std::int64_t row_index = warp_row_index();
+  if (row_index >= row_kernel_rows(params.batch, params.heads_q, params.seq_q)) return;
+  const WarpRow w = warp_row(row_index, params, params.seq_q);
+  const KeyRange keys = key_range(params, w.row);
   const bool sees = keys.begin < keys.end;
-  const float* sums = params.dq_accum + (batch_head * params.seq_q_padded + row) * params.head_dim;
-  auto* dq = static_cast<Element*>(params.dq) + batch * params.dq_batch_stride + row * params.dq_row_stride +
-             head * params.dq_head_stride;
-  for (int c = 2 * lane; c < params.head_dim; c += 64) {
+  const float* sums = params.dq_accum + (w.batch_head * params.seq_q_padded + w.row) * params.head_dim;
+  auto* dq = static_cast<Element*>(params.dq) + w.batch * params.dq_batch_stride + w.row * params.dq_row_stride +
+             w.head * params.dq_head_stride;
+  for (int c = 2 * w.lane; c < params.head_dim; c += 64) {
     const float2 pair = *reinterpret_cast<const float2*>(sums + c);
     *reinterpret_cast<std::uint32_t*>(dq + c) =
         pack_row_pair<Element>(sees ? pair.x * params.scale : 0.0f, sees ? pair.y * params.scale : 0.0f);
@@ -94,20 +121,14 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32)
 // The preprocess for every padded row, before the main kernel: D, LSE·log2 e, the dQ sums zeroed.
 template <class Element>
 void launch_backward_preprocess(const BackwardParams& params, cudaStream_t stream) {
-  const std::int64_t rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q_padded;
-  backward_preprocess_kernel<Element>
-      <<<static_cast<unsigned>((rows + kRowKernelWarps - 1) / kRowKernelWarps), kRowKernelWarps * 32, 0, stream>>>(
-          params);
+  launch_row_kernel(backward_preprocess_kernel<Element>, params, params.seq_q_padded, stream);
   ATTNSUITE_CUDA_CHECK_LAUNCH("backward_preprocess_kernel");
 }
 
 // dQ from the fp32 sums (atomic mode), after the main kernel.
 template <class Element>
 void launch_backward_convert_dq(const BackwardParams& params, cudaStream_t stream) {
-  const std::int64_t rows = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q;
-  backward_convert_dq_kernel<Element>
-      <<<static_cast<unsigned>((rows + kRowKernelWarps - 1) / kRowKernelWarps), kRowKernelWarps * 32, 0, stream>>>(
-          params);
+  launch_row_kernel(backward_convert_dq_kernel<Element>, params, params.seq_q, stream);
   ATTNSUITE_CUDA_CHECK_LAUNCH("backward_convert_dq_kernel");
 }
 
