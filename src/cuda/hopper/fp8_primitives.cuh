@@ -84,30 +84,16 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&acc)[kN / 2], const std::u
   template <>                                                                                                      \
   __device__ __forceinline__ void wgmma_ss_e4m3<N>(float(&acc)[(N) / 2], std::uint64_t a_descriptor,               \
                                                    std::uint64_t b_descriptor, int accumulate) {                   \
-    asm volatile(                                                                                                  \
-        "{\n"                                                                                                      \
-        ".reg .pred accumulate;\n"                                                                                 \
-        "setp.ne.b32 accumulate, " ACCUMULATE ", 0;\n"                                                             \
-        "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " ACC ", " A_DESC ", " B_DESC                    \
-        ", accumulate, 1, 1;\n"                                                                                    \
-        "}\n"                                                                                                      \
-        : OUTS                                                                                                     \
-        : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate));                                                  \
+    FLASH3_WGMMA("wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3", ACC, A_DESC, B_DESC, ACCUMULATE,      \
+                 "1, 1", OUTS : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate));                            \
   }
 // RS: "d, a, b-desc, scale-d, imm-scale-a, imm-scale-b".
 #define FLASH3_DEFINE_WGMMA_RS_E4M3(N, ACC, OUTS, A_REGS, B_DESC, ACCUMULATE)                                      \
   template <>                                                                                                      \
   __device__ __forceinline__ void wgmma_rs_e4m3<N>(float(&acc)[(N) / 2], const std::uint32_t(&a)[4],               \
                                                    std::uint64_t b_descriptor, int accumulate) {                   \
-    asm volatile(                                                                                                  \
-        "{\n"                                                                                                      \
-        ".reg .pred accumulate;\n"                                                                                 \
-        "setp.ne.b32 accumulate, " ACCUMULATE ", 0;\n"                                                             \
-        "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " ACC ", " A_REGS ", " B_DESC                    \
-        ", accumulate, 1, 1;\n"                                                                                    \
-        "}\n"                                                                                                      \
-        : OUTS                                                                                                     \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor), "r"(accumulate));                         \
+    FLASH3_WGMMA("wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3", ACC, A_REGS, B_DESC, ACCUMULATE,      \
+                 "1, 1", OUTS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor), "r"(accumulate));   \
   }
 
 // S = Q·Kᵀ with N = kTileN (128); O += P·V with N = head dim (64, 128).

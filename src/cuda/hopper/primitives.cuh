@@ -265,22 +265,27 @@ __device__ __forceinline__ void wgmma_ss_transposed(float (&acc)[kN / 2], std::u
 #define FLASH3_OUT88 FLASH3_OUT64, FLASH3_OUT16(64), FLASH3_OUT4(80), FLASH3_OUT4(84)
 #define FLASH3_OUT128 FLASH3_OUT64, FLASH3_OUT16(64), FLASH3_OUT16(80), FLASH3_OUT16(96), FLASH3_OUT16(112)
 
+// One wgmma, `INSTRUCTION d, a, b-desc, scale-d, IMMEDIATES` (ACC: d's registers, A: a's
+// descriptor or registers, B_DESC and ACCUMULATE: operand numbers), scale-d the predicate
+// ACCUMULATE != 0; the variadic arguments are the asm's operands, `outputs : inputs`.
+#define FLASH3_WGMMA(INSTRUCTION, ACC, A, B_DESC, ACCUMULATE, IMMEDIATES, ...)                                     \
+  asm volatile(                                                                                                    \
+      "{\n"                                                                                                        \
+      ".reg .pred accumulate;\n"                                                                                   \
+      "setp.ne.b32 accumulate, " ACCUMULATE ", 0;\n"                                                               \
+      INSTRUCTION " " ACC ", " A ", " B_DESC ", accumulate, " IMMEDIATES ";\n"                                     \
+      "}\n"                                                                                                        \
+      : __VA_ARGS__)
+
 // SS: "d, a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b".
 // A_DESC, B_DESC, ACCUMULATE: the operand numbers N/2, N/2 + 1, N/2 + 2; FUNCTION and TRANSPOSE:
 // wgmma_ss with "0, 0" (both K-major) or wgmma_ss_transposed with "1, 1".
-#define FLASH3_DEFINE_WGMMA_SS_AS(FUNCTION, TRANSPOSE, ELEMENT, TYPE, N, ACC, OUTS, A_DESC, B_DESC, ACCUMULATE)     \
+#define FLASH3_DEFINE_WGMMA_SS_AS(FUNCTION, TRANSPOSE, ELEMENT, TYPE, N, ACC, OUTS, A_DESC, B_DESC, ACCUMULATE)    \
   template <>                                                                                                      \
   __device__ __forceinline__ void FUNCTION<ELEMENT, N>(float(&acc)[(N) / 2], std::uint64_t a_descriptor,           \
                                                        std::uint64_t b_descriptor, int accumulate) {               \
-    asm volatile(                                                                                                  \
-        "{\n"                                                                                                      \
-        ".reg .pred accumulate;\n"                                                                                 \
-        "setp.ne.b32 accumulate, " ACCUMULATE ", 0;\n"                                                             \
-        "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " ACC ", " A_DESC ", " B_DESC            \
-        ", accumulate, 1, 1, " TRANSPOSE ";\n"                                                                     \
-        "}\n"                                                                                                      \
-        : OUTS                                                                                                     \
-        : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate));                                                  \
+    FLASH3_WGMMA("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE, ACC, A_DESC, B_DESC, ACCUMULATE, \
+                 "1, 1, " TRANSPOSE, OUTS : "l"(a_descriptor), "l"(b_descriptor), "r"(accumulate));                \
   }
 // RS: "d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b"; A_REGS are the operand
 // numbers N/2 .. N/2 + 3, B_DESC N/2 + 4, ACCUMULATE N/2 + 5.
@@ -288,15 +293,9 @@ __device__ __forceinline__ void wgmma_ss_transposed(float (&acc)[kN / 2], std::u
   template <>                                                                                                      \
   __device__ __forceinline__ void wgmma_rs<ELEMENT, N>(float(&acc)[(N) / 2], const std::uint32_t(&a)[4],           \
                                                        std::uint64_t b_descriptor, int accumulate) {               \
-    asm volatile(                                                                                                  \
-        "{\n"                                                                                                      \
-        ".reg .pred accumulate;\n"                                                                                 \
-        "setp.ne.b32 accumulate, " ACCUMULATE ", 0;\n"                                                             \
-        "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " ACC ", " A_REGS ", " B_DESC            \
-        ", accumulate, 1, 1, 1;\n"                                                                                 \
-        "}\n"                                                                                                      \
-        : OUTS                                                                                                     \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor), "r"(accumulate));                         \
+    FLASH3_WGMMA("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE, ACC, A_REGS, B_DESC, ACCUMULATE, \
+                 "1, 1, 1",                                                                                        \
+                 OUTS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor), "r"(accumulate));           \
   }
 
 // The shapes the configurations use (traits.cuh): S = Q·Kᵀ with N = kTileN (64, 128, and 176 for
@@ -321,7 +320,8 @@ FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss_transposed, "1, 1", __nv_bfloat16, "bf16", 64
 
 #undef FLASH3_DEFINE_WGMMA_SS_AS
 #undef FLASH3_DEFINE_WGMMA_RS
-// FLASH3_ACC* and FLASH3_OUT* stay defined: fp8_primitives.cuh builds its e4m3 wgmma from them.
+// FLASH3_WGMMA, FLASH3_ACC* and FLASH3_OUT* stay defined: fp8_primitives.cuh builds its e4m3
+// wgmma from them.
 // clang-format on
 
 }  // namespace attnsuite::cuda::hopper
