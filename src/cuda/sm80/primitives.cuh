@@ -44,6 +44,15 @@ __device__ __forceinline__ void load_matrix_x4_transposed(std::uint32_t (&frag)[
                : "r"(row_address));
 }
 
+// ACC (16×8) += A (row-major fragment) · B (k-major fragment B0, B1) by one
+// `mma.sync.aligned.SHAPE_AND_TYPES`: ACC's 4 registers (CONSTRAINT "+f" or "+r") are C and D.
+#define ATTNSUITE_SM80_MMA(SHAPE_AND_TYPES, CONSTRAINT, ACC, A, B0, B1)                         \
+  asm volatile("mma.sync.aligned." SHAPE_AND_TYPES                                              \
+               " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "                                \
+               "{%0, %1, %2, %3};\n"                                                            \
+               : CONSTRAINT(ACC[0]), CONSTRAINT(ACC[1]), CONSTRAINT(ACC[2]), CONSTRAINT(ACC[3]) \
+               : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B0), "r"(B1))
+
 // acc (16×8 fp32) += A (16×16, row-major fragment) · B (16×8, k-major fragment).
 template <class Element>
 __device__ __forceinline__ void mma_16x8x16(float (&acc)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
@@ -52,21 +61,13 @@ __device__ __forceinline__ void mma_16x8x16(float (&acc)[4], const std::uint32_t
 template <>
 __device__ __forceinline__ void mma_16x8x16<__half>(float (&acc)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
                                                     std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  ATTNSUITE_SM80_MMA("m16n8k16.row.col.f32.f16.f16.f32", "+f", acc, a, b0, b1);
 }
 
 template <>
 __device__ __forceinline__ void mma_16x8x16<__nv_bfloat16>(float (&acc)[4], const std::uint32_t (&a)[4],
                                                            std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  ATTNSUITE_SM80_MMA("m16n8k16.row.col.f32.bf16.bf16.f32", "+f", acc, a, b0, b1);
 }
 
 // Two floats rounded to the 16-bit type, packed low-first (the mma fragment order).
@@ -128,11 +129,7 @@ __device__ __forceinline__ float quad_sum(float value) {
 // acc (16×8 s32) += A (16×32 s8, row) · B (32×8 s8, col).
 __device__ __forceinline__ void mma_s8_16x8x32(int (&acc)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
                                                std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+r"(acc[0]), "+r"(acc[1]), "+r"(acc[2]), "+r"(acc[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  ATTNSUITE_SM80_MMA("m16n8k32.row.col.s32.s8.s8.s32", "+r", acc, a, b0, b1);
 }
 
 // d (16×8 f32) = A (16×32 e4m3, row) · B (32×8 e4m3, col), into a fresh accumulator: the
@@ -154,15 +151,13 @@ __device__ __forceinline__ void mma_e4m3_16x8x32_fresh(float (&d)[4], const std:
 __device__ __forceinline__ void mma_e4m3_16x8x32(float (&acc)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
                                                  std::uint32_t b1) {
 #if ATTNSUITE_SAGE_HAVE_FP8_MMA
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  ATTNSUITE_SM80_MMA("m16n8k32.row.col.f32.e4m3.e4m3.f32", "+f", acc, a, b0, b1);
 #else
   __trap();
 #endif
 }
+
+#undef ATTNSUITE_SM80_MMA
 
 // Two floats → two e4m3 bytes (round to nearest even, saturating), `low` in the low byte.
 __device__ __forceinline__ std::uint32_t pack_e4m3_pair(float low, float high) {
