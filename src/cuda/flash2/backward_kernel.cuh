@@ -142,9 +142,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[0][dt][e] = acc_dv[0][dt][e] = 0.0f;
 
-  const auto mma = [](float(&acc)[4], const std::uint32_t(&a)[4], std::uint32_t b0, std::uint32_t b1) {
-    mma_16x8x16<Element>(acc, a, b0, b1);
-  };
+  const Mma16x8x16<Element> mma{};
   // dQ's tile of this warp (atomic mode): rows row_block·16.., columns of its column group,
   // whose K columns (B of dS·K) start kDqDTiles / 2 16-column steps per group in.
   const int row_block = warp % Traits::kDqRowBlocks, column_group = warp / Traits::kDqRowBlocks;
@@ -328,9 +326,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const FragmentAddresses<kRowBytes> b_addresses(b_row, b_chunk);
   const std::uint32_t warp_q = smem_q + warp * 16 * kRowBytes, warp_do = smem_do + warp * 16 * kRowBytes;
   const std::uint32_t no_fragments[1][1][4] = {};
-  const auto mma = [](float(&acc)[4], const std::uint32_t(&a)[4], std::uint32_t b0, std::uint32_t b1) {
-    mma_16x8x16<Element>(acc, a, b0, b1);
-  };
+  const Mma16x8x16<Element> mma{};
 
   float acc_dq[1][kDTiles][4];
 #pragma unroll

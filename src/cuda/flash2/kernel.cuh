@@ -197,9 +197,7 @@ __device__ __forceinline__ void forward_body(const KernelParams& params) {
   auto compute_scores = [&](int it, ScoreTile& acc_s) {
     const int stage = (it - it_begin) % kStages;
     multiply_qk<kQRegisterTiles, kKSteps>(acc_s, q_frag, a_addresses, smem_q_address, k_addresses,
-                                          smem_k_address + stage * kKVTileBytes,
-                                          [](float(&acc)[4], const std::uint32_t(&a)[4], std::uint32_t b0,
-                                             std::uint32_t b1) { mma_16x8x16<Element>(acc, a, b0, b1); });
+                                          smem_k_address + stage * kKVTileBytes, Mma16x8x16<Element>{});
   };
 
   // Block-sparse only: this warp's P·V skip threshold, and whether the current block's P is

@@ -70,6 +70,15 @@ __device__ __forceinline__ void mma_16x8x16<__nv_bfloat16>(float (&acc)[4], cons
   ATTNSUITE_SM80_MMA("m16n8k16.row.col.f32.bf16.bf16.f32", "+f", acc, a, b0, b1);
 }
 
+// mma_16x8x16<Element> as a callable (the `mma` of sm80/tile.cuh's loops).
+template <class Element>
+struct Mma16x8x16 {
+  __device__ __forceinline__ void operator()(float (&acc)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                             std::uint32_t b1) const {
+    mma_16x8x16<Element>(acc, a, b0, b1);
+  }
+};
+
 // Two floats rounded to the 16-bit type, packed low-first (the mma fragment order).
 template <class Element>
 __device__ __forceinline__ std::uint32_t pack_pair(float low, float high);

@@ -119,6 +119,20 @@ __device__ __forceinline__ void start_rows(float (&acc_o)[kMTiles][kDTiles][4], 
     }
 }
 
+// The two 8-column B fragments of one ldmatrix.x4, b (b[0..1], b[2..3]), times each row tile's A
+// fragment: acc[mt][2·j] += a[mt] · (b[0], b[1]), acc[mt][2·j + 1] += a[mt] · (b[2], b[3]), by one
+// m16n8 MMA each (mma(acc, a, b0, b1)).
+template <class Acc, int kMTiles, int kTiles, class Mma>
+__device__ __forceinline__ void multiply_b_pair(Acc (&acc)[kMTiles][kTiles][4], int j,
+                                                const std::uint32_t (&a)[kMTiles][4], const std::uint32_t (&b)[4],
+                                                Mma mma) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    mma(acc[mt][2 * j], a[mt], b[0], b[1]);
+    mma(acc[mt][2 * j + 1], a[mt], b[2], b[3]);
+  }
+}
+
 // acc = Q·Kᵀ of a warp's kMTiles 16-row tiles and a K tile (kNTiles 8-key tiles), kKSteps k-steps
 // of one m16n8 MMA each (mma(acc, a, b0, b1)): A from the Q fragments the warp keeps in registers
 // (its first kQRegisterTiles row tiles, q_frag) or ldmatrix'd at q_address; B from the K tile at
@@ -150,11 +164,7 @@ __device__ __forceinline__ void multiply_qk(Acc (&acc)[kMTiles][kNTiles][4], con
     for (int np = 0; np < kNTiles / 2; ++np) {
       std::uint32_t b[4];
       load_matrix_x4(b, k_addresses.at(k_tile, np, ks));
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        mma(acc[mt][2 * np], a[mt], b[0], b[1]);
-        mma(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-      }
+      multiply_b_pair(acc, np, a, b, mma);
     }
   }
 }
@@ -178,11 +188,7 @@ __device__ __forceinline__ void accumulate_pv(float (&acc_o)[kMTiles][kDTiles][4
     for (int dp = 0; dp < kDTiles / 2; ++dp) {
       std::uint32_t b[4];
       load_matrix_x4_transposed(b, v_addresses.at(v_tile, kk, dp));
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        mma_16x8x16<Element>(acc_o[mt][2 * dp], p[mt], b[0], b[1]);
-        mma_16x8x16<Element>(acc_o[mt][2 * dp + 1], p[mt], b[2], b[3]);
-      }
+      multiply_b_pair(acc_o, dp, p, b, Mma16x8x16<Element>{});
     }
   }
 }
