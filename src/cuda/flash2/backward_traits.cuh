@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/common/backward_rows.hpp"
+#include "cuda/sm80/forward_tiles.cuh"
 
 namespace attnsuite::cuda::flash2 {
 
@@ -70,26 +71,17 @@ struct BackwardTraits {
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 
-// The deterministic mode's dQ kernel: the forward's shape (one CTA per kTileM query rows of one
-// (batch, q head), 16 rows a warp, K/V tiles of kTileN keys through a kStages-deep cp.async ring),
-// recomputing S, P, dP and dS per K/V tile and keeping dQ in registers: no atomics, dQ written once.
-template <class Element_, int kHeadDim_, int kTileN_, int kStages_, int kMinBlocksPerSm_>
-struct DqTraits {
-  using Element = Element_;
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kTileM = kBackwardQueryTile;
-  static constexpr int kTileN = kTileN_;
-  static constexpr int kStages = kStages_;
-  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
-  static constexpr int kWarps = kTileM / 16;
-  static constexpr int kThreads = kWarps * 32;
-
+// The deterministic mode's dQ kernel: the forward's shape (sm80::ForwardTiles: one CTA per kTileM
+// query rows of one (batch, q head), 16 rows a warp, K/V tiles of kTileN keys through a
+// kStages-deep cp.async ring, Q re-read from shared memory), recomputing S, P, dP and dS per K/V
+// tile and keeping dQ in registers: no atomics, dQ written once.
+template <class Element, int kHeadDim, int kTileN, int kStages, int kMinBlocksPerSm>
+struct DqTraits : sm80::ForwardTiles<Element, kHeadDim, kBackwardQueryTile, kTileN, kBackwardQueryTile / 16, kStages, 0,
+                                     kMinBlocksPerSm> {
   static constexpr int kRowBytes = kHeadDim * 2;
-  static constexpr int kNTiles = kTileN / 8;
-  static constexpr int kDTiles = kHeadDim / 8;
   static constexpr int kKSteps = kHeadDim / 16;
 
-  static constexpr int kQTileBytes = kTileM * kRowBytes;
+  static constexpr int kQTileBytes = kBackwardQueryTile * kRowBytes;
   static constexpr int kKVTileBytes = kTileN * kRowBytes;
   static constexpr int kQOffset = 0;
   static constexpr int kDOOffset = kQTileBytes;
@@ -97,14 +89,13 @@ struct DqTraits {
   static constexpr int kVOffset = kKOffset + kStages * kKVTileBytes;
   static constexpr int kSmemBytes = kVOffset + kStages * kKVTileBytes;
 
-  static_assert(sizeof(Element) == 2, "flash2 computes on 16-bit inputs (fp16, bf16)");
   static_assert(kHeadDim % 64 == 0, "the XOR swizzle spans 8 chunks of 16 bytes: head dim >= 64");
   static_assert(kTileN % 16 == 0, "dS·K consumes keys 16 at a time");
-  static_assert(kStages >= 2, "at least double-buffered K/V");
-  static_assert((kTileM * kHeadDim / 8) % kThreads == 0 && (kTileN * kHeadDim / 8) % kThreads == 0,
+  static_assert((kBackwardQueryTile * kHeadDim / 8) % DqTraits::kThreads == 0 &&
+                    (kTileN * kHeadDim / 8) % DqTraits::kThreads == 0,
                 "tile loads divide evenly among the threads");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
-  static_assert(kBackwardRowPadding % kTileM == 0, "the workspace's padded rows hold whole query tiles");
+  static_assert(kBackwardRowPadding % kBackwardQueryTile == 0, "the workspace's padded rows hold whole query tiles");
 };
 
 // The configuration per (dtype, head dim, keys per CTA). Registers and spills as ptxas reports

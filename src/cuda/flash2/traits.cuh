@@ -5,35 +5,22 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/sm80/forward_tiles.cuh"
+
 namespace attnsuite::cuda::flash2 {
 
 // One CTA computes kTileM query rows of one (batch, q head) against all its keys, kTileN keys
-// at a time. Each warp owns kTileM / kWarps rows (one or two 16-row mma tiles) and the whole
-// head dim of their output, so the softmax statistics of a row never leave its quad of lanes.
-template <class Element_, int kHeadDim_, int kTileM_, int kTileN_, int kWarps_, int kStages_, int kQRegisterTiles_,
-          int kMinBlocksPerSm_>
-struct Traits {
-  using Element = Element_;
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kTileM = kTileM_;
-  static constexpr int kTileN = kTileN_;
-  static constexpr int kWarps = kWarps_;
-  // K/V tiles in flight: stage i+1 loads while stage i is computed.
-  static constexpr int kStages = kStages_;
-  // The first kQRegisterTiles of a warp's row tiles keep their Q fragments in registers for the
-  // whole CTA; the others are re-read from shared memory per K tile.
-  static constexpr int kQRegisterTiles = kQRegisterTiles_;
-  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+// at a time: sm80::ForwardTiles holds the tiles, warps and stages, and what follows from them, as
+// members; what is flash2's own is defined here from the same template parameters.
+template <class Element, int kHeadDim, int kTileM, int kTileN, int kWarps, int kStages, int kQRegisterTiles,
+          int kMinBlocksPerSm>
+struct Traits
+    : sm80::ForwardTiles<Element, kHeadDim, kTileM, kTileN, kWarps, kStages, kQRegisterTiles, kMinBlocksPerSm> {
   // The block-sparse variant (BlockSparse<Traits> below) visits only the key blocks of its q
   // block's kept list and may skip P·V per warp; false here, so dense code is unchanged.
   static constexpr bool kBlockSparse = false;
 
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kRowsPerWarp = kTileM / kWarps;
-  static constexpr int kMTiles = kRowsPerWarp / 16;  // 16-row mma tiles per warp
-  static constexpr int kNTiles = kTileN / 8;         // 8-key mma tiles of S per K tile
-  static constexpr int kDTiles = kHeadDim / 8;       // 8-column mma tiles of O
-  static constexpr int kKSteps = kHeadDim / 16;      // k-steps of Q·Kᵀ
+  static constexpr int kKSteps = kHeadDim / 16;  // k-steps of Q·Kᵀ
   static constexpr int kChunksPerRow = kHeadDim * static_cast<int>(sizeof(Element)) / 16;
 
   static constexpr int kQTileElements = kTileM * kHeadDim;
@@ -41,14 +28,9 @@ struct Traits {
   static constexpr int kSmemBytes =
       (kQTileElements + 2 * kStages * kKVTileElements) * static_cast<int>(sizeof(Element));
 
-  static_assert(sizeof(Element) == 2, "flash2 computes on 16-bit inputs (fp16, bf16)");
-  static_assert(kTileM % (16 * kWarps) == 0 && kMTiles >= 1 && kMTiles <= 2,
-                "each warp owns one or two 16-row mma tiles");
   static_assert(kTileN % 16 == 0, "P·V consumes keys 16 at a time");
   static_assert(kHeadDim % 64 == 0, "the XOR swizzle spans 8 chunks of 16 bytes: head dim >= 64");
-  static_assert(kQRegisterTiles >= 0 && kQRegisterTiles <= kMTiles, "Q register tiles: 0 .. row tiles per warp");
-  static_assert(kStages >= 2, "at least double-buffered K/V");
-  static_assert((kTileM * kChunksPerRow) % kThreads == 0 && (kTileN * kChunksPerRow) % kThreads == 0,
+  static_assert((kTileM * kChunksPerRow) % (kWarps * 32) == 0 && (kTileN * kChunksPerRow) % (kWarps * 32) == 0,
                 "tile loads divide evenly among the threads");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };

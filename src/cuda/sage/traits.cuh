@@ -8,30 +8,21 @@
 #include <cstdint>
 
 #include "cuda/sage/quant_rule.hpp"
+#include "cuda/sm80/forward_tiles.cuh"
 
 namespace attnsuite::cuda::sage {
 
 // One CTA computes kTileM query rows of one (batch, q head) against its keys, kTileN at a time;
 // each warp owns kTileM / kWarps rows (one or two 16-row mma tiles) and their whole output, as
-// in flash2. Element is the 16-bit dtype of V (sage) and O.
-template <Mode kMode_, class Element_, int kHeadDim_, int kTileM_, int kTileN_, int kWarps_, int kStages_,
-          int kQRegisterTiles_, int kMinBlocksPerSm_>
-struct Traits {
+// in flash2: sm80::ForwardTiles holds the tiles, warps and stages, and what follows from them, as
+// members; what is sage's own is defined here from the same template parameters. Element is the
+// 16-bit dtype of V (sage) and O.
+template <Mode kMode_, class Element, int kHeadDim, int kTileM, int kTileN, int kWarps, int kStages,
+          int kQRegisterTiles, int kMinBlocksPerSm>
+struct Traits
+    : sm80::ForwardTiles<Element, kHeadDim, kTileM, kTileN, kWarps, kStages, kQRegisterTiles, kMinBlocksPerSm> {
   static constexpr Mode kMode = kMode_;
-  using Element = Element_;
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kTileM = kTileM_;
-  static constexpr int kTileN = kTileN_;
-  static constexpr int kWarps = kWarps_;
-  static constexpr int kStages = kStages_;
-  static constexpr int kQRegisterTiles = kQRegisterTiles_;
-  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
 
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kRowsPerWarp = kTileM / kWarps;
-  static constexpr int kMTiles = kRowsPerWarp / 16;
-  static constexpr int kNTiles = kTileN / 8;
-  static constexpr int kDTiles = kHeadDim / 8;
   static constexpr int kKSteps = kHeadDim / 32;  // k-steps of the INT8 m16n8k32 Q·Kᵀ
   static constexpr int kQBlockRows = q_block_rows(kMode);
   static constexpr int kKBlockRows = k_block_rows(kMode, kHeadDim);
@@ -45,12 +36,8 @@ struct Traits {
   static constexpr int kOutBytes = kTileM * kHeadDim * 2;
   static constexpr int kSmemBytes = kLoopBytes > kOutBytes ? kLoopBytes : kOutBytes;
 
-  static_assert(sizeof(Element) == 2, "O (and sage's V) are 16-bit (fp16, bf16)");
-  static_assert(kTileM % (16 * kWarps) == 0 && kMTiles >= 1 && kMTiles <= 2, "one or two 16-row mma tiles per warp");
   static_assert(kTileN % 32 == 0, "FP8 P·V consumes keys 32 at a time; kTileN a multiple of 32");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
-  static_assert(kQRegisterTiles >= 0 && kQRegisterTiles <= kMTiles, "Q register tiles: 0 .. row tiles per warp");
-  static_assert(kStages >= 2, "at least double-buffered K/V");
   static_assert(kTileM % kQBlockRows == 0 && (kQBlockRows == 1 || kQBlockRows % 16 == 0),
                 "a Q scale block is one row or whole 16-row mma tiles, and divides the tile");
   static_assert(
