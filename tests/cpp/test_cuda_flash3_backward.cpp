@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,7 @@ const Backend& flash3_backend() { return Registry::global().find("flash3"); }
 TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   const Backend& flash3 = flash3_backend();
   EXPECT_EQ(flash3.backward_status(), "");
-  EXPECT_EQ(flash3.option_keys(),
-            (std::vector<std::string>{"backward_epilogue", "backward_query_tile", "backward_order"}));
+  EXPECT_EQ(flash3.option_keys(), std::vector<std::string>{"backward_epilogue"});
   const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
   const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
     try {
@@ -69,32 +69,6 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   }
   EXPECT_NO_THROW(flash3.check_options({{"backward_epilogue", "4-byte"}}));
   EXPECT_NO_THROW(flash3.check_options({{"backward_epilogue", "16-byte"}}));
-  // backward_query_tile: 64 or 128; 128 only at d64 and with the 4-byte epilogue (not built with the other).
-  const auto usage_error = [&](const BackendOptions& options) {
-    try {
-      flash3.check_options(options);
-      ADD_FAILURE() << "options accepted";
-      return std::string();
-    } catch (const Error& error) {
-      EXPECT_EQ(error.kind(), ErrorKind::Usage);
-      return std::string(error.what());
-    }
-  };
-  EXPECT_EQ(usage_error({{"backward_query_tile", "96"}}),
-            "flash3: backend option backward_query_tile='96' not allowed; allowed: 64, 128");
-  EXPECT_EQ(usage_error({{"backward_query_tile", "128"}, {"backward_epilogue", "16-byte"}}),
-            "flash3: backward_query_tile=128 is built with backward_epilogue=4-byte only, got 16-byte");
-  EXPECT_NO_THROW(flash3.check_options({{"backward_query_tile", "64"}, {"backward_epilogue", "16-byte"}}));
-  EXPECT_NO_THROW(flash3.check_options({{"backward_query_tile", "128"}}));
-  // backward_order: head-major or tile-major; tile-major not with the 16-byte epilogue.
-  EXPECT_EQ(usage_error({{"backward_order", "random"}}),
-            "flash3: backend option backward_order='random' not allowed; allowed: head-major, tile-major");
-  EXPECT_EQ(usage_error({{"backward_order", "tile-major"}, {"backward_epilogue", "16-byte"}}),
-            "flash3: backward_order=tile-major is built with backward_epilogue=4-byte only, got 16-byte");
-  EXPECT_NO_THROW(flash3.check_options({{"backward_order", "tile-major"}, {"backward_query_tile", "128"}}));
-  const AttentionProblem d128 = make_problem(1, 2, 2, 128, 128, 128, DType::BF16, Layout::BSHD, false);
-  EXPECT_EQ(refusal(d128, backward_options(false, false, 64, {{"backward_query_tile", "128"}})),
-            "flash3: backward_query_tile=128 is built for head dim 64, got 128");
 }
 
 // Lengths 1, 7, 33 (one partial 64-query tile, a partial 128-key tile), 200 and 1000 (several
@@ -120,9 +94,9 @@ TEST(CudaFlash3Backward, TrainingGradientCases) {
     }
 }
 
-// Small cases for compute-sanitizer (tools/device/run.sh's default filter): a partial 128-key
-// tile and 64-query tile, causal with seq_q < seq_kv, GQA, both head dims; an odd and an even
-// number of query tiles (at d64 the consumers take dQ's tiles in turn).
+// Small cases for compute-sanitizer (tools/device/run.sh's default filter): partial key and query
+// tiles (at d64 a 128-query tile whose second half is past seq_q), causal with seq_q < seq_kv,
+// GQA, both head dims and each head dim's other epilogue; odd and even numbers of query tiles.
 TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
   SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
   check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false);
@@ -131,39 +105,34 @@ TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
   check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false, 64,
                      {{"backward_epilogue", "16-byte"}});
   check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64,
-                     {{"backward_epilogue", "16-byte"}});
-  check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false, 64,
-                     {{"backward_query_tile", "128"}});
-  check_gpu_backward("flash3", make_problem(1, 2, 2, 300, 150, 64, DType::BF16, Layout::BSHD, false), false, 64,
-                     {{"backward_query_tile", "128"}});
-  check_gpu_backward("flash3", make_problem(2, 4, 2, 70, 300, 128, DType::BF16, Layout::BSHD, true), false, 64,
-                     {{"backward_order", "tile-major"}});
+                     {{"backward_epilogue", "4-byte"}});
+  check_gpu_backward("flash3", make_problem(1, 2, 2, 300, 150, 64, DType::BF16, Layout::BSHD, false), false);
 }
 
 // dQ's sums in the tiles' fragment order (one bulk reduction a warp, converted per 64-row tile):
-// partial query tiles (rows past seq_q: the workspace's padding), odd and even tile counts, causal
-// and not, seq_q != seq_kv both ways, GQA, a window, both head dims, dtypes and layouts, the
-// training cases in bf16.
-void check_tiles_and_odd_cases(const BackendOptions& options, bool d64_only = false) {
-  // The cases written at d128 run at d64 where only d64 is built.
-  const int wide = d64_only ? 64 : 128;
-  for (const int head_dim : {64, wide})
-    for (const int seq : {1, 33, 65, 200, 1000})
+// partial query tiles (rows past seq_q: the workspace's padding; at d64 one consumer's 64 queries
+// of a 128-query tile), odd and even tile counts, causal and not, seq_q != seq_kv both ways, GQA, a
+// window, dtypes and layouts, the training cases in bf16 — at the head dims given.
+void check_tiles_and_odd_cases(const BackendOptions& options, std::vector<int> head_dims = {64, 128}) {
+  for (const int head_dim : head_dims) {
+    for (const int seq : {1, 33, 65, 129, 200, 1000})
       for (const bool causal : {false, true})
         check_gpu_backward("flash3",
                            make_problem(seq > 200 ? 1 : 2, 2, 2, seq, seq, head_dim, causal ? DType::BF16 : DType::F16,
                                         causal ? Layout::BSHD : Layout::BHSD, causal),
                            false, 64, options);
-  check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, wide, DType::F16, Layout::BSHD, true), false, 64,
-                     options);
-  check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, 64, DType::F16, Layout::BHSD, false), false, 64,
-                     options);
-  check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, wide, DType::F16, Layout::BSHD, false), false, 64,
-                     options);
-  check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true), 40, 0),
-                     false, 64, options);
+    check_gpu_backward("flash3", make_problem(1, 2, 2, 1000, 33, head_dim, DType::F16, Layout::BSHD, true), false, 64,
+                       options);
+    check_gpu_backward("flash3", make_problem(2, 2, 2, 33, 1000, head_dim, DType::F16, Layout::BHSD, false), false, 64,
+                       options);
+    check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, head_dim, DType::F16, Layout::BSHD, false), false, 64,
+                       options);
+    check_gpu_backward("flash3",
+                       windowed(make_problem(1, 2, 2, 300, 300, head_dim, DType::F16, Layout::BSHD, true), 40, 0),
+                       false, 64, options);
+  }
   for (AttentionProblem p : training_gradient_cases()) {
-    if (d64_only && p.head_dim != 64) continue;
+    if (std::find(head_dims.begin(), head_dims.end(), p.head_dim) == head_dims.end()) continue;
     p.dtype = DType::BF16;
     check_gpu_backward("flash3", p, false, 64, options);
   }
@@ -174,27 +143,13 @@ TEST(CudaFlash3Backward, DqTilesPartialOddAndEven) {
   check_tiles_and_odd_cases({});
 }
 
-// backward_epilogue=16-byte (experimental: not yet run on a GPU): dK and dV stored 16 bytes a lane
-// after a transpose within each quad — the same cases (keys past seq_kv in the last tile's quads).
-TEST(CudaFlash3Backward, SixteenByteEpilogueMatchesTheReference) {
+// backward_epilogue, the other store of each head dim's: 16 bytes a lane at d64 (experimental:
+// not yet run on a GPU with 128-query tiles), 4 bytes at d128 — the same cases (keys past seq_kv
+// in the last tile's quads).
+TEST(CudaFlash3Backward, OtherEpiloguesMatchTheReference) {
   SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  check_tiles_and_odd_cases({{"backward_epilogue", "16-byte"}});
-}
-
-// backward_query_tile=128 (experimental: not yet run on a GPU): 128-query tiles at d64, each
-// consumer dQ's 64 queries of its own, dSᵀ from P's 16-bit fragments — the same cases at d64
-// (partial 128-query tiles: one consumer's half past seq_q; GQA, windows, both lengths' orders).
-TEST(CudaFlash3Backward, QueryTile128MatchesTheReference) {
-  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  check_tiles_and_odd_cases({{"backward_query_tile", "128"}}, /*d64_only=*/true);
-}
-
-// backward_order=tile-major (experimental: not yet run on a GPU): the grid's key tiles outermost —
-// the same cases at both head dims, and at d64 with 128-query tiles.
-TEST(CudaFlash3Backward, TileMajorOrderMatchesTheReference) {
-  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  check_tiles_and_odd_cases({{"backward_order", "tile-major"}});
-  check_tiles_and_odd_cases({{"backward_order", "tile-major"}, {"backward_query_tile", "128"}}, /*d64_only=*/true);
+  check_tiles_and_odd_cases({{"backward_epilogue", "16-byte"}}, {64});
+  check_tiles_and_odd_cases({{"backward_epilogue", "4-byte"}}, {128});
 }
 
 // seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA

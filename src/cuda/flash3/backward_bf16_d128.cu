@@ -1,6 +1,6 @@
-// flash3 backward, bf16, head dim 128.
+// flash3 backward, bf16, head dim 128, dK and dV stored 4 bytes a lane (backward_epilogue=4-byte).
 #include "cuda/flash3/backward_launch_template.cuh"
 
 namespace attnsuite::cuda::flash3 {
-template void run_backward<__nv_bfloat16, 128>(const BackwardParams& params, cudaStream_t stream);
+template void run_backward<__nv_bfloat16, 128, false>(const BackwardParams& params, cudaStream_t stream);
 }  // namespace attnsuite::cuda::flash3

@@ -1,4 +1,4 @@
-// flash3 backward, bf16, head dim 128, dK and dV stored 16 bytes a lane (backward_epilogue=16-byte; experimental).
+// flash3 backward, bf16, head dim 128, dK and dV stored 16 bytes a lane (d128's default).
 #include "cuda/flash3/backward_launch_template.cuh"
 
 namespace attnsuite::cuda::flash3 {

@@ -193,11 +193,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim, kTileM = Traits::kTileM, kTileN = Traits::kTileN;
   constexpr int kStages = Traits::kStages, kSlabs = Traits::kSlabs;
-  // The grid's order (traits): head-major x = key tile, y = kv head, z = batch; tile-major x = kv
-  // head, y = batch, z = key tile.
-  const int n_block = static_cast<int>(Traits::kTileMajor ? blockIdx.z : blockIdx.x);
-  const int kv_head = static_cast<int>(Traits::kTileMajor ? blockIdx.x : blockIdx.y);
-  const int batch = static_cast<int>(Traits::kTileMajor ? blockIdx.y : blockIdx.z);
+  const int n_block = static_cast<int>(blockIdx.x);
+  const int kv_head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
   const KeyTileWork<Traits> work(params, n_block);
 
   extern __shared__ __align__(1024) unsigned char shared_bytes[];
@@ -276,9 +273,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     barrier_wait(kv_full, 0);
     const std::uint32_t k_rows = smem_k + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
     const std::uint32_t v_rows = smem_v + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
-    // The consumer's dQ product (traits) reads every key's dSᵀ: all keys on every other tile (d64),
-    // all keys and its 64 columns (d128), or all keys and its 64 queries (128-query tiles).
-    const int dq_column_slab = Traits::kDqAlternating || Traits::kDqByQueries ? 0 : consumer;
+    // The consumer's dQ product (traits) reads every key's dSᵀ: its 64 queries and all columns
+    // (d64, 128-query tiles), or all queries and its 64 columns (d128).
+    const int dq_column_slab = Traits::kDqByQueries ? 0 : consumer;
     const int dq_query_slab = Traits::kDqByQueries ? consumer : 0;
     const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
 
@@ -287,11 +284,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
       const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
       const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
-      // This tile's dSᵀ buffer, and whether this consumer computes its dQ (always, but at d64 on
-      // every other tile): the ring's stage (it % 2) picks both (an index of its own cost d128 80
-      // bytes of spills, ptxas sm_90a).
+      // This tile's dSᵀ buffer: the ring's stage (it % 2) picks it (an index of its own cost d128
+      // 80 bytes of spills, ptxas sm_90a).
       const std::uint32_t ds_tile = smem_ds + stage.stage * Traits::kDsBufferBytes;
-      const bool computes_dq = !Traits::kDqAlternating || stage.stage == consumer;
       // This thread's dSᵀ row in the buffer, chunk 0 swizzled (row % 8 = quad_row), its column pair.
       const std::uint32_t ds_row_base =
           ds_tile + static_cast<std::uint32_t>(key_row * Traits::kSlabRowBytes + quad_row * 16 + quad_col * 4);
@@ -412,16 +407,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
       // dQ_tile = dS·K; then every product of the tile is done.
       float acc_dq[32];
-      if (computes_dq) {
-        wgmma_fence();
-        issue_query_gradient<Traits, kTileN>(acc_dq, ds_tile + dq_query_slab * Traits::kDsSlabBytes,
-                                             smem_k + dq_column_slab * Traits::kKVSlabBytes);
-        wgmma_commit();
-      }
+      wgmma_fence();
+      issue_query_gradient<Traits, kTileN>(acc_dq, ds_tile + dq_query_slab * Traits::kDsSlabBytes,
+                                           smem_k + dq_column_slab * Traits::kKVSlabBytes);
+      wgmma_commit();
       wgmma_wait<0>();
       fence_registers(acc_dv);
       fence_registers(acc_dk);
-      if (computes_dq) fence_registers(acc_dq);
+      fence_registers(acc_dq);
       // This thread's reads of the stage's Q, dO and row statistics are done. Every consumer
       // thread arrives (its release orders its own reads of the stats): with one arrival a warp,
       // compute-sanitizer's racecheck reported the next bulk copy of the stats against the other
@@ -430,11 +423,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
       // dQ's tile into the warp's 4 KiB block of the tile's fp32 sums (slab-major: rows past seq_q
       // are the workspace's padding, never read; convert_dq_tiles_kernel).
-      if (computes_dq)
-        add_dq_bulk(
-            acc_dq,
-            params.dq_accum + (rows_of_head + 64 * dq_query_slab) * kHeadDim + (dq_column_slab * 4 + warp) * 1024,
-            smem + Traits::dq_staging_offset(consumer, warp));
+      add_dq_bulk(acc_dq,
+                  params.dq_accum + (rows_of_head + 64 * dq_query_slab) * kHeadDim + (dq_column_slab * 4 + warp) * 1024,
+                  smem + Traits::dq_staging_offset(consumer, warp));
       // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
       // into this one only past the next tile's barrier, which every reader of this buffer
       // reaches after its dQ products are done.

@@ -21,9 +21,9 @@
 
 namespace attnsuite::cuda::flash3 {
 
-template <class Element, int kHeadDim, bool kWideEpilogue, int kTileM, bool kTileMajor>
+template <class Element, int kHeadDim, bool kWideEpilogue>
 void run_backward(const BackwardParams& params, cudaStream_t stream) {
-  using Kernel = typename BackwardConfig<Element, kHeadDim, kWideEpilogue, kTileM, kTileMajor>::Kernel;
+  using Kernel = typename BackwardConfig<Element, kHeadDim, kWideEpilogue>::Kernel;
   constexpr DType kDType = std::is_same_v<Element, __half> ? DType::F16 : DType::BF16;
   // 64-column boxes (128B swizzle): kTileM rows of Q and dO, kTileN rows of K and V.
   auto map = [&](const void* data, int rows, int heads, std::int64_t row_stride, std::int64_t head_stride,
@@ -41,10 +41,8 @@ void run_backward(const BackwardParams& params, cudaStream_t stream) {
                                 params.v_batch_stride, Kernel::kTileN);
 
   launch_backward_preprocess<Element>(params, stream);
-  // The grid's order (traits: head-major or tile-major).
-  const auto key_tiles = static_cast<unsigned>((params.seq_kv + Kernel::kTileN - 1) / Kernel::kTileN);
-  const auto heads = static_cast<unsigned>(params.heads_kv), batch = static_cast<unsigned>(params.batch);
-  const dim3 grid = Kernel::kTileMajor ? dim3(heads, batch, key_tiles) : dim3(key_tiles, heads, batch);
+  const dim3 grid(static_cast<unsigned>((params.seq_kv + Kernel::kTileN - 1) / Kernel::kTileN),
+                  static_cast<unsigned>(params.heads_kv), static_cast<unsigned>(params.batch));
   launch_kernel(flash3_backward_kernel<Kernel>, grid, Kernel::kThreads, Kernel::kSmemBytes, stream, params, q_map,
                 k_map, v_map, d_o_map);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash3_backward_kernel");

@@ -29,13 +29,18 @@ namespace attnsuite::cuda::flash3 {
 //   row stats  LSE·log2 e and D of the stage's kTileM queries (fp32), kStages of them, loaded with
 //              Q and dO (read from global memory per element, they were 45% of the stall cycles:
 //              ncu, H100, d64 and d128, N 4096).
-// dQ = dS·K over all 128 keys (both consumers' dSᵀ), a 64 × 64 wgmma tile (32 registers): at d128
-// consumer c takes columns 64c .. 64c + 63 of every tile; at d64 one consumer takes the whole tile,
-// consumer 0 on even tiles and 1 on odd ones (kDqAlternating). Measured on the H100 (bf16 N 4096,
-// one call, 2026-12-06): d64 5.37 -> 3.91 ms dense, 2.95 -> 2.28 causal against each consumer
-// reducing its own 64 keys' partial tile (twice the float2 reductions) with one dSᵀ buffer; d128
-// unchanged (3.28 / 3.29 ms). 128-query tiles at d64 spilled 176 bytes: Sᵀ and dPᵀ alone are
-// then 128 registers.
+// Query tiles: 128 rows at d64 (FlashAttention-3's d64 tile, 128 × 128), 64 at d128 (dK and dV
+// are 64 + 64 registers there). dQ = dS·K over all 128 keys (both consumers' dSᵀ) in 64 × 64
+// wgmma tiles (32 registers): at d64 consumer c takes queries 64c .. 64c + 63 of every tile, at
+// d128 columns 64c .. 64c + 63. At d64, dSᵀ = Pᵀ∘(dPᵀ − D) reads P from its 16-bit fragments (the
+// A operand of dV's product) rather than the fp32 scores, so that Sᵀ's 64 registers are free
+// before dPᵀ's are read (with the fp32 scores 124 bytes spilled, ptxas sm_90a, CUDA 13): P is
+// rounded to 16 bits before the product, as dS is after it (rel-L1 of the gradients 2.9e-3
+// against 2.3e-3). Measured on the H100 (bf16, one call, 2026-12-06; history, "Backward v6")
+// against 64-query tiles with dQ's tile by one consumer in turn: N 4096 3.51 -> 3.07 ms dense,
+// 2.07 -> 1.84 causal; the grid's key tiles outermost (every head's longest causal CTA first,
+// predicted 6% shorter by a list schedule) was 1.5-1.9x slower: a head's key tiles launched
+// together share its Q and dO in L2.
 // dQ's sums: each warp stores its 16 × 64 sums as they lie in its registers (eight float4 a lane,
 // a warp's store 512 contiguous bytes: no bank conflicts) into 4 KiB of shared memory, and lane 0
 // adds them with one bulk reduction (cp.reduce.async.bulk .add.f32, the TMA unit's reduce-add):
@@ -46,30 +51,18 @@ namespace attnsuite::cuda::flash3 {
 // request): d128 N 4096 2.93 -> 2.58 ms dense, 1.72 -> 1.53 causal; d64 3.71 -> 3.48, 2.19 ->
 // 2.06; N 16384 1.06-1.12x; and against red.v4.f32 from a swizzled staging area (four sectors a
 // request): 1.04-1.12x.
-// 128-query tiles (backward_query_tile=128, d64 only; experimental: not yet run on a GPU): the
-// tile of FlashAttention-3's d64 backward (128 × 128). Each consumer takes dQ's 64 queries of its
-// own (query slab = consumer) over all keys, every tile, and dSᵀ = Pᵀ∘(dPᵀ − D) reads P from its
-// 16-bit fragments (the A operand of dV's product) rather than the fp32 scores, so that Sᵀ's 64
-// registers are free before dPᵀ's are read (with both, 124 bytes spilled: ptxas sm_90a, CUDA 13): P rounded to 16 bits
-// before the product, as dS is after it.
 // The register split is the forward's: 128·24 + 256·240 = 384·168 (__launch_bounds__(384, 1)).
-// The grid's order (backward_order; tile-major experimental: not yet run on a GPU): head-major
-// (x = key tile, y = kv head, z = batch) launches a head's key tiles together, so under a causal
-// mask the last heads' longest CTAs start in the last wave; tile-major (x = kv head, y = batch,
-// z = key tile) launches every head's first key tile first — the longest CTAs first across the
-// grid. A list schedule of the CTAs' query tiles on 132 SMs (d128, N 4096, 64 (batch, head)s,
-// causal) ends 6% earlier tile-major (546 against 580 tile-times; the ideal 543).
-template <class Element_, int kHeadDim_, int kTileM_, bool kWideEpilogue_ = false, bool kTileMajor_ = false>
+template <class Element_, int kHeadDim_, int kTileM_, bool kWideEpilogue_ = false>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kTileN = 128;
   static constexpr int kTileM = kTileM_;
   static constexpr int kStages = 2;
-  // backward_epilogue=16-byte (experimental: not yet run on a GPU): dK and dV stored 16 bytes a
-  // lane after a transpose within each quad (common/backward_epilogue.cuh) instead of 4.
+  // dK and dV stored 16 bytes a lane after a transpose within each quad (common/backward_epilogue.cuh)
+  // instead of 4: d128's default (H100, bf16 N 4096: 2.60 -> 2.60 ms dense, 1.53 -> 1.49 causal);
+  // at d64 with 128-query tiles experimental (backward_epilogue=16-byte; not yet run on a GPU).
   static constexpr bool kWideEpilogue = kWideEpilogue_;
-  static constexpr bool kTileMajor = kTileMajor_;
 
   static constexpr int kKeysPerConsumer = kTileN / kConsumers;  // 64: one wgmma M
 
@@ -82,9 +75,7 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kDsSlabs = kTileM / 64;
   static constexpr int kDsSlabBytes = kTileN * kSlabRowBytes;
   static constexpr int kDsBufferBytes = kDsSlabs * kDsSlabBytes;  // one of kStages
-  // dQ's tile by one consumer in turn over all keys (d64, 64-query tiles), or by both, split by
-  // columns (d128) or by queries (128-query tiles).
-  static constexpr bool kDqAlternating = kHeadDim == 64 && kTileM == 64;
+  // dQ's tile split between the consumers by queries (128-query tiles) or by columns (d128).
   static constexpr bool kDqByQueries = kTileM == 128;
   // dSᵀ from P's 16-bit fragments (128-query tiles: the registers of Sᵀ are free before dPᵀ's wait).
   static constexpr bool kScoreGradientsFromFragments = kTileM == 128;
@@ -111,11 +102,8 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;
 
   static_assert(sizeof(Element) == 2, "flash3's backward computes on 16-bit inputs (fp16, bf16)");
-  static_assert((kHeadDim == 64 || kHeadDim == 128) && (kTileM == 64 || (kTileM == 128 && kHeadDim == 64)),
-                "dQ's tile is 64 × 64 wgmma tiles: one (d64), two by columns (d128) or two by queries (d64, "
-                "128-query tiles)");
-  static_assert(!kDqAlternating || kStages == kConsumers,
-                "at d64 the ring's stage names the consumer that computes the tile's dQ");
+  static_assert((kHeadDim == 64 && kTileM == 128) || (kHeadDim == 128 && kTileM == 64),
+                "dQ's tile is two 64 × 64 wgmma tiles: by queries (d64, 128-query tiles) or by columns (d128)");
   static_assert(kBackwardRowPadding % kTileM == 0, "the workspace's padded rows hold whole query tiles");
   static_assert(kKVSlabBytes % 1024 == 0 && kQSlabBytes % 1024 == 0 && kDsSlabBytes % 1024 == 0,
                 "every slab starts on a 1024-byte swizzle period");
@@ -126,15 +114,13 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 
-// 64-query tiles: Sᵀ and dPᵀ 32 + 32 registers, dK and dV 32 + 32 (d64) or 64 + 64 (d128), dQ 32;
-// shared memory 16 + 16 KiB K/V, 2 × (8 + 8) KiB Q/dO, 2 × 16 KiB dSᵀ, 1 KiB row statistics, 32 KiB
-// dQ staging = 130 KiB at d64, 194 KiB at d128.
-// 128-query tiles at d64 (kTileM = 128): Sᵀ and dPᵀ 64 + 64, dK and dV 32 + 32, dQ 32; shared
-// memory 16 + 16 KiB K/V, 2 × (16 + 16) KiB Q/dO, 2 × 32 KiB dSᵀ, 2 KiB row statistics, 32 KiB dQ
-// staging = 194 KiB.
-template <class Element, int kHeadDim, bool kWideEpilogue = false, int kTileM = 64, bool kTileMajor = false>
+// d64, 128-query tiles: Sᵀ and dPᵀ 64 + 64 registers, dK and dV 32 + 32, dQ 32; shared memory 16 +
+// 16 KiB K/V, 2 × (16 + 16) KiB Q/dO, 2 × 32 KiB dSᵀ, 2 KiB row statistics, 32 KiB dQ staging =
+// 194 KiB. d128, 64-query tiles: Sᵀ and dPᵀ 32 + 32, dK and dV 64 + 64, dQ 32; 32 + 32 KiB K/V,
+// 2 × (16 + 16) KiB Q/dO, 2 × 16 KiB dSᵀ, 1 KiB row statistics, 32 KiB dQ staging = 194 KiB.
+template <class Element, int kHeadDim, bool kWideEpilogue>
 struct BackwardConfig {
-  using Kernel = BackwardTraits<Element, kHeadDim, kTileM, kWideEpilogue, kTileMajor>;
+  using Kernel = BackwardTraits<Element, kHeadDim, kHeadDim == 64 ? 128 : 64, kWideEpilogue>;
 };
 
 }  // namespace attnsuite::cuda::flash3

@@ -88,8 +88,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
              {DeviceType::Cuda, 0},
              "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
-             "dQ by bulk reductions (no deterministic mode), options backward_epilogue=16-byte, "
-             "backward_query_tile=128 (d64) and backward_order=tile-major (experimental: not yet run on a GPU); "
+             "dQ by bulk reductions (no deterministic mode), option backward_epilogue=4-byte|16-byte (16-byte "
+             "at d64 experimental: not yet run on a GPU); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
             /*with_tile_configs=*/true) {}
@@ -100,15 +100,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
     return supports_kernel(problem, flash3::kSupportedHeadDims);
   }
 
-  // backward_epilogue: "4-byte" (absent: 4-byte) or "16-byte" (dK and dV stored 16 bytes a lane
-  // after a transpose within each quad; experimental: not yet run on a GPU: common/backward_epilogue.cuh).
-  // backward_query_tile: "64" (absent: 64) or "128" (d64 only, 4-byte epilogue; experimental: not
-  // yet run on a GPU: backward_traits.cuh).
-  // backward_order: "head-major" (absent: head-major) or "tile-major" (the grid's key tiles
-  // outermost; not with the 16-byte epilogue; experimental: not yet run on a GPU: backward_traits.cuh).
-  std::vector<std::string> option_keys() const override {
-    return {std::string(kBackwardEpilogue), std::string(kBackwardQueryTile), std::string(kBackwardOrder)};
-  }
+  // backward_epilogue: "4-byte" or "16-byte" (dK and dV stored 16 bytes a lane after a transpose
+  // within each quad: common/backward_epilogue.cuh); absent: the head dim's default (launch.hpp).
+  std::vector<std::string> option_keys() const override { return {std::string(kBackwardEpilogue)}; }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)backward_variant(options);
   }
@@ -129,9 +123,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
                     "flash3's backward has no deterministic mode (dQ is summed with atomics); flash2's backward "
                     "has one");
       }
-      if (variant.query_tile == 128 && problem.head_dim != 64)
-        throw Error(ErrorKind::Unsupported,
-                    fmt::format("flash3: backward_query_tile=128 is built for head dim 64, got {}", problem.head_dim));
       if (const Support support = supports_backward(problem); !support)
         throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
     }
@@ -152,26 +143,13 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
  private:
   static constexpr std::string_view kBackwardEpilogue = "backward_epilogue";
-  static constexpr std::string_view kBackwardQueryTile = "backward_query_tile";
-  static constexpr std::string_view kBackwardOrder = "backward_order";
 
-  // The backward options; another value is refused, and so is the 16-byte epilogue with 128-query
-  // tiles or the tile-major order (not built together).
+  // The backward_epilogue option: absent (the head dim's default), "4-byte" or "16-byte"; another
+  // value is refused.
   static flash3::BackwardVariant backward_variant(const std::map<std::string, std::string>& options) {
     static constexpr std::string_view kEpilogues[] = {"4-byte", "16-byte"};
-    static constexpr std::string_view kQueryTiles[] = {"64", "128"};
-    static constexpr std::string_view kOrders[] = {"head-major", "tile-major"};
-    const flash3::BackwardVariant variant{
-        .wide_epilogue = cuda::option_choice("flash3", options, kBackwardEpilogue, kEpilogues) == 1,
-        .query_tile = cuda::option_choice("flash3", options, kBackwardQueryTile, kQueryTiles) == 1 ? 128 : 64,
-        .tile_major = cuda::option_choice("flash3", options, kBackwardOrder, kOrders) == 1};
-    if (variant.wide_epilogue && variant.query_tile == 128)
-      throw Error(ErrorKind::Usage,
-                  "flash3: backward_query_tile=128 is built with backward_epilogue=4-byte only, got 16-byte");
-    if (variant.wide_epilogue && variant.tile_major)
-      throw Error(ErrorKind::Usage,
-                  "flash3: backward_order=tile-major is built with backward_epilogue=4-byte only, got 16-byte");
-    return variant;
+    if (!options.contains(std::string(kBackwardEpilogue))) return {};
+    return {.epilogue_bytes = cuda::option_choice("flash3", options, kBackwardEpilogue, kEpilogues) == 1 ? 16 : 4};
   }
 
   // Q, K, V and dO are read by TMA (16-byte aligned bases and strides); O, dQ, dK and dV are

@@ -39,17 +39,16 @@ void launch_forward_tile_config(std::size_t index, const Params& params, DType d
 // Head dims with a compiled backward (BackwardConfig: dQ's tile splits into two 64 × 64 tiles).
 inline constexpr int kBackwardHeadDims[] = {64, 128};
 
-// The backward's variants, from the backend options (the defaults are the kernels that ran on a
-// GPU; the others are experimental: not yet run on a GPU).
+// The backward's variant, from the backend options. epilogue_bytes: how dK and dV are stored, 4
+// or 16 bytes a lane (16: after a transpose within each quad); 0: the head dim's default, 4 at d64,
+// 16 at d128 (measured, docs/kernels/flash3-backward.md; 16 at d64 is experimental: not yet run on
+// a GPU).
 struct BackwardVariant {
-  // backward_epilogue=16-byte: dK and dV stored 16 bytes a lane after a transpose within each quad.
-  bool wide_epilogue = false;
-  // backward_query_tile: query rows a tile, 64 or 128 (head dim 64 only, with the 4-byte epilogue).
-  int query_tile = 64;
-  // backward_order=tile-major: the grid's key tiles outermost, every head's longest CTA first
-  // (backward_traits.cuh); not with the 16-byte epilogue.
-  bool tile_major = false;
+  int epilogue_bytes = 0;
 };
+constexpr bool wide_epilogue(BackwardVariant variant, int head_dim) {
+  return variant.epilogue_bytes == 16 || (variant.epilogue_bytes == 0 && head_dim == 128);
+}
 
 // The backward for params on `stream`: dq, dk, dv from q, k, v, o, d_o and the forward's lse, with
 // the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there). Throws

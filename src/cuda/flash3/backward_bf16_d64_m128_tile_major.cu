@@ -1,7 +1,0 @@
-// flash3 backward, bf16, head dim 64, 128-query tiles, the grid's key tiles outermost
-// (backward_query_tile=128, backward_order=tile-major; experimental).
-#include "cuda/flash3/backward_launch_template.cuh"
-
-namespace attnsuite::cuda::flash3 {
-template void run_backward<__nv_bfloat16, 64, false, 128, true>(const BackwardParams& params, cudaStream_t stream);
-}  // namespace attnsuite::cuda::flash3

@@ -1,6 +1,0 @@
-// flash3 backward, fp16, head dim 128, the grid's key tiles outermost (backward_order=tile-major; experimental).
-#include "cuda/flash3/backward_launch_template.cuh"
-
-namespace attnsuite::cuda::flash3 {
-template void run_backward<__half, 128, false, 64, true>(const BackwardParams& params, cudaStream_t stream);
-}  // namespace attnsuite::cuda::flash3

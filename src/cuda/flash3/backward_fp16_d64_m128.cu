@@ -1,6 +1,0 @@
-// flash3 backward, fp16, head dim 64, 128-query tiles (backward_query_tile=128; experimental).
-#include "cuda/flash3/backward_launch_template.cuh"
-
-namespace attnsuite::cuda::flash3 {
-template void run_backward<__half, 64, false, 128>(const BackwardParams& params, cudaStream_t stream);
-}  // namespace attnsuite::cuda::flash3
