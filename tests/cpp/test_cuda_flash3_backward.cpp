@@ -39,7 +39,7 @@ const Backend& flash3_backend() { return Registry::global().find("flash3"); }
 TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   const Backend& flash3 = flash3_backend();
   EXPECT_EQ(flash3.backward_status(), "");
-  EXPECT_EQ(flash3.option_keys(), std::vector<std::string>{"backward_epilogue"});
+  EXPECT_EQ(flash3.option_keys(), (std::vector<std::string>{"backward_epilogue", "backward_order"}));
   const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
   const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
     try {
@@ -69,6 +69,23 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   }
   EXPECT_NO_THROW(flash3.check_options({{"backward_epilogue", "4-byte"}}));
   EXPECT_NO_THROW(flash3.check_options({{"backward_epilogue", "16-byte"}}));
+  // backward_order: head-major or grouped-4; grouped-4 not with an explicit epilogue.
+  const auto usage_error = [&](const BackendOptions& options) {
+    try {
+      flash3.check_options(options);
+      ADD_FAILURE() << "options accepted";
+      return std::string();
+    } catch (const Error& error) {
+      EXPECT_EQ(error.kind(), ErrorKind::Usage);
+      return std::string(error.what());
+    }
+  };
+  EXPECT_EQ(usage_error({{"backward_order", "tile-major"}}),
+            "flash3: backend option backward_order='tile-major' not allowed; allowed: head-major, grouped-4");
+  EXPECT_EQ(usage_error({{"backward_order", "grouped-4"}, {"backward_epilogue", "4-byte"}}),
+            "flash3: backward_order=grouped-4 is built with each head dim's default epilogue; drop backward_epilogue");
+  EXPECT_NO_THROW(flash3.check_options({{"backward_order", "grouped-4"}}));
+  EXPECT_NO_THROW(flash3.check_options({{"backward_order", "head-major"}, {"backward_epilogue", "4-byte"}}));
 }
 
 // Lengths 1, 7, 33 (one partial 64-query tile, a partial 128-key tile), 200 and 1000 (several
@@ -107,6 +124,8 @@ TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
   check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64,
                      {{"backward_epilogue", "4-byte"}});
   check_gpu_backward("flash3", make_problem(1, 2, 2, 300, 150, 64, DType::BF16, Layout::BSHD, false), false);
+  check_gpu_backward("flash3", make_problem(1, 12, 6, 140, 200, 128, DType::F16, Layout::BSHD, true), false, 64,
+                     {{"backward_order", "grouped-4"}});
 }
 
 // dQ's sums in the tiles' fragment order (one bulk reduction a warp, converted per 64-row tile):
@@ -150,6 +169,18 @@ TEST(CudaFlash3Backward, OtherEpiloguesMatchTheReference) {
   SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
   check_tiles_and_odd_cases({{"backward_epilogue", "16-byte"}}, {64});
   check_tiles_and_odd_cases({{"backward_epilogue", "4-byte"}}, {128});
+}
+
+// backward_order=grouped-4 (experimental: not yet run on a GPU): 4 heads' key tiles interleaved in
+// the grid — the same cases (kv heads 1 and 2: a partial group whose missing heads' CTAs exit), and
+// 6 kv heads (a full group and a partial one) causal with GQA.
+TEST(CudaFlash3Backward, GroupedOrderMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
+  const BackendOptions grouped = {{"backward_order", "grouped-4"}};
+  check_tiles_and_odd_cases(grouped);
+  for (const int head_dim : {64, 128})
+    check_gpu_backward("flash3", make_problem(1, 12, 6, 300, 300, head_dim, DType::BF16, Layout::BSHD, true), false, 64,
+                       grouped);
 }
 
 // seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA

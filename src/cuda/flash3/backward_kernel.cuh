@@ -193,8 +193,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim, kTileM = Traits::kTileM, kTileN = Traits::kTileN;
   constexpr int kStages = Traits::kStages, kSlabs = Traits::kSlabs;
-  const int n_block = static_cast<int>(blockIdx.x);
-  const int kv_head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
+  // The grid's order (traits): x = key tile · kHeadGroup + head in the group, y = head group.
+  const int n_block = static_cast<int>(blockIdx.x) / Traits::kHeadGroup;
+  const int kv_head =
+      static_cast<int>(blockIdx.y) * Traits::kHeadGroup + static_cast<int>(blockIdx.x) % Traits::kHeadGroup;
+  const int batch = static_cast<int>(blockIdx.z);
+  if constexpr (Traits::kHeadGroup > 1)
+    if (kv_head >= params.heads_kv) return;  // the last group's missing heads
   const KeyTileWork<Traits> work(params, n_block);
 
   extern __shared__ __align__(1024) unsigned char shared_bytes[];

@@ -1,5 +1,6 @@
-// Dispatch of flash3's backward from the run-time (dtype, head dim, epilogue) to the compiled
+// Dispatch of flash3's backward from the run-time (dtype, head dim, epilogue, order) to the compiled
 // instantiations.
+#include "attnsuite/error.hpp"
 #include "cuda/common/dispatch.hpp"
 #include "cuda/flash3/launch.hpp"
 #include "cuda/flash3/run_backward.cuh"
@@ -12,6 +13,12 @@ void launch_backward(const BackwardParams& params, DType dtype, BackwardVariant 
       using Element = typename decltype(element)::type;
       constexpr int kHeadDim = decltype(head_dim)::value;
       const auto cuda_stream = static_cast<cudaStream_t>(stream);
+      if (variant.grouped_heads) {
+        if (variant.epilogue_bytes != 0)
+          throw Error(ErrorKind::Unsupported,
+                      "flash3 backward: backward_order=grouped-4 is built with each head dim's default epilogue only");
+        return run_backward<Element, kHeadDim, kHeadDim == 128, 4>(params, cuda_stream);
+      }
       if (wide_epilogue(variant, kHeadDim)) return run_backward<Element, kHeadDim, true>(params, cuda_stream);
       run_backward<Element, kHeadDim, false>(params, cuda_stream);
     });

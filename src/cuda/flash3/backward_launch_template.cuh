@@ -21,9 +21,9 @@
 
 namespace attnsuite::cuda::flash3 {
 
-template <class Element, int kHeadDim, bool kWideEpilogue>
+template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup>
 void run_backward(const BackwardParams& params, cudaStream_t stream) {
-  using Kernel = typename BackwardConfig<Element, kHeadDim, kWideEpilogue>::Kernel;
+  using Kernel = typename BackwardConfig<Element, kHeadDim, kWideEpilogue, kHeadGroup>::Kernel;
   constexpr DType kDType = std::is_same_v<Element, __half> ? DType::F16 : DType::BF16;
   // 64-column boxes (128B swizzle): kTileM rows of Q and dO, kTileN rows of K and V.
   auto map = [&](const void* data, int rows, int heads, std::int64_t row_stride, std::int64_t head_stride,
@@ -41,8 +41,10 @@ void run_backward(const BackwardParams& params, cudaStream_t stream) {
                                 params.v_batch_stride, Kernel::kTileN);
 
   launch_backward_preprocess<Element>(params, stream);
-  const dim3 grid(static_cast<unsigned>((params.seq_kv + Kernel::kTileN - 1) / Kernel::kTileN),
-                  static_cast<unsigned>(params.heads_kv), static_cast<unsigned>(params.batch));
+  // The grid's order (traits): x = key tile · kHeadGroup + head in the group, y = head group.
+  const dim3 grid(static_cast<unsigned>((params.seq_kv + Kernel::kTileN - 1) / Kernel::kTileN * kHeadGroup),
+                  static_cast<unsigned>((params.heads_kv + kHeadGroup - 1) / kHeadGroup),
+                  static_cast<unsigned>(params.batch));
   launch_kernel(flash3_backward_kernel<Kernel>, grid, Kernel::kThreads, Kernel::kSmemBytes, stream, params, q_map,
                 k_map, v_map, d_o_map);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash3_backward_kernel");

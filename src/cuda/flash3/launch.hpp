@@ -43,8 +43,11 @@ inline constexpr int kBackwardHeadDims[] = {64, 128};
 // or 16 bytes a lane (16: after a transpose within each quad); 0: the head dim's default, 4 at d64,
 // 16 at d128 (measured, docs/kernels/flash3-backward.md; 16 at d64 is experimental: not yet run on
 // a GPU).
+// grouped_heads: the grid's key tiles of 4 heads interleaved (backward_order=grouped-4: a group's
+// longest causal CTAs first; with the default epilogue only; experimental: not yet run on a GPU).
 struct BackwardVariant {
   int epilogue_bytes = 0;
+  bool grouped_heads = false;
 };
 constexpr bool wide_epilogue(BackwardVariant variant, int head_dim) {
   return variant.epilogue_bytes == 16 || (variant.epilogue_bytes == 0 && head_dim == 128);

@@ -1,7 +1,9 @@
 // flash3's backward per (dtype, head dim, epilogue), each defined and explicitly instantiated in its
 // own translation unit (backward_<dtype>_d<head dim>[_wide_epilogue].cu). kWideEpilogue: dK and dV
 // stored 16 bytes a lane (d128's default; at d64 backward_epilogue=16-byte, experimental: not yet
-// run on a GPU).
+// run on a GPU); kHeadGroup > 1: the grid's key tiles of that many heads interleaved
+// (backward_order=grouped-4, with each head dim's default epilogue; experimental: not yet run on a
+// GPU; backward_traits.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,7 +12,7 @@
 
 namespace attnsuite::cuda::flash3 {
 
-template <class Element, int kHeadDim, bool kWideEpilogue>
+template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup = 1>
 void run_backward(const BackwardParams& params, cudaStream_t stream);
 
 }  // namespace attnsuite::cuda::flash3
