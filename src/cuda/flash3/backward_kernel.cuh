@@ -2,8 +2,9 @@
 // machinery of flash3's forward — TMA loads into an mbarrier ring, a producer warpgroup and two
 // consumer warpgroups with setmaxnreg, asynchronous wgmma for the five products.
 //
-// One CTA per (key tile of 128, kv head, batch), key tiles in ascending order (under a causal or
-// left-window mask the first tiles are seen by the most rows: the longest CTAs start first).
+// One CTA per (key tile of 128, kv head, batch), a head's key tiles in ascending order (under a
+// causal or left-window mask the first tiles are seen by the most rows: the longest CTAs start
+// first; traits: the grid's order).
 //  - Producer (warpgroup 0, one thread): K and V of the tile once; then, for every q head of the
 //    group and every query tile that sees the keys (rows_seeing_keys), Q, dO and the tile's rows
 //    of LSE·log2 e and D into a kStages-deep ring, each stage a "full" barrier (transaction
@@ -19,8 +20,8 @@
 //      dSᵀ = Pᵀ∘(dPᵀ − D), dK += dSᵀ·Q       once dPᵀ is done (dV still running); RS as dV
 //      dSᵀ → shared memory (one of two buffers), then a barrier of both consumers
 //      dQ_tile = dS·K                        wgmma SS with both operands transposed over all
-//                                            keys, a 64 × 64 tile (at d64 by one consumer, in
-//                                            turn; at d128 each its 64 columns:
+//                                            keys, a 64 × 64 tile each (at d64 its 64 queries of
+//                                            the 128-query tile, at d128 its 64 columns:
 //                                            backward_traits.cuh), added into the fp32 dQ sums
 //                                            by one bulk reduction of 4 KiB a warp (add_dq_bulk)
 //    and after the last tile dK·scale and dV straight to global memory.
