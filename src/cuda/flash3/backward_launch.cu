@@ -14,7 +14,7 @@ void launch_backward(const BackwardParams& params, DType dtype, BackwardVariant 
       constexpr int kHeadDim = decltype(head_dim)::value;
       const auto cuda_stream = static_cast<cudaStream_t>(stream);
       if (variant.grouped_heads) {
-        if (variant.epilogue_bytes != 0)
+        if (!backward_variant_built(variant))
           throw Error(ErrorKind::Unsupported,
                       "flash3 backward: backward_order=grouped-4 is built with each head dim's default epilogue only");
         return run_backward<Element, kHeadDim, wide_epilogue(BackwardVariant{}, kHeadDim), 4>(params, cuda_stream);

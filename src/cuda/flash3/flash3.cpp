@@ -160,7 +160,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
     if (options.contains(std::string(kBackwardEpilogue)))
       variant.epilogue_bytes = cuda::option_choice("flash3", options, kBackwardEpilogue, kEpilogues) == 1 ? 16 : 4;
     variant.grouped_heads = cuda::option_choice("flash3", options, kBackwardOrder, kOrders) == 1;
-    if (variant.grouped_heads && variant.epilogue_bytes != 0)
+    if (!flash3::backward_variant_built(variant))
       throw Error(ErrorKind::Usage,
                   "flash3: backward_order=grouped-4 is built with each head dim's default epilogue; drop "
                   "backward_epilogue");

@@ -52,6 +52,10 @@ struct BackwardVariant {
 constexpr bool wide_epilogue(BackwardVariant variant, int head_dim) {
   return variant.epilogue_bytes == 16 || (variant.epilogue_bytes == 0 && head_dim == 128);
 }
+// Whether the variant has kernels: the grouped order is built with the default epilogue only.
+constexpr bool backward_variant_built(BackwardVariant variant) {
+  return !variant.grouped_heads || variant.epilogue_bytes == 0;
+}
 
 // The backward for params on `stream`: dq, dk, dv from q, k, v, o, d_o and the forward's lse, with
 // the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there). Throws

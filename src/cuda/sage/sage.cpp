@@ -107,9 +107,7 @@ BackendIdentity identity(Mode mode) {
           "fp16/bf16, head dim 64/128, causal, sliding window, GQA/MQA, seq_q != seq_kv, BSHD/BHSD, LSE; "
           "INT8 Q·Kᵀ (smoothed K), FP8 e4m3 P·V; sm89+ (mma.sync e4m3), sm_90a wgmma kernel config; "
           "quantization included in forward, option quant_qk=fused (opt-in: 1.00-1.01x the separate passes on the "
-          "H100); kernel "
-          "config wgmma-pingpong-fmaexp opt-in (0.97x wgmma-pingpong on the "
-          "H100)"};
+          "H100); kernel config wgmma-pingpong-fmaexp opt-in (0.97x wgmma-pingpong on the H100)"};
 }
 
 class SageBackend final : public IdentifiedBackend {
