@@ -175,9 +175,16 @@ def cmake_inputs_key(tree):
     return digest.hexdigest()
 
 
+_COMMANDS_THIS_RUN = {}  # cmake inputs key -> entries: both sides of one run share them without a cache
+
+
 def compile_commands(tree, cache, scratch):
     """The CUDA compile commands of src/cuda in `tree`, with the tree's path as ROOT_TOKEN."""
     key = cmake_inputs_key(tree)
+    if key in _COMMANDS_THIS_RUN:
+        # The same CMake inputs (the commands differ only in ROOT_TOKEN): configuring the other
+        # tree into the same build folder would fail on CMake's cache (another source folder).
+        return _COMMANDS_THIS_RUN[key]
     cached = cache / "commands" / f"{key}.json" if cache else None
     if cached and cached.exists():
         return json.loads(cached.read_text())
@@ -199,6 +206,7 @@ def compile_commands(tree, cache, scratch):
             "arguments": [a.replace(str(tree), ROOT_TOKEN) for a in arguments],
         })
     entries.sort(key=lambda e: e["file"])
+    _COMMANDS_THIS_RUN[key] = entries
     if cached:
         cached.parent.mkdir(parents=True, exist_ok=True)
         cached.write_text(json.dumps(entries))

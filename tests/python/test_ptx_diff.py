@@ -145,6 +145,19 @@ def test_self_check_compiles_one_tu_and_finds_no_change(tmp_path):
     assert len(list((tmp_path / "ptx-raw").glob("*.ptx"))) == 2
 
 
+@pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("cmake") is None
+                    or (shutil.which("nvcc") is None and not pathlib.Path("/usr/local/cuda/bin/nvcc").exists()),
+                    reason="needs a git checkout, CMake and nvcc")
+def test_without_a_cache_two_trees_with_the_same_cmake_inputs_configure_once(tmp_path):
+    # Both sides' CMake inputs are the same: configuring the second tree into the first one's build
+    # folder failed on CMake's cache (another source folder).
+    result = subprocess.run([str(SCRIPT), "--self-check", "--no-cache"], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "ATTNSUITE_PTX_CACHE": str(tmp_path)}, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "identical" in result.stdout
+    assert not list(tmp_path.iterdir()), "--no-cache wrote to the cache"
+
+
 PTX_TWO_KERNELS = """.version 8.0
 .target sm_80
 .address_size 64
