@@ -69,7 +69,7 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   }
   EXPECT_NO_THROW(flash3.check_options({{"backward_epilogue", "4-byte"}}));
   EXPECT_NO_THROW(flash3.check_options({{"backward_epilogue", "16-byte"}}));
-  // backward_order: head-major, grouped-4 or persistent; the last two not with an explicit epilogue.
+  // backward_order: head-major or grouped-4; grouped-4 not with an explicit epilogue.
   const auto usage_error = [&](const BackendOptions& options) {
     try {
       flash3.check_options(options);
@@ -81,14 +81,10 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
     }
   };
   EXPECT_EQ(usage_error({{"backward_order", "tile-major"}}),
-            "flash3: backend option backward_order='tile-major' not allowed; allowed: head-major, grouped-4, "
-            "persistent");
+            "flash3: backend option backward_order='tile-major' not allowed; allowed: head-major, grouped-4");
   EXPECT_EQ(usage_error({{"backward_order", "grouped-4"}, {"backward_epilogue", "4-byte"}}),
             "flash3: backward_order=grouped-4 is built with each head dim's default epilogue; drop backward_epilogue");
-  EXPECT_EQ(usage_error({{"backward_order", "persistent"}, {"backward_epilogue", "16-byte"}}),
-            "flash3: backward_order=persistent is built with each head dim's default epilogue; drop backward_epilogue");
   EXPECT_NO_THROW(flash3.check_options({{"backward_order", "grouped-4"}}));
-  EXPECT_NO_THROW(flash3.check_options({{"backward_order", "persistent"}}));
   EXPECT_NO_THROW(flash3.check_options({{"backward_order", "head-major"}, {"backward_epilogue", "4-byte"}}));
 }
 
@@ -130,9 +126,6 @@ TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
   check_gpu_backward("flash3", make_problem(1, 2, 2, 300, 150, 64, DType::BF16, Layout::BSHD, false), false);
   check_gpu_backward("flash3", make_problem(1, 12, 6, 140, 200, 128, DType::F16, Layout::BSHD, true), false, 64,
                      {{"backward_order", "grouped-4"}});
-  // Persistent: 288 units, more than twice the SMs of an H100 or H200 (132), so CTAs walk several.
-  check_gpu_backward("flash3", make_problem(2, 72, 72, 70, 200, 64, DType::BF16, Layout::BSHD, true), false, 64,
-                     {{"backward_order", "persistent"}});
 }
 
 // dQ's sums in the tiles' fragment order (one bulk reduction a warp, converted per 64-row tile):
@@ -188,26 +181,6 @@ TEST(CudaFlash3Backward, GroupedOrderMatchesTheReference) {
   for (const int head_dim : {64, 128})
     check_gpu_backward("flash3", make_problem(1, 12, 6, 300, 300, head_dim, DType::BF16, Layout::BSHD, true), false, 64,
                        grouped);
-}
-
-// backward_order=persistent (experimental: not yet run on a GPU): one CTA an SM over the units
-// (key tile, kv head, batch) — the same cases (one unit a CTA), then more units than SMs, so that
-// each CTA walks several and the K/V barriers' phases flip: causal GQA at both head dims, and a
-// window that leaves most key tiles unseen (units without work, whose dK = dV = 0, between those
-// with work).
-TEST(CudaFlash3Backward, PersistentOrderMatchesTheReference) {
-  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  const BackendOptions persistent = {{"backward_order", "persistent"}};
-  check_tiles_and_odd_cases(persistent);
-  for (const int head_dim : {64, 128}) {
-    check_gpu_backward("flash3", make_problem(4, 32, 16, 300, 300, head_dim, DType::BF16, Layout::BSHD, true), false,
-                       64, persistent);
-    check_gpu_backward("flash3", make_problem(4, 32, 16, 300, 300, head_dim, DType::F16, Layout::BHSD, false), false,
-                       64, persistent);
-    check_gpu_backward("flash3",
-                       windowed(make_problem(4, 16, 8, 100, 1000, head_dim, DType::F16, Layout::BSHD, true), 40, 0),
-                       false, 64, persistent);
-  }
 }
 
 // seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA

@@ -2,10 +2,9 @@
 // machinery of flash3's forward — TMA loads into an mbarrier ring, a producer warpgroup and two
 // consumer warpgroups with setmaxnreg, asynchronous wgmma for the five products.
 //
-// One CTA per unit (key tile of 128, kv head, batch), a head's key tiles in ascending order (under
-// a causal or left-window mask the first tiles are seen by the most rows: the longest CTAs start
-// first; traits: the grid's order) — or, persistent, one CTA an SM walking the units (BackwardUnit),
-// the producer loading a unit's K and V once the consumers released the last one's.
+// One CTA per (key tile of 128, kv head, batch), a head's key tiles in ascending order (under a
+// causal or left-window mask the first tiles are seen by the most rows: the longest CTAs start
+// first; traits: the grid's order).
 //  - Producer (warpgroup 0, one thread): K and V of the tile once; then, for every q head of the
 //    group and every query tile that sees the keys (rows_seeing_keys), Q, dO and the tile's rows
 //    of LSE·log2 e and D into a kStages-deep ring, each stage a "full" barrier (transaction
@@ -186,54 +185,6 @@ __global__ void __launch_bounds__(256) convert_dq_tiles_kernel(const __grid_cons
   }
 }
 
-// The unit (key tile, kv head, batch) a CTA works on, in the grid's order (traits): x = key tile ·
-// kHeadGroup + head in the group, y = head group, z = batch — one unit a CTA; or, persistent (grid
-// x = min(units, SMs)), units blockIdx.x, + gridDim.x, ... of the head-major order (key tile
-// fastest, then kv head, then batch): next() moves to the CTA's next unit and its work.
-template <class Traits>
-struct BackwardUnit {
-  int n_block = 0, kv_head = 0, batch = 0;
-  int index = 0;  // persistent: the unit's index in the head-major order
-
-  __device__ __forceinline__ explicit BackwardUnit(const BackwardParams& params) {
-    if constexpr (Traits::kPersistent) {
-      decode(params, static_cast<int>(blockIdx.x));
-    } else {
-      n_block = static_cast<int>(blockIdx.x) / Traits::kHeadGroup;
-      kv_head = static_cast<int>(blockIdx.y) * Traits::kHeadGroup + static_cast<int>(blockIdx.x) % Traits::kHeadGroup;
-      batch = static_cast<int>(blockIdx.z);
-    }
-  }
-  // Whether the CTA has a unit: the last head group's missing heads, or a persistent CTA past the
-  // units, have none.
-  __device__ __forceinline__ bool valid(const BackwardParams& params) const {
-    if constexpr (Traits::kPersistent) return batch < params.batch;
-    if constexpr (Traits::kHeadGroup > 1) return kv_head < params.heads_kv;
-    return true;
-  }
-  // To the CTA's next unit (persistent), with its work; false when there is none.
-  __device__ __forceinline__ bool next(const BackwardParams& params, KeyTileWork<Traits>& work) {
-    if constexpr (Traits::kPersistent) {
-      decode(params, index + static_cast<int>(gridDim.x));
-      if (batch >= params.batch) return false;
-      work = KeyTileWork<Traits>(params, n_block);
-      return true;
-    }
-    return false;
-  }
-
- private:
-  // Key tile fastest, then kv head, then batch (kept in registers only as the index: the key tile
-  // count and head count are reread from the params).
-  __device__ __forceinline__ void decode(const BackwardParams& params, int unit) {
-    const int key_tiles = (params.seq_kv + Traits::kTileN - 1) / Traits::kTileN;
-    index = unit;
-    n_block = unit % key_tiles;
-    kv_head = unit / key_tiles % params.heads_kv;
-    batch = unit / key_tiles / params.heads_kv;
-  }
-};
-
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash3_backward_kernel(const __grid_constant__ BackwardParams params, const __grid_constant__ CUtensorMap q_map,
@@ -243,9 +194,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim, kTileM = Traits::kTileM, kTileN = Traits::kTileN;
   constexpr int kStages = Traits::kStages, kSlabs = Traits::kSlabs;
-  BackwardUnit<Traits> unit(params);
-  if (!unit.valid(params)) return;  // the last head group's missing heads; persistent: more CTAs than units
-  KeyTileWork<Traits> work(params, unit.n_block);
+  // The grid's order (traits): x = key tile · kHeadGroup + head in the group, y = head group.
+  const int n_block = static_cast<int>(blockIdx.x) / Traits::kHeadGroup;
+  const int kv_head =
+      static_cast<int>(blockIdx.y) * Traits::kHeadGroup + static_cast<int>(blockIdx.x) % Traits::kHeadGroup;
+  const int batch = static_cast<int>(blockIdx.z);
+  if constexpr (Traits::kHeadGroup > 1)
+    if (kv_head >= params.heads_kv) return;  // the last group's missing heads
+  const KeyTileWork<Traits> work(params, n_block);
 
   extern __shared__ __align__(1024) unsigned char shared_bytes[];
   const std::uint32_t smem = (shared_address(shared_bytes) + 1023u) & ~1023u;
@@ -256,9 +212,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const unsigned char* smem_bytes = shared_bytes + (smem - shared_address(shared_bytes));
   const std::uint32_t kv_full = smem + Traits::kBarrierOffset;
   const BarrierRing<kStages> q_full{kv_full, 1}, q_empty{kv_full, 1 + kStages};
-  // Persistent: every consumer thread arrives once its unit's products (the last to read K and V)
-  // are done; the producer loads the next unit's K and V only then.
-  const std::uint32_t kv_empty = kv_full + 8u * (1 + 2 * kStages);
 
   if (threadIdx.x == 0) {
     barrier_init(kv_full, 1);
@@ -266,7 +219,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       barrier_init(q_full[stage], 1);
       barrier_init(q_empty[stage], Traits::kConsumerThreads);
     }
-    if constexpr (Traits::kPersistent) barrier_init(kv_empty, Traits::kConsumerThreads);
     barrier_init_fence();
   }
   __syncthreads();
@@ -275,47 +227,36 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (warpgroup == 0) {
     // ---- Producer ----
     release_registers<Traits::kProducerRegisters>();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && work.iterations > 0) {
+      barrier_arrive_expect_bytes(kv_full, 2 * Traits::kKVBytes);
+#pragma unroll
+      for (int slab = 0; slab < kSlabs; ++slab) {
+        tma_load_4d(smem_k + slab * Traits::kKVSlabBytes, &k_map, 64 * slab, work.key_begin, kv_head, batch, kv_full);
+        tma_load_4d(smem_v + slab * Traits::kKVSlabBytes, &v_map, 64 * slab, work.key_begin, kv_head, batch, kv_full);
+      }
       PipelineState<kStages> stage;
-      std::uint32_t kv_phase = 0;  // of the K/V barriers: flips with every unit that has work
-      do {
-        if (work.iterations > 0) {
-          const int kv_head = unit.kv_head, batch = unit.batch;
-          // The consumers are done with the previous unit's K and V (a fresh barrier returns at once).
-          if constexpr (Traits::kPersistent) barrier_wait(kv_empty, kv_phase ^ 1u);
-          barrier_arrive_expect_bytes(kv_full, 2 * Traits::kKVBytes);
+      for (int it = 0; it < work.iterations; ++it) {
+        const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
+        // Every consumer thread is done with the stage's previous tile (fresh barrier: returns at once).
+        q_empty.wait_released(stage);
+        barrier_arrive_expect_bytes(q_full[stage.stage], 2 * Traits::kQBytes + Traits::kStatsBytes);
+        const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
+        const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
 #pragma unroll
-          for (int slab = 0; slab < kSlabs; ++slab) {
-            tma_load_4d(smem_k + slab * Traits::kKVSlabBytes, &k_map, 64 * slab, work.key_begin, kv_head, batch,
-                        kv_full);
-            tma_load_4d(smem_v + slab * Traits::kKVSlabBytes, &v_map, 64 * slab, work.key_begin, kv_head, batch,
-                        kv_full);
-          }
-          for (int it = 0; it < work.iterations; ++it) {
-            const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
-            // Every consumer thread is done with the stage's previous tile (fresh barrier: returns at once).
-            q_empty.wait_released(stage);
-            barrier_arrive_expect_bytes(q_full[stage.stage], 2 * Traits::kQBytes + Traits::kStatsBytes);
-            const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
-            const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
-#pragma unroll
-            for (int slab = 0; slab < kSlabs; ++slab) {
-              tma_load_4d(q_tile + slab * Traits::kQSlabBytes, &q_map, 64 * slab, row_begin, head, batch,
-                          q_full[stage.stage]);
-              tma_load_4d(d_o_tile + slab * Traits::kQSlabBytes, &d_o_map, 64 * slab, row_begin, head, batch,
-                          q_full[stage.stage]);
-            }
-            // The tile's LSE·log2 e and D (the workspace's padded rows: never past its end).
-            const std::int64_t rows_of_head =
-                (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin;
-            const std::uint32_t stats = smem_stats + stage.stage * Traits::kStatsBytes;
-            bulk_load(stats, params.lse_log2 + rows_of_head, kTileM * 4, q_full[stage.stage]);
-            bulk_load(stats + kTileM * 4, params.row_dot + rows_of_head, kTileM * 4, q_full[stage.stage]);
-            ++stage;
-          }
-          kv_phase ^= 1u;
+        for (int slab = 0; slab < kSlabs; ++slab) {
+          tma_load_4d(q_tile + slab * Traits::kQSlabBytes, &q_map, 64 * slab, row_begin, head, batch,
+                      q_full[stage.stage]);
+          tma_load_4d(d_o_tile + slab * Traits::kQSlabBytes, &d_o_map, 64 * slab, row_begin, head, batch,
+                      q_full[stage.stage]);
         }
-      } while (unit.next(params, work));
+        // The tile's LSE·log2 e and D (the workspace's padded rows: never past its end).
+        const std::int64_t rows_of_head =
+            (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin;
+        const std::uint32_t stats = smem_stats + stage.stage * Traits::kStatsBytes;
+        bulk_load(stats, params.lse_log2 + rows_of_head, kTileM * 4, q_full[stage.stage]);
+        bulk_load(stats + kTileM * 4, params.row_dot + rows_of_head, kTileM * 4, q_full[stage.stage]);
+        ++stage;
+      }
     }
     return;
   }
@@ -328,195 +269,186 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int quad_row = lane / 4, quad_col = lane % 4;
   // This thread's keys: rows quad_row and quad_row + 8 of its warp's 16 in the consumer's 64.
   const int key_row = consumer * Traits::kKeysPerConsumer + 16 * warp + quad_row;
-  PipelineState<kStages> stage;
-  std::uint32_t kv_phase = 0;
-  do {
-    const int kv_head = unit.kv_head, batch = unit.batch;
-    const int thread_key = work.key_begin + key_row;
+  const int thread_key = work.key_begin + key_row;
 
-    float acc_dk[kHeadDim / 2], acc_dv[kHeadDim / 2];
+  float acc_dk[kHeadDim / 2], acc_dv[kHeadDim / 2];
 #pragma unroll
-    for (int i = 0; i < kHeadDim / 2; ++i) acc_dk[i] = acc_dv[i] = 0.0f;
+  for (int i = 0; i < kHeadDim / 2; ++i) acc_dk[i] = acc_dv[i] = 0.0f;
 
-    if (work.iterations > 0) {
-      barrier_wait(kv_full, kv_phase);
-      const std::uint32_t k_rows = smem_k + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
-      const std::uint32_t v_rows = smem_v + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
-      // The consumer's dQ product (traits) reads every key's dSᵀ: its 64 queries and all columns
-      // (d64, 128-query tiles), or all queries and its 64 columns (d128).
-      const int dq_column_slab = Traits::kDqByQueries ? 0 : consumer;
-      const int dq_query_slab = Traits::kDqByQueries ? consumer : 0;
-      const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
+  if (work.iterations > 0) {
+    barrier_wait(kv_full, 0);
+    const std::uint32_t k_rows = smem_k + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
+    const std::uint32_t v_rows = smem_v + consumer * Traits::kKeysPerConsumer * Traits::kSlabRowBytes;
+    // The consumer's dQ product (traits) reads every key's dSᵀ: its 64 queries and all columns
+    // (d64, 128-query tiles), or all queries and its 64 columns (d128).
+    const int dq_column_slab = Traits::kDqByQueries ? 0 : consumer;
+    const int dq_query_slab = Traits::kDqByQueries ? consumer : 0;
+    const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
 
-      for (int it = 0; it < work.iterations; ++it) {
-        const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
-        const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
-        const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
-        // This tile's dSᵀ buffer: the ring's stage (it % 2) picks it (an index of its own cost d128
-        // 80 bytes of spills, ptxas sm_90a).
-        const std::uint32_t ds_tile = smem_ds + stage.stage * Traits::kDsBufferBytes;
-        // This thread's dSᵀ row in the buffer, chunk 0 swizzled (row % 8 = quad_row), its column pair.
-        const std::uint32_t ds_row_base =
-            ds_tile + static_cast<std::uint32_t>(key_row * Traits::kSlabRowBytes + quad_row * 16 + quad_col * 4);
-        q_full.wait(stage);
-        const float* lse_log2 =
-            reinterpret_cast<const float*>(smem_bytes + Traits::kStatsOffset + stage.stage * Traits::kStatsBytes);
-        const float* row_dot = lse_log2 + kTileM;
+    PipelineState<kStages> stage;
+    for (int it = 0; it < work.iterations; ++it) {
+      const int head = work.head(params, kv_head, it), row_begin = work.row_begin(it);
+      const std::uint32_t q_tile = smem_q + stage.stage * Traits::kQBytes;
+      const std::uint32_t d_o_tile = smem_do + stage.stage * Traits::kQBytes;
+      // This tile's dSᵀ buffer: the ring's stage (it % 2) picks it (an index of its own cost d128
+      // 80 bytes of spills, ptxas sm_90a).
+      const std::uint32_t ds_tile = smem_ds + stage.stage * Traits::kDsBufferBytes;
+      // This thread's dSᵀ row in the buffer, chunk 0 swizzled (row % 8 = quad_row), its column pair.
+      const std::uint32_t ds_row_base =
+          ds_tile + static_cast<std::uint32_t>(key_row * Traits::kSlabRowBytes + quad_row * 16 + quad_col * 4);
+      q_full.wait(stage);
+      const float* lse_log2 =
+          reinterpret_cast<const float*>(smem_bytes + Traits::kStatsOffset + stage.stage * Traits::kStatsBytes);
+      const float* row_dot = lse_log2 + kTileM;
 
-        // Sᵀ = K_c·Qᵀ and dPᵀ = V_c·dOᵀ (64 keys × kTileM queries each), two groups: P is computed
-        // while dPᵀ is still in the tensor cores.
-        float acc_s[kTileM / 2], acc_dp[kTileM / 2];
-        wgmma_fence();
-        issue_transposed_scores<Traits>(acc_s, k_rows, q_tile);
-        wgmma_commit();
-        issue_transposed_scores<Traits>(acc_dp, v_rows, d_o_tile);
-        wgmma_commit();
+      // Sᵀ = K_c·Qᵀ and dPᵀ = V_c·dOᵀ (64 keys × kTileM queries each), two groups: P is computed
+      // while dPᵀ is still in the tensor cores.
+      float acc_s[kTileM / 2], acc_dp[kTileM / 2];
+      wgmma_fence();
+      issue_transposed_scores<Traits>(acc_s, k_rows, q_tile);
+      wgmma_commit();
+      issue_transposed_scores<Traits>(acc_dp, v_rows, d_o_tile);
+      wgmma_commit();
 
-        // Column 8i + 2·quad_col + e of the tile is query row_begin + that; the element mask only
-        // where the tile crosses a row's key range or the ends of the keys or queries.
-        const std::int64_t rows_of_head =
-            (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin;
-        const bool unmasked = row_begin + kTileM <= params.seq_q && work.key_begin + kTileN <= params.seq_kv &&
-                              key_range(params, row_begin + kTileM - 1).begin <= work.key_begin &&
-                              key_range(params, row_begin).end >= work.key_begin + kTileN;
-        // kMasked: the tile crosses the mask (two copies of each loop, no per-element branch where not).
-        auto hidden = [&](auto masked, int query, int half) {
-          if constexpr (decltype(masked)::value) return mask.hidden(row_begin + query, thread_key + 8 * half);
-          return false;
-        };
+      // Column 8i + 2·quad_col + e of the tile is query row_begin + that; the element mask only
+      // where the tile crosses a row's key range or the ends of the keys or queries.
+      const std::int64_t rows_of_head =
+          (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin;
+      const bool unmasked = row_begin + kTileM <= params.seq_q && work.key_begin + kTileN <= params.seq_kv &&
+                            key_range(params, row_begin + kTileM - 1).begin <= work.key_begin &&
+                            key_range(params, row_begin).end >= work.key_begin + kTileN;
+      // kMasked: the tile crosses the mask (two copies of each loop, no per-element branch where not).
+      auto hidden = [&](auto masked, int query, int half) {
+        if constexpr (decltype(masked)::value) return mask.hidden(row_begin + query, thread_key + 8 * half);
+        return false;
+      };
 
-        // Pᵀ = 2^(Sᵀ·scale·log2 e − LSE·log2 e) in place (0 where hidden), then dV += Pᵀ·dO issued.
-        auto probabilities = [&](auto masked) {
+      // Pᵀ = 2^(Sᵀ·scale·log2 e − LSE·log2 e) in place (0 where hidden), then dV += Pᵀ·dO issued.
+      auto probabilities = [&](auto masked) {
 #pragma unroll
-          for (int i = 0; i < kTileM / 8; ++i) {
-            const float2 lse = *reinterpret_cast<const float2*>(lse_log2 + 8 * i + 2 * quad_col);
+        for (int i = 0; i < kTileM / 8; ++i) {
+          const float2 lse = *reinterpret_cast<const float2*>(lse_log2 + 8 * i + 2 * quad_col);
 #pragma unroll
-            for (int e = 0; e < 2; ++e)
+          for (int e = 0; e < 2; ++e)
 #pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                float& s = acc_s[4 * i + 2 * half + e];
-                const float p = exp2_approx(fmaf(s, params.scale_log2, -(e == 0 ? lse.x : lse.y)));
-                s = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p;
-              }
-          }
-        };
-        wgmma_wait<1>();
-        fence_registers(acc_s);
-        if (unmasked)
-          probabilities(std::false_type{});
+            for (int half = 0; half < 2; ++half) {
+              float& s = acc_s[4 * i + 2 * half + e];
+              const float p = exp2_approx(fmaf(s, params.scale_log2, -(e == 0 ? lse.x : lse.y)));
+              s = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p;
+            }
+        }
+      };
+      wgmma_wait<1>();
+      fence_registers(acc_s);
+      if (unmasked)
+        probabilities(std::false_type{});
+      else
+        probabilities(std::true_type{});
+      std::uint32_t p_fragments[kTileM / 16][4];
+      to_fragments<Element, kTileM>(acc_s, p_fragments);
+      fence_registers(acc_dv);
+#pragma unroll
+      for (int j = 0; j < kTileM / 16; ++j) fence_registers(p_fragments[j]);
+      wgmma_fence();
+      issue_key_gradient<Traits>(acc_dv, p_fragments, d_o_tile);
+      wgmma_commit();
+
+      // dSᵀ = Pᵀ∘(dPᵀ − D) in place, set to 0 where hidden (not multiplied: a NaN of V at a hidden
+      // key never reaches dS), then dK += dSᵀ·Q issued. P from the fp32 scores, or (128-query
+      // tiles, traits) from its 16-bit fragments: element 4i + 2·half + e is fragment [i / 2][2(i % 2) + half].
+      auto probability = [&](int i, int half, int e) {
+        if constexpr (Traits::kScoreGradientsFromFragments)
+          return unpack_half<Element>(p_fragments[i / 2][2 * (i % 2) + half], e);
         else
-          probabilities(std::true_type{});
-        std::uint32_t p_fragments[kTileM / 16][4];
-        to_fragments<Element, kTileM>(acc_s, p_fragments);
-        fence_registers(acc_dv);
+          return acc_s[4 * i + 2 * half + e];
+      };
+      auto score_gradients = [&](auto masked) {
 #pragma unroll
-        for (int j = 0; j < kTileM / 16; ++j) fence_registers(p_fragments[j]);
-        wgmma_fence();
-        issue_key_gradient<Traits>(acc_dv, p_fragments, d_o_tile);
-        wgmma_commit();
+        for (int i = 0; i < kTileM / 8; ++i) {
+          const float2 dot = *reinterpret_cast<const float2*>(row_dot + 8 * i + 2 * quad_col);
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              float& dp = acc_dp[4 * i + 2 * half + e];
+              const float p = probability(i, half, e);
+              dp = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p * (dp - (e == 0 ? dot.x : dot.y));
+            }
+        }
+      };
+      wgmma_wait<1>();
+      fence_registers(acc_dp);
+      if (unmasked)
+        score_gradients(std::false_type{});
+      else
+        score_gradients(std::true_type{});
+      std::uint32_t ds_fragments[kTileM / 16][4];
+      to_fragments<Element, kTileM>(acc_dp, ds_fragments);
+      fence_registers(acc_dk);
+#pragma unroll
+      for (int j = 0; j < kTileM / 16; ++j) fence_registers(ds_fragments[j]);
+      wgmma_fence();
+      issue_key_gradient<Traits>(acc_dk, ds_fragments, q_tile);
+      wgmma_commit();
 
-        // dSᵀ = Pᵀ∘(dPᵀ − D) in place, set to 0 where hidden (not multiplied: a NaN of V at a hidden
-        // key never reaches dS), then dK += dSᵀ·Q issued. P from the fp32 scores, or (128-query
-        // tiles, traits) from its 16-bit fragments: element 4i + 2·half + e is fragment [i / 2][2(i % 2) + half].
-        auto probability = [&](int i, int half, int e) {
-          if constexpr (Traits::kScoreGradientsFromFragments)
-            return unpack_half<Element>(p_fragments[i / 2][2 * (i % 2) + half], e);
-          else
-            return acc_s[4 * i + 2 * half + e];
-        };
-        auto score_gradients = [&](auto masked) {
+      // dSᵀ to shared memory for dQ (while dV and dK run): row key_row, query q at slab q / 64,
+      // 16-byte chunk (q % 64) / 8 XOR (row % 8) — TMA's 128B swizzle, which the transposed wgmma
+      // read expects.
 #pragma unroll
-          for (int i = 0; i < kTileM / 8; ++i) {
-            const float2 dot = *reinterpret_cast<const float2*>(row_dot + 8 * i + 2 * quad_col);
+      for (int i = 0; i < kTileM / 8; ++i)
 #pragma unroll
-            for (int e = 0; e < 2; ++e)
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                float& dp = acc_dp[4 * i + 2 * half + e];
-                const float p = probability(i, half, e);
-                dp = hidden(masked, 8 * i + 2 * quad_col + e, half) ? 0.0f : p * (dp - (e == 0 ? dot.x : dot.y));
-              }
-          }
-        };
-        wgmma_wait<1>();
-        fence_registers(acc_dp);
-        if (unmasked)
-          score_gradients(std::false_type{});
-        else
-          score_gradients(std::true_type{});
-        std::uint32_t ds_fragments[kTileM / 16][4];
-        to_fragments<Element, kTileM>(acc_dp, ds_fragments);
-        fence_registers(acc_dk);
-#pragma unroll
-        for (int j = 0; j < kTileM / 16; ++j) fence_registers(ds_fragments[j]);
-        wgmma_fence();
-        issue_key_gradient<Traits>(acc_dk, ds_fragments, q_tile);
-        wgmma_commit();
+        for (int half = 0; half < 2; ++half) {
+          // Row key_row + 8·half: the address as base XOR chunk (the row % 8 is quad_row, the buffer
+          // 1024-aligned), one live register; the sum's eight loop-invariant addresses spilled 80
+          // bytes at d128 once the buffer varied (ptxas sm_90a).
+          const int query = 8 * i + 2 * quad_col;
+          const std::uint32_t address = (ds_row_base + static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes +
+                                                                                  8 * half * Traits::kSlabRowBytes)) ^
+                                        static_cast<std::uint32_t>(((query % 64) / 8) * 16);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(ds_fragments[i / 2][2 * (i % 2) + half])
+                       : "memory");
+        }
+      fence_proxy_async_shared();  // the generic-proxy stores, visible to wgmma's reads
+      named_barrier_sync(1, Traits::kConsumerThreads);
 
-        // dSᵀ to shared memory for dQ (while dV and dK run): row key_row, query q at slab q / 64,
-        // 16-byte chunk (q % 64) / 8 XOR (row % 8) — TMA's 128B swizzle, which the transposed wgmma
-        // read expects.
-#pragma unroll
-        for (int i = 0; i < kTileM / 8; ++i)
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            // Row key_row + 8·half: the address as base XOR chunk (the row % 8 is quad_row, the buffer
-            // 1024-aligned), one live register; the sum's eight loop-invariant addresses spilled 80
-            // bytes at d128 once the buffer varied (ptxas sm_90a).
-            const int query = 8 * i + 2 * quad_col;
-            const std::uint32_t address =
-                (ds_row_base +
-                 static_cast<std::uint32_t>((query / 64) * Traits::kDsSlabBytes + 8 * half * Traits::kSlabRowBytes)) ^
-                static_cast<std::uint32_t>(((query % 64) / 8) * 16);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(ds_fragments[i / 2][2 * (i % 2) + half])
-                         : "memory");
-          }
-        fence_proxy_async_shared();  // the generic-proxy stores, visible to wgmma's reads
-        named_barrier_sync(1, Traits::kConsumerThreads);
+      // dQ_tile = dS·K; then every product of the tile is done.
+      float acc_dq[32];
+      wgmma_fence();
+      issue_query_gradient<Traits, kTileN>(acc_dq, ds_tile + dq_query_slab * Traits::kDsSlabBytes,
+                                           smem_k + dq_column_slab * Traits::kKVSlabBytes);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(acc_dv);
+      fence_registers(acc_dk);
+      fence_registers(acc_dq);
+      // This thread's reads of the stage's Q, dO and row statistics are done. Every consumer
+      // thread arrives (its release orders its own reads of the stats): with one arrival a warp,
+      // compute-sanitizer's racecheck reported the next bulk copy of the stats against the other
+      // lanes' reads (H100, 2026-12-06).
+      q_empty.arrive(stage);
 
-        // dQ_tile = dS·K; then every product of the tile is done.
-        float acc_dq[32];
-        wgmma_fence();
-        issue_query_gradient<Traits, kTileN>(acc_dq, ds_tile + dq_query_slab * Traits::kDsSlabBytes,
-                                             smem_k + dq_column_slab * Traits::kKVSlabBytes);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_registers(acc_dv);
-        fence_registers(acc_dk);
-        fence_registers(acc_dq);
-        // This thread's reads of the stage's Q, dO and row statistics are done. Every consumer
-        // thread arrives (its release orders its own reads of the stats): with one arrival a warp,
-        // compute-sanitizer's racecheck reported the next bulk copy of the stats against the other
-        // lanes' reads (H100, 2026-12-06).
-        q_empty.arrive(stage);
-
-        // dQ's tile into the warp's 4 KiB block of the tile's fp32 sums (slab-major: rows past seq_q
-        // are the workspace's padding, never read; convert_dq_tiles_kernel).
-        add_dq_bulk(
-            acc_dq,
-            params.dq_accum + (rows_of_head + 64 * dq_query_slab) * kHeadDim + (dq_column_slab * 4 + warp) * 1024,
-            smem + Traits::dq_staging_offset(consumer, warp));
-        // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
-        // into this one only past the next tile's barrier, which every reader of this buffer
-        // reaches after its dQ products are done.
-        ++stage;
-      }
-      // Every product that reads this unit's K and V is done (the wgmma_wait<0> above).
-      if constexpr (Traits::kPersistent) barrier_arrive(kv_empty);
-      kv_phase ^= 1u;
+      // dQ's tile into the warp's 4 KiB block of the tile's fp32 sums (slab-major: rows past seq_q
+      // are the workspace's padding, never read; convert_dq_tiles_kernel).
+      add_dq_bulk(acc_dq,
+                  params.dq_accum + (rows_of_head + 64 * dq_query_slab) * kHeadDim + (dq_column_slab * 4 + warp) * 1024,
+                  smem + Traits::dq_staging_offset(consumer, warp));
+      // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
+      // into this one only past the next tile's barrier, which every reader of this buffer
+      // reaches after its dQ products are done.
+      ++stage;
     }
+  }
 
-    // The staging area stays readable until this warp's last bulk reduction has read it.
-    if (lane == 0) bulk_wait_group_read<0>();
+  // The staging area stays readable until this warp's last bulk reduction has read it.
+  if (lane == 0) bulk_wait_group_read<0>();
 
-    // dK (times the scale) and dV of this thread's two keys; 0 for keys that no row sees.
-    auto dk_at = [&](int i, int e) { return acc_dk[4 * i + e]; };
-    auto dv_at = [&](int i, int e) { return acc_dv[4 * i + e]; };
-    if constexpr (Traits::kWideEpilogue)
-      store_key_gradients_16_bytes<Element, kHeadDim>(params, thread_key, kv_head, batch, quad_col, dk_at, dv_at);
-    else
-      store_key_gradients<Element, kHeadDim>(params, thread_key, kv_head, batch, quad_col, dk_at, dv_at);
-  } while (unit.next(params, work));
+  // dK (times the scale) and dV of this thread's two keys; 0 for keys that no row sees.
+  auto dk_at = [&](int i, int e) { return acc_dk[4 * i + e]; };
+  auto dv_at = [&](int i, int e) { return acc_dv[4 * i + e]; };
+  if constexpr (Traits::kWideEpilogue)
+    store_key_gradients_16_bytes<Element, kHeadDim>(params, thread_key, kv_head, batch, quad_col, dk_at, dv_at);
+  else
+    store_key_gradients<Element, kHeadDim>(params, thread_key, kv_head, batch, quad_col, dk_at, dv_at);
 #endif
 }
 

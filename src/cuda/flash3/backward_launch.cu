@@ -13,15 +13,12 @@ void launch_backward(const BackwardParams& params, DType dtype, BackwardVariant 
       using Element = typename decltype(element)::type;
       constexpr int kHeadDim = decltype(head_dim)::value;
       const auto cuda_stream = static_cast<cudaStream_t>(stream);
-      if (!backward_variant_built(variant))
-        throw Error(ErrorKind::Unsupported,
-                    "flash3 backward: backward_order=grouped-4 and =persistent are built with each head dim's "
-                    "default epilogue only");
-      constexpr bool kDefaultEpilogue = wide_epilogue(BackwardVariant{}, kHeadDim);
-      if (variant.order == BackwardOrder::Grouped4)
-        return run_backward<Element, kHeadDim, kDefaultEpilogue, 4>(params, cuda_stream);
-      if (variant.order == BackwardOrder::Persistent)
-        return run_backward<Element, kHeadDim, kDefaultEpilogue, 1, true>(params, cuda_stream);
+      if (variant.grouped_heads) {
+        if (!backward_variant_built(variant))
+          throw Error(ErrorKind::Unsupported,
+                      "flash3 backward: backward_order=grouped-4 is built with each head dim's default epilogue only");
+        return run_backward<Element, kHeadDim, wide_epilogue(BackwardVariant{}, kHeadDim), 4>(params, cuda_stream);
+      }
       if (wide_epilogue(variant, kHeadDim)) return run_backward<Element, kHeadDim, true>(params, cuda_stream);
       run_backward<Element, kHeadDim, false>(params, cuda_stream);
     });

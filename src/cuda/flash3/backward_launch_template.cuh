@@ -8,14 +8,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <fmt/format.h>
 
-#include <algorithm>
-#include <cstdint>
-#include <limits>
 #include <type_traits>
 
-#include "attnsuite/error.hpp"
 #include "cuda/common/backward_row_kernels.cuh"
 #include "cuda/common/check.hpp"
 #include "cuda/common/launch.cuh"
@@ -26,9 +21,9 @@
 
 namespace attnsuite::cuda::flash3 {
 
-template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup, bool kPersistent>
+template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup>
 void run_backward(const BackwardParams& params, cudaStream_t stream) {
-  using Kernel = typename BackwardConfig<Element, kHeadDim, kWideEpilogue, kHeadGroup, kPersistent>::Kernel;
+  using Kernel = typename BackwardConfig<Element, kHeadDim, kWideEpilogue, kHeadGroup>::Kernel;
   constexpr DType kDType = std::is_same_v<Element, __half> ? DType::F16 : DType::BF16;
   // 64-column boxes (128B swizzle): kTileM rows of Q and dO, kTileN rows of K and V.
   auto map = [&](const void* data, int rows, int heads, std::int64_t row_stride, std::int64_t head_stride,
@@ -46,24 +41,10 @@ void run_backward(const BackwardParams& params, cudaStream_t stream) {
                                 params.v_batch_stride, Kernel::kTileN);
 
   launch_backward_preprocess<Element>(params, stream);
-  // The grid's order (traits): x = key tile · kHeadGroup + head in the group, y = head group;
-  // persistent: one CTA an SM (the shared memory allows no second), over the units in that order.
-  const std::int64_t key_tiles = (params.seq_kv + Kernel::kTileN - 1) / Kernel::kTileN;
-  dim3 grid(static_cast<unsigned>(key_tiles * kHeadGroup),
-            static_cast<unsigned>((params.heads_kv + kHeadGroup - 1) / kHeadGroup),
-            static_cast<unsigned>(params.batch));
-  if constexpr (kPersistent) {
-    const std::int64_t units = key_tiles * params.heads_kv * params.batch;
-    if (units > std::numeric_limits<int>::max())
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("flash3 backward: {} key tiles × {} kv heads × batch {} = {} units; at most {} with "
-                              "backward_order=persistent",
-                              key_tiles, params.heads_kv, params.batch, units, std::numeric_limits<int>::max()));
-    int device = 0, sms = 0;
-    ATTNSUITE_CUDA_CHECK(cudaGetDevice(&device));
-    ATTNSUITE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    grid = dim3(static_cast<unsigned>(std::min<std::int64_t>(units, std::max(sms, 1))));
-  }
+  // The grid's order (traits): x = key tile · kHeadGroup + head in the group, y = head group.
+  const dim3 grid(static_cast<unsigned>((params.seq_kv + Kernel::kTileN - 1) / Kernel::kTileN * kHeadGroup),
+                  static_cast<unsigned>((params.heads_kv + kHeadGroup - 1) / kHeadGroup),
+                  static_cast<unsigned>(params.batch));
   launch_kernel(flash3_backward_kernel<Kernel>, grid, Kernel::kThreads, Kernel::kSmemBytes, stream, params, q_map,
                 k_map, v_map, d_o_map);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash3_backward_kernel");

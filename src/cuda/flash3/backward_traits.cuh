@@ -59,14 +59,7 @@ namespace attnsuite::cuda::flash3 {
 // group's longest CTAs start first while the CTAs in flight still share a few heads' Q and dO in
 // L2 (every head's key tiles outermost was 1.5-1.9x slower: 2026-12-06g). A list schedule of the
 // CTAs on 132 SMs predicts causal N 4096 6% shorter at d128 (16 heads × B4), 3% at d64.
-// Persistent (kPersistent; backward_order=persistent, experimental: not yet run on a GPU): one CTA
-// an SM walks the head-major order's units (key tile, kv head, batch) round-robin, so that the
-// producer loads the next unit's K and V (once both consumers released them: a kv-empty barrier)
-// and its first Q/dO tiles while the consumers store the previous unit's dK and dV — the launch,
-// the barrier setup and the first loads of a unit no longer idle the SM (cuDNN's backward runs
-// one CTA an SM: grid 132 on the H100).
-template <class Element_, int kHeadDim_, int kTileM_, bool kWideEpilogue_ = false, int kHeadGroup_ = 1,
-          bool kPersistent_ = false>
+template <class Element_, int kHeadDim_, int kTileM_, bool kWideEpilogue_ = false, int kHeadGroup_ = 1>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -78,7 +71,6 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   // at d64 with 128-query tiles experimental (backward_epilogue=16-byte; not yet run on a GPU).
   static constexpr bool kWideEpilogue = kWideEpilogue_;
   static constexpr int kHeadGroup = kHeadGroup_;
-  static constexpr bool kPersistent = kPersistent_;
 
   static constexpr int kKeysPerConsumer = kTileN / kConsumers;  // 64: one wgmma M
 
@@ -112,8 +104,8 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr __host__ __device__ std::uint32_t dq_staging_offset(int consumer, int warp) {
     return static_cast<std::uint32_t>(kDqStageOffset + (consumer * 4 + warp) * kDqStageWarpBytes);
   }
-  // Barriers: K/V full, Q/dO full ×stages, Q/dO empty ×stages, K/V empty (persistent) — 8 bytes each.
-  static constexpr int kBarrierBytes = 8 * (1 + 2 * kStages + (kPersistent ? 1 : 0));
+  // Barriers: K/V full, Q/dO full ×stages, Q/dO empty ×stages (8 bytes each).
+  static constexpr int kBarrierBytes = 8 * (1 + 2 * kStages);
   // +1024: the dynamic shared memory's start is rounded up to the 128B swizzle's period.
   static constexpr int kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;
 
@@ -128,16 +120,15 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static_assert(kDqStageOffset % 16 == 0 && kDqStageWarpBytes % 16 == 0,
                 "a bulk reduction reads 16-byte aligned shared memory");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
-  static_assert(!kPersistent || kHeadGroup == 1, "persistent CTAs walk the head-major order");
 };
 
 // d64, 128-query tiles: Sᵀ and dPᵀ 64 + 64 registers, dK and dV 32 + 32, dQ 32; shared memory 16 +
 // 16 KiB K/V, 2 × (16 + 16) KiB Q/dO, 2 × 32 KiB dSᵀ, 2 KiB row statistics, 32 KiB dQ staging =
 // 194 KiB. d128, 64-query tiles: Sᵀ and dPᵀ 32 + 32, dK and dV 64 + 64, dQ 32; 32 + 32 KiB K/V,
 // 2 × (16 + 16) KiB Q/dO, 2 × 16 KiB dSᵀ, 1 KiB row statistics, 32 KiB dQ staging = 194 KiB.
-template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup = 1, bool kPersistent = false>
+template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup = 1>
 struct BackwardConfig {
-  using Kernel = BackwardTraits<Element, kHeadDim, kHeadDim == 64 ? 128 : 64, kWideEpilogue, kHeadGroup, kPersistent>;
+  using Kernel = BackwardTraits<Element, kHeadDim, kHeadDim == 64 ? 128 : 64, kWideEpilogue, kHeadGroup>;
 };
 
 }  // namespace attnsuite::cuda::flash3

@@ -43,23 +43,18 @@ inline constexpr int kBackwardHeadDims[] = {64, 128};
 // or 16 bytes a lane (16: after a transpose within each quad); 0: the head dim's default, 4 at d64,
 // 16 at d128 (measured, docs/kernels/flash3-backward.md; 16 at d64 is experimental: not yet run on
 // a GPU).
-// order: the grid's (backward_traits.cuh) — head-major (a head's key tiles in a row), grouped (the
-// key tiles of 4 heads interleaved: backward_order=grouped-4, a group's longest causal CTAs first)
-// or persistent (one CTA an SM over the head-major order's units: backward_order=persistent, the
-// next unit's K and V loaded under the last one's dK/dV stores); the last two with the default
-// epilogue only, experimental: not yet run on a GPU.
-enum class BackwardOrder { HeadMajor, Grouped4, Persistent };
+// grouped_heads: the grid's key tiles of 4 heads interleaved (backward_order=grouped-4: a group's
+// longest causal CTAs first; with the default epilogue only; experimental: not yet run on a GPU).
 struct BackwardVariant {
   int epilogue_bytes = 0;
-  BackwardOrder order = BackwardOrder::HeadMajor;
+  bool grouped_heads = false;
 };
 constexpr bool wide_epilogue(BackwardVariant variant, int head_dim) {
   return variant.epilogue_bytes == 16 || (variant.epilogue_bytes == 0 && head_dim == 128);
 }
-// Whether the variant has kernels: the grouped and persistent orders are built with the default
-// epilogue only.
+// Whether the variant has kernels: the grouped order is built with the default epilogue only.
 constexpr bool backward_variant_built(BackwardVariant variant) {
-  return variant.order == BackwardOrder::HeadMajor || variant.epilogue_bytes == 0;
+  return !variant.grouped_heads || variant.epilogue_bytes == 0;
 }
 
 // The backward for params on `stream`: dq, dk, dv from q, k, v, o, d_o and the forward's lse, with

@@ -3,8 +3,7 @@
 // stored 16 bytes a lane (d128's default; at d64 backward_epilogue=16-byte, experimental: not yet
 // run on a GPU); kHeadGroup > 1: the grid's key tiles of that many heads interleaved
 // (backward_order=grouped-4, with each head dim's default epilogue; experimental: not yet run on a
-// GPU; backward_traits.cuh); kPersistent: one CTA an SM over the head-major order's units
-// (backward_order=persistent, likewise).
+// GPU; backward_traits.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,7 +12,7 @@
 
 namespace attnsuite::cuda::flash3 {
 
-template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup = 1, bool kPersistent = false>
+template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup = 1>
 void run_backward(const BackwardParams& params, cudaStream_t stream);
 
 }  // namespace attnsuite::cuda::flash3
