@@ -69,7 +69,7 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   }
   EXPECT_NO_THROW(flash3.check_options({{"backward_epilogue", "4-byte"}}));
   EXPECT_NO_THROW(flash3.check_options({{"backward_epilogue", "16-byte"}}));
-  // backward_order: head-major or grouped-4; grouped-4 not with an explicit epilogue.
+  // backward_order: grouped-4 (the default) or head-major; grouped-4 not with an explicit epilogue.
   const auto usage_error = [&](const BackendOptions& options) {
     try {
       flash3.check_options(options);
@@ -81,7 +81,7 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
     }
   };
   EXPECT_EQ(usage_error({{"backward_order", "tile-major"}}),
-            "flash3: backend option backward_order='tile-major' not allowed; allowed: head-major, grouped-4");
+            "flash3: backend option backward_order='tile-major' not allowed; allowed: grouped-4, head-major");
   EXPECT_EQ(usage_error({{"backward_order", "grouped-4"}, {"backward_epilogue", "4-byte"}}),
             "flash3: backward_order=grouped-4 is built with each head dim's default epilogue; drop backward_epilogue");
   EXPECT_NO_THROW(flash3.check_options({{"backward_order", "grouped-4"}}));
@@ -124,8 +124,9 @@ TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
   check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64,
                      {{"backward_epilogue", "4-byte"}});
   check_gpu_backward("flash3", make_problem(1, 2, 2, 300, 150, 64, DType::BF16, Layout::BSHD, false), false);
+  check_gpu_backward("flash3", make_problem(1, 12, 6, 140, 200, 128, DType::F16, Layout::BSHD, true), false);
   check_gpu_backward("flash3", make_problem(1, 12, 6, 140, 200, 128, DType::F16, Layout::BSHD, true), false, 64,
-                     {{"backward_order", "grouped-4"}});
+                     {{"backward_order", "head-major"}});
 }
 
 // dQ's sums in the tiles' fragment order (one bulk reduction a warp, converted per 64-row tile):
@@ -171,16 +172,15 @@ TEST(CudaFlash3Backward, OtherEpiloguesMatchTheReference) {
   check_tiles_and_odd_cases({{"backward_epilogue", "4-byte"}}, {128});
 }
 
-// backward_order=grouped-4 (experimental: not yet run on a GPU): 4 heads' key tiles interleaved in
-// the grid — the same cases (kv heads 1 and 2: a partial group whose missing heads' CTAs exit), and
-// 6 kv heads (a full group and a partial one) causal with GQA.
-TEST(CudaFlash3Backward, GroupedOrderMatchesTheReference) {
+// backward_order=head-major (a head's key tiles in a row; the default interleaves 4 heads' key
+// tiles): the same cases, and 6 kv heads causal with GQA.
+TEST(CudaFlash3Backward, HeadMajorOrderMatchesTheReference) {
   SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  const BackendOptions grouped = {{"backward_order", "grouped-4"}};
-  check_tiles_and_odd_cases(grouped);
+  const BackendOptions head_major = {{"backward_order", "head-major"}};
+  check_tiles_and_odd_cases(head_major);
   for (const int head_dim : {64, 128})
     check_gpu_backward("flash3", make_problem(1, 12, 6, 300, 300, head_dim, DType::BF16, Layout::BSHD, true), false, 64,
-                       grouped);
+                       head_major);
 }
 
 // seq_q != seq_kv both ways (rows and key tiles that no row sees: dK = dV = 0 there), GQA/MQA
@@ -194,6 +194,10 @@ TEST(CudaFlash3Backward, CausalDifferentLengthsGroupsAndWindows) {
   check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 64, DType::F16, Layout::BSHD, false), false);
   check_gpu_backward("flash3", make_problem(2, 8, 2, 257, 257, 128, DType::BF16, Layout::BHSD, true), false);
   check_gpu_backward("flash3", make_problem(1, 4, 1, 33, 1000, 128, DType::F16, Layout::BSHD, true), false);
+  // 6 kv heads: a full group of the grid's order (4 heads' key tiles interleaved) and a partial one
+  // whose missing heads' CTAs exit.
+  check_gpu_backward("flash3", make_problem(1, 12, 6, 300, 300, 64, DType::BF16, Layout::BSHD, true), false);
+  check_gpu_backward("flash3", make_problem(1, 12, 6, 300, 300, 128, DType::BF16, Layout::BSHD, true), false);
   check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true), 40, 0),
                      false);
   check_gpu_backward("flash3", windowed(make_problem(1, 2, 2, 250, 260, 128, DType::BF16, Layout::BSHD, false), 17, 9),

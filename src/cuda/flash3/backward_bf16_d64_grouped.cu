@@ -1,5 +1,5 @@
 // flash3 backward, bf16, head dim 64, the default epilogue, 4 heads' key tiles interleaved in the grid
-// (backward_order=grouped-4; experimental).
+// (the default order).
 #include "cuda/flash3/backward_launch_template.cuh"
 
 namespace attnsuite::cuda::flash3 {

@@ -1,4 +1,5 @@
-// flash3 backward, fp16, head dim 64, dK and dV stored 4 bytes a lane (d64's default).
+// flash3 backward, fp16, head dim 64, dK and dV stored 4 bytes a lane (d64's default), head-major order
+// (backward_order=head-major).
 #include "cuda/flash3/backward_launch_template.cuh"
 
 namespace attnsuite::cuda::flash3 {

@@ -4,7 +4,7 @@
 //
 // One CTA per (key tile of 128, kv head, batch), a head's key tiles in ascending order (under a
 // causal or left-window mask the first tiles are seen by the most rows: the longest CTAs start
-// first; traits: the grid's order).
+// first), those of 4 heads interleaved (traits: the grid's order).
 //  - Producer (warpgroup 0, one thread): K and V of the tile once; then, for every q head of the
 //    group and every query tile that sees the keys (rows_seeing_keys), Q, dO and the tile's rows
 //    of LSE·log2 e and D into a kStages-deep ring, each stage a "full" barrier (transaction

@@ -52,13 +52,17 @@ namespace attnsuite::cuda::flash3 {
 // 2.06; N 16384 1.06-1.12x; and against red.v4.f32 from a swizzled staging area (four sectors a
 // request): 1.04-1.12x.
 // The register split is the forward's: 128·24 + 256·240 = 384·168 (__launch_bounds__(384, 1)).
-// The grid's order: head-major (kHeadGroup = 1: x = key tile, y = kv head, z = batch) launches a
-// head's key tiles in a row, so under a causal mask the last heads' longest CTAs start in the last
-// wave; grouped (backward_order=grouped-4; experimental: not yet run on a GPU) interleaves the key
-// tiles of kHeadGroup heads (x = key tile · kHeadGroup + head in the group, y = head group), so a
-// group's longest CTAs start first while the CTAs in flight still share a few heads' Q and dO in
-// L2 (every head's key tiles outermost was 1.5-1.9x slower: 2026-12-06g). A list schedule of the
-// CTAs on 132 SMs predicts causal N 4096 6% shorter at d128 (16 heads × B4), 3% at d64.
+// The grid's order: grouped (kHeadGroup = 4, the default with each head dim's default epilogue)
+// interleaves the key tiles of kHeadGroup heads (x = key tile · kHeadGroup + head in the group,
+// y = head group, z = batch), so a group's longest causal CTAs start first while the CTAs in
+// flight still share a few heads' Q and dO in L2; head-major (kHeadGroup = 1, backward_order=
+// head-major and the other epilogues: x = key tile, y = kv head) launches a head's key tiles in a
+// row, so the last heads' longest CTAs start in the last wave. Measured on the H100 (bf16 N 4096,
+// three runs each, 2026-12-07): causal d128 1.41-1.43 ms against 1.47-1.49, d64 1.79-1.81 against
+// 1.82-1.84; dense and causal N 16384 within noise (a list schedule had predicted 6% and 3%).
+// Every head's key tiles outermost was 1.5-1.9x slower (L2: 2026-12-06g); persistent CTAs walking
+// the head-major order, the next unit's K and V loaded under the dK/dV stores, were no faster dense
+// and 1.11-1.19x slower causal (2026-12-07).
 template <class Element_, int kHeadDim_, int kTileM_, bool kWideEpilogue_ = false, int kHeadGroup_ = 1>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;

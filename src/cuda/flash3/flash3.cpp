@@ -89,8 +89,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "fp16/bf16, head dim 64/128/256, causal, sliding window, GQA/MQA, seq_q != seq_kv, "
              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
              "dQ by bulk reductions (no deterministic mode), options backward_epilogue=4-byte|16-byte and "
-             "backward_order=head-major|grouped-4 (16-byte at d64 and grouped-4 experimental: not yet run on a "
-             "GPU); "
+             "backward_order=grouped-4|head-major (16-byte at d64 experimental: not yet run on a GPU); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
             /*with_tile_configs=*/true) {}
@@ -103,8 +102,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   // backward_epilogue: "4-byte" or "16-byte" (dK and dV stored 16 bytes a lane after a transpose
   // within each quad: common/backward_epilogue.cuh); absent: the head dim's default (launch.hpp).
-  // backward_order: "head-major" (absent) or "grouped-4" (4 heads' key tiles interleaved in the
-  // grid, with the default epilogue only; experimental: not yet run on a GPU: backward_traits.cuh).
+  // backward_order: "grouped-4" (4 heads' key tiles interleaved in the grid: the default, built
+  // with each head dim's default epilogue) or "head-major" (a head's key tiles in a row; every
+  // epilogue): backward_traits.cuh.
   std::vector<std::string> option_keys() const override {
     return {std::string(kBackwardEpilogue), std::string(kBackwardOrder)};
   }
@@ -151,15 +151,17 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static constexpr std::string_view kBackwardOrder = "backward_order";
 
   // The backward options: backward_epilogue absent (the head dim's default), "4-byte" or "16-byte";
-  // backward_order "head-major" (absent) or "grouped-4", not with an explicit epilogue (not built
-  // together); another value is refused.
+  // backward_order "grouped-4" or "head-major"; absent: grouped-4 with the default epilogue,
+  // head-major with an explicit one (grouped-4 is built with the default epilogue only, so the two
+  // given together are refused); another value is refused.
   static flash3::BackwardVariant backward_variant(const std::map<std::string, std::string>& options) {
     static constexpr std::string_view kEpilogues[] = {"4-byte", "16-byte"};
-    static constexpr std::string_view kOrders[] = {"head-major", "grouped-4"};
+    static constexpr std::string_view kOrders[] = {"grouped-4", "head-major"};
     flash3::BackwardVariant variant;
     if (options.contains(std::string(kBackwardEpilogue)))
       variant.epilogue_bytes = cuda::option_choice("flash3", options, kBackwardEpilogue, kEpilogues) == 1 ? 16 : 4;
-    variant.grouped_heads = cuda::option_choice("flash3", options, kBackwardOrder, kOrders) == 1;
+    const bool grouped = cuda::option_choice("flash3", options, kBackwardOrder, kOrders) == 0;
+    variant.grouped_heads = grouped && (options.contains(std::string(kBackwardOrder)) || variant.epilogue_bytes == 0);
     if (!flash3::backward_variant_built(variant))
       throw Error(ErrorKind::Usage,
                   "flash3: backward_order=grouped-4 is built with each head dim's default epilogue; drop "

@@ -43,8 +43,9 @@ inline constexpr int kBackwardHeadDims[] = {64, 128};
 // or 16 bytes a lane (16: after a transpose within each quad); 0: the head dim's default, 4 at d64,
 // 16 at d128 (measured, docs/kernels/flash3-backward.md; 16 at d64 is experimental: not yet run on
 // a GPU).
-// grouped_heads: the grid's key tiles of 4 heads interleaved (backward_order=grouped-4: a group's
-// longest causal CTAs first; with the default epilogue only; experimental: not yet run on a GPU).
+// grouped_heads: the grid's key tiles of 4 heads interleaved (a group's longest causal CTAs first:
+// the default order, built with the default epilogue only); false: head-major
+// (backward_order=head-major, or an explicit backward_epilogue).
 struct BackwardVariant {
   int epilogue_bytes = 0;
   bool grouped_heads = false;

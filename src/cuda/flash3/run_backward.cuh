@@ -1,9 +1,8 @@
 // flash3's backward per (dtype, head dim, epilogue), each defined and explicitly instantiated in its
 // own translation unit (backward_<dtype>_d<head dim>[_wide_epilogue].cu). kWideEpilogue: dK and dV
 // stored 16 bytes a lane (d128's default; at d64 backward_epilogue=16-byte, experimental: not yet
-// run on a GPU); kHeadGroup > 1: the grid's key tiles of that many heads interleaved
-// (backward_order=grouped-4, with each head dim's default epilogue; experimental: not yet run on a
-// GPU; backward_traits.cuh).
+// run on a GPU); kHeadGroup > 1: the grid's key tiles of that many heads interleaved (4: the
+// default order, built with each head dim's default epilogue; backward_traits.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
