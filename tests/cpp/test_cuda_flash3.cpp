@@ -283,6 +283,78 @@ TEST(CudaFlash3, PersistentSmallCases) {
   check_backend("flash3", make_problem(1, 140, 140, 100, 200, 128, DType::F16, Layout::BHSD, false));
 }
 
+// forward_order=longest-first (experimental: not yet run on a GPU), refused without a device: a
+// value it does not have, another head dim than 128, a kernel config beside it.
+TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
+  const Backend& flash3 = Registry::global().find("flash3");
+  PlanOptions options;
+  options.options = {{"forward_order", "shortest-first"}};
+  try {
+    flash3.check_options(options.options);
+    ADD_FAILURE() << "forward_order=shortest-first accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_EQ(std::string(error.what()),
+              "flash3: backend option forward_order='shortest-first' not allowed; allowed: head-major, longest-first");
+  }
+  options.options = {{"forward_order", "longest-first"}};
+  EXPECT_NO_THROW(flash3.check_options(options.options));
+  const auto refusal = [&](const AttentionProblem& p, const PlanOptions& o) {
+    try {
+      (void)flash3.plan(p, o);
+      ADD_FAILURE() << "planned " << p.describe();
+      return std::pair{ErrorKind::Internal, std::string()};
+    } catch (const Error& error) {
+      return std::pair{error.kind(), std::string(error.what())};
+    }
+  };
+  EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, true), options),
+            std::pair(ErrorKind::Unsupported,
+                      std::string("flash3: forward_order=longest-first is built for head dim 128 only, not 64")));
+  PlanOptions with_n176 = options;
+  with_n176.kernel_config = "n176";
+  EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), with_n176),
+            std::pair(ErrorKind::Usage, std::string("flash3: forward_order=longest-first runs the default tiles; "
+                                                    "kernel config 'n176' cannot be given with it")));
+}
+
+// forward_order=longest-first (experimental: not yet run on a GPU): persistent CTAs on every
+// problem, the works in bands of one query tile over all heads — n176's cases (odd lengths,
+// seq_q != seq_kv both ways, GQA/MQA, BHSD, windows), then more works than SMs, causal and not,
+// so that every CTA runs several of different heads; fp16 and bf16.
+TEST(CudaFlash3, LongestFirstMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  PlanOptions options;
+  options.options = {{"forward_order", "longest-first"}};
+  const std::vector<TileConfigCase> cases = {
+      {1, 2, 2, 1, 1, Layout::BSHD, false, -1, -1},     {2, 2, 2, 7, 7, Layout::BSHD, true, -1, -1},
+      {1, 3, 3, 33, 33, Layout::BHSD, false, -1, -1},   {1, 2, 1, 129, 177, Layout::BHSD, false, -1, -1},
+      {1, 2, 2, 353, 353, Layout::BSHD, true, -1, -1},  {2, 4, 2, 1000, 1000, Layout::BSHD, true, -1, -1},
+      {2, 4, 2, 1000, 333, Layout::BSHD, true, -1, -1}, {1, 3, 1, 300, 2049, Layout::BSHD, true, -1, -1},
+      {1, 4, 2, 700, 700, Layout::BHSD, true, 129, -1}, {1, 2, 2, 1000, 1000, Layout::BSHD, false, 100, 37},
+      {2, 32, 8, 600, 600, Layout::BSHD, true, -1, -1}, {2, 32, 8, 600, 600, Layout::BHSD, false, -1, -1},
+  };
+  for (const DType dtype : {DType::BF16, DType::F16})
+    for (const TileConfigCase& c : cases) {
+      AttentionProblem p =
+          make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, 128, dtype, c.layout, c.causal);
+      p.window_left = c.window_left;
+      p.window_right = c.window_right;
+      EXPECT_EQ(check_backend("flash3", p, options), "default");
+    }
+}
+
+// Small cases of longest-first for compute-sanitizer (tools/device/run.sh): 420 works, causal with
+// seq_q > seq_kv (rows 0..199 see no key: works without a key between those with keys), and 280
+// dense ones.
+TEST(CudaFlash3, LongestFirstSmallCases) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  PlanOptions options;
+  options.options = {{"forward_order", "longest-first"}};
+  check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true), options);
+  check_backend("flash3", make_problem(1, 140, 140, 200, 200, 128, DType::F16, Layout::BHSD, false), options);
+}
+
 // Small cases of n176 for compute-sanitizer (tools/device/run.sh): a K tile cut by the
 // sequence end, causal GQA, a second Q tile.
 TEST(CudaFlash3, N176SmallCases) {

@@ -91,7 +91,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "dQ by bulk reductions (no deterministic mode), options backward_epilogue=4-byte|16-byte and "
              "backward_order=grouped-4|head-major (16-byte at d64 experimental: not yet run on a GPU); "
              "kernel config "
-             "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100)"},
+             "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100); "
+             "option forward_order=longest-first (d128: persistent CTAs on causal problems too, the "
+             "longest works first; experimental: not yet run on a GPU)"},
             /*with_tile_configs=*/true) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -105,11 +107,16 @@ class Flash3Backend final : public Flash3FamilyBackend {
   // backward_order: "grouped-4" (4 heads' key tiles interleaved in the grid: the default, built
   // with each head dim's default epilogue) or "head-major" (a head's key tiles in a row; every
   // epilogue): backward_traits.cuh.
+  // forward_order: "head-major" (absent: each head's query tiles in a row, persistent CTAs on
+  // unmasked problems only) or "longest-first" (d128, the default tiles: persistent CTAs on every
+  // problem, the works in bands of one query tile over all heads, the longest first —
+  // hopper/scheduler.cuh; experimental: not yet run on a GPU).
   std::vector<std::string> option_keys() const override {
-    return {std::string(kBackwardEpilogue), std::string(kBackwardOrder)};
+    return {std::string(kBackwardEpilogue), std::string(kBackwardOrder), std::string(kForwardOrder)};
   }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)backward_variant(options);
+    (void)forward_longest_first(options);
   }
 
   // Head dims 64 and 128 (dQ's tile splits into 64 × 64 wgmma tiles: backward_traits.cuh), then the forward's rules.
@@ -131,11 +138,21 @@ class Flash3Backend final : public Flash3FamilyBackend {
       if (const Support support = supports_backward(problem); !support)
         throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
     }
+    const bool longest_first = forward_longest_first(options.options);
+    if (longest_first && problem.head_dim != 128)
+      throw Error(
+          ErrorKind::Unsupported,
+          fmt::format("flash3: forward_order=longest-first is built for head dim 128 only, not {}", problem.head_dim));
+    if (longest_first && !options.kernel_config.empty() && options.kernel_config != "default")
+      throw Error(ErrorKind::Usage, fmt::format("flash3: forward_order=longest-first runs the default tiles; "
+                                                "kernel config '{}' cannot be given with it",
+                                                options.kernel_config));
     require_support(*this, problem);
-    std::string config = choose_kernel_config(*this, problem, options);
+    std::string config = longest_first ? std::string("default") : choose_kernel_config(*this, problem, options);
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
-    FunctionPlan::Forward forward = [this, problem, choice](const AttentionArgs& args, Stream stream, RunReport&) {
-      run(problem, args, choice, stream);
+    FunctionPlan::Forward forward = [this, problem, choice, longest_first](const AttentionArgs& args, Stream stream,
+                                                                           RunReport&) {
+      run(problem, args, choice, longest_first, stream);
     };
     if (!options.backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
@@ -149,6 +166,13 @@ class Flash3Backend final : public Flash3FamilyBackend {
  private:
   static constexpr std::string_view kBackwardEpilogue = "backward_epilogue";
   static constexpr std::string_view kBackwardOrder = "backward_order";
+  static constexpr std::string_view kForwardOrder = "forward_order";
+
+  // forward_order: "head-major" (absent) or "longest-first"; another value is refused.
+  static bool forward_longest_first(const std::map<std::string, std::string>& options) {
+    static constexpr std::string_view kOrders[] = {"head-major", "longest-first"};
+    return cuda::option_choice("flash3", options, kForwardOrder, kOrders) == 1;
+  }
 
   // The backward options: backward_epilogue absent (the head dim's default), "4-byte" or "16-byte";
   // backward_order "grouped-4" or "head-major"; absent: grouped-4 with the default epilogue,
@@ -188,7 +212,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
   }
 
   void run(const AttentionProblem& problem, const AttentionArgs& args, Flash3Schedule::Choice choice,
-           Stream stream) const {
+           bool longest_first, Stream stream) const {
     check_cuda_args(name(), problem, args);
     // Q, K, V are read by TMA, whose descriptors need 16-byte aligned bases and strides; O is
     // held to the same rule (its rows are written in 16-byte-aligned pieces by the no-key path).
@@ -204,7 +228,11 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // m192 1.24-1.43x at causal N 1k-4k; dense, 1.00-1.27x faster (N 512: 1.23x at d128).
     params.persistent = choice.kind != Flash3Schedule::Kind::Grid && !problem.causal && problem.window_left < 0 &&
                         problem.window_right < 0;
-    if (choice.kind == Flash3Schedule::Kind::Tile) {
+    if (longest_first) {
+      // Its order balances the round-robin under a mask too (hopper/scheduler.cuh).
+      params.persistent = true;
+      flash3::launch_forward_longest_first(params, problem.dtype, stream);
+    } else if (choice.kind == Flash3Schedule::Kind::Tile) {
       flash3::launch_forward_tile_config(choice.tile, params, problem.dtype, stream);
     } else {
       flash3::launch_forward(params, problem.dtype, stream);

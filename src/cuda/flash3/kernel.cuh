@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/key_range.cuh"
 #include "cuda/flash3/online_softmax.cuh"
@@ -35,6 +36,10 @@ using namespace hopper;
 
 template <class Traits>
 using Tile = WorkTile<Traits::kTileM, Traits::kTileN, Traits::kTakesBlockList>;
+
+// The order of the works (traits, hopper/scheduler.cuh).
+template <class Traits>
+using Schedule = std::conditional_t<Traits::kLongestFirst, PersistentLongestFirstSchedule, PersistentSchedule>;
 
 // The mbarriers: Q full, K full, V full, K empty, V empty (×stages), Q empty. K and V stages are
 // released separately: the overlapped schedule is done with K_j (S_j waited) one P·V earlier than
@@ -161,7 +166,7 @@ struct Flash3 {
     if (threadIdx.x != 0) return;
     constexpr int kSlabs = Traits::kSlabs, kBytes = Traits::kKVBytes, kSlabBytes = Traits::kKVSlabBytes;
     std::uint32_t q_phase = 0;
-    produce_tiles<PersistentSchedule, Tile, Traits::kStages>(
+    produce_tiles<Schedule<Traits>, Tile, Traits::kStages>(
         params,
         [&](const Tile& tile) {
           barrier_wait(bar.q_empty, q_phase ^ 1u);
@@ -190,7 +195,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash3_forward_kernel(const __grid_constant__ Params params, const __grid_constant__ CUtensorMap q_map,
                           const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  warp_specialized_forward<Traits, PersistentSchedule>(Flash3<Traits>{params, &q_map, &k_map, &v_map});
+  warp_specialized_forward<Traits, Schedule<Traits>>(Flash3<Traits>{params, &q_map, &k_map, &v_map});
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

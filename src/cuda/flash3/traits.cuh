@@ -21,7 +21,8 @@ namespace attnsuite::cuda::flash3 {
 // setmaxnreg: __launch_bounds__(kThreads, 1) gives every thread 65536 / kThreads registers
 // (168 at 384 threads, 128 at 512); the producer hands its surplus to the consumers:
 // 2 consumers: 128·24 + 256·240 = 384·168; 3 consumers: 128·24 + 384·160 = 64512 ≤ 512·128.
-template <class Element_, int kHeadDim_, int kTileN_, int kStages_, int kConsumers_ = 2, int kFmaExp2Every_ = 0>
+template <class Element_, int kHeadDim_, int kTileN_, int kStages_, int kConsumers_ = 2, int kFmaExp2Every_ = 0,
+          bool kLongestFirst_ = false>
 struct Traits : hopper::WarpSpecialized<kConsumers_, 24, kConsumers_ == 2 ? 240 : 160> {
   using Split = hopper::WarpSpecialized<kConsumers_, 24, kConsumers_ == 2 ? 240 : 160>;
   using Split::kConsumerRegisters, Split::kConsumers, Split::kConsumerWarps, Split::kProducerRegisters, Split::kThreads;
@@ -31,6 +32,10 @@ struct Traits : hopper::WarpSpecialized<kConsumers_, 24, kConsumers_ == 2 ? 240 
   static constexpr int kTileN = kTileN_;
   static constexpr int kStages = kStages_;
   static constexpr int kFmaExp2Every = kFmaExp2Every_;
+  // The works' order (hopper/scheduler.cuh): false, each head's query tiles in a row (the
+  // longest first); true, option forward_order=longest-first: bands of one query tile over every head,
+  // the longest band first, persistent on masked problems too (experimental).
+  static constexpr bool kLongestFirst = kLongestFirst_;
 
   static constexpr int kRowsPerConsumer = kTileM / kConsumers_;
   // The softmax's element mask takes every row's key range from 4 registers computed before the
@@ -125,6 +130,10 @@ struct ConfigN176 {
 };
 // d256: O alone is 128 registers, so K/V tiles are 64 keys (S 32 + P 16); 64 KiB Q + 2 stages
 // × (32 + 32) KiB = 192 KiB.
+template <class Element>
+struct ConfigLongestFirst {
+  using Kernel = Traits<Element, 128, 128, 2, 2, 0, true>;
+};
 template <class Element>
 struct Config<Element, 256> {
   using Kernel = Traits<Element, 256, 64, 2>;

@@ -83,4 +83,25 @@ struct PersistentSchedule {
   }
 };
 
+// Persistent CTAs over every problem, masked or not: the grid has min(works, SMs) CTAs and CTA b
+// runs works b, b + gridDim.x, ... with work w's query tile q_tiles − 1 − w / (heads · batch)
+// and head and batch from w % (heads · batch): under a causal mask the works come in bands of
+// equal cost, the longest first, so the round-robin hands every CTA about the same cost (a
+// longest-first list schedule) — at the price of K/V sharing: the CTAs in flight work on ~132
+// different heads. flash3's option forward_order=longest-first (d128; experimental: not yet run on
+// a GPU): cuDNN's forward runs one persistent CTA per SM at causal N 1024 and is 1.30x faster there
+// than flash3's one CTA per work (ncu, H100, docs/results/h100/2026-12-07/).
+struct PersistentLongestFirstSchedule {
+  static constexpr bool kPersistent = true;
+  template <class Tile, class Params, class Work>
+  __device__ __forceinline__ static void for_each_work(const Params& params, Work work) {
+    const int heads_batch = params.heads_q * params.batch;
+    for (int w = static_cast<int>(blockIdx.x); w < params.works; w += static_cast<int>(gridDim.x)) {
+      const int head_batch = w % heads_batch;
+      work(
+          Tile(params, params.q_tiles - 1 - w / heads_batch, head_batch % params.heads_q, head_batch / params.heads_q));
+    }
+  }
+};
+
 }  // namespace attnsuite::cuda::hopper
