@@ -39,7 +39,7 @@ const Backend& flash3_backend() { return Registry::global().find("flash3"); }
 TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   const Backend& flash3 = flash3_backend();
   EXPECT_EQ(flash3.backward_status(), "");
-  EXPECT_EQ(flash3.option_keys(), (std::vector<std::string>{"backward_epilogue", "backward_order"}));
+  EXPECT_EQ(flash3.option_keys(), (std::vector<std::string>{"backward_epilogue", "backward_order", "forward_order"}));
   const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
   const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
     try {
