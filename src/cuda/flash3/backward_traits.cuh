@@ -62,7 +62,7 @@ namespace attnsuite::cuda::flash3 {
 // 1.82-1.84; dense and causal N 16384 within noise (a list schedule had predicted 6% and 3%).
 // Every head's key tiles outermost was 1.5-1.9x slower (L2: 2026-12-06g); persistent CTAs walking
 // the head-major order, the next unit's K and V loaded under the dK/dV stores, were no faster dense
-// and 1.11-1.19x slower causal (2026-12-07).
+// and 1.11-1.59x slower causal (2026-12-07).
 template <class Element_, int kHeadDim_, int kTileM_, bool kWideEpilogue_ = false, int kHeadGroup_ = 1>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;

@@ -32,9 +32,9 @@ struct Traits : hopper::WarpSpecialized<kConsumers_, 24, kConsumers_ == 2 ? 240 
   static constexpr int kTileN = kTileN_;
   static constexpr int kStages = kStages_;
   static constexpr int kFmaExp2Every = kFmaExp2Every_;
-  // The works' order (hopper/scheduler.cuh): false, each head's query tiles in a row (the
-  // longest first); true, option forward_order=longest-first: bands of one query tile over every head,
-  // the longest band first, persistent on masked problems too (experimental).
+  // The works' order (hopper/scheduler.cuh): false, each head's query tiles in a row (the longest
+  // first); true (option forward_order=longest-first, experimental): bands of one query tile over
+  // every head, the longest band first, persistent on masked problems too.
   static constexpr bool kLongestFirst = kLongestFirst_;
 
   static constexpr int kRowsPerConsumer = kTileM / kConsumers_;
@@ -128,12 +128,13 @@ template <class Element>
 struct ConfigN176 {
   using Kernel = Traits<Element, 128, 176, 2>;
 };
-// d256: O alone is 128 registers, so K/V tiles are 64 keys (S 32 + P 16); 64 KiB Q + 2 stages
-// × (32 + 32) KiB = 192 KiB.
+// d128's default tiles with the works longest first (option forward_order=longest-first).
 template <class Element>
 struct ConfigLongestFirst {
   using Kernel = Traits<Element, 128, 128, 2, 2, 0, true>;
 };
+// d256: O alone is 128 registers, so K/V tiles are 64 keys (S 32 + P 16); 64 KiB Q + 2 stages
+// × (32 + 32) KiB = 192 KiB.
 template <class Element>
 struct Config<Element, 256> {
   using Kernel = Traits<Element, 256, 64, 2>;
