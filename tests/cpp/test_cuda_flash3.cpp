@@ -284,7 +284,7 @@ TEST(CudaFlash3, PersistentSmallCases) {
 }
 
 // forward_order=longest-first (experimental: not yet run on a GPU), refused without a device: a
-// value it does not have, another head dim than 128, a kernel config beside it.
+// value it does not have, head dim 256, a kernel config beside it.
 TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   const Backend& flash3 = Registry::global().find("flash3");
   PlanOptions options;
@@ -308,9 +308,9 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
       return std::pair{error.kind(), std::string(error.what())};
     }
   };
-  EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, true), options),
+  EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 256, DType::BF16, Layout::BSHD, true), options),
             std::pair(ErrorKind::Unsupported,
-                      std::string("flash3: forward_order=longest-first is built for head dim 128 only, not 64")));
+                      std::string("flash3: forward_order=longest-first is built for head dims 64 and 128, not 256")));
   PlanOptions with_n176 = options;
   with_n176.kernel_config = "n176";
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), with_n176),
@@ -321,7 +321,7 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
 // forward_order=longest-first (experimental: not yet run on a GPU): persistent CTAs on every
 // problem, the works in bands of one query tile over all heads — n176's cases (odd lengths,
 // seq_q != seq_kv both ways, GQA/MQA, BHSD, windows), then more works than SMs, causal and not,
-// so that every CTA runs several of different heads; fp16 and bf16.
+// so that every CTA runs several of different heads; fp16 and bf16, d64 and d128.
 TEST(CudaFlash3, LongestFirstMatchesTheReference) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
   PlanOptions options;
@@ -334,25 +334,27 @@ TEST(CudaFlash3, LongestFirstMatchesTheReference) {
       {1, 4, 2, 700, 700, Layout::BHSD, true, 129, -1}, {1, 2, 2, 1000, 1000, Layout::BSHD, false, 100, 37},
       {2, 32, 8, 600, 600, Layout::BSHD, true, -1, -1}, {2, 32, 8, 600, 600, Layout::BHSD, false, -1, -1},
   };
-  for (const DType dtype : {DType::BF16, DType::F16})
-    for (const TileConfigCase& c : cases) {
-      AttentionProblem p =
-          make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, 128, dtype, c.layout, c.causal);
-      p.window_left = c.window_left;
-      p.window_right = c.window_right;
-      EXPECT_EQ(check_backend("flash3", p, options), "default");
-    }
+  for (const int head_dim : {64, 128})
+    for (const DType dtype : {DType::BF16, DType::F16})
+      for (const TileConfigCase& c : cases) {
+        AttentionProblem p =
+            make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, head_dim, dtype, c.layout, c.causal);
+        p.window_left = c.window_left;
+        p.window_right = c.window_right;
+        EXPECT_EQ(check_backend("flash3", p, options), "default");
+      }
 }
 
 // Small cases of longest-first for compute-sanitizer (tools/device/run.sh): 420 works, causal with
-// seq_q > seq_kv (rows 0..199 see no key: works without a key between those with keys), and 280
-// dense ones.
+// seq_q > seq_kv (rows 0..199 see no key: works without a key between those with keys), at d128
+// and d64, and 280 dense ones.
 TEST(CudaFlash3, LongestFirstSmallCases) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
   PlanOptions options;
   options.options = {{"forward_order", "longest-first"}};
   check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true), options);
   check_backend("flash3", make_problem(1, 140, 140, 200, 200, 128, DType::F16, Layout::BHSD, false), options);
+  check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::F16, Layout::BSHD, true), options);
 }
 
 // Small cases of n176 for compute-sanitizer (tools/device/run.sh): a K tile cut by the

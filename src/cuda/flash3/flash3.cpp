@@ -92,7 +92,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "backward_order=grouped-4|head-major (16-byte at d64 experimental: not yet run on a GPU); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100); "
-             "option forward_order=longest-first (d128: persistent CTAs on causal problems too, the "
+             "option forward_order=longest-first (d64/d128: persistent CTAs on causal problems too, the "
              "longest works first; experimental: not yet run on a GPU)"},
             /*with_tile_configs=*/true) {}
 
@@ -108,7 +108,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
   // with each head dim's default epilogue) or "head-major" (a head's key tiles in a row; every
   // epilogue): backward_traits.cuh.
   // forward_order: "head-major" (absent: each head's query tiles in a row, persistent CTAs on
-  // unmasked problems only) or "longest-first" (d128, the default tiles: persistent CTAs on every
+  // unmasked problems only) or "longest-first" (d64/d128, the default tiles: persistent CTAs on every
   // problem, the works in bands of one query tile over all heads, the longest first —
   // hopper/scheduler.cuh; experimental: not yet run on a GPU).
   std::vector<std::string> option_keys() const override {
@@ -139,10 +139,10 @@ class Flash3Backend final : public Flash3FamilyBackend {
         throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
     }
     const bool longest_first = forward_longest_first(options.options);
-    if (longest_first && problem.head_dim != 128)
-      throw Error(
-          ErrorKind::Unsupported,
-          fmt::format("flash3: forward_order=longest-first is built for head dim 128 only, not {}", problem.head_dim));
+    if (longest_first && problem.head_dim != 64 && problem.head_dim != 128)
+      throw Error(ErrorKind::Unsupported,
+                  fmt::format("flash3: forward_order=longest-first is built for head dims 64 and 128, not {}",
+                              problem.head_dim));
     if (longest_first && !options.kernel_config.empty() && options.kernel_config != "default")
       throw Error(ErrorKind::Usage, fmt::format("flash3: forward_order=longest-first runs the default tiles; "
                                                 "kernel config '{}' cannot be given with it",

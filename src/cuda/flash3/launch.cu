@@ -87,14 +87,13 @@ void launch_forward(const Params& params, DType dtype, void* stream) {
 }
 
 void launch_forward_longest_first(const Params& params, DType dtype, void* stream) {
-  if (params.head_dim != 128 || params.block_index != nullptr) {
-    throw Error(ErrorKind::Unsupported,
-                fmt::format("flash3: forward_order=longest-first is built for head dim 128 without block lists, not "
-                            "head dim {}{}",
-                            params.head_dim, params.block_index != nullptr ? " with one" : ""));
-  }
-  dispatch_16bit(dtype, "flash3", [&](auto element) {
-    run_forward_config<ConfigLongestFirst, typename decltype(element)::type>(params, static_cast<cudaStream_t>(stream));
+  if (params.block_index != nullptr)
+    throw Error(ErrorKind::Internal, "flash3: forward_order=longest-first takes no block lists");
+  dispatch_16bit(dtype, "flash3 (forward_order=longest-first)", [&](auto element) {
+    dispatch_head_dim<64, 128>(params.head_dim, "flash3 (forward_order=longest-first)", [&](auto head_dim) {
+      run_longest_first<typename decltype(element)::type, decltype(head_dim)::value>(params,
+                                                                                     static_cast<cudaStream_t>(stream));
+    });
   });
 }
 

@@ -19,9 +19,9 @@ inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
 // without a kernel, listing those that have one.
 void launch_forward(const Params& params, DType dtype, void* stream);
 
-// The forward at head dim 128 with its works longest first (backend option
+// The forward with the default tiles and the works longest first (backend option
 // forward_order=longest-first: hopper/scheduler.cuh; experimental: not yet run on a GPU). Throws
-// Error(Unsupported) for another head dim.
+// Error(Unsupported) for a head dim other than 64 and 128.
 void launch_forward_longest_first(const Params& params, DType dtype, void* stream);
 
 // flash3's tile configs: kernel configs with a kernel for one head dim whose tiles are not the

@@ -16,4 +16,9 @@ void run_forward(const Params& params, cudaStream_t stream);
 template <template <class> class Config, class Element>
 void run_forward_config(const Params& params, cudaStream_t stream);
 
+// The default tiles with the works longest first (option forward_order=longest-first, d64 and
+// d128), instantiated in forward_<dtype>_d<head dim>_longest_first.cu.
+template <class Element, int kHeadDim>
+void run_longest_first(const Params& params, cudaStream_t stream);
+
 }  // namespace attnsuite::cuda::flash3

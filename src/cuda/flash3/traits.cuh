@@ -128,10 +128,12 @@ template <class Element>
 struct ConfigN176 {
   using Kernel = Traits<Element, 128, 176, 2>;
 };
-// d128's default tiles with the works longest first (option forward_order=longest-first).
-template <class Element>
+// The default tiles of d64 and d128 with the works longest first (option
+// forward_order=longest-first).
+template <class Element, int kHeadDim>
 struct ConfigLongestFirst {
-  using Kernel = Traits<Element, 128, 128, 2, 2, 0, true>;
+  using Default = typename Config<Element, kHeadDim>::Kernel;
+  using Kernel = Traits<Element, kHeadDim, Default::kTileN, Default::kStages, 2, 0, true>;
 };
 // d256: O alone is 128 registers, so K/V tiles are 64 keys (S 32 + P 16); 64 KiB Q + 2 stages
 // × (32 + 32) KiB = 192 KiB.

@@ -88,7 +88,7 @@ struct PersistentSchedule {
 // and head and batch from w % (heads · batch): under a causal mask the works come in bands of
 // equal cost, the longest first, so the round-robin hands every CTA about the same cost (a
 // longest-first list schedule) — at the price of K/V sharing: the CTAs in flight work on ~132
-// different heads. flash3's option forward_order=longest-first (d128; experimental: not yet run on
+// different heads. flash3's option forward_order=longest-first (d64, d128; experimental: not yet run on
 // a GPU): cuDNN's forward runs one persistent CTA per SM at causal N 1024 and is 1.30x faster there
 // than flash3's one CTA per work (ncu, H100, docs/results/h100/2026-12-07/).
 struct PersistentLongestFirstSchedule {
