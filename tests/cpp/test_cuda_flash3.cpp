@@ -245,28 +245,31 @@ TEST(CudaFlash3, M192FmaExpMatchesTheReference) {
   expect_tile_config_matches_reference("m192-fmaexp", 64, kM192Cases);
 }
 
+// d128's edge cases of the key tiles (n176's: tiles of exactly 176 and 177 keys; any 128-key
+// config's too): one key, odd lengths, cut tiles, the causal diagonal, seq_q != seq_kv both ways,
+// GQA/MQA, BHSD, windows.
+const std::vector<TileConfigCase> kD128Cases = {
+    {1, 2, 2, 1, 1, Layout::BSHD, false, -1, -1},         // one row, one key
+    {2, 2, 2, 7, 7, Layout::BSHD, true, -1, -1},          // seq 7 causal
+    {1, 3, 3, 33, 33, Layout::BHSD, false, -1, -1},       // seq 33, BHSD
+    {1, 2, 2, 100, 176, Layout::BSHD, false, -1, -1},     // exactly one full K tile
+    {1, 2, 1, 129, 177, Layout::BHSD, false, -1, -1},     // a second K tile of one key, GQA
+    {1, 2, 2, 353, 353, Layout::BSHD, true, -1, -1},      // causal, 3 K tiles, Q tiles 128 + 128 + 97
+    {2, 4, 2, 1000, 1000, Layout::BSHD, true, -1, -1},    // many K tiles, causal GQA
+    {1, 2, 2, 1408, 1408, Layout::BHSD, false, -1, -1},   // 8 full K tiles, dense, BHSD
+    {2, 4, 2, 1000, 333, Layout::BSHD, true, -1, -1},     // seq_q > seq_kv: rows and tiles with no key
+    {1, 3, 1, 300, 2049, Layout::BSHD, true, -1, -1},     // seq_q < seq_kv causal, MQA, 12 K tiles
+    {1, 4, 2, 700, 700, Layout::BHSD, true, 129, -1},     // causal + left window (local), GQA
+    {1, 2, 2, 1000, 1000, Layout::BSHD, false, 100, 37},  // two-sided window: tiles skipped on both sides
+};
+
 // Kernel config "n176" (d128 only: 176-key K/V tiles): K tiles that are exactly full (176),
 // one key over (177: a second tile of one key), cut by the end of the keys, on the causal
 // diagonal at every offset (176 and 128 share no period below 1408 keys), seq_q != seq_kv both
 // ways, GQA/MQA, BHSD, windows; fp16 and bf16.
 TEST(CudaFlash3, N176MatchesTheReference) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
-  expect_tile_config_matches_reference(
-      "n176", 128,
-      {
-          {1, 2, 2, 1, 1, Layout::BSHD, false, -1, -1},         // one row, one key
-          {2, 2, 2, 7, 7, Layout::BSHD, true, -1, -1},          // seq 7 causal
-          {1, 3, 3, 33, 33, Layout::BHSD, false, -1, -1},       // seq 33, BHSD
-          {1, 2, 2, 100, 176, Layout::BSHD, false, -1, -1},     // exactly one full K tile
-          {1, 2, 1, 129, 177, Layout::BHSD, false, -1, -1},     // a second K tile of one key, GQA
-          {1, 2, 2, 353, 353, Layout::BSHD, true, -1, -1},      // causal, 3 K tiles, Q tiles 128 + 128 + 97
-          {2, 4, 2, 1000, 1000, Layout::BSHD, true, -1, -1},    // many K tiles, causal GQA
-          {1, 2, 2, 1408, 1408, Layout::BHSD, false, -1, -1},   // 8 full K tiles, dense, BHSD
-          {2, 4, 2, 1000, 333, Layout::BSHD, true, -1, -1},     // seq_q > seq_kv: rows and tiles with no key
-          {1, 3, 1, 300, 2049, Layout::BSHD, true, -1, -1},     // seq_q < seq_kv causal, MQA, 12 K tiles
-          {1, 4, 2, 700, 700, Layout::BHSD, true, 129, -1},     // causal + left window (local), GQA
-          {1, 2, 2, 1000, 1000, Layout::BSHD, false, 100, 37},  // two-sided window: tiles skipped on both sides
-      });
+  expect_tile_config_matches_reference("n176", 128, kD128Cases);
 }
 
 // Small cases of the persistent CTAs for compute-sanitizer (tools/device/run.sh): more work tiles
@@ -326,14 +329,11 @@ TEST(CudaFlash3, LongestFirstMatchesTheReference) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
   PlanOptions options;
   options.options = {{"forward_order", "longest-first"}};
-  const std::vector<TileConfigCase> cases = {
-      {1, 2, 2, 1, 1, Layout::BSHD, false, -1, -1},     {2, 2, 2, 7, 7, Layout::BSHD, true, -1, -1},
-      {1, 3, 3, 33, 33, Layout::BHSD, false, -1, -1},   {1, 2, 1, 129, 177, Layout::BHSD, false, -1, -1},
-      {1, 2, 2, 353, 353, Layout::BSHD, true, -1, -1},  {2, 4, 2, 1000, 1000, Layout::BSHD, true, -1, -1},
-      {2, 4, 2, 1000, 333, Layout::BSHD, true, -1, -1}, {1, 3, 1, 300, 2049, Layout::BSHD, true, -1, -1},
-      {1, 4, 2, 700, 700, Layout::BHSD, true, 129, -1}, {1, 2, 2, 1000, 1000, Layout::BSHD, false, 100, 37},
-      {2, 32, 8, 600, 600, Layout::BSHD, true, -1, -1}, {2, 32, 8, 600, 600, Layout::BHSD, false, -1, -1},
-  };
+  // n176's cases (the same edge cases at either head dim), then more works than SMs.
+  std::vector<TileConfigCase> cases = kD128Cases;
+  cases.push_back({2, 32, 8, 600, 600, Layout::BSHD, true, -1, -1});
+  cases.push_back({2, 32, 8, 600, 600, Layout::BHSD, false, -1, -1});
+
   for (const int head_dim : {64, 128})
     for (const DType dtype : {DType::BF16, DType::F16})
       for (const TileConfigCase& c : cases) {

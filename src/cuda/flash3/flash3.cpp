@@ -226,11 +226,11 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // alone at the end — measured on the H200 (fa3-grid, 2026-12-04 third session) 1.38-1.68x
     // slower than one CTA per work at causal N >= 8k (d128, d256), 1.00-1.05x at N <= 4k, and
     // m192 1.24-1.43x at causal N 1k-4k; dense, 1.00-1.27x faster (N 512: 1.23x at d128).
-    params.persistent = choice.kind != Flash3Schedule::Kind::Grid && !problem.causal && problem.window_left < 0 &&
-                        problem.window_right < 0;
+    // forward_order=longest-first: its order balances the round-robin under a mask too
+    // (hopper/scheduler.cuh).
+    const bool masked = problem.causal || problem.window_left >= 0 || problem.window_right >= 0;
+    params.persistent = longest_first || (choice.kind != Flash3Schedule::Kind::Grid && !masked);
     if (longest_first) {
-      // Its order balances the round-robin under a mask too (hopper/scheduler.cuh).
-      params.persistent = true;
       flash3::launch_forward_longest_first(params, problem.dtype, stream);
     } else if (choice.kind == Flash3Schedule::Kind::Tile) {
       flash3::launch_forward_tile_config(choice.tile, params, problem.dtype, stream);
