@@ -21,6 +21,10 @@ curve differs from PyTorch SDPA's by more than the tolerance — the dtype's, or
 calibrating curve's difference in the same run if that is larger (rounding alone, compounded by
 the optimizer) — or attnsuite ran no backward.
 
+A backend in --backends may carry backend options, NAME:KEY=VALUE[:KEY=VALUE...] (as `attnsuite
+bench --backend-option` takes them; e.g. flash3:backward_order=head-major): each spelling is a run
+of its own, so one invocation compares a backend's options on the same batches.
+
 Needs torch, transformers and the attnsuite package (pip install . or PYTHONPATH=build/python).
 """
 
@@ -93,11 +97,17 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backends", help="comma-separated: 'sdpa' (PyTorch), 'sdpa-math', 'sdpa-efficient', "
                         "'sdpa-flash', 'sdpa-cudnn' (PyTorch SDPA with that backend alone: a calibrating curve) "
-                        "and attnsuite backend names (default: sdpa, sdpa-math "
+                        "and attnsuite backend names, each optionally with backend options as "
+                        "NAME:KEY=VALUE[:KEY=VALUE...] (default: sdpa, sdpa-math "
                         "and every backend here with a backward for the model's attention)")
     parser.add_argument("--threads", type=int, help="PyTorch's CPU threads (torch.set_num_threads; default: its own)")
     parser.add_argument("--out", help="write the results here as JSON")
     args = parser.parse_args(argv)
+    for entry in (args.backends or "").split(","):
+        try:
+            backend_entry(entry.strip())
+        except ValueError as error:
+            parser.error(str(error))
     cuda = args.device.startswith("cuda")
     args.batch = args.batch or (4 if cuda else 2)
     args.seq = args.seq or (2048 if cuda else 64)
@@ -122,8 +132,24 @@ def attention_probe(args, config):
     return query, key
 
 
+def backend_entry(entry):
+    """(name, options) of a --backends entry NAME[:KEY=VALUE...]; ValueError for a malformed one."""
+    name, *pairs = entry.split(":")
+    options = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not key or not equals:
+            raise ValueError(f"--backends entry '{entry}': option '{pair}' is not KEY=VALUE "
+                             "(allowed: NAME or NAME:KEY=VALUE[:KEY=VALUE...])")
+        options[key] = value
+    if options and is_pytorch(name):
+        raise ValueError(f"--backends entry '{entry}': PyTorch SDPA takes no attnsuite backend options")
+    return name, options
+
+
 def choose_backends(args, config):
-    """(runs, skipped): the backends to train with ('sdpa' first), and those left out with why."""
+    """(runs, skipped): the backends to train with ('sdpa' first), and those left out with why;
+    a run is a --backends entry (a name, or NAME:KEY=VALUE... with backend options)."""
     query, key = attention_probe(args, config)
     device = "cuda" if args.device.startswith("cuda") else "cpu"
     if args.backends:
@@ -132,18 +158,20 @@ def choose_backends(args, config):
         names = ["sdpa", "sdpa-math"] + [
             entry["name"] for entry in attnsuite.backends() if entry["device"] == device and not entry["peer_of"]]
     runs, skipped = [], []
-    for name in names:
+    for entry in names:
+        name, options = backend_entry(entry)
         if is_pytorch(name):
-            runs.append(name)
+            runs.append(entry)
             continue
         try:
-            _, why_not = attnsuite._core.resolve_backward(name, query, key, key, True, None, "bhsd", -1, -1)
+            _, why_not = attnsuite._core.resolve_backward(name, query, key, key, True, None, "bhsd", -1, -1, "",
+                                                          options)
         except (attnsuite.UnsupportedError, ValueError) as error:
             why_not = str(error)
         if why_not is None:
-            runs.append(name)
+            runs.append(entry)
         else:
-            skipped.append({"backend": name, "reason": why_not})
+            skipped.append({"backend": entry, "reason": why_not})
     if "sdpa" not in runs:
         runs.insert(0, "sdpa")  # the curve the others are compared with
     return runs, skipped
@@ -229,7 +257,8 @@ def attention_kernels(device, model, tokens):
 
 
 def train(args, config, backend, batches):
-    """One run: the model from the seed, --steps AdamW steps; its figures."""
+    """One run (a --backends entry): the model from the seed, --steps AdamW steps; its figures."""
+    name, options = backend_entry(backend)
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(args.seed)
@@ -247,7 +276,7 @@ def train(args, config, backend, batches):
         else:
             restricted = contextlib.nullcontext()
             if backend != "sdpa":
-                drop_in.patch(backend)
+                drop_in.patch(name, options=options or None)
         try:
             with restricted:
                 for step in range(args.steps):
@@ -268,7 +297,7 @@ def train(args, config, backend, batches):
             drop_in.set_backend("auto")
     timed = seconds[args.warmup:]
     tokens_per_step = args.batch * args.seq
-    return {"backend": backend,
+    return {"backend": backend, "options": options,
             "display_name": ("PyTorch SDPA" if backend == "sdpa" else
                              f"PyTorch SDPA, {SDPA_BACKENDS[backend]} alone" if backend in SDPA_BACKENDS else backend),
             "tokens_per_s": tokens_per_step * len(timed) / sum(timed),

@@ -6,6 +6,11 @@
     loss.backward()                    # the gradients from attnsuite's backward too
     attnsuite.torch.unpatch()
 
+``patch("flash3", options={"backward_order": "head-major"})`` runs one named backend with its
+kernel config and backend options, as ``attnsuite.attention`` and ``attnsuite bench
+--backend-option`` take them (a key the backend does not read raises ValueError at the first
+call); "auto" takes neither.
+
 ``scaled_dot_product_attention`` has F.scaled_dot_product_attention's signature. It runs
 through torch custom ops (torch.library, with fake implementations, so ``torch.compile`` traces
 them without a graph break into our code): ``attnsuite::sdpa`` when no input needs a gradient,
@@ -23,6 +28,7 @@ forward to PyTorch's SDPA (or, when the log-sum-exp is needed, the same attentio
 operations) and the backward to that attention's backward in PyTorch operations.
 """
 
+import json
 import threading
 import warnings
 from typing import Optional, Tuple
@@ -31,26 +37,52 @@ import torch
 import torch.nn.functional as F
 
 from . import _core
+from . import _plan_arguments
 from . import _workspace as _package_workspace
 
-__all__ = ["scaled_dot_product_attention", "patch", "unpatch", "patched", "set_backend", "get_backend"]
+__all__ = ["scaled_dot_product_attention", "patch", "unpatch", "patched", "set_backend", "get_backend",
+           "get_backend_plan"]
 
 # PyTorch's implementation, captured before any patch: the fallback and what unpatch() restores.
 _torch_sdpa = F.scaled_dot_product_attention
 _backend = "auto"
+# The backend's kernel config and options as the ops take them: one string ("" when there are
+# none; else JSON), so that a compiled graph holds them and the backward runs with the forward's.
+_plan = ""
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _warned = set()
 _warned_lock = threading.Lock()
 
 
-def set_backend(name):
-    """The attnsuite backend the drop-in uses ("auto", or a name from attnsuite.backends())."""
-    global _backend
-    _backend = str(name)
+def set_backend(name, kernel_config=None, options=None):
+    """The attnsuite backend the drop-in uses ("auto", or a name from attnsuite.backends()) and,
+    for a named one, its kernel config and backend options (as ``attnsuite.attention`` takes them)."""
+    global _backend, _plan
+    name = str(name)
+    config, option_map = _plan_arguments(kernel_config, options)
+    if name == "auto" and (config or option_map):
+        raise ValueError("attnsuite.torch: a kernel_config or options belong to a named backend; backend 'auto' "
+                         "takes neither")
+    _backend = name
+    _plan = json.dumps({"kernel_config": config, "options": option_map}, sort_keys=True) if config or option_map else ""
 
 
 def get_backend():
     return _backend
+
+
+def get_backend_plan():
+    """(backend, kernel_config or None, options dict) the drop-in runs."""
+    config, options = _plan_of(_plan)
+    return _backend, config or None, options
+
+
+def _plan_of(plan):
+    """(kernel_config, options) from an op's plan string."""
+    if not plan:
+        return "", {}
+    decoded = json.loads(plan)
+    return decoded["kernel_config"], decoded["options"]
 
 
 def _warn_once(reason):
@@ -66,11 +98,11 @@ def _stream(tensor):
     return torch.cuda.current_stream(tensor.device).cuda_stream if tensor.is_cuda else 0
 
 
-def _workspace(backend, query, key, value, is_causal, scale, backward=False):
+def _workspace(backend, plan, query, key, value, is_causal, scale, backward=False):
     """The op's workspace from PyTorch's caching allocator (attnsuite._workspace): without it the
     module allocates its own and waits for the stream before freeing it, once per layer and pass of
     a training step."""
-    return _package_workspace(query, backend, query, key, value, is_causal, scale, "bhsd", -1, -1, ("", {}),
+    return _package_workspace(query, backend, query, key, value, is_causal, scale, "bhsd", -1, -1, plan,
                               backward=backward,
                               deterministic=backward and torch.are_deterministic_algorithms_enabled())
 
@@ -84,13 +116,15 @@ def _last_dim_dense(*tensors):
 
 @torch.library.custom_op("attnsuite::sdpa", mutates_args=())
 def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: Optional[float],
-          backend: str) -> torch.Tensor:
-    """4-D (batch, heads, seq, dim) inputs, PyTorch's layout; GQA when key has fewer heads."""
+          backend: str, plan: str = "") -> torch.Tensor:
+    """4-D (batch, heads, seq, dim) inputs, PyTorch's layout; GQA when key has fewer heads. plan:
+    the backend's kernel config and options (set_backend)."""
     query, key, value = _last_dim_dense(query, key, value)
     out = torch.empty(query.shape[:3] + (value.shape[3],), dtype=query.dtype, device=query.device)
+    config = _plan_of(plan)
     try:
         _core.forward(backend, query, key, value, out, None, is_causal, scale, "bhsd", -1, -1, _stream(query),
-                      workspace=_workspace(backend, query, key, value, is_causal, scale))
+                      *config, workspace=_workspace(backend, config, query, key, value, is_causal, scale))
     except _core.UnsupportedError as error:
         # Inside the op, so compiled graphs fall back too.
         _warn_once(str(error))
@@ -104,7 +138,7 @@ def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal
 
 
 @_sdpa.register_fake
-def _(query, key, value, is_causal, scale, backend):
+def _(query, key, value, is_causal, scale, backend, plan=""):
     return query.new_empty(query.shape[:3] + (value.shape[3],))
 
 
@@ -167,15 +201,16 @@ def _empty_grad(like):
 
 @torch.library.custom_op("attnsuite::sdpa_fwd", mutates_args=())
 def _sdpa_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: Optional[float],
-              backend: str) -> Tuple[torch.Tensor, torch.Tensor]:
+              backend: str, plan: str = "") -> Tuple[torch.Tensor, torch.Tensor]:
     """The training forward: (out, lse), lse float32 (batch, heads_q, seq_q). Its backward is
-    attnsuite::sdpa_bwd through the same backend (a name, or "auto": resolved per call)."""
+    attnsuite::sdpa_bwd through the same backend (a name, or "auto": resolved per call) and plan."""
     query, key, value = _last_dim_dense(query, key, value)
     out = torch.empty(query.shape[:3] + (value.shape[3],), dtype=query.dtype, device=query.device)
     lse = torch.empty(query.shape[:3], dtype=torch.float32, device=query.device)
+    config = _plan_of(plan)
     try:
         _core.forward(backend, query, key, value, out, lse, is_causal, scale, "bhsd", -1, -1, _stream(query),
-                      workspace=_workspace(backend, query, key, value, is_causal, scale))
+                      *config, workspace=_workspace(backend, config, query, key, value, is_causal, scale))
     except _core.UnsupportedError as error:
         _warn_once(str(error))
         out, lse = _torch_attention(query, key, value, is_causal, scale)
@@ -183,7 +218,7 @@ def _sdpa_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_ca
 
 
 @_sdpa_fwd.register_fake
-def _(query, key, value, is_causal, scale, backend):
+def _(query, key, value, is_causal, scale, backend, plan=""):
     return (query.new_empty(query.shape[:3] + (value.shape[3],)),
             query.new_empty(query.shape[:3], dtype=torch.float32))
 
@@ -191,17 +226,18 @@ def _(query, key, value, is_causal, scale, backend):
 @torch.library.custom_op("attnsuite::sdpa_bwd", mutates_args=())
 def _sdpa_bwd(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, out: torch.Tensor,
               lse: torch.Tensor, is_causal: bool, scale: Optional[float],
-              backend: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              backend: str, plan: str = "") -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of attnsuite::sdpa_fwd from its inputs, outputs and the gradient of out."""
     dq, dk, dv = _empty_grad(query), _empty_grad(key), _empty_grad(value)
     # grad_out of out.sum() is an expanded tensor (stride 0 everywhere): _last_dim_dense copies it.
     grad_out, query, key, value, out = _last_dim_dense(grad_out, query, key, value, out)
+    config = _plan_of(plan)
     try:
         name = backend if backend != "auto" else _core.resolve(backend, query, key, value, is_causal, scale, "bhsd",
                                                                -1, -1)
         _core.backward(name, query, key, value, out, grad_out, lse.detach().contiguous(), dq, dk, dv, is_causal,
-                       scale, "bhsd", -1, -1, torch.are_deterministic_algorithms_enabled(), _stream(query),
-                       workspace=_workspace(name, query, key, value, is_causal, scale, backward=True))
+                       scale, "bhsd", -1, -1, torch.are_deterministic_algorithms_enabled(), _stream(query), *config,
+                       workspace=_workspace(name, config, query, key, value, is_causal, scale, backward=True))
     except _core.UnsupportedError as error:
         _warn_once(str(error))
         for into, grad in zip((dq, dk, dv), _torch_attention_backward(grad_out, query, key, value, is_causal, scale)):
@@ -210,23 +246,23 @@ def _sdpa_bwd(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
 
 
 @_sdpa_bwd.register_fake
-def _(grad_out, query, key, value, out, lse, is_causal, scale, backend):
+def _(grad_out, query, key, value, out, lse, is_causal, scale, backend, plan=""):
     return _empty_grad(query), _empty_grad(key), _empty_grad(value)
 
 
 def _setup_context(ctx, inputs, output):
-    query, key, value, is_causal, scale, backend = inputs
+    query, key, value, is_causal, scale, backend, plan = inputs
     out, lse = output
     ctx.save_for_backward(query, key, value, out, lse)
-    ctx.is_causal, ctx.scale, ctx.backend = is_causal, scale, backend
+    ctx.is_causal, ctx.scale, ctx.backend, ctx.plan = is_causal, scale, backend, plan
     # The backward takes the gradient of out only; the drop-in hands out no lse.
     ctx.mark_non_differentiable(lse)
 
 
 def _backward(ctx, grad_out, grad_lse):
     query, key, value, out, lse = ctx.saved_tensors
-    dq, dk, dv = _sdpa_bwd(grad_out, query, key, value, out, lse, ctx.is_causal, ctx.scale, ctx.backend)
-    return dq, dk, dv, None, None, None
+    dq, dk, dv = _sdpa_bwd(grad_out, query, key, value, out, lse, ctx.is_causal, ctx.scale, ctx.backend, ctx.plan)
+    return dq, dk, dv, None, None, None, None
 
 
 _sdpa_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -238,7 +274,7 @@ def _training_backend(query, key, value, is_causal, scale):
     The op then gets the name, so that its backward runs where its forward did."""
     try:
         name, why_not = _core.resolve_backward(_backend, query.detach(), key.detach(), value.detach(), is_causal,
-                                               scale, "bhsd", -1, -1)
+                                               scale, "bhsd", -1, -1, *_plan_of(_plan))
     except _core.UnsupportedError as error:
         return None, str(error)
     if why_not is not None:
@@ -276,9 +312,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                            scale=scale, **kwargs)
     if needs_grad:
-        out = _sdpa_fwd(*_four_dims(query, key, value), bool(is_causal), scale, backend)[0]
+        out = _sdpa_fwd(*_four_dims(query, key, value), bool(is_causal), scale, backend, _plan)[0]
     else:
-        out = _sdpa(*_four_dims(query, key, value), bool(is_causal), scale, _backend)
+        out = _sdpa(*_four_dims(query, key, value), bool(is_causal), scale, _backend, _plan)
     return out.squeeze(1) if query.dim() == 3 else out
 
 
@@ -289,10 +325,11 @@ def _four_dims(query, key, value):
     return query, key, value
 
 
-def patch(backend=None):
-    """Makes torch.nn.functional.scaled_dot_product_attention this drop-in (until unpatch())."""
-    if backend is not None:
-        set_backend(backend)
+def patch(backend=None, kernel_config=None, options=None):
+    """Makes torch.nn.functional.scaled_dot_product_attention this drop-in (until unpatch()); with
+    a backend (and its kernel config and options: set_backend), that one."""
+    if backend is not None or kernel_config is not None or options is not None:
+        set_backend(_backend if backend is None else backend, kernel_config, options)
     F.scaled_dot_product_attention = scaled_dot_product_attention
     torch.nn.functional.scaled_dot_product_attention = scaled_dot_product_attention
 
@@ -310,16 +347,17 @@ def is_patched():
 class patched:
     """``with attnsuite.torch.patched(): ...`` patches for the block, restores what was there."""
 
-    def __init__(self, backend=None):
-        self._backend = backend
+    def __init__(self, backend=None, kernel_config=None, options=None):
+        self._choice = (backend, kernel_config, options)
 
     def __enter__(self):
-        self._was_patched, self._previous_backend = is_patched(), get_backend()
-        patch(self._backend)
+        self._was_patched, self._previous = is_patched(), get_backend_plan()
+        patch(*self._choice)
         return self
 
     def __exit__(self, *exc):
-        set_backend(self._previous_backend)
+        name, config, options = self._previous
+        set_backend(name, config, options)
         if not self._was_patched:
             unpatch()
         return False

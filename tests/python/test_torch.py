@@ -193,3 +193,67 @@ def test_custom_op_fake_implementation_and_compile():
     # The traced graph holds the custom op, not PyTorch's SDPA.
     graph = torch._dynamo.export(attend)(q, k, v).graph_module.code
     assert "attnsuite.sdpa" in graph and "scaled_dot_product_attention" not in graph
+
+
+def recording(monkeypatch, name):
+    """Records the (backend, kernel_config, options) of every _core.<name> call, then runs it."""
+    calls = []
+    real = getattr(drop_in._core, name)
+
+    def record(backend, *args, **kwargs):
+        # forward: ... stream, kernel_config, options; backward: ... deterministic, stream, kernel_config, options
+        calls.append((backend, args[-2], args[-1]))
+        return real(backend, *args, **kwargs)
+
+    monkeypatch.setattr(drop_in._core, name, record)
+    return calls
+
+
+def test_backend_kernel_config_and_options_reach_the_module(monkeypatch):
+    forwards, backwards = recording(monkeypatch, "forward"), recording(monkeypatch, "backward")
+    q, k, v = inputs(seq_q=33, dim=32)
+    reference = expected(q, k, v, is_causal=True)
+    with drop_in.patched("cpu-flash", kernel_config="q48-k96"):
+        assert drop_in.get_backend_plan() == ("cpu-flash", "q48-k96", {})
+        with torch.no_grad():
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        assert ((out.double() - reference).norm() / reference.norm()).item() < 1e-5
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        F.scaled_dot_product_attention(*leaves, is_causal=True).sum().backward()
+    assert drop_in.get_backend_plan() == ("auto", None, {})
+    assert forwards == [("cpu-flash", "q48-k96", {})] * 2
+    assert backwards == [("cpu-flash", "q48-k96", {})]
+    q_ref, k_ref, v_ref = (x.double().requires_grad_() for x in (q, k, v))
+    drop_in._torch_sdpa(q_ref, k_ref, v_ref, is_causal=True).sum().backward()
+    for leaf, ref in zip(leaves, (q_ref, k_ref, v_ref)):
+        assert torch.isfinite(leaf.grad).all()
+        assert ((leaf.grad.double() - ref.grad).norm() / ref.grad.norm()).item() < 1e-4
+
+
+def test_backend_options_change_what_runs():
+    # cpu-block-sparse with a band of one key block: each query sees only its own block of keys.
+    q, k, v = inputs(batch=1, heads=1, seq_q=512, dim=64)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback: the backend ran both
+        with drop_in.patched("cpu-block-sparse", options={"block_mask": "band:1"}):
+            banded = F.scaled_dot_product_attention(q, k, v)
+        with drop_in.patched("cpu-block-sparse"):
+            dense = F.scaled_dot_product_attention(q, k, v)
+    assert torch.allclose(dense, expected(q, k, v).float(), atol=1e-5)
+    assert not torch.allclose(banded, dense, atol=1e-3)
+
+
+def test_backend_plan_refusals():
+    with pytest.raises(ValueError, match="'auto' takes neither"):
+        drop_in.set_backend("auto", options={"forward_order": "longest-first"})
+    with pytest.raises(ValueError, match="options must be a dict"):
+        drop_in.set_backend("cpu-flash", options=["a"])
+    with pytest.raises(ValueError, match="kernel_config must be a string"):
+        drop_in.patch("cpu-flash", kernel_config=96)
+    drop_in.set_backend("cpu-flash", options={"no_such_key": "1"})
+    q, k, v = inputs(seq_q=8)
+    with pytest.raises(ValueError, match="no_such_key"):
+        drop_in.scaled_dot_product_attention(q, k, v)
+    drop_in.set_backend("cpu-flash", kernel_config="q1-k1")
+    with pytest.raises(ValueError, match="q1-k1"):
+        drop_in.scaled_dot_product_attention(q, k, v)

@@ -69,3 +69,16 @@ def test_a_calibrating_backend_pytorch_cannot_run_is_skipped(example, tmp_path):
     assert [row["backend"] for row in document["results"]] == ["sdpa", "reference"]
     assert [entry["backend"] for entry in document["skipped"]] == ["sdpa-cudnn"]
     assert document["tolerance"] == example.TOLERANCE["fp32"]
+
+
+def test_backend_options_are_a_run_of_their_own(example, tmp_path, capsys):
+    out = tmp_path / "train.json"
+    assert example.main(ARGS + ["--backends", "reference,cpu-flash:no_such_key=1", "--out", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert [(row["backend"], row["options"]) for row in document["results"]] == [("sdpa", {}), ("reference", {})]
+    [skipped] = document["skipped"]
+    assert skipped["backend"] == "cpu-flash:no_such_key=1" and "no_such_key" in skipped["reason"]
+    with pytest.raises(SystemExit) as exit_info:
+        example.main(ARGS + ["--backends", "cpu-flash:forward_order"])
+    assert exit_info.value.code == 2
+    assert "option 'forward_order' is not KEY=VALUE" in capsys.readouterr().err
