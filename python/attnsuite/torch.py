@@ -16,7 +16,9 @@ through torch custom ops (torch.library, with fake implementations, so ``torch.c
 them without a graph break into our code): ``attnsuite::sdpa`` when no input needs a gradient,
 else ``attnsuite::sdpa_fwd`` (the output and the log-sum-exp), whose registered backward is
 ``attnsuite::sdpa_bwd`` (dq, dk, dv from the backend's backward; deterministic while
-``torch.use_deterministic_algorithms(True)`` is on). What attnsuite does not do falls back to
+``torch.use_deterministic_algorithms(True)`` is on). In eager mode the same code runs without
+the custom-op dispatch (an autograd.Function: less host time a call); under torch.compile and
+other tracing, the ops. What attnsuite does not do falls back to
 PyTorch's own SDPA with a one-time warning per reason: an attn_mask, dropout, inputs that need a
 gradient when the backend has no backward for the problem, a causal mask with seq_q != seq_kv
 (PyTorch aligns it top-left, attnsuite bottom-right), inputs that are not 3-D or 4-D, dtypes
@@ -35,10 +37,10 @@ from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
 from . import _core
 from . import _plan_arguments
-from . import _workspace as _package_workspace
 
 __all__ = ["scaled_dot_product_attention", "patch", "unpatch", "patched", "set_backend", "get_backend",
            "get_backend_plan"]
@@ -98,13 +100,48 @@ def _stream(tensor):
     return torch.cuda.current_stream(tensor.device).cuda_stream if tensor.is_cuda else 0
 
 
+# What the module answered about a named backend and a problem (its workspace size, whether it
+# has a backward), by the question: a training step asks the same of every layer, each time ~8 us
+# of host time (2-core development VM). "auto" is asked every time (its choice can change with
+# the backend cache).
+_answers = {}
+_ANSWERS_LIMIT = 4096
+
+
+def _answer(question, ask):
+    try:
+        return _answers[question]
+    except KeyError:
+        pass
+    answer = ask()
+    if len(_answers) >= _ANSWERS_LIMIT:
+        _answers.clear()
+    _answers[question] = answer
+    return answer
+
+
+def _problem_key(query, key, value, is_causal, scale):
+    return (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(), query.dtype,
+            query.device, is_causal, scale)
+
+
 def _workspace(backend, plan, query, key, value, is_causal, scale, backward=False):
-    """The op's workspace from PyTorch's caching allocator (attnsuite._workspace): without it the
-    module allocates its own and waits for the stream before freeing it, once per layer and pass of
-    a training step."""
-    return _package_workspace(query, backend, query, key, value, is_causal, scale, "bhsd", -1, -1, plan,
-                              backward=backward,
-                              deterministic=backward and torch.are_deterministic_algorithms_enabled())
+    """The op's workspace from PyTorch's caching allocator (as attnsuite._workspace): without it
+    the module allocates its own and waits for the stream before freeing it, once per layer and
+    pass of a training step. plan: (kernel_config, options)."""
+    deterministic = backward and torch.are_deterministic_algorithms_enabled()
+
+    def ask():
+        return _core.workspace_bytes(backend, query, key, value, is_causal, scale, "bhsd", -1, -1, backward,
+                                     deterministic, *plan)
+
+    if backend == "auto":
+        nbytes = ask()
+    else:
+        question = ("workspace", backend, plan[0], tuple(sorted(plan[1].items())), backward, deterministic,
+                    *_problem_key(query, key, value, is_causal, scale))
+        nbytes = _answer(question, ask)
+    return torch.empty(nbytes, dtype=torch.uint8, device=query.device) if nbytes else None
 
 
 def _last_dim_dense(*tensors):
@@ -114,9 +151,8 @@ def _last_dim_dense(*tensors):
     return tuple(x.detach() if x.stride(-1) == 1 else x.detach().contiguous() for x in tensors)
 
 
-@torch.library.custom_op("attnsuite::sdpa", mutates_args=())
-def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: Optional[float],
-          backend: str, plan: str = "") -> torch.Tensor:
+def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: Optional[float],
+               backend: str, plan: str = "") -> torch.Tensor:
     """4-D (batch, heads, seq, dim) inputs, PyTorch's layout; GQA when key has fewer heads. plan:
     the backend's kernel config and options (set_backend)."""
     query, key, value = _last_dim_dense(query, key, value)
@@ -135,6 +171,9 @@ def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal
             key, value = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)
         out = _torch_sdpa(query, key, value, is_causal=is_causal, scale=scale)
     return out
+
+
+_sdpa = torch.library.custom_op("attnsuite::sdpa", mutates_args=())(_attention)
 
 
 @_sdpa.register_fake
@@ -199,9 +238,8 @@ def _empty_grad(like):
                                                                             device=like.device)
 
 
-@torch.library.custom_op("attnsuite::sdpa_fwd", mutates_args=())
-def _sdpa_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: Optional[float],
-              backend: str, plan: str = "") -> Tuple[torch.Tensor, torch.Tensor]:
+def _attention_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
+                   scale: Optional[float], backend: str, plan: str = "") -> Tuple[torch.Tensor, torch.Tensor]:
     """The training forward: (out, lse), lse float32 (batch, heads_q, seq_q). Its backward is
     attnsuite::sdpa_bwd through the same backend (a name, or "auto": resolved per call) and plan."""
     query, key, value = _last_dim_dense(query, key, value)
@@ -217,16 +255,18 @@ def _sdpa_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_ca
     return out, lse
 
 
+_sdpa_fwd = torch.library.custom_op("attnsuite::sdpa_fwd", mutates_args=())(_attention_fwd)
+
+
 @_sdpa_fwd.register_fake
 def _(query, key, value, is_causal, scale, backend, plan=""):
     return (query.new_empty(query.shape[:3] + (value.shape[3],)),
             query.new_empty(query.shape[:3], dtype=torch.float32))
 
 
-@torch.library.custom_op("attnsuite::sdpa_bwd", mutates_args=())
-def _sdpa_bwd(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, out: torch.Tensor,
-              lse: torch.Tensor, is_causal: bool, scale: Optional[float],
-              backend: str, plan: str = "") -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _attention_bwd(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: Optional[float], backend: str,
+                   plan: str = "") -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of attnsuite::sdpa_fwd from its inputs, outputs and the gradient of out."""
     dq, dk, dv = _empty_grad(query), _empty_grad(key), _empty_grad(value)
     # grad_out of out.sum() is an expanded tensor (stride 0 everywhere): _last_dim_dense copies it.
@@ -243,6 +283,9 @@ def _sdpa_bwd(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, va
         for into, grad in zip((dq, dk, dv), _torch_attention_backward(grad_out, query, key, value, is_causal, scale)):
             into.copy_(grad)
     return dq, dk, dv
+
+
+_sdpa_bwd = torch.library.custom_op("attnsuite::sdpa_bwd", mutates_args=())(_attention_bwd)
 
 
 @_sdpa_bwd.register_fake
@@ -268,15 +311,50 @@ def _backward(ctx, grad_out, grad_lse):
 _sdpa_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _Attention(torch.autograd.Function):
+    """Eager mode's training call: the bodies of sdpa_fwd and sdpa_bwd under autograd, without the
+    custom-op dispatch, which cost 40 us more per forward and 80 more per forward + backward on
+    the 2-core development VM (CPU, tiny inputs, 2026-12-07): host time a training step spends
+    once per layer. Under torch.compile (and any tracing) the ops run instead."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, is_causal, scale, backend, plan):
+        out, lse = _attention_fwd(query, key, value, is_causal, scale, backend, plan)
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.arguments = (is_causal, scale, backend, plan)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        query, key, value, out, lse = ctx.saved_tensors
+        dq, dk, dv = _attention_bwd(grad_out, query, key, value, out, lse, *ctx.arguments)
+        return dq, dk, dv, None, None, None, None
+
+
+def _eager(*tensors):
+    """Plain tensors outside any tracing: the bodies may run without the custom ops."""
+    return (not torch.compiler.is_compiling() and _current_dispatch_mode() is None
+            and all(type(x) is torch.Tensor for x in tensors))
+
+
 def _training_backend(query, key, value, is_causal, scale):
     """(the backend's name, None) when the backend runs this training call's forward and
     backward, else (None, why not): asked of the module with the 4-D tensors the op would get.
     The op then gets the name, so that its backward runs where its forward did."""
-    try:
-        name, why_not = _core.resolve_backward(_backend, query.detach(), key.detach(), value.detach(), is_causal,
-                                               scale, "bhsd", -1, -1, *_plan_of(_plan))
-    except _core.UnsupportedError as error:
-        return None, str(error)
+
+    def ask():
+        try:
+            return _core.resolve_backward(_backend, query.detach(), key.detach(), value.detach(), is_causal, scale,
+                                          "bhsd", -1, -1, *_plan_of(_plan))
+        except _core.UnsupportedError as error:
+            return None, str(error)
+
+    if _backend == "auto":
+        name, why_not = ask()
+    else:
+        name, why_not = _answer(("backward", _backend, _plan, *_problem_key(query, key, value, is_causal, scale)), ask)
+    if name is None:
+        return None, why_not
     if why_not is not None:
         return None, f"inputs that require grad: backend '{name}' has no backward for them ({why_not})"
     return name, None
@@ -311,10 +389,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         kwargs = {"enable_gqa": enable_gqa} if enable_gqa else {}
         return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                            scale=scale, **kwargs)
+    arguments = (*_four_dims(query, key, value), bool(is_causal), scale)
     if needs_grad:
-        out = _sdpa_fwd(*_four_dims(query, key, value), bool(is_causal), scale, backend, _plan)[0]
+        out = (_Attention.apply(*arguments, backend, _plan) if _eager(query, key, value)
+               else _sdpa_fwd(*arguments, backend, _plan)[0])
     else:
-        out = _sdpa(*_four_dims(query, key, value), bool(is_causal), scale, _backend, _plan)
+        out = (_attention if _eager(query, key, value) else _sdpa)(*arguments, _backend, _plan)
     return out.squeeze(1) if query.dim() == 3 else out
 
 

@@ -358,3 +358,66 @@ def test_deterministic_algorithms_reach_the_backward(monkeypatch):
     finally:
         torch.use_deterministic_algorithms(previous)
     assert seen == [False, True]
+
+
+def test_eager_calls_skip_the_custom_ops_and_match_them(monkeypatch):
+    """Eager mode runs the ops' bodies under an autograd.Function (less host time a call): the
+    same gradients, bit for bit, as the ops themselves; the ops themselves are not called."""
+    q, k, v = make_inputs(2, 4, 2, 13, 13, 32, 32)
+    grad_out = torch.randn(2, 4, 13, 32, generator=torch.Generator().manual_seed(3))
+    out, _ = drop_in._sdpa_fwd(q, k, v, True, None, "cpu-flash")
+    out.backward(grad_out)
+    through_ops = [out.detach().clone()] + [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+
+    def not_in_eager_mode(*args, **kwargs):
+        raise AssertionError("the custom op ran in eager mode")
+
+    monkeypatch.setattr(drop_in, "_sdpa_fwd", not_in_eager_mode)
+    monkeypatch.setattr(drop_in, "_sdpa", not_in_eager_mode)
+    drop_in.set_backend("cpu-flash")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback
+        out = drop_in.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        out.backward(grad_out)
+        with torch.no_grad():
+            inference = drop_in.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    eager = [out.detach()] + [x.grad for x in (q, k, v)]
+    for got, expected in zip(eager, through_ops):
+        assert torch.equal(got, expected)
+    assert torch.equal(inference, through_ops[0])
+
+
+def test_answers_are_kept_per_problem_for_named_backends_only(monkeypatch):
+    """The module's answers (workspace size, a backward or not) are asked once per named backend
+    and problem; a new shape is asked again, and 'auto' every time."""
+    asked = []
+    real_resolve, real_workspace = _core.resolve_backward, _core.workspace_bytes
+
+    def resolve_backward(*args, **kwargs):
+        asked.append(("backward", args[0], tuple(args[1].shape)))
+        return real_resolve(*args, **kwargs)
+
+    def workspace_bytes(*args, **kwargs):
+        asked.append(("workspace", args[0], tuple(args[1].shape), args[9]))
+        return real_workspace(*args, **kwargs)
+
+    monkeypatch.setattr(_core, "resolve_backward", resolve_backward)
+    monkeypatch.setattr(_core, "workspace_bytes", workspace_bytes)
+    small, large = make_inputs(1, 2, 2, 5, 5, 32, 32), make_inputs(1, 2, 2, 7, 7, 32, 32)
+    for backend in ("cpu-flash", "auto"):
+        monkeypatch.setattr(drop_in, "_answers", {})
+        drop_in.set_backend(backend)
+        asked.clear()
+        for inputs in (small, small, large):
+            drop_in.scaled_dot_product_attention(*inputs, is_causal=True).sum().backward()
+        # Whether there is a backward: once per shape for cpu-flash, every call for "auto"; the
+        # workspaces (forward, backward) of the backend "auto" resolved to: once per shape.
+        backward = [entry for entry in asked if entry[0] == "backward"]
+        assert [entry[2] for entry in backward] == ([(1, 2, 5, 32), (1, 2, 7, 32)] if backend == "cpu-flash" else
+                                                    [(1, 2, 5, 32), (1, 2, 5, 32), (1, 2, 7, 32)])
+        assert all(entry[1] == backend for entry in backward)
+        workspaces = [entry for entry in asked if entry[0] == "workspace"]
+        assert sorted(entry[2:] for entry in workspaces) == [((1, 2, 5, 32), False), ((1, 2, 5, 32), True),
+                                                             ((1, 2, 7, 32), False), ((1, 2, 7, 32), True)]
