@@ -317,14 +317,20 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   PlanOptions with_n176 = options;
   with_n176.kernel_config = "n176";
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), with_n176),
-            std::pair(ErrorKind::Usage, std::string("flash3: forward_order=longest-first runs the default tiles; "
-                                                    "kernel config 'n176' cannot be given with it")));
+            std::pair(ErrorKind::Usage, std::string("flash3: forward_order=longest-first runs the default tiles (or "
+                                                    "m192 at d64); kernel config 'n176' cannot be given with it")));
+  PlanOptions with_m192 = options;
+  with_m192.kernel_config = "m192";
+  EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), with_m192),
+            std::pair(ErrorKind::Usage, std::string("flash3: forward_order=longest-first runs the default tiles (or "
+                                                    "m192 at d64); kernel config 'm192' cannot be given with it")));
 }
 
 // forward_order=longest-first (experimental: not yet run on a GPU): persistent CTAs on every
 // problem, the works in bands of one query tile over all heads — n176's cases (odd lengths,
 // seq_q != seq_kv both ways, GQA/MQA, BHSD, windows), then more works than SMs, causal and not,
-// so that every CTA runs several of different heads; fp16 and bf16, d64 and d128.
+// so that every CTA runs several of different heads; fp16 and bf16, d64 (default tiles and m192)
+// and d128.
 TEST(CudaFlash3, LongestFirstMatchesTheReference) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
   PlanOptions options;
@@ -342,12 +348,17 @@ TEST(CudaFlash3, LongestFirstMatchesTheReference) {
         p.window_left = c.window_left;
         p.window_right = c.window_right;
         EXPECT_EQ(check_backend("flash3", p, options), "default");
+        if (head_dim == 64) {
+          PlanOptions m192 = options;
+          m192.kernel_config = "m192";
+          EXPECT_EQ(check_backend("flash3", p, m192), "m192");
+        }
       }
 }
 
 // Small cases of longest-first for compute-sanitizer (tools/device/run.sh): 420 works, causal with
-// seq_q > seq_kv (rows 0..199 see no key: works without a key between those with keys), at d128
-// and d64, and 280 dense ones.
+// seq_q > seq_kv (rows 0..199 see no key: works without a key between those with keys), at d128,
+// d64 and d64 with m192, and 280 dense ones.
 TEST(CudaFlash3, LongestFirstSmallCases) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
   PlanOptions options;
@@ -355,6 +366,8 @@ TEST(CudaFlash3, LongestFirstSmallCases) {
   check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true), options);
   check_backend("flash3", make_problem(1, 140, 140, 200, 200, 128, DType::F16, Layout::BHSD, false), options);
   check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::F16, Layout::BSHD, true), options);
+  options.kernel_config = "m192";
+  check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::BF16, Layout::BSHD, true), options);
 }
 
 // Small cases of n176 for compute-sanitizer (tools/device/run.sh): a K tile cut by the

@@ -93,8 +93,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "measured); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100); "
-             "option forward_order=longest-first (d64/d128: persistent CTAs on causal problems too, the "
-             "longest works first; experimental: not yet run on a GPU)"},
+             "option forward_order=longest-first (d64/d128, default tiles or m192 at d64: persistent CTAs on "
+             "causal problems too, the longest works first; experimental: not yet run on a GPU)"},
             /*with_tile_configs=*/true) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -109,7 +109,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
   // with each head dim's default epilogue) or "head-major" (a head's key tiles in a row; every
   // epilogue): backward_traits.cuh.
   // forward_order: "head-major" (absent: each head's query tiles in a row, persistent CTAs on
-  // unmasked problems only) or "longest-first" (d64/d128, the default tiles: persistent CTAs on every
+  // unmasked problems only) or "longest-first" (d64/d128, the default tiles or kernel config m192
+  // at d64: persistent CTAs on every
   // problem, the works in bands of one query tile over all heads, the longest first —
   // hopper/scheduler.cuh; experimental: not yet run on a GPU).
   std::vector<std::string> option_keys() const override {
@@ -144,12 +145,18 @@ class Flash3Backend final : public Flash3FamilyBackend {
       throw Error(ErrorKind::Unsupported,
                   fmt::format("flash3: forward_order=longest-first is built for head dims 64 and 128, not {}",
                               problem.head_dim));
-    if (longest_first && !options.kernel_config.empty() && options.kernel_config != "default")
-      throw Error(ErrorKind::Usage, fmt::format("flash3: forward_order=longest-first runs the default tiles; "
-                                                "kernel config '{}' cannot be given with it",
-                                                options.kernel_config));
+    // With longest-first: the default tiles, or m192 at d64 when it is asked for.
+    const bool longest_first_m192 = longest_first && options.kernel_config == "m192";
+    if (longest_first && !options.kernel_config.empty() && options.kernel_config != "default" &&
+        !(longest_first_m192 && problem.head_dim == 64))
+      throw Error(ErrorKind::Usage,
+                  fmt::format("flash3: forward_order=longest-first runs the default tiles (or m192 at d64); "
+                              "kernel config '{}' cannot be given with it",
+                              options.kernel_config));
     require_support(*this, problem);
-    std::string config = longest_first ? std::string("default") : choose_kernel_config(*this, problem, options);
+    std::string config = longest_first_m192 ? std::string("m192")
+                         : longest_first    ? std::string("default")
+                                            : choose_kernel_config(*this, problem, options);
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
     FunctionPlan::Forward forward = [this, problem, choice, longest_first](const AttentionArgs& args, Stream stream,
                                                                            RunReport&) {
@@ -232,7 +239,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
     const bool masked = problem.causal || problem.window_left >= 0 || problem.window_right >= 0;
     params.persistent = longest_first || (choice.kind != Flash3Schedule::Kind::Grid && !masked);
     if (longest_first) {
-      flash3::launch_forward_longest_first(params, problem.dtype, stream);
+      flash3::launch_forward_longest_first(params, problem.dtype, choice.kind == Flash3Schedule::Kind::Tile, stream);
     } else if (choice.kind == Flash3Schedule::Kind::Tile) {
       flash3::launch_forward_tile_config(choice.tile, params, problem.dtype, stream);
     } else {

@@ -86,9 +86,20 @@ void launch_forward(const Params& params, DType dtype, void* stream) {
   });
 }
 
-void launch_forward_longest_first(const Params& params, DType dtype, void* stream) {
+void launch_forward_longest_first(const Params& params, DType dtype, bool m192, void* stream) {
   if (params.block_index != nullptr)
     throw Error(ErrorKind::Internal, "flash3: forward_order=longest-first takes no block lists");
+  if (m192) {
+    if (params.head_dim != 64)
+      throw Error(ErrorKind::Unsupported, fmt::format("flash3: kernel config 'm192' with forward_order=longest-first "
+                                                      "exists for head dim 64 only, not {}",
+                                                      params.head_dim));
+    dispatch_16bit(dtype, "flash3 (m192, forward_order=longest-first)", [&](auto element) {
+      run_forward_config<ConfigM192LongestFirst, typename decltype(element)::type>(params,
+                                                                                   static_cast<cudaStream_t>(stream));
+    });
+    return;
+  }
   dispatch_16bit(dtype, "flash3 (forward_order=longest-first)", [&](auto element) {
     dispatch_head_dim<64, 128>(params.head_dim, "flash3 (forward_order=longest-first)", [&](auto head_dim) {
       run_longest_first<typename decltype(element)::type, decltype(head_dim)::value>(params,

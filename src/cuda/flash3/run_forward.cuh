@@ -12,7 +12,8 @@ template <class Element, int kHeadDim>
 void run_forward(const Params& params, cudaStream_t stream);
 
 // A tile config's kernel: Config is its traits.cuh config template (ConfigM192,
-// ConfigM192FmaExp2, ConfigN176), instantiated in forward_<dtype>_d<head dim>_<config>.cu.
+// ConfigM192FmaExp2, ConfigN176, ConfigM192LongestFirst), instantiated in
+// forward_<dtype>_d<head dim>_<config>.cu.
 template <template <class> class Config, class Element>
 void run_forward_config(const Params& params, cudaStream_t stream);
 

@@ -135,6 +135,13 @@ struct ConfigLongestFirst {
   using Default = typename Config<Element, kHeadDim>::Kernel;
   using Kernel = Traits<Element, kHeadDim, Default::kTileN, Default::kStages, 2, 0, true>;
 };
+// m192 with the works longest first (option forward_order=longest-first with kernel config m192;
+// experimental: not yet run on a GPU).
+template <class Element>
+struct ConfigM192LongestFirst {
+  using M192 = typename ConfigM192<Element>::Kernel;
+  using Kernel = Traits<Element, 64, M192::kTileN, M192::kStages, 3, 0, true>;
+};
 // d256: O alone is 128 registers, so K/V tiles are 64 keys (S 32 + P 16); 64 KiB Q + 2 stages
 // × (32 + 32) KiB = 192 KiB.
 template <class Element>
