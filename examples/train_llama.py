@@ -21,9 +21,10 @@ curve differs from PyTorch SDPA's by more than the tolerance — the dtype's, or
 calibrating curve's difference in the same run if that is larger (rounding alone, compounded by
 the optimizer) — or attnsuite ran no backward.
 
-A backend in --backends may carry backend options, NAME:KEY=VALUE[:KEY=VALUE...] (as `attnsuite
-bench --backend-option` takes them; e.g. flash3:backward_order=head-major): each spelling is a run
-of its own, so one invocation compares a backend's options on the same batches.
+A backend in --backends may carry a kernel config and backend options,
+NAME[@CONFIG][:KEY=VALUE...] (as `attnsuite bench --kernel-config NAME=CONFIG --backend-option`
+take them; e.g. flash3:backward_order=head-major, flash3@m192): each spelling is a run of its
+own, so one invocation compares a backend's configs and options on the same batches.
 
 Needs torch, transformers and the attnsuite package (pip install . or PYTHONPATH=build/python).
 """
@@ -98,7 +99,7 @@ def parse_args(argv=None):
     parser.add_argument("--backends", help="comma-separated: 'sdpa' (PyTorch), 'sdpa-math', 'sdpa-efficient', "
                         "'sdpa-flash', 'sdpa-cudnn' (PyTorch SDPA with that backend alone: a calibrating curve) "
                         "and attnsuite backend names, each optionally with backend options as "
-                        "NAME:KEY=VALUE[:KEY=VALUE...] (default: sdpa, sdpa-math "
+                        "NAME[@CONFIG][:KEY=VALUE...] (default: sdpa, sdpa-math "
                         "and every backend here with a backward for the model's attention)")
     parser.add_argument("--threads", type=int, help="PyTorch's CPU threads (torch.set_num_threads; default: its own)")
     parser.add_argument("--out", help="write the results here as JSON")
@@ -133,18 +134,20 @@ def attention_probe(args, config):
 
 
 def backend_entry(entry):
-    """(name, options) of a --backends entry NAME[:KEY=VALUE...]; ValueError for a malformed one."""
-    name, *pairs = entry.split(":")
+    """(name, kernel_config or "", options) of a --backends entry NAME[@CONFIG][:KEY=VALUE...];
+    ValueError for a malformed one."""
+    head, *pairs = entry.split(":")
+    name, _, kernel_config = head.partition("@")
     options = {}
     for pair in pairs:
         key, equals, value = pair.partition("=")
         if not key or not equals:
             raise ValueError(f"--backends entry '{entry}': option '{pair}' is not KEY=VALUE "
-                             "(allowed: NAME or NAME:KEY=VALUE[:KEY=VALUE...])")
+                             "(allowed: NAME[@CONFIG][:KEY=VALUE...])")
         options[key] = value
-    if options and is_pytorch(name):
-        raise ValueError(f"--backends entry '{entry}': PyTorch SDPA takes no attnsuite backend options")
-    return name, options
+    if (options or kernel_config) and is_pytorch(name):
+        raise ValueError(f"--backends entry '{entry}': PyTorch SDPA takes no attnsuite kernel config or options")
+    return name, kernel_config, options
 
 
 def choose_backends(args, config):
@@ -159,13 +162,13 @@ def choose_backends(args, config):
             entry["name"] for entry in attnsuite.backends() if entry["device"] == device and not entry["peer_of"]]
     runs, skipped = [], []
     for entry in names:
-        name, options = backend_entry(entry)
+        name, kernel_config, options = backend_entry(entry)
         if is_pytorch(name):
             runs.append(entry)
             continue
         try:
-            _, why_not = attnsuite._core.resolve_backward(name, query, key, key, True, None, "bhsd", -1, -1, "",
-                                                          options)
+            _, why_not = attnsuite._core.resolve_backward(name, query, key, key, True, None, "bhsd", -1, -1,
+                                                          kernel_config, options)
         except (attnsuite.UnsupportedError, ValueError) as error:
             why_not = str(error)
         if why_not is None:
@@ -258,7 +261,7 @@ def attention_kernels(device, model, tokens):
 
 def train(args, config, backend, batches):
     """One run (a --backends entry): the model from the seed, --steps AdamW steps; its figures."""
-    name, options = backend_entry(backend)
+    name, kernel_config, options = backend_entry(backend)
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(args.seed)
@@ -276,7 +279,7 @@ def train(args, config, backend, batches):
         else:
             restricted = contextlib.nullcontext()
             if backend != "sdpa":
-                drop_in.patch(name, options=options or None)
+                drop_in.patch(name, kernel_config=kernel_config or None, options=options or None)
         try:
             with restricted:
                 for step in range(args.steps):
@@ -297,7 +300,7 @@ def train(args, config, backend, batches):
             drop_in.set_backend("auto")
     timed = seconds[args.warmup:]
     tokens_per_step = args.batch * args.seq
-    return {"backend": backend, "options": options,
+    return {"backend": backend, "kernel_config": kernel_config or None, "options": options,
             "display_name": ("PyTorch SDPA" if backend == "sdpa" else
                              f"PyTorch SDPA, {SDPA_BACKENDS[backend]} alone" if backend in SDPA_BACKENDS else backend),
             "tokens_per_s": tokens_per_step * len(timed) / sum(timed),

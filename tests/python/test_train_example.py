@@ -73,12 +73,17 @@ def test_a_calibrating_backend_pytorch_cannot_run_is_skipped(example, tmp_path):
 
 def test_backend_options_are_a_run_of_their_own(example, tmp_path, capsys):
     out = tmp_path / "train.json"
-    assert example.main(ARGS + ["--backends", "reference,cpu-flash:no_such_key=1", "--out", str(out)]) == 0
+    assert example.main(ARGS + ["--backends", "reference,cpu-flash:no_such_key=1,cpu-flash@q48-k96,cpu-flash@q1-k1",
+                                "--out", str(out)]) == 0
     document = json.loads(out.read_text())
-    assert [(row["backend"], row["options"]) for row in document["results"]] == [("sdpa", {}), ("reference", {})]
-    [skipped] = document["skipped"]
-    assert skipped["backend"] == "cpu-flash:no_such_key=1" and "no_such_key" in skipped["reason"]
+    assert [(row["backend"], row["kernel_config"], row["options"]) for row in document["results"]] == [
+        ("sdpa", None, {}), ("reference", None, {}), ("cpu-flash@q48-k96", "q48-k96", {})]
+    skipped = {entry["backend"]: entry["reason"] for entry in document["skipped"]}
+    assert "no_such_key" in skipped["cpu-flash:no_such_key=1"] and "q1-k1" in skipped["cpu-flash@q1-k1"]
     with pytest.raises(SystemExit) as exit_info:
         example.main(ARGS + ["--backends", "cpu-flash:forward_order"])
     assert exit_info.value.code == 2
     assert "option 'forward_order' is not KEY=VALUE" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        example.main(ARGS + ["--backends", "sdpa@x"])
+    assert "PyTorch SDPA takes no attnsuite kernel config" in capsys.readouterr().err
