@@ -48,7 +48,7 @@ TEST(CudaFlash3, KernelConfigNamesNeedNoDevice) {
   };
   using Names = std::vector<std::string>;
   EXPECT_EQ(names(flash3, 64, false, 64), (Names{"m192", "default", "v1", "grid", "m192-fmaexp"}));
-  EXPECT_EQ(names(flash3, 64, true, 1024), (Names{"default", "v1", "grid", "m192", "m192-fmaexp"}));
+  EXPECT_EQ(names(flash3, 64, true, 1024), (Names{"m192", "default", "v1", "grid", "m192-fmaexp"}));
   EXPECT_EQ(names(flash3, 64, true, 2048), (Names{"m192", "default", "v1", "grid", "m192-fmaexp"}));
   EXPECT_EQ(names(flash3, 128, false, 8192), (Names{"n176", "default", "v1", "grid"}));
   EXPECT_EQ(names(flash3, 128, false, 16384), (Names{"default", "v1", "grid", "n176"}));
@@ -130,11 +130,11 @@ TEST(CudaFlash3, M192SmallCases) {
     EXPECT_EQ(check_backend("flash3", make_problem(1, 4, 2, 385, 200, 64, DType::BF16, Layout::BSHD, causal),
                             with_config("m192")),
               "m192");
-  // Not asked for, with no cache entry: the built-in choice (m192 at d64 but for causal N <= 1k;
+  // Not asked for, with no cache entry: the built-in choice (m192 at d64, masked problems longest
+  // first on persistent CTAs: the cases of LongestFirstMatchesTheReference);
   if (KernelConfigCache::global().size() == 0) {
     EXPECT_EQ(check_backend("flash3", make_problem(1, 2, 2, 1500, 1500, 64, DType::BF16, Layout::BSHD, true)), "m192");
-    EXPECT_EQ(check_backend("flash3", make_problem(1, 2, 2, 1000, 1000, 64, DType::BF16, Layout::BSHD, true)),
-              "default");
+    EXPECT_EQ(check_backend("flash3", make_problem(1, 2, 2, 1000, 1000, 64, DType::BF16, Layout::BSHD, true)), "m192");
     // d128: n176 dense up to 8k keys and causal above 4k rows; the 128-key default otherwise.
     EXPECT_EQ(check_backend("flash3", make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, false)), "n176");
     EXPECT_EQ(check_backend("flash3", make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true)),
@@ -286,8 +286,8 @@ TEST(CudaFlash3, PersistentSmallCases) {
   check_backend("flash3", make_problem(1, 140, 140, 100, 200, 128, DType::F16, Layout::BHSD, false));
 }
 
-// forward_order=longest-first (experimental: not yet run on a GPU), refused without a device: a
-// value it does not have, head dim 256, a kernel config beside it.
+// forward_order=longest-first, refused without a device: a value it does not have, head dim 256,
+// a kernel config beside it other than m192 at d64.
 TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   const Backend& flash3 = Registry::global().find("flash3");
   PlanOptions options;
@@ -326,11 +326,11 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
                                                     "m192 at d64); kernel config 'm192' cannot be given with it")));
 }
 
-// forward_order=longest-first (experimental: not yet run on a GPU): persistent CTAs on every
+// forward_order=longest-first: persistent CTAs on every
 // problem, the works in bands of one query tile over all heads — n176's cases (odd lengths,
 // seq_q != seq_kv both ways, GQA/MQA, BHSD, windows), then more works than SMs, causal and not,
-// so that every CTA runs several of different heads; fp16 and bf16, d64 (default tiles and m192)
-// and d128.
+// so that every CTA runs several of different heads; fp16 and bf16, d64 (default tiles and m192:
+// asked for, m192's built-in order, and its grid by forward_order=head-major) and d128.
 TEST(CudaFlash3, LongestFirstMatchesTheReference) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
   PlanOptions options;
@@ -351,6 +351,12 @@ TEST(CudaFlash3, LongestFirstMatchesTheReference) {
         if (head_dim == 64) {
           PlanOptions m192 = options;
           m192.kernel_config = "m192";
+          EXPECT_EQ(check_backend("flash3", p, m192), "m192");
+          // The built-in order (no option) and the grid (head-major) of m192.
+          if (KernelConfigCache::global().size() == 0) {
+            EXPECT_EQ(check_backend("flash3", p), "m192");
+          }
+          m192.options = {{"forward_order", "head-major"}};
           EXPECT_EQ(check_backend("flash3", p, m192), "m192");
         }
       }
@@ -389,13 +395,13 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
   for (const int head_dim : {64, 128, 256}) {
     const std::vector<std::string> configs =
         flash3.kernel_configs(make_problem(1, 2, 2, 300, 300, head_dim, DType::F16, Layout::BSHD, true));
-    EXPECT_EQ(configs, head_dim == 64    ? (std::vector<std::string>{"default", "v1", "grid", "m192", "m192-fmaexp"})
+    EXPECT_EQ(configs, head_dim == 64    ? (std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"})
                        : head_dim == 128 ? (std::vector<std::string>{"default", "v1", "grid", "n176"})
                                          : (std::vector<std::string>{"default", "v1", "grid"}))
         << "d" << head_dim;
   }
-  // The built-in choice where it is a tile config: d64 except causal N <= 1k, d128 dense up to
-  // 8k keys or causal above 4k rows.
+  // The built-in choice where it is a tile config: d64, d128 dense up to 8k keys or causal above
+  // 4k rows.
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 1500, 1500, 64, DType::F16, Layout::BSHD, true)),
             (std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"}));
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 300, 9000, 128, DType::F16, Layout::BSHD, false)),
@@ -424,10 +430,10 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
   EXPECT_EQ(refusal(flash3, d128, "m192"),
             "flash3: kernel config 'm192' unknown for this problem; allowed: default, v1, grid, n176");
   EXPECT_EQ(refusal(flash3, d64, "m256"),
-            "flash3: kernel config 'm256' unknown for this problem; allowed: default, v1, grid, m192, m192-fmaexp");
+            "flash3: kernel config 'm256' unknown for this problem; allowed: m192, default, v1, grid, m192-fmaexp");
   // Not asked for, no cache entry: the built-in choice.
   options.kernel_config.clear();
-  EXPECT_EQ(choose_kernel_config(flash3, d64, options), "default");
+  EXPECT_EQ(choose_kernel_config(flash3, d64, options), "m192");
 
   const Backend& fp8 = Registry::global().find("flash3-fp8");
   const AttentionProblem fp8_problem = make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, false);

@@ -72,7 +72,8 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   static constexpr int kStages = 2;
   // dK and dV stored 16 bytes a lane after a transpose within each quad (common/backward_epilogue.cuh)
   // instead of 4: d128's default (H100, bf16 N 4096: 2.60 -> 2.60 ms dense, 1.53 -> 1.49 causal);
-  // at d64 with 128-query tiles experimental (backward_epilogue=16-byte; not yet run on a GPU).
+  // at d64 with 128-query tiles opt-in (backward_epilogue=16-byte; correct on the H100, its speed
+  // not yet measured).
   static constexpr bool kWideEpilogue = kWideEpilogue_;
   static constexpr int kHeadGroup = kHeadGroup_;
 

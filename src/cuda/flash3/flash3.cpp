@@ -93,8 +93,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "measured); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100); "
-             "option forward_order=longest-first (d64/d128, default tiles or m192 at d64: persistent CTAs on "
-             "causal problems too, the longest works first; experimental: not yet run on a GPU)"},
+             "masked problems at d64 run m192 on persistent CTAs, the longest works first; option "
+             "forward_order=head-major|longest-first (the latter also with the default tiles at d64/d128, "
+             "slower than the grid at d128)"},
             /*with_tile_configs=*/true) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -108,17 +109,17 @@ class Flash3Backend final : public Flash3FamilyBackend {
   // backward_order: "grouped-4" (4 heads' key tiles interleaved in the grid: the default, built
   // with each head dim's default epilogue) or "head-major" (a head's key tiles in a row; every
   // epilogue): backward_traits.cuh.
-  // forward_order: "head-major" (absent: each head's query tiles in a row, persistent CTAs on
-  // unmasked problems only) or "longest-first" (d64/d128, the default tiles or kernel config m192
-  // at d64: persistent CTAs on every
-  // problem, the works in bands of one query tile over all heads, the longest first —
-  // hopper/scheduler.cuh; experimental: not yet run on a GPU).
+  // forward_order: "head-major" (each head's query tiles in a row, persistent CTAs on unmasked
+  // problems only) or "longest-first" (d64/d128, the default tiles or kernel config m192 at d64:
+  // persistent CTAs on every problem, the works in bands of one query tile over all heads, the
+  // longest first — hopper/scheduler.cuh); absent: longest-first for m192 on masked problems,
+  // head-major otherwise (plan()).
   std::vector<std::string> option_keys() const override {
     return {std::string(kBackwardEpilogue), std::string(kBackwardOrder), std::string(kForwardOrder)};
   }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)backward_variant(options);
-    (void)forward_longest_first(options);
+    (void)forward_order(options);
   }
 
   // Head dims 64 and 128 (dQ's tile splits into 64 × 64 wgmma tiles: backward_traits.cuh), then the forward's rules.
@@ -140,7 +141,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
       if (const Support support = supports_backward(problem); !support)
         throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
     }
-    const bool longest_first = forward_longest_first(options.options);
+    const ForwardOrder order = forward_order(options.options);
+    bool longest_first = order == ForwardOrder::LongestFirst;
     if (longest_first && problem.head_dim != 64 && problem.head_dim != 128)
       throw Error(ErrorKind::Unsupported,
                   fmt::format("flash3: forward_order=longest-first is built for head dims 64 and 128, not {}",
@@ -157,6 +159,13 @@ class Flash3Backend final : public Flash3FamilyBackend {
     std::string config = longest_first_m192 ? std::string("m192")
                          : longest_first    ? std::string("default")
                                             : choose_kernel_config(*this, problem, options);
+    // The built-in order: m192 (d64) runs masked problems longest first. Measured on the H100
+    // (2026-12-07, docs/results/h100/2026-12-07b/, bf16, 32 heads, B·N = 16384): causal N 512,
+    // 1k, 2k, 4k 0.177, 0.261, 0.372, 0.651 ms against the grid's 0.211 (128-row tiles), 0.281
+    // (128-row), 0.400, 0.661 (m192): 1.19, 1.08, 1.08, 1.02x; N 8k 0.99x, 16k 1.03x; a window of
+    // 256 keys at N 2k and 4k 1.22 and 1.24x. The 128-row tiles longest first were slower than
+    // the grid at d128 (0.58-0.84x), so d128 keeps the grid.
+    if (order == ForwardOrder::BuiltIn && config == "m192" && masked(problem)) longest_first = true;
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
     FunctionPlan::Forward forward = [this, problem, choice, longest_first](const AttentionArgs& args, Stream stream,
                                                                            RunReport&) {
@@ -176,10 +185,17 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static constexpr std::string_view kBackwardOrder = "backward_order";
   static constexpr std::string_view kForwardOrder = "forward_order";
 
-  // forward_order: "head-major" (absent) or "longest-first"; another value is refused.
-  static bool forward_longest_first(const std::map<std::string, std::string>& options) {
+  // forward_order: absent (the built-in order: longest first for m192 on masked problems,
+  // head-major otherwise), "head-major" or "longest-first"; another value is refused.
+  enum class ForwardOrder { BuiltIn, HeadMajor, LongestFirst };
+  static ForwardOrder forward_order(const std::map<std::string, std::string>& options) {
     static constexpr std::string_view kOrders[] = {"head-major", "longest-first"};
-    return cuda::option_choice("flash3", options, kForwardOrder, kOrders) == 1;
+    if (!options.contains(std::string(kForwardOrder))) return ForwardOrder::BuiltIn;
+    return cuda::option_choice("flash3", options, kForwardOrder, kOrders) == 1 ? ForwardOrder::LongestFirst
+                                                                               : ForwardOrder::HeadMajor;
+  }
+  static bool masked(const AttentionProblem& problem) {
+    return problem.causal || problem.window_left >= 0 || problem.window_right >= 0;
   }
 
   // The backward options: backward_epilogue absent (the head dim's default), "4-byte" or "16-byte";
@@ -234,10 +250,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // alone at the end — measured on the H200 (fa3-grid, 2026-12-04 third session) 1.38-1.68x
     // slower than one CTA per work at causal N >= 8k (d128, d256), 1.00-1.05x at N <= 4k, and
     // m192 1.24-1.43x at causal N 1k-4k; dense, 1.00-1.27x faster (N 512: 1.23x at d128).
-    // forward_order=longest-first: its order balances the round-robin under a mask too
-    // (hopper/scheduler.cuh).
-    const bool masked = problem.causal || problem.window_left >= 0 || problem.window_right >= 0;
-    params.persistent = longest_first || (choice.kind != Flash3Schedule::Kind::Grid && !masked);
+    // Longest first (m192's built-in order on masked problems, or forward_order=longest-first):
+    // its order balances the round-robin under a mask too (hopper/scheduler.cuh).
+    params.persistent = longest_first || (choice.kind != Flash3Schedule::Kind::Grid && !masked(problem));
     if (longest_first) {
       flash3::launch_forward_longest_first(params, problem.dtype, choice.kind == Flash3Schedule::Kind::Tile, stream);
     } else if (choice.kind == Flash3Schedule::Kind::Tile) {
@@ -263,16 +278,17 @@ bool Flash3Schedule::has(std::string_view config, const AttentionProblem& proble
   return with_tile_configs_ && tile != nullptr && tile->head_dim == problem.head_dim;
 }
 
-// Without a tuned cache entry: m192 at d64, except causal with seq_q <= 1024. Measured on the H200
-// (tune --kernels on fa3-grid d64, bf16, 2026-12-04, docs/kernels/history/flash3.md "v3"): m192 was
-// 1.08-1.21x as fast as the 128-row kernel in every dense case (N 512..16k) and causal N >= 2k;
-// causal N 512 and 1k were 0.95x and 0.94x (default 0.269 ms, m192 0.286 ms at 1k).
+// Without a tuned cache entry: m192 at d64. Measured on the H200 (tune --kernels on fa3-grid d64,
+// bf16, 2026-12-04, docs/kernels/history/flash3.md "v3"): m192 was 1.08-1.21x as fast as the
+// 128-row kernel in every dense case (N 512..16k) and causal N >= 2k; causal N 512 and 1k, where
+// it was 0.94-0.95x on a grid, it now runs longest first (the plan): on the H100 1.19x and 1.08x
+// the 128-row grid (2026-12-07).
 // n176 at d128: dense up to N 8k, causal from N 8k. Measured on the H200 (tune --kernels on fa3-grid
 // d128, bf16, 2026-12-04 third session): causal, one CTA per work tile, 1.02-1.03x the 128-key
 // tiles at 8k and 16k and 1.00x at N <= 4k; dense, persistent, 1.02-1.05x at N 512..8k and 0.97x
 // at 16k.
 std::string Flash3Schedule::builtin(const AttentionProblem& problem) const {
-  if (has("m192", problem) && !(problem.causal && problem.seq_q <= 1024)) return "m192";
+  if (has("m192", problem)) return "m192";
   if (has("n176", problem) && (problem.causal ? problem.seq_q > 4096 : problem.seq_kv <= 8192)) return "n176";
   return "default";
 }

@@ -1,5 +1,5 @@
 // flash3 forward, bf16, head dim 128, option forward_order=longest-first (persistent CTAs on every
-// problem, the works in bands of one query tile over all heads, the longest first; experimental).
+// problem, the works in bands of one query tile over all heads, the longest first).
 #include "cuda/flash3/launch_template.cuh"
 
 namespace attnsuite::cuda::flash3 {

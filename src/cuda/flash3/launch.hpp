@@ -19,9 +19,9 @@ inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
 // without a kernel, listing those that have one.
 void launch_forward(const Params& params, DType dtype, void* stream);
 
-// The forward with the works longest first (backend option forward_order=longest-first:
-// hopper/scheduler.cuh; experimental: not yet run on a GPU): the default tiles, or with m192 the
-// 192-row tiles (d64). Throws Error(Unsupported) for a head dim other than 64 and 128 (64 with m192).
+// The forward with the works longest first (hopper/scheduler.cuh; m192's on masked problems, or
+// backend option forward_order=longest-first): the default tiles, or with m192 the 192-row tiles
+// (d64). Throws Error(Unsupported) for a head dim other than 64 and 128 (64 with m192).
 void launch_forward_longest_first(const Params& params, DType dtype, bool m192, void* stream);
 
 // flash3's tile configs: kernel configs with a kernel for one head dim whose tiles are not the

@@ -33,8 +33,8 @@ struct Traits : hopper::WarpSpecialized<kConsumers_, 24, kConsumers_ == 2 ? 240 
   static constexpr int kStages = kStages_;
   static constexpr int kFmaExp2Every = kFmaExp2Every_;
   // The works' order (hopper/scheduler.cuh): false, each head's query tiles in a row (the longest
-  // first); true (option forward_order=longest-first, experimental): bands of one query tile over
-  // every head, the longest band first, persistent on masked problems too.
+  // first); true (m192 on masked problems, option forward_order=longest-first): bands of one query
+  // tile over every head, the longest band first, persistent on masked problems too.
   static constexpr bool kLongestFirst = kLongestFirst_;
 
   static constexpr int kRowsPerConsumer = kTileM / kConsumers_;
@@ -135,8 +135,7 @@ struct ConfigLongestFirst {
   using Default = typename Config<Element, kHeadDim>::Kernel;
   using Kernel = Traits<Element, kHeadDim, Default::kTileN, Default::kStages, 2, 0, true>;
 };
-// m192 with the works longest first (option forward_order=longest-first with kernel config m192;
-// experimental: not yet run on a GPU).
+// m192 with the works longest first: what m192 runs on masked problems (flash3.cpp's plan).
 template <class Element>
 struct ConfigM192LongestFirst {
   using M192 = typename ConfigM192<Element>::Kernel;
