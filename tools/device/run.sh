@@ -42,7 +42,8 @@
 #   .device-build/baseline) and, with --kernel-times, time KERNEL_TIMES_BASELINE_BACKENDS (default:
 #   KERNEL_TIMES_BACKENDS) with it too, as `<backend>@<commit>` rows of the same table and a second
 #   table of this / baseline ratios (kernel_times.py): an A/B in one run on one card.
-# Env SANITIZE_FILTER (a gtest filter) replaces the compute-sanitizer case list; SANITIZE_TOOLS the tools.
+# Env SANITIZE_FILTER (a gtest filter) replaces the compute-sanitizer case list; SANITIZE_TOOLS the tools
+#   (e.g. "memcheck,racecheck").
 # Env ATTNSUITE_GIT_COMMIT (e.g. "$(git rev-parse --short=12 HEAD)", given on the command line
 #   from the checkout that sent the call) is the commit result headers name: this copy's .git is stale.
 # Env BENCH_ARGS_<suite> (dashes as underscores) adds bench flags to that suite, e.g.
@@ -222,8 +223,9 @@ if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   # kernels with cudaFuncGetAttributes, gets cudaErrorNoKernelImageForDevice for images it does not
   # ship and handles it (4 such reports on the H200, 2026-12-04, the test passing); an API error of
   # ours is never silent anyway — every CUDA call is checked and throws, failing the test.
-  # SANITIZE_TOOLS (default all four) narrows the tools, e.g. to re-run one.
-  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+  # SANITIZE_TOOLS (default all four; spaces or commas between) narrows the tools, e.g. to re-run one.
+  sanitize_tools=${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}
+  for tool in ${sanitize_tools//,/ }; do
     tool_filter=$filter
     tool_args=()
     [ "$tool" = initcheck ] && tool_filter="$filter-*/vanilla"
