@@ -98,6 +98,31 @@ def _stream(array):
     return 0
 
 
+# What the module answered about a named backend and a problem (its workspace size; the drop-in:
+# whether it has a backward), by the question: a training step asks the same of every layer, each
+# time ~8 us of host time (2-core development VM). "auto" is asked every time (its choice can change
+# with the backend cache).
+_answers = {}
+_ANSWERS_LIMIT = 4096
+
+
+def _answer(question, ask):
+    try:
+        return _answers[question]
+    except KeyError:
+        pass
+    answer = ask()
+    if len(_answers) >= _ANSWERS_LIMIT:
+        _answers.clear()
+    _answers[question] = answer
+    return answer
+
+
+def _problem_key(q, k, v, causal, scale):
+    """A torch call's problem as a question's part: shapes, strides, dtype, device, mask, scale."""
+    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device, causal, scale)
+
+
 def _workspace(like, backend, q, k, v, causal, scale, layout, left, right, plan, backward=False,
                deterministic=False, dtype="", descale=None):
     """A torch tensor's call gets its workspace from PyTorch's caching allocator (ordered on the
@@ -107,8 +132,17 @@ def _workspace(like, backend, q, k, v, causal, scale, layout, left, right, plan,
         return None
     import torch
 
-    nbytes = _core.workspace_bytes(backend, q, k, v, causal, scale, layout, left, right, backward, deterministic,
-                                   *plan, dtype, descale)
+    def ask():
+        return _core.workspace_bytes(backend, q, k, v, causal, scale, layout, left, right, backward, deterministic,
+                                     *plan, dtype, descale)
+
+    if backend == "auto":
+        nbytes = ask()
+    else:
+        question = ("workspace", backend, plan[0], tuple(sorted(plan[1].items())), layout, left, right, backward,
+                    deterministic, dtype, None if descale is None else tuple(descale),
+                    *_problem_key(q, k, v, causal, scale))
+        nbytes = _answer(question, ask)
     return torch.empty(nbytes, dtype=torch.uint8, device=like.device) if nbytes else None
 
 

@@ -30,6 +30,7 @@ forward to PyTorch's SDPA (or, when the log-sum-exp is needed, the same attentio
 operations) and the backward to that attention's backward in PyTorch operations.
 """
 
+import functools
 import json
 import threading
 import warnings
@@ -40,7 +41,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
 from . import _core
-from . import _plan_arguments
+from . import _answer, _plan_arguments, _problem_key
+from . import _workspace as _package_workspace
 
 __all__ = ["scaled_dot_product_attention", "patch", "unpatch", "patched", "set_backend", "get_backend",
            "get_backend_plan"]
@@ -76,11 +78,13 @@ def get_backend():
 def get_backend_plan():
     """(backend, kernel_config or None, options dict) the drop-in runs."""
     config, options = _plan_of(_plan)
-    return _backend, config or None, options
+    return _backend, config or None, dict(options)
 
 
+@functools.lru_cache(maxsize=32)
 def _plan_of(plan):
-    """(kernel_config, options) from an op's plan string."""
+    """(kernel_config, options) from an op's plan string, decoded once per string (every call of
+    the ops asks; the options dict is shared: read it, do not change it)."""
     if not plan:
         return "", {}
     decoded = json.loads(plan)
@@ -100,48 +104,13 @@ def _stream(tensor):
     return torch.cuda.current_stream(tensor.device).cuda_stream if tensor.is_cuda else 0
 
 
-# What the module answered about a named backend and a problem (its workspace size, whether it
-# has a backward), by the question: a training step asks the same of every layer, each time ~8 us
-# of host time (2-core development VM). "auto" is asked every time (its choice can change with
-# the backend cache).
-_answers = {}
-_ANSWERS_LIMIT = 4096
-
-
-def _answer(question, ask):
-    try:
-        return _answers[question]
-    except KeyError:
-        pass
-    answer = ask()
-    if len(_answers) >= _ANSWERS_LIMIT:
-        _answers.clear()
-    _answers[question] = answer
-    return answer
-
-
-def _problem_key(query, key, value, is_causal, scale):
-    return (query.shape, query.stride(), key.shape, key.stride(), value.shape, value.stride(), query.dtype,
-            query.device, is_causal, scale)
-
-
 def _workspace(backend, plan, query, key, value, is_causal, scale, backward=False):
-    """The op's workspace from PyTorch's caching allocator (as attnsuite._workspace): without it
-    the module allocates its own and waits for the stream before freeing it, once per layer and
-    pass of a training step. plan: (kernel_config, options)."""
-    deterministic = backward and torch.are_deterministic_algorithms_enabled()
-
-    def ask():
-        return _core.workspace_bytes(backend, query, key, value, is_causal, scale, "bhsd", -1, -1, backward,
-                                     deterministic, *plan)
-
-    if backend == "auto":
-        nbytes = ask()
-    else:
-        question = ("workspace", backend, plan[0], tuple(sorted(plan[1].items())), backward, deterministic,
-                    *_problem_key(query, key, value, is_causal, scale))
-        nbytes = _answer(question, ask)
-    return torch.empty(nbytes, dtype=torch.uint8, device=query.device) if nbytes else None
+    """The op's workspace from PyTorch's caching allocator (attnsuite._workspace): without it the
+    module allocates its own and waits for the stream before freeing it, once per layer and pass of
+    a training step. plan: (kernel_config, options)."""
+    return _package_workspace(query, backend, query, key, value, is_causal, scale, "bhsd", -1, -1, plan,
+                              backward=backward,
+                              deterministic=backward and torch.are_deterministic_algorithms_enabled())
 
 
 def _last_dim_dense(*tensors):

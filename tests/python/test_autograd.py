@@ -407,7 +407,7 @@ def test_answers_are_kept_per_problem_for_named_backends_only(monkeypatch):
     monkeypatch.setattr(_core, "workspace_bytes", workspace_bytes)
     small, large = make_inputs(1, 2, 2, 5, 5, 32, 32), make_inputs(1, 2, 2, 7, 7, 32, 32)
     for backend in ("cpu-flash", "auto"):
-        monkeypatch.setattr(drop_in, "_answers", {})
+        monkeypatch.setattr(attnsuite, "_answers", {})
         drop_in.set_backend(backend)
         asked.clear()
         for inputs in (small, small, large):

@@ -142,30 +142,28 @@ class Flash3Backend final : public Flash3FamilyBackend {
         throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
     }
     const ForwardOrder order = forward_order(options.options);
-    bool longest_first = order == ForwardOrder::LongestFirst;
-    if (longest_first && problem.head_dim != 64 && problem.head_dim != 128)
+    const bool asked_longest_first = order == ForwardOrder::LongestFirst;
+    // Asked for longest first: the default tiles, or m192 at d64 when it is asked for too.
+    std::string config = options.kernel_config.empty() ? std::string("default") : options.kernel_config;
+    if (asked_longest_first && problem.head_dim != 64 && problem.head_dim != 128)
       throw Error(ErrorKind::Unsupported,
                   fmt::format("flash3: forward_order=longest-first is built for head dims 64 and 128, not {}",
                               problem.head_dim));
-    // With longest-first: the default tiles, or m192 at d64 when it is asked for.
-    const bool longest_first_m192 = longest_first && options.kernel_config == "m192";
-    if (longest_first && !options.kernel_config.empty() && options.kernel_config != "default" &&
-        !(longest_first_m192 && problem.head_dim == 64))
+    if (asked_longest_first && config != "default" && !(config == "m192" && problem.head_dim == 64))
       throw Error(ErrorKind::Usage,
                   fmt::format("flash3: forward_order=longest-first runs the default tiles (or m192 at d64); "
                               "kernel config '{}' cannot be given with it",
-                              options.kernel_config));
+                              config));
     require_support(*this, problem);
-    std::string config = longest_first_m192 ? std::string("m192")
-                         : longest_first    ? std::string("default")
-                                            : choose_kernel_config(*this, problem, options);
+    if (!asked_longest_first) config = choose_kernel_config(*this, problem, options);
     // The built-in order: m192 (d64) runs masked problems longest first. Measured on the H100
     // (2026-12-07, docs/results/h100/2026-12-07b/, bf16, 32 heads, B·N = 16384): causal N 512,
     // 1k, 2k, 4k 0.177, 0.261, 0.372, 0.651 ms against the grid's 0.211 (128-row tiles), 0.281
     // (128-row), 0.400, 0.661 (m192): 1.19, 1.08, 1.08, 1.02x; N 8k 0.99x, 16k 1.03x; a window of
     // 256 keys at N 2k and 4k 1.22 and 1.24x. The 128-row tiles longest first were slower than
     // the grid at d128 (0.58-0.84x), so d128 keeps the grid.
-    if (order == ForwardOrder::BuiltIn && config == "m192" && masked(problem)) longest_first = true;
+    const bool longest_first =
+        asked_longest_first || (order == ForwardOrder::BuiltIn && config == "m192" && problem.has_mask());
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
     FunctionPlan::Forward forward = [this, problem, choice, longest_first](const AttentionArgs& args, Stream stream,
                                                                            RunReport&) {
@@ -193,9 +191,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
     if (!options.contains(std::string(kForwardOrder))) return ForwardOrder::BuiltIn;
     return cuda::option_choice("flash3", options, kForwardOrder, kOrders) == 1 ? ForwardOrder::LongestFirst
                                                                                : ForwardOrder::HeadMajor;
-  }
-  static bool masked(const AttentionProblem& problem) {
-    return problem.causal || problem.window_left >= 0 || problem.window_right >= 0;
   }
 
   // The backward options: backward_epilogue absent (the head dim's default), "4-byte" or "16-byte";
@@ -252,7 +247,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // m192 1.24-1.43x at causal N 1k-4k; dense, 1.00-1.27x faster (N 512: 1.23x at d128).
     // Longest first (m192's built-in order on masked problems, or forward_order=longest-first):
     // its order balances the round-robin under a mask too (hopper/scheduler.cuh).
-    params.persistent = longest_first || (choice.kind != Flash3Schedule::Kind::Grid && !masked(problem));
+    params.persistent = longest_first || (choice.kind != Flash3Schedule::Kind::Grid && !problem.has_mask());
     if (longest_first) {
       flash3::launch_forward_longest_first(params, problem.dtype, choice.kind == Flash3Schedule::Kind::Tile, stream);
     } else if (choice.kind == Flash3Schedule::Kind::Tile) {

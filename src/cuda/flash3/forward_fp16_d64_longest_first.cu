@@ -3,5 +3,5 @@
 #include "cuda/flash3/launch_template.cuh"
 
 namespace attnsuite::cuda::flash3 {
-template void run_longest_first<__half, 64>(const Params& params, cudaStream_t stream);
+template void run_forward_config<ConfigD64LongestFirst, __half>(const Params& params, cudaStream_t stream);
 }  // namespace attnsuite::cuda::flash3

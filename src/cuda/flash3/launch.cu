@@ -44,6 +44,21 @@ constexpr TileConfigRow kTileConfigTable[] = {
      &run_forward_config<ConfigN176, __nv_bfloat16>},
 };
 
+// The kernels with the works longest first (hopper/scheduler.cuh), one row each.
+struct LongestFirstRow {
+  int head_dim;
+  bool m192;  // m192's 192-row tiles, else the head dim's default tiles
+  RunForward fp16, bf16;
+};
+constexpr LongestFirstRow kLongestFirstTable[] = {
+    {64, true, &run_forward_config<ConfigM192LongestFirst, __half>,
+     &run_forward_config<ConfigM192LongestFirst, __nv_bfloat16>},
+    {64, false, &run_forward_config<ConfigD64LongestFirst, __half>,
+     &run_forward_config<ConfigD64LongestFirst, __nv_bfloat16>},
+    {128, false, &run_forward_config<ConfigD128LongestFirst, __half>,
+     &run_forward_config<ConfigD128LongestFirst, __nv_bfloat16>},
+};
+
 template <std::size_t... kIndex>
 constexpr std::array<TileConfig, sizeof...(kIndex)> configs_of(std::index_sequence<kIndex...>) {
   return {kTileConfigTable[kIndex].config...};
@@ -89,23 +104,17 @@ void launch_forward(const Params& params, DType dtype, void* stream) {
 void launch_forward_longest_first(const Params& params, DType dtype, bool m192, void* stream) {
   if (params.block_index != nullptr)
     throw Error(ErrorKind::Internal, "flash3: forward_order=longest-first takes no block lists");
-  if (m192) {
-    if (params.head_dim != 64)
-      throw Error(ErrorKind::Unsupported, fmt::format("flash3: kernel config 'm192' with forward_order=longest-first "
-                                                      "exists for head dim 64 only, not {}",
-                                                      params.head_dim));
-    dispatch_16bit(dtype, "flash3 (m192, forward_order=longest-first)", [&](auto element) {
-      run_forward_config<ConfigM192LongestFirst, typename decltype(element)::type>(params,
-                                                                                   static_cast<cudaStream_t>(stream));
+  for (const LongestFirstRow& row : kLongestFirstTable) {
+    if (row.head_dim != params.head_dim || row.m192 != m192) continue;
+    dispatch_16bit(dtype, "flash3 (forward_order=longest-first)", [&](auto element) {
+      constexpr bool kHalf = std::is_same_v<typename decltype(element)::type, __half>;
+      (kHalf ? row.fp16 : row.bf16)(params, static_cast<cudaStream_t>(stream));
     });
     return;
   }
-  dispatch_16bit(dtype, "flash3 (forward_order=longest-first)", [&](auto element) {
-    dispatch_head_dim<64, 128>(params.head_dim, "flash3 (forward_order=longest-first)", [&](auto head_dim) {
-      run_longest_first<typename decltype(element)::type, decltype(head_dim)::value>(params,
-                                                                                     static_cast<cudaStream_t>(stream));
-    });
-  });
+  throw Error(ErrorKind::Unsupported,
+              fmt::format("flash3: forward_order=longest-first is built for {} at head dim {}; not for head dim {}",
+                          m192 ? "m192" : "the default tiles", m192 ? "64" : "64 and 128", params.head_dim));
 }
 
 }  // namespace attnsuite::cuda::flash3

@@ -58,9 +58,4 @@ void run_forward_config(const Params& params, cudaStream_t stream) {
   run_kernel<typename Config<Element>::Kernel>(params, stream);
 }
 
-template <class Element, int kHeadDim>
-void run_longest_first(const Params& params, cudaStream_t stream) {
-  run_kernel<typename ConfigLongestFirst<Element, kHeadDim>::Kernel>(params, stream);
-}
-
 }  // namespace attnsuite::cuda::flash3

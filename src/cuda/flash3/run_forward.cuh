@@ -11,15 +11,10 @@ namespace attnsuite::cuda::flash3 {
 template <class Element, int kHeadDim>
 void run_forward(const Params& params, cudaStream_t stream);
 
-// A tile config's kernel: Config is its traits.cuh config template (ConfigM192,
-// ConfigM192FmaExp2, ConfigN176, ConfigM192LongestFirst), instantiated in
-// forward_<dtype>_d<head dim>_<config>.cu.
+// A config's kernel: Config is its traits.cuh config template (ConfigM192, ConfigM192FmaExp2,
+// ConfigN176; the longest-first ones ConfigM192LongestFirst, ConfigD64LongestFirst,
+// ConfigD128LongestFirst), instantiated in forward_<dtype>_d<head dim>_<config>.cu.
 template <template <class> class Config, class Element>
 void run_forward_config(const Params& params, cudaStream_t stream);
-
-// The default tiles with the works longest first (option forward_order=longest-first, d64 and
-// d128), instantiated in forward_<dtype>_d<head dim>_longest_first.cu.
-template <class Element, int kHeadDim>
-void run_longest_first(const Params& params, cudaStream_t stream);
 
 }  // namespace attnsuite::cuda::flash3

@@ -128,18 +128,22 @@ template <class Element>
 struct ConfigN176 {
   using Kernel = Traits<Element, 128, 176, 2>;
 };
-// The default tiles of d64 and d128 with the works longest first (option
-// forward_order=longest-first).
-template <class Element, int kHeadDim>
-struct ConfigLongestFirst {
-  using Default = typename Config<Element, kHeadDim>::Kernel;
-  using Kernel = Traits<Element, kHeadDim, Default::kTileN, Default::kStages, 2, 0, true>;
-};
-// m192 with the works longest first: what m192 runs on masked problems (flash3.cpp's plan).
+// A config's kernel with the works longest first (kLongestFirst): m192's on masked problems
+// (flash3.cpp's plan), the default tiles' at d64 and d128 with option forward_order=longest-first.
+template <class Kernel>
+using LongestFirst = Traits<typename Kernel::Element, Kernel::kHeadDim, Kernel::kTileN, Kernel::kStages,
+                            Kernel::kConsumers, Kernel::kFmaExp2Every, true>;
 template <class Element>
 struct ConfigM192LongestFirst {
-  using M192 = typename ConfigM192<Element>::Kernel;
-  using Kernel = Traits<Element, 64, M192::kTileN, M192::kStages, 3, 0, true>;
+  using Kernel = LongestFirst<typename ConfigM192<Element>::Kernel>;
+};
+template <class Element>
+struct ConfigD64LongestFirst {
+  using Kernel = LongestFirst<typename Config<Element, 64>::Kernel>;
+};
+template <class Element>
+struct ConfigD128LongestFirst {
+  using Kernel = LongestFirst<typename Config<Element, 128>::Kernel>;
 };
 // d256: O alone is 128 registers, so K/V tiles are 64 keys (S 32 + P 16); 64 KiB Q + 2 stages
 // × (32 + 32) KiB = 192 KiB.
