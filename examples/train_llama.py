@@ -8,7 +8,10 @@ per attnsuite backend through attnsuite.torch.patched(backend): the same seed, t
 weights, the same batches.
 Prints, per run: tokens/s of the whole step, peak memory, the final loss and the largest
 difference of its loss curve from PyTorch SDPA's, and how many attention forwards and
-backwards attnsuite ran; writes all of it, loss curves included, as JSON.
+backwards attnsuite ran; on a GPU, one more forward + backward under PyTorch's profiler: which
+attention kernels ran, their time, all kernels' time and how long the GPU sat idle within the
+step (where two runs' step times differ: the attention kernels, other kernels, or host time);
+writes all of it, loss curves included, as JSON.
 
     python examples/train_llama.py --config tiny --device cpu --steps 8            # seconds
     python examples/train_llama.py --config llama-3.2-1b --device cuda --dtype bf16 --out train.json
@@ -237,26 +240,59 @@ class CallCounter:
         return False
 
 
-def attention_kernels(device, model, tokens):
-    """The GPU kernels of one more forward and backward (no optimizer step; gradients dropped)
-    whose names say attention: which kernels PyTorch's SDPA chose (flash, memory-efficient,
-    cuDNN...) or attnsuite ran, as they ran. [] on the CPU; one "profiler failed: ..." entry if
-    the profiler cannot run."""
+ATTENTION_WORDS = ("attention", "attn", "flash", "fmha", "sdpa", "sdp_", "bprop", "fprop")
+TOP_KERNELS = 12
+
+
+def summarize_kernels(intervals):
+    """Where one step's GPU time went, from its kernels' (name, start µs, end µs) — memory copies
+    and sets included: the summed kernel time, the attention kernels' share (names that say
+    attention), the span from the first start to the last end, the time inside it with no kernel
+    running, and the TOP_KERNELS kernels of most time ({name, calls, ms}, most first)."""
+    intervals = sorted((start, end, name) for name, start, end in intervals)
+    by_name, busy, covered_until = {}, 0.0, None
+    for start, end, name in intervals:
+        calls, total = by_name.get(name, (0, 0.0))
+        by_name[name] = (calls + 1, total + (end - start))
+        if covered_until is None or start >= covered_until:
+            busy += end - start
+            covered_until = end
+        elif end > covered_until:
+            busy += end - covered_until
+            covered_until = end
+    span = intervals[-1][1] - intervals[0][0] if intervals else 0.0
+    ranked = sorted(by_name.items(), key=lambda item: -item[1][1])
+    return {"kernel_ms": sum(total for _, total in by_name.values()) / 1e3,
+            "attention_kernel_ms": sum(total for name, (_, total) in by_name.items()
+                                       if any(word in name.lower() for word in ATTENTION_WORDS)) / 1e3,
+            "span_ms": span / 1e3, "idle_ms": (span - busy) / 1e3,
+            "attention_kernels": sorted(name for name in by_name
+                                        if any(word in name.lower() for word in ATTENTION_WORDS)),
+            "kernels": [{"name": name, "calls": calls, "ms": total / 1e3}
+                        for name, (calls, total) in ranked[:TOP_KERNELS]]}
+
+
+def step_profile(device, model, tokens):
+    """One more forward and backward (no optimizer step; gradients dropped) under PyTorch's
+    profiler: summarize_kernels of its GPU work — which attention kernels ran (PyTorch SDPA's
+    choice, or attnsuite's), how long they and all kernels took, and how much of the step the
+    GPU sat idle (the host's time showing). None on the CPU; {"error": ...} if the profiler fails."""
     if not device.startswith("cuda"):
-        return []
+        return None
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    words = ("attention", "attn", "flash", "fmha", "sdpa", "sdp_", "bprop", "fprop")
     try:
         with profile(activities=[ProfilerActivity.CUDA]) as profiler:
             model(input_ids=tokens, labels=tokens).loss.backward()
             torch.cuda.synchronize()
-        names = {event.key for event in profiler.key_averages()}
+        intervals = [(event.name, event.time_range.start, event.time_range.end)
+                     for event in profiler.events() if event.device_type == DeviceType.CUDA]
     except RuntimeError as error:
-        return [f"profiler failed: {str(error).splitlines()[0]}"]
+        return {"error": f"profiler failed: {str(error).splitlines()[0]}"}
     finally:
         model.zero_grad(set_to_none=True)
-    return sorted(name for name in names if any(word in name.lower() for word in words))
+    return summarize_kernels(intervals)
 
 
 def train(args, config, backend, batches):
@@ -294,7 +330,7 @@ def train(args, config, backend, batches):
                     losses.append(loss.item())
                 peak, measured = peak_memory_mib(args.device)
                 forward_calls, backward_calls = calls.forward, calls.backward
-                kernels = attention_kernels(args.device, model, batches[0])
+                profiled = step_profile(args.device, model, batches[0])
         finally:
             drop_in.unpatch()
             drop_in.set_backend("auto")
@@ -308,7 +344,8 @@ def train(args, config, backend, batches):
             "peak_memory_mib": peak, "peak_memory_measured": measured,
             "losses": losses, "final_loss": losses[-1],
             "attnsuite_forward_calls": forward_calls, "attnsuite_backward_calls": backward_calls,
-            "attention_kernels": kernels,
+            "attention_kernels": (profiled or {}).get("attention_kernels", []),
+            "step_profile": profiled,
             "fallback_warnings": sorted({str(w.message) for w in caught if "attnsuite.torch" in str(w.message)})}
 
 
@@ -402,8 +439,13 @@ def run(args):
     print(f"loss tolerance {bound:.3g}: {TOLERANCE[args.dtype]} ({args.dtype}) or {CALIBRATION_FACTOR:g} x the "
           f"{spread:.3g} by which PyTorch SDPA's other backends' curves moved")
     for row in document["results"]:
-        if row["attention_kernels"]:
-            print(f"{row['backend']} ran: {', '.join(row['attention_kernels'])}")
+        profiled = row["step_profile"]
+        if profiled and "error" not in profiled:
+            print(f"{row['backend']}: one forward + backward's GPU kernels {profiled['kernel_ms']:.2f} ms, attention "
+                  f"{profiled['attention_kernel_ms']:.2f} ms, span {profiled['span_ms']:.2f} ms of which idle "
+                  f"{profiled['idle_ms']:.2f} ms; attention kernels: {', '.join(profiled['attention_kernels'])}")
+        elif profiled:
+            print(f"{row['backend']}: {profiled['error']}")
     for entry in skipped:
         print(f"skipped {entry['backend']}: {entry['reason']}")
     for problem in problems:

@@ -39,7 +39,7 @@ def test_tiny_llama_trains_alike_with_the_drop_in(example, tmp_path):
     assert len(sdpa) == steps and sdpa[-1] < sdpa[0]  # it learns
     for name, row in rows.items():
         assert row["tokens_per_s"] > 0 and len(row["losses"]) == steps
-        assert row["attention_kernels"] == []  # named from a GPU profile; none on the CPU
+        assert row["attention_kernels"] == [] and row["step_profile"] is None  # a GPU profile; none on the CPU
         if name in ("sdpa", "sdpa-math"):
             continue
         # Every attention forward and backward ran in attnsuite, none fell back.
@@ -87,3 +87,17 @@ def test_backend_options_are_a_run_of_their_own(example, tmp_path, capsys):
     with pytest.raises(SystemExit):
         example.main(ARGS + ["--backends", "sdpa@x"])
     assert "PyTorch SDPA takes no attnsuite kernel config" in capsys.readouterr().err
+
+
+def test_step_profile_summary(example):
+    # Two attention kernels overlapping a GEMM, a gap of 5 µs, a memset: what the GPU did.
+    events = [("flash3_forward_kernel", 0.0, 100.0), ("sm90_gemm", 50.0, 150.0), ("Memset (Device)", 155.0, 160.0),
+              ("flash3_forward_kernel", 160.0, 260.0), ("flash3_backward_kernel", 260.0, 560.0)]
+    summary = example.summarize_kernels(events)
+    assert summary["kernel_ms"] == pytest.approx(0.605)
+    assert summary["attention_kernel_ms"] == pytest.approx(0.5)
+    assert summary["span_ms"] == pytest.approx(0.56) and summary["idle_ms"] == pytest.approx(0.005)
+    assert summary["attention_kernels"] == ["flash3_backward_kernel", "flash3_forward_kernel"]
+    assert summary["kernels"][0] == {"name": "flash3_backward_kernel", "calls": 1, "ms": pytest.approx(0.3)}
+    assert summary["kernels"][1]["calls"] == 2
+    assert example.summarize_kernels([])["span_ms"] == 0
