@@ -298,7 +298,8 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::Usage);
     EXPECT_EQ(std::string(error.what()),
-              "flash3: backend option forward_order='shortest-first' not allowed; allowed: head-major, longest-first");
+              "flash3: backend option forward_order='shortest-first' not allowed; allowed: head-major, longest-first, "
+              "paired");
   }
   options.options = {{"forward_order", "longest-first"}};
   EXPECT_NO_THROW(flash3.check_options(options.options));
@@ -313,7 +314,8 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   };
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 256, DType::BF16, Layout::BSHD, true), options),
             std::pair(ErrorKind::Unsupported,
-                      std::string("flash3: forward_order=longest-first is built for head dims 64 and 128, not 256")));
+                      std::string("flash3: forward_order=longest-first is built for head dims 64 and 128, not for the "
+                                  "default tiles at head dim 256")));
   PlanOptions with_n176 = options;
   with_n176.kernel_config = "n176";
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), with_n176),
@@ -324,6 +326,19 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), with_m192),
             std::pair(ErrorKind::Usage, std::string("flash3: forward_order=longest-first runs the default tiles (or "
                                                     "m192 at d64); kernel config 'm192' cannot be given with it")));
+  // Paired: m192 at d64 and the default tiles at d128 only.
+  PlanOptions paired;
+  paired.options = {{"forward_order", "paired"}};
+  EXPECT_NO_THROW(flash3.check_options(paired.options));
+  EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, true), paired),
+            std::pair(ErrorKind::Unsupported,
+                      std::string("flash3: forward_order=paired is built for kernel config m192 at head dim 64 and "
+                                  "the default tiles at head dim 128, not for the default tiles at head dim 64")));
+  PlanOptions paired_n176 = paired;
+  paired_n176.kernel_config = "n176";
+  EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), paired_n176),
+            std::pair(ErrorKind::Usage, std::string("flash3: forward_order=paired runs the default tiles (or m192 at "
+                                                    "d64); kernel config 'n176' cannot be given with it")));
 }
 
 // forward_order=longest-first: persistent CTAs on every
@@ -360,6 +375,42 @@ TEST(CudaFlash3, LongestFirstMatchesTheReference) {
           EXPECT_EQ(check_backend("flash3", p, m192), "m192");
         }
       }
+}
+
+// forward_order=paired (experimental: not yet run on a GPU): persistent CTAs on every problem,
+// units of a head's longest and shortest query tiles (the middle one alone after every pair when
+// their number is odd) — n176's cases, then more units than SMs with an odd and an even number
+// of query tiles, causal and not; fp16 and bf16, m192 at d64 and the default tiles at d128.
+TEST(CudaFlash3, PairedMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  std::vector<TileConfigCase> cases = kD128Cases;
+  cases.push_back({2, 32, 8, 600, 600, Layout::BSHD, true, -1, -1});   // 5 tiles of 128 rows, 4 of 192
+  cases.push_back({2, 32, 8, 500, 500, Layout::BHSD, true, -1, -1});   // 4 of 128, 3 of 192
+  cases.push_back({2, 32, 8, 600, 600, Layout::BHSD, false, -1, -1});  // dense
+  for (const int head_dim : {64, 128})
+    for (const DType dtype : {DType::BF16, DType::F16})
+      for (const TileConfigCase& c : cases) {
+        AttentionProblem p =
+            make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, head_dim, dtype, c.layout, c.causal);
+        p.window_left = c.window_left;
+        p.window_right = c.window_right;
+        PlanOptions options;
+        options.options = {{"forward_order", "paired"}};
+        if (head_dim == 64) options.kernel_config = "m192";
+        EXPECT_EQ(check_backend("flash3", p, options), head_dim == 64 ? "m192" : "default");
+      }
+}
+
+// Small cases of paired for compute-sanitizer: causal with seq_q > seq_kv (works without a key
+// paired with works with keys), 3 query tiles of 128 rows (a middle tile alone) and 2 of 192.
+TEST(CudaFlash3, PairedSmallCases) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  PlanOptions options;
+  options.options = {{"forward_order", "paired"}};
+  check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true), options);
+  check_backend("flash3", make_problem(1, 140, 140, 200, 200, 128, DType::F16, Layout::BHSD, false), options);
+  options.kernel_config = "m192";
+  check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::BF16, Layout::BSHD, true), options);
 }
 
 // Small cases of longest-first for compute-sanitizer (tools/device/run.sh): 420 works, causal with

@@ -94,8 +94,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100); "
              "masked problems at d64 run m192 on persistent CTAs, the longest works first; option "
-             "forward_order=head-major|longest-first (the latter also with the default tiles at d64/d128, "
-             "slower than the grid at d128)"},
+             "forward_order=head-major|longest-first|paired (longest-first also with the default tiles at "
+             "d64/d128, slower than the grid at d128; paired with m192 at d64 and the default tiles at d128: "
+             "experimental, not yet run on a GPU)"},
             /*with_tile_configs=*/true) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -142,32 +143,46 @@ class Flash3Backend final : public Flash3FamilyBackend {
         throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
     }
     const ForwardOrder order = forward_order(options.options);
-    const bool asked_longest_first = order == ForwardOrder::LongestFirst;
-    // Asked for longest first: the default tiles, or m192 at d64 when it is asked for too.
+    // Asked for longest first or paired: the default tiles, or m192 at d64 when it is asked for
+    // too (launch.cu's table has the kernels: longest first with the default tiles at d64 and
+    // d128 and m192; paired with m192 and the default tiles at d128).
+    const bool asked_order = order == ForwardOrder::LongestFirst || order == ForwardOrder::Paired;
+    const std::string_view order_name = order == ForwardOrder::Paired ? "paired" : "longest-first";
     std::string config = options.kernel_config.empty() ? std::string("default") : options.kernel_config;
-    if (asked_longest_first && problem.head_dim != 64 && problem.head_dim != 128)
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("flash3: forward_order=longest-first is built for head dims 64 and 128, not {}",
-                              problem.head_dim));
-    if (asked_longest_first && config != "default" && !(config == "m192" && problem.head_dim == 64))
+    if (asked_order && config != "default" && !(config == "m192" && problem.head_dim == 64))
       throw Error(ErrorKind::Usage,
-                  fmt::format("flash3: forward_order=longest-first runs the default tiles (or m192 at d64); "
-                              "kernel config '{}' cannot be given with it",
-                              config));
+                  fmt::format("flash3: forward_order={} runs the default tiles (or m192 at d64); kernel config '{}' "
+                              "cannot be given with it",
+                              order_name, config));
+    const bool m192 = config == "m192";
+    const bool built = order == ForwardOrder::LongestFirst ? (problem.head_dim == 128 || problem.head_dim == 64)
+                       : order == ForwardOrder::Paired ? (problem.head_dim == 128 || (m192 && problem.head_dim == 64))
+                                                       : true;
+    if (asked_order && !built)
+      throw Error(ErrorKind::Unsupported,
+                  fmt::format("flash3: forward_order={} is built for {}, not for {} at head dim {}", order_name,
+                              order == ForwardOrder::Paired ? "kernel config m192 at head dim 64 and the default "
+                                                              "tiles at head dim 128"
+                                                            : "head dims 64 and 128",
+                              m192 ? "m192" : "the default tiles", problem.head_dim));
     require_support(*this, problem);
-    if (!asked_longest_first) config = choose_kernel_config(*this, problem, options);
+    if (!asked_order) config = choose_kernel_config(*this, problem, options);
     // The built-in order: m192 (d64) runs masked problems longest first. Measured on the H100
     // (2026-12-07, docs/results/h100/2026-12-07b/, bf16, 32 heads, B·N = 16384): causal N 512,
     // 1k, 2k, 4k 0.177, 0.261, 0.372, 0.651 ms against the grid's 0.211 (128-row tiles), 0.281
     // (128-row), 0.400, 0.661 (m192): 1.19, 1.08, 1.08, 1.02x; N 8k 0.99x, 16k 1.03x; a window of
     // 256 keys at N 2k and 4k 1.22 and 1.24x. The 128-row tiles longest first were slower than
     // the grid at d128 (0.58-0.84x), so d128 keeps the grid.
-    const bool longest_first =
-        asked_longest_first || (order == ForwardOrder::BuiltIn && config == "m192" && problem.has_mask());
+    const hopper::WorkOrder work_order =
+        order == ForwardOrder::Paired ? hopper::WorkOrder::Paired
+        : order == ForwardOrder::LongestFirst ||
+                (order == ForwardOrder::BuiltIn && config == "m192" && problem.has_mask())
+            ? hopper::WorkOrder::LongestFirst
+            : hopper::WorkOrder::HeadMajor;
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
-    FunctionPlan::Forward forward = [this, problem, choice, longest_first](const AttentionArgs& args, Stream stream,
-                                                                           RunReport&) {
-      run(problem, args, choice, longest_first, stream);
+    FunctionPlan::Forward forward = [this, problem, choice, work_order](const AttentionArgs& args, Stream stream,
+                                                                        RunReport&) {
+      run(problem, args, choice, work_order, stream);
     };
     if (!options.backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
@@ -184,13 +199,14 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static constexpr std::string_view kForwardOrder = "forward_order";
 
   // forward_order: absent (the built-in order: longest first for m192 on masked problems,
-  // head-major otherwise), "head-major" or "longest-first"; another value is refused.
-  enum class ForwardOrder { BuiltIn, HeadMajor, LongestFirst };
+  // head-major otherwise), "head-major", "longest-first" or "paired"; another value is refused.
+  enum class ForwardOrder { BuiltIn, HeadMajor, LongestFirst, Paired };
   static ForwardOrder forward_order(const std::map<std::string, std::string>& options) {
-    static constexpr std::string_view kOrders[] = {"head-major", "longest-first"};
+    static constexpr std::string_view kOrders[] = {"head-major", "longest-first", "paired"};
+    static constexpr ForwardOrder kChoices[] = {ForwardOrder::HeadMajor, ForwardOrder::LongestFirst,
+                                                ForwardOrder::Paired};
     if (!options.contains(std::string(kForwardOrder))) return ForwardOrder::BuiltIn;
-    return cuda::option_choice("flash3", options, kForwardOrder, kOrders) == 1 ? ForwardOrder::LongestFirst
-                                                                               : ForwardOrder::HeadMajor;
+    return kChoices[cuda::option_choice("flash3", options, kForwardOrder, kOrders)];
   }
 
   // The backward options: backward_epilogue absent (the head dim's default), "4-byte" or "16-byte";
@@ -231,7 +247,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
   }
 
   void run(const AttentionProblem& problem, const AttentionArgs& args, Flash3Schedule::Choice choice,
-           bool longest_first, Stream stream) const {
+           hopper::WorkOrder order, Stream stream) const {
     check_cuda_args(name(), problem, args);
     // Q, K, V are read by TMA, whose descriptors need 16-byte aligned bases and strides; O is
     // held to the same rule (its rows are written in 16-byte-aligned pieces by the no-key path).
@@ -245,11 +261,13 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // alone at the end — measured on the H200 (fa3-grid, 2026-12-04 third session) 1.38-1.68x
     // slower than one CTA per work at causal N >= 8k (d128, d256), 1.00-1.05x at N <= 4k, and
     // m192 1.24-1.43x at causal N 1k-4k; dense, 1.00-1.27x faster (N 512: 1.23x at d128).
-    // Longest first (m192's built-in order on masked problems, or forward_order=longest-first):
-    // its order balances the round-robin under a mask too (hopper/scheduler.cuh).
-    params.persistent = longest_first || (choice.kind != Flash3Schedule::Kind::Grid && !problem.has_mask());
-    if (longest_first) {
-      flash3::launch_forward_longest_first(params, problem.dtype, choice.kind == Flash3Schedule::Kind::Tile, stream);
+    // Longest first (m192's built-in order on masked problems, or forward_order=longest-first)
+    // and paired (forward_order=paired): their orders balance the round-robin under a mask too
+    // (hopper/scheduler.cuh).
+    const bool ordered = order != hopper::WorkOrder::HeadMajor;
+    params.persistent = ordered || (choice.kind != Flash3Schedule::Kind::Grid && !problem.has_mask());
+    if (ordered) {
+      flash3::launch_forward_ordered(params, problem.dtype, order, choice.kind == Flash3Schedule::Kind::Tile, stream);
     } else if (choice.kind == Flash3Schedule::Kind::Tile) {
       flash3::launch_forward_tile_config(choice.tile, params, problem.dtype, stream);
     } else {

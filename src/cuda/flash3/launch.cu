@@ -3,6 +3,7 @@
 
 #include <array>
 #include <iterator>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -44,19 +45,24 @@ constexpr TileConfigRow kTileConfigTable[] = {
      &run_forward_config<ConfigN176, __nv_bfloat16>},
 };
 
-// The kernels with the works longest first (hopper/scheduler.cuh), one row each.
-struct LongestFirstRow {
+// The kernels with their works in another order than head-major (hopper/scheduler.cuh), one row each.
+struct OrderRow {
+  hopper::WorkOrder order;
   int head_dim;
   bool m192;  // m192's 192-row tiles, else the head dim's default tiles
   RunForward fp16, bf16;
 };
-constexpr LongestFirstRow kLongestFirstTable[] = {
-    {64, true, &run_forward_config<ConfigM192LongestFirst, __half>,
+constexpr OrderRow kOrderTable[] = {
+    {hopper::WorkOrder::LongestFirst, 64, true, &run_forward_config<ConfigM192LongestFirst, __half>,
      &run_forward_config<ConfigM192LongestFirst, __nv_bfloat16>},
-    {64, false, &run_forward_config<ConfigD64LongestFirst, __half>,
+    {hopper::WorkOrder::LongestFirst, 64, false, &run_forward_config<ConfigD64LongestFirst, __half>,
      &run_forward_config<ConfigD64LongestFirst, __nv_bfloat16>},
-    {128, false, &run_forward_config<ConfigD128LongestFirst, __half>,
+    {hopper::WorkOrder::LongestFirst, 128, false, &run_forward_config<ConfigD128LongestFirst, __half>,
      &run_forward_config<ConfigD128LongestFirst, __nv_bfloat16>},
+    {hopper::WorkOrder::Paired, 64, true, &run_forward_config<ConfigM192Paired, __half>,
+     &run_forward_config<ConfigM192Paired, __nv_bfloat16>},
+    {hopper::WorkOrder::Paired, 128, false, &run_forward_config<ConfigD128Paired, __half>,
+     &run_forward_config<ConfigD128Paired, __nv_bfloat16>},
 };
 
 template <std::size_t... kIndex>
@@ -101,20 +107,25 @@ void launch_forward(const Params& params, DType dtype, void* stream) {
   });
 }
 
-void launch_forward_longest_first(const Params& params, DType dtype, bool m192, void* stream) {
+void launch_forward_ordered(const Params& params, DType dtype, hopper::WorkOrder order, bool m192, void* stream) {
+  const char* option = order == hopper::WorkOrder::Paired ? "forward_order=paired" : "forward_order=longest-first";
   if (params.block_index != nullptr)
-    throw Error(ErrorKind::Internal, "flash3: forward_order=longest-first takes no block lists");
-  for (const LongestFirstRow& row : kLongestFirstTable) {
-    if (row.head_dim != params.head_dim || row.m192 != m192) continue;
-    dispatch_16bit(dtype, "flash3 (forward_order=longest-first)", [&](auto element) {
-      constexpr bool kHalf = std::is_same_v<typename decltype(element)::type, __half>;
-      (kHalf ? row.fp16 : row.bf16)(params, static_cast<cudaStream_t>(stream));
-    });
-    return;
+    throw Error(ErrorKind::Internal, fmt::format("flash3: {} takes no block lists", option));
+  std::string built;
+  for (const OrderRow& row : kOrderTable) {
+    if (row.order != order) continue;
+    if (row.head_dim == params.head_dim && row.m192 == m192) {
+      dispatch_16bit(dtype, "flash3", [&](auto element) {
+        constexpr bool kHalf = std::is_same_v<typename decltype(element)::type, __half>;
+        (kHalf ? row.fp16 : row.bf16)(params, static_cast<cudaStream_t>(stream));
+      });
+      return;
+    }
+    built += fmt::format("{}{} at head dim {}", built.empty() ? "" : ", ", row.m192 ? "m192" : "the default tiles",
+                         row.head_dim);
   }
-  throw Error(ErrorKind::Unsupported,
-              fmt::format("flash3: forward_order=longest-first is built for {} at head dim {}; not for head dim {}",
-                          m192 ? "m192" : "the default tiles", m192 ? "64" : "64 and 128", params.head_dim));
+  throw Error(ErrorKind::Unsupported, fmt::format("flash3: {} is built for {}; not for {} at head dim {}", option,
+                                                  built, m192 ? "m192" : "the default tiles", params.head_dim));
 }
 
 }  // namespace attnsuite::cuda::flash3

@@ -8,6 +8,7 @@
 #include "cuda/common/kernel_params.hpp"
 #include "cuda/common/pointer_range.hpp"
 #include "cuda/flash3/params.hpp"
+#include "cuda/hopper/work_order.hpp"
 
 namespace attnsuite::cuda::flash3 {
 
@@ -19,10 +20,12 @@ inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
 // without a kernel, listing those that have one.
 void launch_forward(const Params& params, DType dtype, void* stream);
 
-// The forward with the works longest first (hopper/scheduler.cuh; m192's on masked problems, or
-// backend option forward_order=longest-first): the default tiles, or with m192 the 192-row tiles
-// (d64). Throws Error(Unsupported) for a head dim other than 64 and 128 (64 with m192).
-void launch_forward_longest_first(const Params& params, DType dtype, bool m192, void* stream);
+// The forward with its works in `order` (hopper/scheduler.cuh; longest first: m192's on masked
+// problems, or backend option forward_order=longest-first; paired: forward_order=paired): the
+// default tiles, or with m192 the 192-row tiles (d64). Throws Error(Unsupported) where no kernel
+// of that order is built (launch.cu's table: longest first with the default tiles at d64 and
+// d128 and m192; paired with m192 and the default tiles at d128).
+void launch_forward_ordered(const Params& params, DType dtype, hopper::WorkOrder order, bool m192, void* stream);
 
 // flash3's tile configs: kernel configs with a kernel for one head dim whose tiles are not the
 // default's 128 × 128 (and so take no sparge block list). One table (launch.cu) holds them with

@@ -13,7 +13,8 @@ void run_forward(const Params& params, cudaStream_t stream);
 
 // A config's kernel: Config is its traits.cuh config template (ConfigM192, ConfigM192FmaExp2,
 // ConfigN176; the longest-first ones ConfigM192LongestFirst, ConfigD64LongestFirst,
-// ConfigD128LongestFirst), instantiated in forward_<dtype>_d<head dim>_<config>.cu.
+// ConfigD128LongestFirst; the paired ones ConfigM192Paired, ConfigD128Paired), instantiated in
+// forward_<dtype>_d<head dim>_<config>.cu.
 template <template <class> class Config, class Element>
 void run_forward_config(const Params& params, cudaStream_t stream);
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/hopper/register_split.hpp"
+#include "cuda/hopper/work_order.hpp"
 
 namespace attnsuite::cuda::flash3 {
 
@@ -22,7 +23,7 @@ namespace attnsuite::cuda::flash3 {
 // (168 at 384 threads, 128 at 512); the producer hands its surplus to the consumers:
 // 2 consumers: 128·24 + 256·240 = 384·168; 3 consumers: 128·24 + 384·160 = 64512 ≤ 512·128.
 template <class Element_, int kHeadDim_, int kTileN_, int kStages_, int kConsumers_ = 2, int kFmaExp2Every_ = 0,
-          bool kLongestFirst_ = false>
+          hopper::WorkOrder kOrder_ = hopper::WorkOrder::HeadMajor>
 struct Traits : hopper::WarpSpecialized<kConsumers_, 24, kConsumers_ == 2 ? 240 : 160> {
   using Split = hopper::WarpSpecialized<kConsumers_, 24, kConsumers_ == 2 ? 240 : 160>;
   using Split::kConsumerRegisters, Split::kConsumers, Split::kConsumerWarps, Split::kProducerRegisters, Split::kThreads;
@@ -32,10 +33,12 @@ struct Traits : hopper::WarpSpecialized<kConsumers_, 24, kConsumers_ == 2 ? 240 
   static constexpr int kTileN = kTileN_;
   static constexpr int kStages = kStages_;
   static constexpr int kFmaExp2Every = kFmaExp2Every_;
-  // The works' order (hopper/scheduler.cuh): false, each head's query tiles in a row (the longest
-  // first); true (m192 on masked problems, option forward_order=longest-first): bands of one query
-  // tile over every head, the longest band first, persistent on masked problems too.
-  static constexpr bool kLongestFirst = kLongestFirst_;
+  // The works' order (hopper/scheduler.cuh): HeadMajor, each head's query tiles in a row (the
+  // longest first); LongestFirst (m192 on masked problems, option forward_order=longest-first):
+  // bands of one query tile over every head, the longest band first; Paired (option
+  // forward_order=paired): units of a head's longest and shortest query tiles, head-major. The
+  // last two run on persistent CTAs on masked problems too.
+  static constexpr hopper::WorkOrder kOrder = kOrder_;
 
   static constexpr int kRowsPerConsumer = kTileM / kConsumers_;
   // The softmax's element mask takes every row's key range from 4 registers computed before the
@@ -128,11 +131,14 @@ template <class Element>
 struct ConfigN176 {
   using Kernel = Traits<Element, 128, 176, 2>;
 };
-// A config's kernel with the works longest first (kLongestFirst): m192's on masked problems
-// (flash3.cpp's plan), the default tiles' at d64 and d128 with option forward_order=longest-first.
+// A config's kernel with its works in another order (kOrder): longest first, m192's on masked
+// problems (flash3.cpp's plan) and the default tiles' at d64 and d128 with option
+// forward_order=longest-first; paired (forward_order=paired), m192's and d128's default tiles'.
+template <class Kernel, hopper::WorkOrder kOrder>
+using Ordered = Traits<typename Kernel::Element, Kernel::kHeadDim, Kernel::kTileN, Kernel::kStages, Kernel::kConsumers,
+                       Kernel::kFmaExp2Every, kOrder>;
 template <class Kernel>
-using LongestFirst = Traits<typename Kernel::Element, Kernel::kHeadDim, Kernel::kTileN, Kernel::kStages,
-                            Kernel::kConsumers, Kernel::kFmaExp2Every, true>;
+using LongestFirst = Ordered<Kernel, hopper::WorkOrder::LongestFirst>;
 template <class Element>
 struct ConfigM192LongestFirst {
   using Kernel = LongestFirst<typename ConfigM192<Element>::Kernel>;
@@ -144,6 +150,14 @@ struct ConfigD64LongestFirst {
 template <class Element>
 struct ConfigD128LongestFirst {
   using Kernel = LongestFirst<typename Config<Element, 128>::Kernel>;
+};
+template <class Element>
+struct ConfigM192Paired {
+  using Kernel = Ordered<typename ConfigM192<Element>::Kernel, hopper::WorkOrder::Paired>;
+};
+template <class Element>
+struct ConfigD128Paired {
+  using Kernel = Ordered<typename Config<Element, 128>::Kernel, hopper::WorkOrder::Paired>;
 };
 // d256: O alone is 128 registers, so K/V tiles are 64 keys (S 32 + P 16); 64 KiB Q + 2 stages
 // × (32 + 32) KiB = 192 KiB.

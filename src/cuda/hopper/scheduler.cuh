@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cuda/common/key_range.cuh"
+#include "cuda/hopper/work_order.hpp"
 
 namespace attnsuite::cuda::hopper {
 
@@ -102,6 +103,44 @@ struct PersistentLongestFirstSchedule {
       const int head_batch = w % heads_batch;
       work(
           Tile(params, params.q_tiles - 1 - w / heads_batch, head_batch % params.heads_q, head_batch / params.heads_q));
+    }
+  }
+};
+
+// Persistent CTAs over every problem, in units of equal causal cost: a unit is a head's query
+// tiles q_tiles − 1 − p and p (the longest and the shortest left; the middle tile alone when
+// q_tiles is odd, after every pair), so under a causal mask every unit visits about q_tiles + 1
+// key tiles and the round-robin over units balances (a model of it: max/mean CTA cost
+// 1.03-1.06 at B·N = 16384, as the longest-first bands) while the units in flight keep a head's
+// K and V in L2: the grid has min(units, SMs) CTAs, and CTA b runs units b, b + gridDim.x, ...
+// head-major (units of one head side by side: 132 CTAs work on about 132 / (q_tiles / 2) heads,
+// where the longest-first bands spread them over ~132 heads). Why: the 128-row tiles longest
+// first were 0.58-0.84x the grid at d128 causal N 512-4096 (H100), and ncu there measured the
+// grid reading each head's K/V about once from DRAM (1.30 TB/s over 203 µs at N 1024, the bytes
+// of Q, K, V and O once) — the bands would read them once per query tile.
+// Experimental: not yet run on a GPU (forward_order=paired).
+struct PersistentPairedSchedule {
+  static constexpr bool kPersistent = true;
+  // Units of a problem of q_tiles query tiles over heads_batch (q head, batch) pairs.
+  __host__ __device__ static constexpr long long units(int q_tiles, int heads_batch) {
+    return static_cast<long long>(heads_batch) * ((q_tiles + 1) / 2);
+  }
+  template <class Tile, class Params, class Work>
+  __device__ __forceinline__ static void for_each_work(const Params& params, Work work) {
+    const int heads_batch = params.heads_q * params.batch;
+    const int pairs_per_head = params.q_tiles / 2;
+    const int paired = heads_batch * pairs_per_head;  // the units that are pairs; then the middle tiles
+    const int all = static_cast<int>(units(params.q_tiles, heads_batch));
+    for (int u = static_cast<int>(blockIdx.x); u < all; u += static_cast<int>(gridDim.x)) {
+      if (u < paired) {
+        const int head_batch = u / pairs_per_head, p = u % pairs_per_head;
+        const int head = head_batch % params.heads_q, batch = head_batch / params.heads_q;
+        work(Tile(params, params.q_tiles - 1 - p, head, batch));
+        work(Tile(params, p, head, batch));
+      } else {
+        const int head_batch = u - paired;
+        work(Tile(params, pairs_per_head, head_batch % params.heads_q, head_batch / params.heads_q));
+      }
     }
   }
 };

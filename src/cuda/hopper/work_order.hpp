@@ -1,0 +1,13 @@
+// The orders in which a Hopper kernel's CTAs take their works (host and device: a kernel's traits
+// name one, the host chooses it). The schedules are in scheduler.cuh.
+#pragma once
+
+namespace attnsuite::cuda::hopper {
+
+// HeadMajor: each head's query tiles in a row, the longest first (one CTA per work, or
+// PersistentSchedule); LongestFirst: bands of one query tile over every head, the longest band
+// first (PersistentLongestFirstSchedule); Paired: units of a head's longest and shortest query
+// tiles, head-major (PersistentPairedSchedule).
+enum class WorkOrder { HeadMajor, LongestFirst, Paired };
+
+}  // namespace attnsuite::cuda::hopper
