@@ -39,6 +39,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
+from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _core
 from . import _answer, _plan_arguments, _problem_key
@@ -113,6 +114,19 @@ def _workspace(backend, plan, query, key, value, is_causal, scale, backward=Fals
                               deterministic=backward and torch.are_deterministic_algorithms_enabled())
 
 
+def _capsule(tensor):
+    """A tensor (or None) as _core takes it: a DLPack capsule from torch.utils.dlpack.to_dlpack.
+    Handing the module the tensor itself has it call Tensor.__dlpack__, whose Python checks and
+    stream handshake (the current and the default stream looked up, compared) are repeated for
+    each of the 5 to 10 tensors of a call; the module runs on the stream it is given
+    (_stream(query)), the one the tensors were made on, so the handshake orders nothing."""
+    return None if tensor is None else _to_dlpack(tensor)
+
+
+def _capsules(*tensors):
+    return [_to_dlpack(tensor) for tensor in tensors]
+
+
 def _last_dim_dense(*tensors):
     """The tensors as the kernels take them: detached (DLPack refuses tensors that require grad)
     and with a contiguous last dim. The wrapper falls back for other inputs; a compiled graph may
@@ -128,8 +142,9 @@ def _attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_c
     out = torch.empty(query.shape[:3] + (value.shape[3],), dtype=query.dtype, device=query.device)
     config = _plan_of(plan)
     try:
-        _core.forward(backend, query, key, value, out, None, is_causal, scale, "bhsd", -1, -1, _stream(query),
-                      *config, workspace=_workspace(backend, config, query, key, value, is_causal, scale))
+        _core.forward(backend, *_capsules(query, key, value, out), None, is_causal, scale, "bhsd", -1, -1,
+                      _stream(query), *config,
+                      workspace=_capsule(_workspace(backend, config, query, key, value, is_causal, scale)))
     except _core.UnsupportedError as error:
         # Inside the op, so compiled graphs fall back too.
         _warn_once(str(error))
@@ -216,8 +231,9 @@ def _attention_fwd(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     lse = torch.empty(query.shape[:3], dtype=torch.float32, device=query.device)
     config = _plan_of(plan)
     try:
-        _core.forward(backend, query, key, value, out, lse, is_causal, scale, "bhsd", -1, -1, _stream(query),
-                      *config, workspace=_workspace(backend, config, query, key, value, is_causal, scale))
+        _core.forward(backend, *_capsules(query, key, value, out, lse), is_causal, scale, "bhsd", -1, -1,
+                      _stream(query), *config,
+                      workspace=_capsule(_workspace(backend, config, query, key, value, is_causal, scale)))
     except _core.UnsupportedError as error:
         _warn_once(str(error))
         out, lse = _torch_attention(query, key, value, is_causal, scale)
@@ -244,9 +260,10 @@ def _attention_bwd(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tenso
     try:
         name = backend if backend != "auto" else _core.resolve(backend, query, key, value, is_causal, scale, "bhsd",
                                                                -1, -1)
-        _core.backward(name, query, key, value, out, grad_out, lse.detach().contiguous(), dq, dk, dv, is_causal,
-                       scale, "bhsd", -1, -1, torch.are_deterministic_algorithms_enabled(), _stream(query), *config,
-                       workspace=_workspace(name, config, query, key, value, is_causal, scale, backward=True))
+        _core.backward(name, *_capsules(query, key, value, out, grad_out, lse.detach().contiguous(), dq, dk, dv),
+                       is_causal, scale, "bhsd", -1, -1, torch.are_deterministic_algorithms_enabled(), _stream(query),
+                       *config,
+                       workspace=_capsule(_workspace(name, config, query, key, value, is_causal, scale, backward=True)))
     except _core.UnsupportedError as error:
         _warn_once(str(error))
         for into, grad in zip((dq, dk, dv), _torch_attention_backward(grad_out, query, key, value, is_causal, scale)):
