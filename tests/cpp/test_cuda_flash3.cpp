@@ -314,8 +314,9 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   };
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 256, DType::BF16, Layout::BSHD, true), options),
             std::pair(ErrorKind::Unsupported,
-                      std::string("flash3: forward_order=longest-first is built for head dims 64 and 128, not for the "
-                                  "default tiles at head dim 256")));
+                      std::string("flash3: forward_order=longest-first is built for m192 at head dim 64, the default "
+                                  "tiles at head dim 64, the default tiles at head dim 128; not for the default tiles "
+                                  "at head dim 256")));
   PlanOptions with_n176 = options;
   with_n176.kernel_config = "n176";
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), with_n176),
@@ -332,8 +333,8 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   EXPECT_NO_THROW(flash3.check_options(paired.options));
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, true), paired),
             std::pair(ErrorKind::Unsupported,
-                      std::string("flash3: forward_order=paired is built for kernel config m192 at head dim 64 and "
-                                  "the default tiles at head dim 128, not for the default tiles at head dim 64")));
+                      std::string("flash3: forward_order=paired is built for m192 at head dim 64, the default tiles "
+                                  "at head dim 128; not for the default tiles at head dim 64")));
   PlanOptions paired_n176 = paired;
   paired_n176.kernel_config = "n176";
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), paired_n176),

@@ -144,9 +144,10 @@ class Flash3Backend final : public Flash3FamilyBackend {
     }
     const ForwardOrder order = forward_order(options.options);
     // Asked for longest first or paired: the default tiles, or m192 at d64 when it is asked for
-    // too (launch.cu's table has the kernels: longest first with the default tiles at d64 and
-    // d128 and m192; paired with m192 and the default tiles at d128).
+    // too, where launch.cu's table has that kernel.
     const bool asked_order = order == ForwardOrder::LongestFirst || order == ForwardOrder::Paired;
+    const hopper::WorkOrder asked_work_order =
+        order == ForwardOrder::Paired ? hopper::WorkOrder::Paired : hopper::WorkOrder::LongestFirst;
     const std::string_view order_name = order == ForwardOrder::Paired ? "paired" : "longest-first";
     std::string config = options.kernel_config.empty() ? std::string("default") : options.kernel_config;
     if (asked_order && config != "default" && !(config == "m192" && problem.head_dim == 64))
@@ -155,16 +156,11 @@ class Flash3Backend final : public Flash3FamilyBackend {
                               "cannot be given with it",
                               order_name, config));
     const bool m192 = config == "m192";
-    const bool built = order == ForwardOrder::LongestFirst ? (problem.head_dim == 128 || problem.head_dim == 64)
-                       : order == ForwardOrder::Paired ? (problem.head_dim == 128 || (m192 && problem.head_dim == 64))
-                                                       : true;
-    if (asked_order && !built)
+    if (asked_order && !flash3::has_ordered_kernel(asked_work_order, problem.head_dim, m192))
       throw Error(ErrorKind::Unsupported,
-                  fmt::format("flash3: forward_order={} is built for {}, not for {} at head dim {}", order_name,
-                              order == ForwardOrder::Paired ? "kernel config m192 at head dim 64 and the default "
-                                                              "tiles at head dim 128"
-                                                            : "head dims 64 and 128",
-                              m192 ? "m192" : "the default tiles", problem.head_dim));
+                  fmt::format("flash3: forward_order={} is built for {}; not for {} at head dim {}", order_name,
+                              flash3::ordered_kernels(asked_work_order), m192 ? "m192" : "the default tiles",
+                              problem.head_dim));
     require_support(*this, problem);
     if (!asked_order) config = choose_kernel_config(*this, problem, options);
     // The built-in order: m192 (d64) runs masked problems longest first. Measured on the H100
@@ -173,12 +169,10 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // (128-row), 0.400, 0.661 (m192): 1.19, 1.08, 1.08, 1.02x; N 8k 0.99x, 16k 1.03x; a window of
     // 256 keys at N 2k and 4k 1.22 and 1.24x. The 128-row tiles longest first were slower than
     // the grid at d128 (0.58-0.84x), so d128 keeps the grid.
-    const hopper::WorkOrder work_order =
-        order == ForwardOrder::Paired ? hopper::WorkOrder::Paired
-        : order == ForwardOrder::LongestFirst ||
-                (order == ForwardOrder::BuiltIn && config == "m192" && problem.has_mask())
-            ? hopper::WorkOrder::LongestFirst
-            : hopper::WorkOrder::HeadMajor;
+    const hopper::WorkOrder work_order = asked_order ? asked_work_order
+                                         : order == ForwardOrder::BuiltIn && config == "m192" && problem.has_mask()
+                                             ? hopper::WorkOrder::LongestFirst
+                                             : hopper::WorkOrder::HeadMajor;
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
     FunctionPlan::Forward forward = [this, problem, choice, work_order](const AttentionArgs& args, Stream stream,
                                                                         RunReport&) {

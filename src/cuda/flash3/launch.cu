@@ -107,25 +107,41 @@ void launch_forward(const Params& params, DType dtype, void* stream) {
   });
 }
 
-void launch_forward_ordered(const Params& params, DType dtype, hopper::WorkOrder order, bool m192, void* stream) {
-  const char* option = order == hopper::WorkOrder::Paired ? "forward_order=paired" : "forward_order=longest-first";
-  if (params.block_index != nullptr)
-    throw Error(ErrorKind::Internal, fmt::format("flash3: {} takes no block lists", option));
+namespace {
+const OrderRow* ordered_row(hopper::WorkOrder order, int head_dim, bool m192) {
+  for (const OrderRow& row : kOrderTable)
+    if (row.order == order && row.head_dim == head_dim && row.m192 == m192) return &row;
+  return nullptr;
+}
+}  // namespace
+
+bool has_ordered_kernel(hopper::WorkOrder order, int head_dim, bool m192) {
+  return ordered_row(order, head_dim, m192) != nullptr;
+}
+
+std::string ordered_kernels(hopper::WorkOrder order) {
   std::string built;
   for (const OrderRow& row : kOrderTable) {
     if (row.order != order) continue;
-    if (row.head_dim == params.head_dim && row.m192 == m192) {
-      dispatch_16bit(dtype, "flash3", [&](auto element) {
-        constexpr bool kHalf = std::is_same_v<typename decltype(element)::type, __half>;
-        (kHalf ? row.fp16 : row.bf16)(params, static_cast<cudaStream_t>(stream));
-      });
-      return;
-    }
     built += fmt::format("{}{} at head dim {}", built.empty() ? "" : ", ", row.m192 ? "m192" : "the default tiles",
                          row.head_dim);
   }
-  throw Error(ErrorKind::Unsupported, fmt::format("flash3: {} is built for {}; not for {} at head dim {}", option,
-                                                  built, m192 ? "m192" : "the default tiles", params.head_dim));
+  return built;
+}
+
+void launch_forward_ordered(const Params& params, DType dtype, hopper::WorkOrder order, bool m192, void* stream) {
+  if (params.block_index != nullptr) throw Error(ErrorKind::Internal, "flash3: a forward_order takes no block lists");
+  const OrderRow* row = ordered_row(order, params.head_dim, m192);
+  if (row == nullptr) {
+    throw Error(ErrorKind::Internal,
+                fmt::format("flash3: no kernel of this forward_order for {} at head dim {} (built: "
+                            "{})",
+                            m192 ? "m192" : "the default tiles", params.head_dim, ordered_kernels(order)));
+  }
+  dispatch_16bit(dtype, "flash3", [&](auto element) {
+    constexpr bool kHalf = std::is_same_v<typename decltype(element)::type, __half>;
+    (kHalf ? row->fp16 : row->bf16)(params, static_cast<cudaStream_t>(stream));
+  });
 }
 
 }  // namespace attnsuite::cuda::flash3

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 #include "attnsuite/dtype.hpp"
@@ -22,9 +23,11 @@ void launch_forward(const Params& params, DType dtype, void* stream);
 
 // The forward with its works in `order` (hopper/scheduler.cuh; longest first: m192's on masked
 // problems, or backend option forward_order=longest-first; paired: forward_order=paired): the
-// default tiles, or with m192 the 192-row tiles (d64). Throws Error(Unsupported) where no kernel
-// of that order is built (launch.cu's table: longest first with the default tiles at d64 and
-// d128 and m192; paired with m192 and the default tiles at d128).
+// default tiles, or with m192 the 192-row tiles (d64), where launch.cu's table has that kernel
+// (has_ordered_kernel; ordered_kernels lists them, e.g. "m192 at head dim 64, the default tiles
+// at head dim 128"); else Error(Internal): plan() asks first.
+bool has_ordered_kernel(hopper::WorkOrder order, int head_dim, bool m192);
+std::string ordered_kernels(hopper::WorkOrder order);
 void launch_forward_ordered(const Params& params, DType dtype, hopper::WorkOrder order, bool m192, void* stream);
 
 // flash3's tile configs: kernel configs with a kernel for one head dim whose tiles are not the
