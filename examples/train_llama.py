@@ -247,8 +247,9 @@ TOP_KERNELS = 12
 def summarize_kernels(intervals):
     """Where one step's GPU time went, from its kernels' (name, start µs, end µs) — memory copies
     and sets included: the summed kernel time, the attention kernels' share (names that say
-    attention), the span from the first start to the last end, the time inside it with no kernel
-    running, and the TOP_KERNELS kernels of most time ({name, calls, ms}, most first)."""
+    attention) and each of them ({name, calls, ms}), the span from the first start to the last
+    end, the time inside it with no kernel running, and the TOP_KERNELS kernels of most time
+    ({name, calls, ms}, most first)."""
     intervals = sorted((start, end, name) for name, start, end in intervals)
     by_name, busy, covered_until = {}, 0.0, None
     for start, end, name in intervals:
@@ -268,6 +269,8 @@ def summarize_kernels(intervals):
             "span_ms": span / 1e3, "idle_ms": (span - busy) / 1e3,
             "attention_kernels": sorted(name for name in by_name
                                         if any(word in name.lower() for word in ATTENTION_WORDS)),
+            "attention": [{"name": name, "calls": calls, "ms": total / 1e3} for name, (calls, total) in ranked
+                          if any(word in name.lower() for word in ATTENTION_WORDS)],
             "kernels": [{"name": name, "calls": calls, "ms": total / 1e3}
                         for name, (calls, total) in ranked[:TOP_KERNELS]]}
 
@@ -443,7 +446,9 @@ def run(args):
         if profiled and "error" not in profiled:
             print(f"{row['backend']}: one forward + backward's GPU kernels {profiled['kernel_ms']:.2f} ms, attention "
                   f"{profiled['attention_kernel_ms']:.2f} ms, span {profiled['span_ms']:.2f} ms of which idle "
-                  f"{profiled['idle_ms']:.2f} ms; attention kernels: {', '.join(profiled['attention_kernels'])}")
+                  f"{profiled['idle_ms']:.2f} ms; attention kernels (ms, calls):")
+            for kernel in profiled["attention"]:
+                print(f"    {kernel['ms']:8.3f} {kernel['calls']:4d}  {kernel['name'][:140]}")
         elif profiled:
             print(f"{row['backend']}: {profiled['error']}")
     for entry in skipped:

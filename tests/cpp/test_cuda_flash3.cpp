@@ -53,7 +53,8 @@ TEST(CudaFlash3, KernelConfigNamesNeedNoDevice) {
   EXPECT_EQ(names(flash3, 128, false, 8192), (Names{"n176", "default", "v1", "grid"}));
   EXPECT_EQ(names(flash3, 128, false, 16384), (Names{"default", "v1", "grid", "n176"}));
   EXPECT_EQ(names(flash3, 128, true, 4096), (Names{"default", "v1", "grid", "n176"}));
-  EXPECT_EQ(names(flash3, 128, true, 8192), (Names{"n176", "default", "v1", "grid"}));
+  EXPECT_EQ(names(flash3, 128, true, 8192), (Names{"default", "v1", "grid", "n176"}));  // paired (the plan)
+  EXPECT_EQ(names(flash3, 128, true, 8193), (Names{"n176", "default", "v1", "grid"}));
   EXPECT_EQ(names(flash3, 256, false, 64), (Names{"default", "v1", "grid"}));
   EXPECT_EQ(names(Registry::global().find("flash3-fp8"), 128, false, 64), (Names{"default", "v1"}));
 }
@@ -378,7 +379,7 @@ TEST(CudaFlash3, LongestFirstMatchesTheReference) {
       }
 }
 
-// forward_order=paired (experimental: not yet run on a GPU): persistent CTAs on every problem,
+// forward_order=paired, the built-in order on masked problems: persistent CTAs on every problem,
 // units of a head's longest and shortest query tiles (the middle one alone after every pair when
 // their number is odd) — n176's cases, then more units than SMs with an odd and an even number
 // of query tiles, causal and not; fp16 and bf16, m192 at d64 and the default tiles at d128.
@@ -399,6 +400,9 @@ TEST(CudaFlash3, PairedMatchesTheReference) {
         options.options = {{"forward_order", "paired"}};
         if (head_dim == 64) options.kernel_config = "m192";
         EXPECT_EQ(check_backend("flash3", p, options), head_dim == 64 ? "m192" : "default");
+        // The built-in order: paired on masked problems.
+        if (KernelConfigCache::global().size() == 0 && p.has_mask())
+          EXPECT_EQ(check_backend("flash3", p), head_dim == 64 ? "m192" : "default");
       }
 }
 
@@ -453,12 +457,12 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
         << "d" << head_dim;
   }
   // The built-in choice where it is a tile config: d64, d128 dense up to 8k keys or causal above
-  // 4k rows.
+  // 8k rows.
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 1500, 1500, 64, DType::F16, Layout::BSHD, true)),
             (std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"}));
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 300, 9000, 128, DType::F16, Layout::BSHD, false)),
             (std::vector<std::string>{"default", "v1", "grid", "n176"}));
-  EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 4097, 4097, 128, DType::F16, Layout::BSHD, true)),
+  EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 8193, 8193, 128, DType::F16, Layout::BSHD, true)),
             (std::vector<std::string>{"n176", "default", "v1", "grid"}));
 
   const AttentionProblem d64 = make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true);

@@ -100,6 +100,8 @@ def test_step_profile_summary(example):
     assert summary["attention_kernel_ms"] == pytest.approx(0.5)
     assert summary["span_ms"] == pytest.approx(0.56) and summary["idle_ms"] == pytest.approx(0.005)
     assert summary["attention_kernels"] == ["flash3_backward_kernel", "flash3_forward_kernel"]
+    assert [(k["name"], k["calls"]) for k in summary["attention"]] == [("flash3_backward_kernel", 1),
+                                                                      ("flash3_forward_kernel", 2)]
     assert summary["kernels"][0] == {"name": "flash3_backward_kernel", "calls": 1, "ms": pytest.approx(0.3)}
     assert summary["kernels"][1]["calls"] == 2
     assert example.summarize_kernels([])["span_ms"] == 0

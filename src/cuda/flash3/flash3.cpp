@@ -93,10 +93,10 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "measured); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100); "
-             "masked problems at d64 run m192 on persistent CTAs, the longest works first; option "
-             "forward_order=head-major|longest-first|paired (longest-first also with the default tiles at "
-             "d64/d128, slower than the grid at d128; paired with m192 at d64 and the default tiles at d128: "
-             "experimental, not yet run on a GPU)"},
+             "masked problems run paired on persistent CTAs (a head's longest and shortest query tiles "
+             "together; m192 at d64, the default tiles at d128); option "
+             "forward_order=head-major|longest-first|paired (longest-first with m192 or the default tiles "
+             "at d64/d128: slower than paired)"},
             /*with_tile_configs=*/true) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -111,10 +111,11 @@ class Flash3Backend final : public Flash3FamilyBackend {
   // with each head dim's default epilogue) or "head-major" (a head's key tiles in a row; every
   // epilogue): backward_traits.cuh.
   // forward_order: "head-major" (each head's query tiles in a row, persistent CTAs on unmasked
-  // problems only) or "longest-first" (d64/d128, the default tiles or kernel config m192 at d64:
+  // problems only), "longest-first" (d64/d128, the default tiles or kernel config m192 at d64:
   // persistent CTAs on every problem, the works in bands of one query tile over all heads, the
-  // longest first — hopper/scheduler.cuh); absent: longest-first for m192 on masked problems,
-  // head-major otherwise (plan()).
+  // longest first) or "paired" (m192 at d64, the default tiles at d128: persistent CTAs over
+  // units of a head's longest and shortest query tiles, head-major) — hopper/scheduler.cuh;
+  // absent: paired on masked problems where it is built, head-major otherwise (plan()).
   std::vector<std::string> option_keys() const override {
     return {std::string(kBackwardEpilogue), std::string(kBackwardOrder), std::string(kForwardOrder)};
   }
@@ -163,16 +164,24 @@ class Flash3Backend final : public Flash3FamilyBackend {
                               problem.head_dim));
     require_support(*this, problem);
     if (!asked_order) config = choose_kernel_config(*this, problem, options);
-    // The built-in order: m192 (d64) runs masked problems longest first. Measured on the H100
-    // (2026-12-07, docs/results/h100/2026-12-07b/, bf16, 32 heads, B·N = 16384): causal N 512,
-    // 1k, 2k, 4k 0.177, 0.261, 0.372, 0.651 ms against the grid's 0.211 (128-row tiles), 0.281
-    // (128-row), 0.400, 0.661 (m192): 1.19, 1.08, 1.08, 1.02x; N 8k 0.99x, 16k 1.03x; a window of
-    // 256 keys at N 2k and 4k 1.22 and 1.24x. The 128-row tiles longest first were slower than
-    // the grid at d128 (0.58-0.84x), so d128 keeps the grid.
-    const hopper::WorkOrder work_order = asked_order ? asked_work_order
-                                         : order == ForwardOrder::BuiltIn && config == "m192" && problem.has_mask()
-                                             ? hopper::WorkOrder::LongestFirst
-                                             : hopper::WorkOrder::HeadMajor;
+    // The built-in order: masked problems (causal, windows) run paired on persistent CTAs with
+    // m192 (d64) and with the default tiles at d128, where the kernels exist. Measured on the
+    // H100 (2026-12-07, docs/results/h100/2026-12-07c/, bf16, B·N = 16384, one run): causal d64
+    // N 512, 1k, 2k, 4k 0.170, 0.252, 0.344, 0.594 ms against m192 longest first's 0.175, 0.258,
+    // 0.368, 0.644 (1.03-1.08x; longest first was itself 1.02-1.19x the grid); d128 0.137, 0.177,
+    // 0.266, 0.456, 0.844 (N 512..8k) against the grid's 0.150, 0.199, 0.296, 0.494 and n176's
+    // 0.862 (1.08-1.12x, 1.02x at 8k); at 16k n176's grid 1.558 against paired 1.620, so n176
+    // keeps causal N > 8k (Flash3Schedule::builtin). Nsight Compute at causal d128 N 1k: paired
+    // 182 µs, L2 hit rate 69%, DRAM 43% of peak; the grid 203 µs (67%, 39%); longest first 259
+    // µs (34%, 82%: its bands spread the CTAs in flight over ~132 heads, each head's K and V
+    // read from DRAM once per query tile).
+    const bool builtin_paired =
+        order == ForwardOrder::BuiltIn && problem.has_mask() &&
+        flash3::has_ordered_kernel(hopper::WorkOrder::Paired, problem.head_dim, config == "m192") &&
+        (config == "m192" || config == "default");
+    const hopper::WorkOrder work_order = asked_order      ? asked_work_order
+                                         : builtin_paired ? hopper::WorkOrder::Paired
+                                                          : hopper::WorkOrder::HeadMajor;
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
     FunctionPlan::Forward forward = [this, problem, choice, work_order](const AttentionArgs& args, Stream stream,
                                                                         RunReport&) {
@@ -192,7 +201,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static constexpr std::string_view kBackwardOrder = "backward_order";
   static constexpr std::string_view kForwardOrder = "forward_order";
 
-  // forward_order: absent (the built-in order: longest first for m192 on masked problems,
+  // forward_order: absent (the built-in order: paired on masked problems where it is built,
   // head-major otherwise), "head-major", "longest-first" or "paired"; another value is refused.
   enum class ForwardOrder { BuiltIn, HeadMajor, LongestFirst, Paired };
   static ForwardOrder forward_order(const std::map<std::string, std::string>& options) {
@@ -288,15 +297,16 @@ bool Flash3Schedule::has(std::string_view config, const AttentionProblem& proble
 // Without a tuned cache entry: m192 at d64. Measured on the H200 (tune --kernels on fa3-grid d64,
 // bf16, 2026-12-04, docs/kernels/history/flash3.md "v3"): m192 was 1.08-1.21x as fast as the
 // 128-row kernel in every dense case (N 512..16k) and causal N >= 2k; causal N 512 and 1k, where
-// it was 0.94-0.95x on a grid, it now runs longest first (the plan): on the H100 1.19x and 1.08x
-// the 128-row grid (2026-12-07).
-// n176 at d128: dense up to N 8k, causal from N 8k. Measured on the H200 (tune --kernels on fa3-grid
-// d128, bf16, 2026-12-04 third session): causal, one CTA per work tile, 1.02-1.03x the 128-key
-// tiles at 8k and 16k and 1.00x at N <= 4k; dense, persistent, 1.02-1.05x at N 512..8k and 0.97x
-// at 16k.
+// it was 0.94-0.95x on a grid, it now runs paired (the plan): on the H100 1.24x and 1.12x the
+// 128-row grid (2026-12-07).
+// n176 at d128: dense up to N 8k, causal above N 8k. Measured on the H200 (tune --kernels on
+// fa3-grid d128, bf16, 2026-12-04 third session): causal, one CTA per work tile, 1.02-1.03x the
+// 128-key tiles at 8k and 16k and 1.00x at N <= 4k; dense, persistent, 1.02-1.05x at N 512..8k
+// and 0.97x at 16k. The 128-key tiles now run causal problems paired (the plan): on the H100
+// (2026-12-07) 1.02x n176's grid at N 8k, 0.96x at 16k.
 std::string Flash3Schedule::builtin(const AttentionProblem& problem) const {
   if (has("m192", problem)) return "m192";
-  if (has("n176", problem) && (problem.causal ? problem.seq_q > 4096 : problem.seq_kv <= 8192)) return "n176";
+  if (has("n176", problem) && (problem.causal ? problem.seq_q > 8192 : problem.seq_kv <= 8192)) return "n176";
   return "default";
 }
 
