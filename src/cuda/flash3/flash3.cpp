@@ -93,8 +93,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "measured); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100); "
-             "masked problems run paired on persistent CTAs (a head's longest and shortest query tiles "
-             "together; m192 at d64, the default tiles at d128); option "
+             "causal problems run paired on persistent CTAs (a head's longest and shortest query tiles "
+             "together; m192 at d64, the default tiles at d128), windowed ones at d64 longest first; option "
              "forward_order=head-major|longest-first|paired (longest-first with m192 or the default tiles "
              "at d64/d128: slower than paired)"},
             /*with_tile_configs=*/true) {}
@@ -115,7 +115,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
   // persistent CTAs on every problem, the works in bands of one query tile over all heads, the
   // longest first) or "paired" (m192 at d64, the default tiles at d128: persistent CTAs over
   // units of a head's longest and shortest query tiles, head-major) — hopper/scheduler.cuh;
-  // absent: paired on masked problems where it is built, head-major otherwise (plan()).
+  // absent: paired on causal problems where it is built, longest first for m192 on windowed
+  // ones, head-major otherwise (plan()).
   std::vector<std::string> option_keys() const override {
     return {std::string(kBackwardEpilogue), std::string(kBackwardOrder), std::string(kForwardOrder)};
   }
@@ -164,24 +165,28 @@ class Flash3Backend final : public Flash3FamilyBackend {
                               problem.head_dim));
     require_support(*this, problem);
     if (!asked_order) config = choose_kernel_config(*this, problem, options);
-    // The built-in order: masked problems (causal, windows) run paired on persistent CTAs with
-    // m192 (d64) and with the default tiles at d128, where the kernels exist. Measured on the
-    // H100 (2026-12-07, docs/results/h100/2026-12-07c/, bf16, B·N = 16384, one run): causal d64
-    // N 512, 1k, 2k, 4k 0.170, 0.252, 0.344, 0.594 ms against m192 longest first's 0.175, 0.258,
-    // 0.368, 0.644 (1.03-1.08x; longest first was itself 1.02-1.19x the grid); d128 0.137, 0.177,
-    // 0.266, 0.456, 0.844 (N 512..8k) against the grid's 0.150, 0.199, 0.296, 0.494 and n176's
-    // 0.862 (1.08-1.12x, 1.02x at 8k); at 16k n176's grid 1.558 against paired 1.620, so n176
-    // keeps causal N > 8k (Flash3Schedule::builtin). Nsight Compute at causal d128 N 1k: paired
-    // 182 µs, L2 hit rate 69%, DRAM 43% of peak; the grid 203 µs (67%, 39%); longest first 259
-    // µs (34%, 82%: its bands spread the CTAs in flight over ~132 heads, each head's K and V
-    // read from DRAM once per query tile).
-    const bool builtin_paired =
-        order == ForwardOrder::BuiltIn && problem.has_mask() &&
-        flash3::has_ordered_kernel(hopper::WorkOrder::Paired, problem.head_dim, config == "m192") &&
-        (config == "m192" || config == "default");
-    const hopper::WorkOrder work_order = asked_order      ? asked_work_order
-                                         : builtin_paired ? hopper::WorkOrder::Paired
-                                                          : hopper::WorkOrder::HeadMajor;
+    // The built-in order: causal problems run paired on persistent CTAs with m192 (d64) and with
+    // the default tiles at d128. Measured on the H100 (2026-12-07, docs/results/h100/2026-12-07c/,
+    // bf16, B·N = 16384, one run): causal d64 N 512, 1k, 2k, 4k 0.170, 0.252, 0.344, 0.594 ms
+    // against m192 longest first's 0.175, 0.258, 0.368, 0.644 (1.03-1.08x; longest first was
+    // itself 1.02-1.19x the grid); d128 0.137, 0.177, 0.266, 0.456, 0.844 (N 512..8k) against the
+    // grid's 0.150, 0.199, 0.296, 0.494 and n176's 0.862 (1.08-1.12x, 1.02x at 8k); at 16k n176's
+    // grid 1.558 against paired 1.620, so n176 keeps causal N > 8k (Flash3Schedule::builtin).
+    // Nsight Compute at causal d128 N 1k: paired 182 µs, L2 hit rate 69%, DRAM 43% of peak; the
+    // grid 203 µs (67%, 39%); longest first 259 µs (34%, 82%: its bands spread the CTAs in flight
+    // over ~132 heads, each head's K and V read from DRAM once per query tile). Sliding windows
+    // keep what was measured for them: m192 longest first at d64 (1.22-1.24x its grid with a
+    // 256-key window, 2026-12-07b), the grid at d128; paired there is not yet measured.
+    const bool windowed = problem.window_left >= 0 || problem.window_right >= 0;
+    const bool builtin =
+        order == ForwardOrder::BuiltIn && problem.has_mask() && (config == "m192" || config == "default");
+    const hopper::WorkOrder work_order =
+        asked_order ? asked_work_order
+        : builtin && !windowed &&
+                flash3::has_ordered_kernel(hopper::WorkOrder::Paired, problem.head_dim, config == "m192")
+            ? hopper::WorkOrder::Paired
+        : builtin && config == "m192" ? hopper::WorkOrder::LongestFirst
+                                      : hopper::WorkOrder::HeadMajor;
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
     FunctionPlan::Forward forward = [this, problem, choice, work_order](const AttentionArgs& args, Stream stream,
                                                                         RunReport&) {
@@ -201,8 +206,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static constexpr std::string_view kBackwardOrder = "backward_order";
   static constexpr std::string_view kForwardOrder = "forward_order";
 
-  // forward_order: absent (the built-in order: paired on masked problems where it is built,
-  // head-major otherwise), "head-major", "longest-first" or "paired"; another value is refused.
+  // forward_order: absent (the built-in order: plan()), "head-major", "longest-first" or
+  // "paired"; another value is refused.
   enum class ForwardOrder { BuiltIn, HeadMajor, LongestFirst, Paired };
   static ForwardOrder forward_order(const std::map<std::string, std::string>& options) {
     static constexpr std::string_view kOrders[] = {"head-major", "longest-first", "paired"};

@@ -30,9 +30,9 @@ Support supports_hopper(std::string_view backend);
 // (opt-in, never the built-in choice: 0.96x m192 on the H100, docs/kernels/flash3.md) and "n176" = v2 on 176-key K/V
 // tiles (head dim 128). A plan runs the one choose_kernel_config
 // picks: PlanOptions::kernel_config, else the kernel-config cache's, else the built-in choice,
-// which names() lists first ("m192" at d64, masked problems paired on persistent CTAs
+// which names() lists first ("m192" at d64, causal problems paired on persistent CTAs
 // (flash3.cpp's plan); "n176" at d128 dense up to seq_kv 8192 and causal above seq_q 8192; as
-// measured; "default" elsewhere, at d128 masked problems paired).
+// measured; "default" elsewhere, at d128 causal problems paired).
 class Flash3Schedule {
  public:
   // kind Tile: tile_configs()[tile] (launch.hpp).
