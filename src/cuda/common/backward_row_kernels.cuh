@@ -98,6 +98,57 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32)
     for (int c = w.lane; c < params.head_dim; c += 32) params.dq_accum[row_index * params.head_dim + c] = 0.0f;
 }
 
+// The preprocess with 16-byte accesses (flash3's backward_preprocess=vector; experimental: not yet
+// run on a GPU): kHeadDim / 8 lanes a workspace row, each one 16-byte load of O and of dO (8
+// elements) and 16-byte stores of zeros into the dQ sums, 32 / (kHeadDim / 8) rows a warp — a
+// quarter (d64) or half (d128) of the warps and load instructions of backward_preprocess_kernel,
+// whose one warp a row issues 2-byte loads. O's and dO's rows must be 16-byte aligned (flash3's
+// TMA rule holds them to it).
+template <class Element, int kHeadDim>
+__global__ void __launch_bounds__(kRowKernelWarps * 32)
+    backward_preprocess_vector_kernel(const __grid_constant__ BackwardParams params) {
+  constexpr int kLanes = kHeadDim / 8;
+  static_assert(32 % kLanes == 0, "a row's lanes lie within one warp");
+  const std::int64_t row_index = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  const int part = static_cast<int>(threadIdx.x) % kLanes;
+  const bool live = row_index < row_kernel_rows(params.batch, params.heads_q, params.seq_q_padded);
+  const int row = static_cast<int>(row_index % params.seq_q_padded);
+  const std::int64_t batch_head = row_index / params.seq_q_padded;
+  float dot = 0.0f;
+  if (live && row < params.seq_q) {
+    const int head = static_cast<int>(batch_head % params.heads_q),
+              batch = static_cast<int>(batch_head / params.heads_q);
+    const auto* o = static_cast<const Element*>(params.o) + batch * params.o_batch_stride + row * params.o_row_stride +
+                    head * params.o_head_stride + 8 * part;
+    const auto* d_o = static_cast<const Element*>(params.d_o) + batch * params.d_o_batch_stride +
+                      row * params.d_o_row_stride + head * params.d_o_head_stride + 8 * part;
+    const uint4 o_bits = *reinterpret_cast<const uint4*>(o), d_o_bits = *reinterpret_cast<const uint4*>(d_o);
+    const auto* o8 = reinterpret_cast<const Element*>(&o_bits);
+    const auto* d_o8 = reinterpret_cast<const Element*>(&d_o_bits);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dot += to_float(o8[i]) * to_float(d_o8[i]);
+  }
+  // The row's kLanes lanes (every lane of the warp takes part, rows past the end with 0).
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+  if (!live) return;
+  if (part == 0) {
+    float lse_log2 = INFINITY;
+    if (row < params.seq_q) {
+      const float lse = params.lse[batch_head * params.seq_q + row];
+      // -inf: the row sees no key (O = 0); +inf makes its P 0 instead of 2^+inf.
+      lse_log2 = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+    }
+    params.lse_log2[row_index] = lse_log2;
+    params.row_dot[row_index] = dot;
+  }
+  if (params.dq_accum != nullptr) {
+    auto* sums = reinterpret_cast<float4*>(params.dq_accum + row_index * kHeadDim);
+#pragma unroll
+    for (int i = part; i < kHeadDim / 4; i += kLanes) sums[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
 // One warp per dQ row (batch, q head, row < seq_q): dq = scale · the fp32 sums, 0 where the row
 // sees no key (its sums may hold 0·NaN from a hidden key).
 template <class Element>
@@ -123,6 +174,16 @@ template <class Element>
 void launch_backward_preprocess(const BackwardParams& params, cudaStream_t stream) {
   launch_row_kernel(backward_preprocess_kernel<Element>, params, params.seq_q_padded, stream);
   ATTNSUITE_CUDA_CHECK_LAUNCH("backward_preprocess_kernel");
+}
+
+// The same with 16-byte accesses (backward_preprocess_vector_kernel).
+template <class Element, int kHeadDim>
+void launch_backward_preprocess_vector(const BackwardParams& params, cudaStream_t stream) {
+  constexpr int kRowsPerCta = kRowKernelWarps * 32 / (kHeadDim / 8);
+  const std::int64_t rows = row_kernel_rows(params.batch, params.heads_q, params.seq_q_padded);
+  backward_preprocess_vector_kernel<Element, kHeadDim>
+      <<<static_cast<unsigned>((rows + kRowsPerCta - 1) / kRowsPerCta), kRowKernelWarps * 32, 0, stream>>>(params);
+  ATTNSUITE_CUDA_CHECK_LAUNCH("backward_preprocess_vector_kernel");
 }
 
 // dQ from the fp32 sums (atomic mode), after the main kernel.

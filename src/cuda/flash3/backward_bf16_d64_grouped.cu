@@ -3,5 +3,6 @@
 #include "cuda/flash3/backward_launch_template.cuh"
 
 namespace attnsuite::cuda::flash3 {
-template void run_backward<__nv_bfloat16, 64, false, 4>(const BackwardParams& params, cudaStream_t stream);
+template void run_backward<__nv_bfloat16, 64, false, 4>(const BackwardParams& params, cudaStream_t stream,
+                                                        bool vector_preprocess);
 }  // namespace attnsuite::cuda::flash3

@@ -17,10 +17,12 @@ void launch_backward(const BackwardParams& params, DType dtype, BackwardVariant 
         if (!backward_variant_built(variant))
           throw Error(ErrorKind::Unsupported,
                       "flash3 backward: backward_order=grouped-4 is built with each head dim's default epilogue only");
-        return run_backward<Element, kHeadDim, wide_epilogue(BackwardVariant{}, kHeadDim), 4>(params, cuda_stream);
+        return run_backward<Element, kHeadDim, wide_epilogue(BackwardVariant{}, kHeadDim), 4>(
+            params, cuda_stream, variant.vector_preprocess);
       }
-      if (wide_epilogue(variant, kHeadDim)) return run_backward<Element, kHeadDim, true>(params, cuda_stream);
-      run_backward<Element, kHeadDim, false>(params, cuda_stream);
+      if (wide_epilogue(variant, kHeadDim))
+        return run_backward<Element, kHeadDim, true>(params, cuda_stream, variant.vector_preprocess);
+      run_backward<Element, kHeadDim, false>(params, cuda_stream, variant.vector_preprocess);
     });
   });
 }

@@ -22,7 +22,7 @@
 namespace attnsuite::cuda::flash3 {
 
 template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup>
-void run_backward(const BackwardParams& params, cudaStream_t stream) {
+void run_backward(const BackwardParams& params, cudaStream_t stream, bool vector_preprocess) {
   using Kernel = typename BackwardConfig<Element, kHeadDim, kWideEpilogue, kHeadGroup>::Kernel;
   constexpr DType kDType = std::is_same_v<Element, __half> ? DType::F16 : DType::BF16;
   // 64-column boxes (128B swizzle): kTileM rows of Q and dO, kTileN rows of K and V.
@@ -40,7 +40,11 @@ void run_backward(const BackwardParams& params, cudaStream_t stream) {
   const CUtensorMap v_map = map(params.v, params.seq_kv, params.heads_kv, params.v_row_stride, params.v_head_stride,
                                 params.v_batch_stride, Kernel::kTileN);
 
-  launch_backward_preprocess<Element>(params, stream);
+  if (vector_preprocess) {
+    launch_vector_preprocess(params, kDType, stream);
+  } else {
+    launch_backward_preprocess<Element>(params, stream);
+  }
   // The grid's order (traits): x = key tile · kHeadGroup + head in the group, y = head group.
   const dim3 grid(static_cast<unsigned>((params.seq_kv + Kernel::kTileN - 1) / Kernel::kTileN * kHeadGroup),
                   static_cast<unsigned>((params.heads_kv + kHeadGroup - 1) / kHeadGroup),

@@ -90,7 +90,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
              "dQ by bulk reductions (no deterministic mode), options backward_epilogue=4-byte|16-byte and "
              "backward_order=grouped-4|head-major (16-byte at d64 opt-in: correct on the H100, speed not yet "
-             "measured); "
+             "measured), backward_preprocess=warp|vector (vector: experimental, not yet run on a GPU); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100); "
              "causal problems run paired on persistent CTAs (a head's longest and shortest query tiles "
@@ -107,6 +107,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   // backward_epilogue: "4-byte" or "16-byte" (dK and dV stored 16 bytes a lane after a transpose
   // within each quad: common/backward_epilogue.cuh); absent: the head dim's default (launch.hpp).
+  // backward_preprocess: "warp" (the default: one warp a row) or "vector" (16-byte accesses,
+  // kHeadDim / 8 lanes a row; experimental: not yet run on a GPU): common/backward_row_kernels.cuh.
   // backward_order: "grouped-4" (4 heads' key tiles interleaved in the grid: the default, built
   // with each head dim's default epilogue) or "head-major" (a head's key tiles in a row; every
   // epilogue): backward_traits.cuh.
@@ -118,7 +120,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
   // absent: paired on causal problems where it is built, longest first for m192 on windowed
   // ones, head-major otherwise (plan()).
   std::vector<std::string> option_keys() const override {
-    return {std::string(kBackwardEpilogue), std::string(kBackwardOrder), std::string(kForwardOrder)};
+    return {std::string(kBackwardEpilogue), std::string(kBackwardOrder), std::string(kBackwardPreprocess),
+            std::string(kForwardOrder)};
   }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)backward_variant(options);
@@ -205,6 +208,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static constexpr std::string_view kBackwardEpilogue = "backward_epilogue";
   static constexpr std::string_view kBackwardOrder = "backward_order";
   static constexpr std::string_view kForwardOrder = "forward_order";
+  static constexpr std::string_view kBackwardPreprocess = "backward_preprocess";
 
   // forward_order: absent (the built-in order: plan()), "head-major", "longest-first" or
   // "paired"; another value is refused.
@@ -224,7 +228,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static flash3::BackwardVariant backward_variant(const std::map<std::string, std::string>& options) {
     static constexpr std::string_view kEpilogues[] = {"4-byte", "16-byte"};
     static constexpr std::string_view kOrders[] = {"grouped-4", "head-major"};
+    static constexpr std::string_view kPreprocesses[] = {"warp", "vector"};
     flash3::BackwardVariant variant;
+    variant.vector_preprocess = cuda::option_choice("flash3", options, kBackwardPreprocess, kPreprocesses) == 1;
     if (options.contains(std::string(kBackwardEpilogue)))
       variant.epilogue_bytes = cuda::option_choice("flash3", options, kBackwardEpilogue, kEpilogues) == 1 ? 16 : 4;
     const bool grouped = cuda::option_choice("flash3", options, kBackwardOrder, kOrders) == 0;
