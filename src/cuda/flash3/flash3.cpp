@@ -96,7 +96,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "causal problems run paired on persistent CTAs (a head's longest and shortest query tiles "
              "together; m192 at d64, the default tiles at d128), windowed ones at d64 longest first; option "
              "forward_order=head-major|longest-first|paired (longest-first with m192 or the default tiles "
-             "at d64/d128: slower than paired)"},
+             "at d64/d128: slower than paired; paired at d256: experimental, not yet run on a GPU)"},
             /*with_tile_configs=*/true) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -115,7 +115,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
   // forward_order: "head-major" (each head's query tiles in a row, persistent CTAs on unmasked
   // problems only), "longest-first" (d64/d128, the default tiles or kernel config m192 at d64:
   // persistent CTAs on every problem, the works in bands of one query tile over all heads, the
-  // longest first) or "paired" (m192 at d64, the default tiles at d128: persistent CTAs over
+  // longest first) or "paired" (m192 at d64, the default tiles at d128 and, experimental, d256: persistent CTAs over
   // units of a head's longest and shortest query tiles, head-major) — hopper/scheduler.cuh;
   // absent: paired on causal problems where it is built, longest first for m192 on windowed
   // ones, head-major otherwise (plan()).
@@ -185,7 +185,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
         order == ForwardOrder::BuiltIn && problem.has_mask() && (config == "m192" || config == "default");
     const hopper::WorkOrder work_order =
         asked_order ? asked_work_order
-        : builtin && !windowed &&
+        : builtin && !windowed && problem.head_dim != 256 &&
                 flash3::has_ordered_kernel(hopper::WorkOrder::Paired, problem.head_dim, config == "m192")
             ? hopper::WorkOrder::Paired
         : builtin && config == "m192" ? hopper::WorkOrder::LongestFirst

@@ -63,6 +63,9 @@ constexpr OrderRow kOrderTable[] = {
      &run_forward_config<ConfigM192Paired, __nv_bfloat16>},
     {hopper::WorkOrder::Paired, 128, false, &run_forward_config<ConfigD128Paired, __half>,
      &run_forward_config<ConfigD128Paired, __nv_bfloat16>},
+    // Experimental: not yet run on a GPU.
+    {hopper::WorkOrder::Paired, 256, false, &run_forward_config<ConfigD256Paired, __half>,
+     &run_forward_config<ConfigD256Paired, __nv_bfloat16>},
 };
 
 template <std::size_t... kIndex>

@@ -133,7 +133,8 @@ struct ConfigN176 {
 };
 // A config's kernel with its works in another order (kOrder): longest first, m192's on masked
 // problems (flash3.cpp's plan) and the default tiles' at d64 and d128 with option
-// forward_order=longest-first; paired (forward_order=paired), m192's and d128's default tiles'.
+// forward_order=longest-first; paired (forward_order=paired), m192's and the default tiles' at
+// d128 and d256.
 template <class Kernel, hopper::WorkOrder kOrder>
 using Ordered = Traits<typename Kernel::Element, Kernel::kHeadDim, Kernel::kTileN, Kernel::kStages, Kernel::kConsumers,
                        Kernel::kFmaExp2Every, kOrder>;
@@ -164,6 +165,11 @@ struct ConfigD128Paired {
 template <class Element>
 struct Config<Element, 256> {
   using Kernel = Traits<Element, 256, 64, 2>;
+};
+// Experimental: not yet run on a GPU.
+template <class Element>
+struct ConfigD256Paired {
+  using Kernel = Ordered<typename Config<Element, 256>::Kernel, hopper::WorkOrder::Paired>;
 };
 
 }  // namespace attnsuite::cuda::flash3

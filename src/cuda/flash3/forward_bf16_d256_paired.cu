@@ -1,0 +1,8 @@
+// flash3 forward, bf16, head dim 256, option forward_order=paired (persistent CTAs on every
+// problem, units of a head's longest and shortest query tiles, head-major). Experimental: not yet
+// run on a GPU.
+#include "cuda/flash3/launch_template.cuh"
+
+namespace attnsuite::cuda::flash3 {
+template void run_forward_config<ConfigD256Paired, __nv_bfloat16>(const Params& params, cudaStream_t stream);
+}  // namespace attnsuite::cuda::flash3
