@@ -27,7 +27,7 @@
 #   before the suites; with TUNE_SPARSE_BENCH_ARGS a second tune whose config the sparge suite uses.
 #   --kernel-times: each CUDA kernel of a forward timed apart by Nsight Compute (ncu,
 #   gpu__time_duration, clocks not locked) on `attnsuite bench $KERNEL_TIMES_ARGS` per backend of
-#   KERNEL_TIMES_BACKENDS and N of KERNEL_TIMES_SEQ (default: the sage suite's d128 randn dense
+#   KERNEL_TIMES_BACKENDS (an entry NAME:KEY=VALUE adds that backend option) and N of KERNEL_TIMES_SEQ (default: the sage suite's d128 randn dense
 #   case, sage sage2 flash3 cudnn, N 4096 16384) -> kernel-times.md (tools/device/kernel_times.py:
 #   per backend and N, each kernel's median µs per launch, launches per forward, share).
 #   Env SAGE_PEER_SUITE: another suite file for --sage-peer (default bench/suites/sage.json).
@@ -381,14 +381,22 @@ if [ $run_kernel_times = 1 ]; then
     kt_backends=${KERNEL_TIMES_BACKENDS:-sage sage2 flash3 cudnn}
     # With --baseline: the two CLIs alternate per backend and N, so that a drift of the card's
     # clocks during the step falls on both alike.
-    for kt_backend in $kt_backends; do
+    # An entry may carry backend options, NAME:KEY=VALUE[:KEY=VALUE...] (e.g.
+    # flash3:backward_preprocess=vector): an A/B of a backend's options in one build; its rows are
+    # labelled NAME+KEY=VALUE.
+    for kt_entry in $kt_backends; do
+      kt_backend=${kt_entry%%:*} kt_options=()
+      if [[ $kt_entry == *:* ]]; then
+        IFS=: read -r -a kt_pairs <<<"${kt_entry#*:}"
+        for kt_pair in "${kt_pairs[@]}"; do kt_options+=(--backend-option "$kt_pair"); done
+      fi
       for kt_seq in ${KERNEL_TIMES_SEQ:-4096 16384}; do
-        mapfile -t runs < <(clis_for "$kt_backend")
-        [[ " ${KERNEL_TIMES_BASELINE_BACKENDS:-$kt_backends} " == *" $kt_backend "* ]] || runs=("${runs[0]}")
+        mapfile -t runs < <(clis_for "${kt_entry//:/+}")
+        [[ " ${KERNEL_TIMES_BASELINE_BACKENDS:-$kt_backends} " == *" $kt_entry "* ]] || runs=("${runs[0]}")
         for run_spec in "${runs[@]}"; do
           kt_cli=${run_spec%%|*} label=${run_spec#*|}
           timeout "$(cap 120)" ncu --clock-control none --cache-control all --metrics gpu__time_duration.sum --csv \
-            --print-kernel-base function "$kt_cli" bench "${kt_args[@]}" --backends "$kt_backend" --seq "$kt_seq" \
+            --print-kernel-base function "$kt_cli" bench "${kt_args[@]}" --backends "$kt_backend" "${kt_options[@]}" --seq "$kt_seq" \
             --warmup 1 --min-reps 2 --max-reps 2 --out "$out/kernel-times/bench-$label-$kt_seq" --force -q \
             >"$out/kernel-times/$label-N$kt_seq.csv" 2>>"$out/kernel-times.err"
         done
