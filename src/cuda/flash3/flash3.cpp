@@ -179,7 +179,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // grid 203 µs (67%, 39%); longest first 259 µs (34%, 82%: its bands spread the CTAs in flight
     // over ~132 heads, each head's K and V read from DRAM once per query tile). Sliding windows
     // keep what was measured for them: m192 longest first at d64 (1.22-1.24x its grid with a
-    // 256-key window, 2026-12-07b), the grid at d128; paired there is not yet measured.
+    // 256-key window, 2026-12-07b), the grid at d128; paired there is not yet measured. d256's
+    // paired kernel is opt-in (not yet run on a GPU).
     const bool windowed = problem.window_left >= 0 || problem.window_right >= 0;
     const bool builtin =
         order == ForwardOrder::BuiltIn && problem.has_mask() && (config == "m192" || config == "default");
