@@ -31,6 +31,12 @@ __device__ __forceinline__ std::uint32_t pack_row_pair(float low, float high) {
   }
 }
 
+// A row's LSE as the main kernels take it, in log2 units: -inf (the row sees no key, O = 0)
+// becomes +inf, which makes its P 0 instead of 2^+inf.
+__device__ __forceinline__ float lse_in_log2(float lse) {
+  return lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+}
+
 // The rows of the workspace handled per CTA by the row-wise kernels (one warp a row).
 inline constexpr int kRowKernelWarps = 8;
 
@@ -86,9 +92,7 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32)
                       w.row * params.d_o_row_stride + w.head * params.d_o_head_stride;
     for (int c = w.lane; c < params.head_dim; c += 32) dot += to_float(o[c]) * to_float(d_o[c]);
     dot = warp_sum(dot);
-    const float lse = params.lse[w.batch_head * params.seq_q + w.row];
-    // -inf: the row sees no key (O = 0); +inf makes its P 0 instead of 2^+inf.
-    lse_log2 = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+    lse_log2 = lse_in_log2(params.lse[w.batch_head * params.seq_q + w.row]);
   }
   if (w.lane == 0) {
     params.lse_log2[row_index] = lse_log2;
@@ -133,13 +137,8 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32)
   for (int offset = kLanes / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
   if (!live) return;
   if (part == 0) {
-    float lse_log2 = INFINITY;
-    if (row < params.seq_q) {
-      const float lse = params.lse[batch_head * params.seq_q + row];
-      // -inf: the row sees no key (O = 0); +inf makes its P 0 instead of 2^+inf.
-      lse_log2 = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
-    }
-    params.lse_log2[row_index] = lse_log2;
+    params.lse_log2[row_index] =
+        row < params.seq_q ? lse_in_log2(params.lse[batch_head * params.seq_q + row]) : INFINITY;
     params.row_dot[row_index] = dot;
   }
   if (params.dq_accum != nullptr) {
