@@ -262,17 +262,14 @@ def summarize_kernels(intervals):
             busy += end - covered_until
             covered_until = end
     span = intervals[-1][1] - intervals[0][0] if intervals else 0.0
-    ranked = sorted(by_name.items(), key=lambda item: -item[1][1])
-    return {"kernel_ms": sum(total for _, total in by_name.values()) / 1e3,
-            "attention_kernel_ms": sum(total for name, (_, total) in by_name.items()
-                                       if any(word in name.lower() for word in ATTENTION_WORDS)) / 1e3,
+    ranked = [{"name": name, "calls": calls, "ms": total / 1e3}
+              for name, (calls, total) in sorted(by_name.items(), key=lambda item: -item[1][1])]
+    attention = [kernel for kernel in ranked if any(word in kernel["name"].lower() for word in ATTENTION_WORDS)]
+    return {"kernel_ms": sum(kernel["ms"] for kernel in ranked),
+            "attention_kernel_ms": sum(kernel["ms"] for kernel in attention),
             "span_ms": span / 1e3, "idle_ms": (span - busy) / 1e3,
-            "attention_kernels": sorted(name for name in by_name
-                                        if any(word in name.lower() for word in ATTENTION_WORDS)),
-            "attention": [{"name": name, "calls": calls, "ms": total / 1e3} for name, (calls, total) in ranked
-                          if any(word in name.lower() for word in ATTENTION_WORDS)],
-            "kernels": [{"name": name, "calls": calls, "ms": total / 1e3}
-                        for name, (calls, total) in ranked[:TOP_KERNELS]]}
+            "attention_kernels": sorted(kernel["name"] for kernel in attention),
+            "attention": attention, "kernels": ranked[:TOP_KERNELS]}
 
 
 def step_profile(device, model, tokens):

@@ -115,10 +115,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
   // forward_order: "head-major" (each head's query tiles in a row, persistent CTAs on unmasked
   // problems only), "longest-first" (d64/d128, the default tiles or kernel config m192 at d64:
   // persistent CTAs on every problem, the works in bands of one query tile over all heads, the
-  // longest first) or "paired" (m192 at d64, the default tiles at d128 and, experimental, d256: persistent CTAs over
-  // units of a head's longest and shortest query tiles, head-major) — hopper/scheduler.cuh;
-  // absent: paired on causal problems where it is built, longest first for m192 on windowed
-  // ones, head-major otherwise (plan()).
+  // longest first) or "paired" (m192 at d64, the default tiles at d128 and, experimental, d256:
+  // persistent CTAs over units of a head's longest and shortest query tiles, head-major) —
+  // hopper/scheduler.cuh; absent: builtin_order.
   std::vector<std::string> option_keys() const override {
     return {std::string(kBackwardEpilogue), std::string(kBackwardOrder), std::string(kBackwardPreprocess),
             std::string(kForwardOrder)};
@@ -179,18 +178,11 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // grid 203 µs (67%, 39%); longest first 259 µs (34%, 82%: its bands spread the CTAs in flight
     // over ~132 heads, each head's K and V read from DRAM once per query tile). Sliding windows
     // keep what was measured for them: m192 longest first at d64 (1.22-1.24x its grid with a
-    // 256-key window, 2026-12-07b), the grid at d128; paired there is not yet measured. d256's
-    // paired kernel is opt-in (not yet run on a GPU).
-    const bool windowed = problem.window_left >= 0 || problem.window_right >= 0;
-    const bool builtin =
-        order == ForwardOrder::BuiltIn && problem.has_mask() && (config == "m192" || config == "default");
-    const hopper::WorkOrder work_order =
-        asked_order ? asked_work_order
-        : builtin && !windowed && problem.head_dim != 256 &&
-                flash3::has_ordered_kernel(hopper::WorkOrder::Paired, problem.head_dim, config == "m192")
-            ? hopper::WorkOrder::Paired
-        : builtin && config == "m192" ? hopper::WorkOrder::LongestFirst
-                                      : hopper::WorkOrder::HeadMajor;
+    // 256-key window, 2026-12-07b), the grid at d128; paired there is not yet measured. A kernel
+    // not yet run on a GPU (d256's paired) is never the built-in choice (launch.cu's table).
+    const hopper::WorkOrder work_order = asked_order                      ? asked_work_order
+                                         : order == ForwardOrder::BuiltIn ? builtin_order(problem, config)
+                                                                          : hopper::WorkOrder::HeadMajor;
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
     FunctionPlan::Forward forward = [this, problem, choice, work_order](const AttentionArgs& args, Stream stream,
                                                                         RunReport&) {
@@ -211,7 +203,19 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static constexpr std::string_view kForwardOrder = "forward_order";
   static constexpr std::string_view kBackwardPreprocess = "backward_preprocess";
 
-  // forward_order: absent (the built-in order: plan()), "head-major", "longest-first" or
+  // The built-in order of a problem run with kernel config `config` (plan()): masked problems
+  // with m192 or the default tiles on persistent CTAs — causal ones paired where a measured
+  // kernel exists, windowed ones longest first with m192; the rest head-major.
+  static hopper::WorkOrder builtin_order(const AttentionProblem& problem, const std::string& config) {
+    const bool m192 = config == "m192";
+    if (!problem.has_mask() || (!m192 && config != "default")) return hopper::WorkOrder::HeadMajor;
+    const bool windowed = problem.window_left >= 0 || problem.window_right >= 0;
+    if (!windowed && flash3::has_ordered_kernel(hopper::WorkOrder::Paired, problem.head_dim, m192, true))
+      return hopper::WorkOrder::Paired;
+    return m192 ? hopper::WorkOrder::LongestFirst : hopper::WorkOrder::HeadMajor;
+  }
+
+  // forward_order: absent (the built-in order: builtin_order), "head-major", "longest-first" or
   // "paired"; another value is refused.
   enum class ForwardOrder { BuiltIn, HeadMajor, LongestFirst, Paired };
   static ForwardOrder forward_order(const std::map<std::string, std::string>& options) {
@@ -276,9 +280,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // alone at the end — measured on the H200 (fa3-grid, 2026-12-04 third session) 1.38-1.68x
     // slower than one CTA per work at causal N >= 8k (d128, d256), 1.00-1.05x at N <= 4k, and
     // m192 1.24-1.43x at causal N 1k-4k; dense, 1.00-1.27x faster (N 512: 1.23x at d128).
-    // Longest first (m192's built-in order on masked problems, or forward_order=longest-first)
-    // and paired (forward_order=paired): their orders balance the round-robin under a mask too
-    // (hopper/scheduler.cuh).
+    // Paired (the built-in order of causal problems) and longest first (of windowed ones with
+    // m192): their orders balance the round-robin under a mask too (hopper/scheduler.cuh).
     const bool ordered = order != hopper::WorkOrder::HeadMajor;
     params.persistent = ordered || (choice.kind != Flash3Schedule::Kind::Grid && !problem.has_mask());
     if (ordered) {

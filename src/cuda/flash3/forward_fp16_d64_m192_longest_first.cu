@@ -1,5 +1,5 @@
 // flash3 forward, fp16, head dim 64, kernel config "m192" with option forward_order=longest-first
-// (three consumer warpgroups on persistent CTAs, the works longest first): m192 on masked problems.
+// (three consumer warpgroups on persistent CTAs, the works longest first): m192 on windowed problems.
 #include "cuda/flash3/launch_template.cuh"
 
 namespace attnsuite::cuda::flash3 {

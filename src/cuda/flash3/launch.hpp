@@ -21,12 +21,12 @@ inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
 // without a kernel, listing those that have one.
 void launch_forward(const Params& params, DType dtype, void* stream);
 
-// The forward with its works in `order` (hopper/scheduler.cuh; longest first: m192's on masked
-// problems, or backend option forward_order=longest-first; paired: forward_order=paired): the
-// default tiles, or with m192 the 192-row tiles (d64), where launch.cu's table has that kernel
-// (has_ordered_kernel; ordered_kernels lists them, e.g. "m192 at head dim 64, the default tiles
-// at head dim 128"); else Error(Internal): plan() asks first.
-bool has_ordered_kernel(hopper::WorkOrder order, int head_dim, bool m192);
+// The forward with its works in `order` (hopper/scheduler.cuh; flash3.cpp's plan chooses it, or
+// backend option forward_order): the default tiles, or with m192 the 192-row tiles (d64), where
+// launch.cu's table has that kernel (has_ordered_kernel; measured_only: one that ran on a GPU, as
+// the built-in order needs; ordered_kernels lists them, e.g. "m192 at head dim 64, the default
+// tiles at head dim 128"); else Error(Internal): plan() asks first.
+bool has_ordered_kernel(hopper::WorkOrder order, int head_dim, bool m192, bool measured_only = false);
 std::string ordered_kernels(hopper::WorkOrder order);
 void launch_forward_ordered(const Params& params, DType dtype, hopper::WorkOrder order, bool m192, void* stream);
 

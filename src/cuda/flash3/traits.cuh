@@ -34,10 +34,10 @@ struct Traits : hopper::WarpSpecialized<kConsumers_, 24, kConsumers_ == 2 ? 240 
   static constexpr int kStages = kStages_;
   static constexpr int kFmaExp2Every = kFmaExp2Every_;
   // The works' order (hopper/scheduler.cuh): HeadMajor, each head's query tiles in a row (the
-  // longest first); LongestFirst (m192 on masked problems, option forward_order=longest-first):
-  // bands of one query tile over every head, the longest band first; Paired (option
-  // forward_order=paired): units of a head's longest and shortest query tiles, head-major. The
-  // last two run on persistent CTAs on masked problems too.
+  // longest first); LongestFirst (m192 on windowed problems, option forward_order=longest-first):
+  // bands of one query tile over every head, the longest band first; Paired (causal problems,
+  // option forward_order=paired): units of a head's longest and shortest query tiles,
+  // head-major. The last two run on persistent CTAs on masked problems too.
   static constexpr hopper::WorkOrder kOrder = kOrder_;
 
   static constexpr int kRowsPerConsumer = kTileM / kConsumers_;
@@ -131,7 +131,7 @@ template <class Element>
 struct ConfigN176 {
   using Kernel = Traits<Element, 128, 176, 2>;
 };
-// A config's kernel with its works in another order (kOrder): longest first, m192's on masked
+// A config's kernel with its works in another order (kOrder): longest first, m192's on windowed
 // problems (flash3.cpp's plan) and the default tiles' at d64 and d128 with option
 // forward_order=longest-first; paired (forward_order=paired), m192's and the default tiles' at
 // d128 and d256.
