@@ -417,6 +417,7 @@ TEST(CudaFlash3, PairedSmallCases) {
   options.options = {{"forward_order", "paired"}};
   check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true), options);
   check_backend("flash3", make_problem(1, 140, 140, 200, 200, 128, DType::F16, Layout::BHSD, false), options);
+  check_backend("flash3", make_problem(1, 12, 4, 300, 300, 256, DType::BF16, Layout::BSHD, true), options);
   options.kernel_config = "m192";
   check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::BF16, Layout::BSHD, true), options);
 }
