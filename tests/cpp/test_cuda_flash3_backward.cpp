@@ -42,6 +42,7 @@ TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   EXPECT_EQ(flash3.option_keys(),
             (std::vector<std::string>{"backward_epilogue", "backward_order", "backward_preprocess", "forward_order"}));
   EXPECT_NO_THROW(flash3.check_options({{"backward_preprocess", "vector"}}));
+  EXPECT_NO_THROW(flash3.check_options({{"backward_preprocess", "warp"}}));
   EXPECT_THROW(flash3.check_options({{"backward_preprocess", "lanes"}}), Error);
   const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::BF16, Layout::BSHD, true);
   const auto refusal = [&](const AttentionProblem& problem, const PlanOptions& options) {
@@ -131,9 +132,9 @@ TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
   check_gpu_backward("flash3", make_problem(1, 12, 6, 140, 200, 128, DType::F16, Layout::BSHD, true), false, 64,
                      {{"backward_order", "head-major"}});
   check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false, 64,
-                     {{"backward_preprocess", "vector"}});
+                     {{"backward_preprocess", "warp"}});
   check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64,
-                     {{"backward_preprocess", "vector"}});
+                     {{"backward_preprocess", "warp"}});
 }
 
 // dQ's sums in the tiles' fragment order (one bulk reduction a warp, converted per 64-row tile):
@@ -179,12 +180,12 @@ TEST(CudaFlash3Backward, OtherEpiloguesMatchTheReference) {
   check_tiles_and_odd_cases({{"backward_epilogue", "4-byte"}}, {128});
 }
 
-// backward_preprocess=vector (experimental: not yet run on a GPU): the preprocess with 16-byte
-// accesses, kHeadDim / 8 lanes a row — the same cases (rows past seq_q in the padded workspace,
-// rows that see no key, both layouts and head dims).
-TEST(CudaFlash3Backward, VectorPreprocessMatchesTheReference) {
+// backward_preprocess=warp (one warp a row, 2-byte accesses; the default is vector, 16-byte
+// accesses) — the same cases (rows past seq_q in the padded workspace, rows that see no key, both
+// layouts and head dims).
+TEST(CudaFlash3Backward, WarpPreprocessMatchesTheReference) {
   SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  check_tiles_and_odd_cases({{"backward_preprocess", "vector"}});
+  check_tiles_and_odd_cases({{"backward_preprocess", "warp"}});
 }
 
 // backward_order=head-major (a head's key tiles in a row; the default interleaves 4 heads' key

@@ -90,13 +90,14 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
              "dQ by bulk reductions (no deterministic mode), options backward_epilogue=4-byte|16-byte and "
              "backward_order=grouped-4|head-major (16-byte at d64 opt-in: correct on the H100, speed not yet "
-             "measured), backward_preprocess=warp|vector (vector: experimental, not yet run on a GPU); "
+             "measured), backward_preprocess=vector|warp (vector, the default: 16-byte accesses); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100); "
-             "causal problems run paired on persistent CTAs (a head's longest and shortest query tiles "
-             "together; m192 at d64, the default tiles at d128), windowed ones at d64 longest first; option "
+             "causal problems (sliding windows included) run paired on persistent CTAs (a head's longest and "
+             "shortest query tiles together; m192 at d64, the default tiles at d128, and at d256 up to seq_q "
+             "4096), non-causal windowed ones at d64 longest first; option "
              "forward_order=head-major|longest-first|paired (longest-first with m192 or the default tiles "
-             "at d64/d128: slower than paired; paired at d256: experimental, not yet run on a GPU)"},
+             "at d64/d128: slower than paired)"},
             /*with_tile_configs=*/true) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -107,15 +108,17 @@ class Flash3Backend final : public Flash3FamilyBackend {
 
   // backward_epilogue: "4-byte" or "16-byte" (dK and dV stored 16 bytes a lane after a transpose
   // within each quad: common/backward_epilogue.cuh); absent: the head dim's default (launch.hpp).
-  // backward_preprocess: "warp" (the default: one warp a row) or "vector" (16-byte accesses,
-  // kHeadDim / 8 lanes a row; experimental: not yet run on a GPU): common/backward_row_kernels.cuh.
+  // backward_preprocess: "vector" (the default: 16-byte accesses, kHeadDim / 8 lanes a row) or
+  // "warp" (one warp a row, 2-byte accesses): common/backward_row_kernels.cuh. Measured on the
+  // H100 (2026-12-07, docs/results/h100/2026-12-07d/, Llama-3.2-1B attention B4 N 2048 causal,
+  // Nsight Compute): 44.2 µs against 117.0 µs, the backward 0.546 against 0.617 ms.
   // backward_order: "grouped-4" (4 heads' key tiles interleaved in the grid: the default, built
   // with each head dim's default epilogue) or "head-major" (a head's key tiles in a row; every
   // epilogue): backward_traits.cuh.
   // forward_order: "head-major" (each head's query tiles in a row, persistent CTAs on unmasked
   // problems only), "longest-first" (d64/d128, the default tiles or kernel config m192 at d64:
   // persistent CTAs on every problem, the works in bands of one query tile over all heads, the
-  // longest first) or "paired" (m192 at d64, the default tiles at d128 and, experimental, d256:
+  // longest first) or "paired" (m192 at d64, the default tiles at d128 and d256:
   // persistent CTAs over units of a head's longest and shortest query tiles, head-major) —
   // hopper/scheduler.cuh; absent: builtin_order.
   std::vector<std::string> option_keys() const override {
@@ -176,10 +179,13 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // grid 1.558 against paired 1.620, so n176 keeps causal N > 8k (Flash3Schedule::builtin).
     // Nsight Compute at causal d128 N 1k: paired 182 µs, L2 hit rate 69%, DRAM 43% of peak; the
     // grid 203 µs (67%, 39%); longest first 259 µs (34%, 82%: its bands spread the CTAs in flight
-    // over ~132 heads, each head's K and V read from DRAM once per query tile). Sliding windows
-    // keep what was measured for them: m192 longest first at d64 (1.22-1.24x its grid with a
-    // 256-key window, 2026-12-07b), the grid at d128; paired there is not yet measured. A kernel
-    // not yet run on a GPU (d256's paired) is never the built-in choice (launch.cu's table).
+    // over ~132 heads, each head's K and V read from DRAM once per query tile). Causal with a
+    // 256-key window (2026-12-07d, N 2k / 4k): paired 0.156 / 0.158 ms against the grid's 0.168 /
+    // 0.171 at d128, m192 paired 0.188 / 0.202 against m192 longest first's 0.199 / 0.203 at d64
+    // (which was 1.22-1.24x its grid, 2026-12-07b); non-causal windows keep longest first at d64.
+    // d256 causal (2026-12-07d): paired 0.174, 0.259, 0.441, 1.55 ms at N 1k, 2k, 4k, 16k against
+    // the grid's 0.179, 0.277, 0.474, 1.52 — paired up to seq_q 4096. A kernel not yet run on a
+    // GPU is never the built-in choice (launch.cu's table).
     const hopper::WorkOrder work_order = asked_order                      ? asked_work_order
                                          : order == ForwardOrder::BuiltIn ? builtin_order(problem, config)
                                                                           : hopper::WorkOrder::HeadMajor;
@@ -204,13 +210,15 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static constexpr std::string_view kBackwardPreprocess = "backward_preprocess";
 
   // The built-in order of a problem run with kernel config `config` (plan()): masked problems
-  // with m192 or the default tiles on persistent CTAs — causal ones paired where a measured
-  // kernel exists, windowed ones longest first with m192; the rest head-major.
+  // with m192 or the default tiles on persistent CTAs — causal ones (a sliding window or not)
+  // paired where a measured kernel exists (d256 up to seq_q 4096), non-causal windowed ones
+  // longest first with m192; the rest head-major.
   static hopper::WorkOrder builtin_order(const AttentionProblem& problem, const std::string& config) {
     const bool m192 = config == "m192";
     if (!problem.has_mask() || (!m192 && config != "default")) return hopper::WorkOrder::HeadMajor;
-    const bool windowed = problem.window_left >= 0 || problem.window_right >= 0;
-    if (!windowed && flash3::has_ordered_kernel(hopper::WorkOrder::Paired, problem.head_dim, m192, true))
+    const bool paired_measured = problem.head_dim != 256 || problem.seq_q <= 4096;
+    if (problem.causal && paired_measured &&
+        flash3::has_ordered_kernel(hopper::WorkOrder::Paired, problem.head_dim, m192, true))
       return hopper::WorkOrder::Paired;
     return m192 ? hopper::WorkOrder::LongestFirst : hopper::WorkOrder::HeadMajor;
   }
@@ -233,9 +241,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static flash3::BackwardVariant backward_variant(const std::map<std::string, std::string>& options) {
     static constexpr std::string_view kEpilogues[] = {"4-byte", "16-byte"};
     static constexpr std::string_view kOrders[] = {"grouped-4", "head-major"};
-    static constexpr std::string_view kPreprocesses[] = {"warp", "vector"};
+    static constexpr std::string_view kPreprocesses[] = {"vector", "warp"};
     flash3::BackwardVariant variant;
-    variant.vector_preprocess = cuda::option_choice("flash3", options, kBackwardPreprocess, kPreprocesses) == 1;
+    variant.vector_preprocess = cuda::option_choice("flash3", options, kBackwardPreprocess, kPreprocesses) == 0;
     if (options.contains(std::string(kBackwardEpilogue)))
       variant.epilogue_bytes = cuda::option_choice("flash3", options, kBackwardEpilogue, kEpilogues) == 1 ? 16 : 4;
     const bool grouped = cuda::option_choice("flash3", options, kBackwardOrder, kOrders) == 0;

@@ -66,8 +66,7 @@ constexpr OrderRow kOrderTable[] = {
      &run_forward_config<ConfigM192Paired, __nv_bfloat16>},
     {hopper::WorkOrder::Paired, 128, false, true, &run_forward_config<ConfigD128Paired, __half>,
      &run_forward_config<ConfigD128Paired, __nv_bfloat16>},
-    // Not yet run on a GPU.
-    {hopper::WorkOrder::Paired, 256, false, false, &run_forward_config<ConfigD256Paired, __half>,
+    {hopper::WorkOrder::Paired, 256, false, true, &run_forward_config<ConfigD256Paired, __half>,
      &run_forward_config<ConfigD256Paired, __nv_bfloat16>},
 };
 

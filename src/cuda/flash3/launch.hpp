@@ -60,7 +60,7 @@ inline constexpr int kBackwardHeadDims[] = {64, 128};
 struct BackwardVariant {
   int epilogue_bytes = 0;
   bool grouped_heads = false;
-  bool vector_preprocess = false;  // backward_preprocess=vector (experimental: not yet run on a GPU)
+  bool vector_preprocess = true;  // backward_preprocess=vector (the default) or warp
 };
 constexpr bool wide_epilogue(BackwardVariant variant, int head_dim) {
   return variant.epilogue_bytes == 16 || (variant.epilogue_bytes == 0 && head_dim == 128);
