@@ -155,6 +155,17 @@ TEST(CudaFlash2Backward, RefusedUnlessOptedIn) {
                 std::string("flash2: backend option backward_key_tile='") + tile + "' not allowed; allowed: 64, 128");
     }
   }
+  // backward_preprocess: vector (the default) or warp, nothing else.
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "backward_preprocess"), keys.end());
+  for (const char* kind : {"vector", "warp"}) EXPECT_NO_THROW(flash2.check_options({{"backward_preprocess", kind}}));
+  try {
+    flash2.check_options({{"backward_preprocess", "lanes"}});
+    ADD_FAILURE() << "backward_preprocess='lanes' accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage);
+    EXPECT_EQ(std::string(error.what()),
+              "flash2: backend option backward_preprocess='lanes' not allowed; allowed: vector, warp");
+  }
 }
 
 // Head dim 256 has no backward (registers), and says so without a device.
@@ -270,6 +281,16 @@ TEST(CudaFlash2Backward, KeyTile128MatchesTheReference) {
   for (const AttentionProblem& p : configuration_cases()) {
     check_flash2_backward(p, false, 128);
     check_flash2_backward(p, true, 128);
+  }
+}
+
+// backward_preprocess=warp (one warp a row; the default is the 16-byte vector preprocess): the
+// configuration cases, both dQ modes (the deterministic one has no dQ sums to zero).
+TEST(CudaFlash2Backward, WarpPreprocessMatchesTheReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const AttentionProblem& p : configuration_cases()) {
+    check_gpu_backward("flash2", p, false, 64, {{"backward_preprocess", "warp"}});
+    check_gpu_backward("flash2", p, true, 64, {{"backward_preprocess", "warp"}});
   }
 }
 

@@ -6,15 +6,15 @@
 
 namespace attnsuite::cuda::flash2 {
 
-void launch_backward(const BackwardParams& params, DType dtype, int key_tile, void* stream) {
+void launch_backward(const BackwardParams& params, DType dtype, int key_tile, bool vector_preprocess, void* stream) {
   dispatch_16bit(dtype, "flash2 backward", [&](auto element) {
     dispatch_head_dim<64, 128>(params.head_dim, "flash2 backward", [&](auto head_dim) {
       using Element = typename decltype(element)::type;
       constexpr int kHeadDim = decltype(head_dim)::value;
       if (key_tile == 128)
-        run_backward<Element, kHeadDim, 128>(params, static_cast<cudaStream_t>(stream));
+        run_backward<Element, kHeadDim, 128>(params, static_cast<cudaStream_t>(stream), vector_preprocess);
       else
-        run_backward<Element, kHeadDim, 64>(params, static_cast<cudaStream_t>(stream));
+        run_backward<Element, kHeadDim, 64>(params, static_cast<cudaStream_t>(stream), vector_preprocess);
     });
   });
 }

@@ -6,7 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "cuda/common/backward_preprocess.hpp"
 #include "cuda/common/check.hpp"
 #include "cuda/common/launch.cuh"
 #include "cuda/flash2/backward_kernel.cuh"
@@ -16,10 +18,13 @@
 namespace attnsuite::cuda::flash2 {
 
 template <class Element, int kHeadDim, int kKeyTile>
-void run_backward(const BackwardParams& params, cudaStream_t stream) {
+void run_backward(const BackwardParams& params, cudaStream_t stream, bool vector_preprocess) {
   using Main = typename BackwardConfig<Element, kHeadDim, kKeyTile>::Kernel;
   using Dq = typename BackwardConfig<Element, kHeadDim, kKeyTile>::DqKernel;
-  launch_backward_preprocess<Element>(params, stream);
+  if (vector_preprocess)
+    launch_vector_preprocess(params, std::is_same_v<Element, __half> ? DType::F16 : DType::BF16, stream);
+  else
+    launch_backward_preprocess<Element>(params, stream);
 
   const dim3 key_grid(static_cast<unsigned>((params.seq_kv + Main::kTileN - 1) / Main::kTileN),
                       static_cast<unsigned>(params.heads_kv), static_cast<unsigned>(params.batch));

@@ -77,14 +77,17 @@ class Flash2Backend final : public Backend {
 
   // The backward is experimental (it passes its GPU tests but runs 0.71-0.79x FlashAttention-2's
   // backward on the H100, docs/kernels/flash2.md): plans refuse it unless experimental_backward is "1";
-  // backward_key_tile (64 or 128) sets the main kernel's keys per CTA (backward_traits.cuh).
+  // backward_key_tile (64 or 128) sets the main kernel's keys per CTA (backward_traits.cuh);
+  // backward_preprocess "vector" (the default: 16-byte accesses, flash3's default too) or "warp"
+  // (one warp a row): common/backward_row_kernels.cuh.
   std::vector<std::string> option_keys() const override {
     if (variant_.launch != nullptr) return {};
-    return {std::string(kExperimentalBackwardOption), std::string(kBackwardKeyTile)};
+    return {std::string(kExperimentalBackwardOption), std::string(kBackwardKeyTile), std::string(kBackwardPreprocess)};
   }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)experimental_backward_opted_in(name(), options);
     (void)backward_key_tile(options);
+    (void)vector_preprocess(options);
   }
   std::string_view backward_status() const override {
     return variant_.launch != nullptr ? std::string_view{}
@@ -135,6 +138,7 @@ class Flash2Backend final : public Backend {
     }
     const bool deterministic = options.deterministic;
     const int key_tile = backward_key_tile(options.options);
+    const bool vector = vector_preprocess(options.options);
     if (backward)
       if (const Support support = supports_backward(problem); !support)
         throw Error(ErrorKind::Unsupported, name_ + ": " + support.reason);
@@ -150,8 +154,8 @@ class Flash2Backend final : public Backend {
     if (!backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
-        [this, problem, deterministic, key_tile](const BackwardArgs& args, Stream stream, RunReport&) {
-          run_backward(problem, args, deterministic, key_tile, stream);
+        [this, problem, deterministic, key_tile, vector](const BackwardArgs& args, Stream stream, RunReport&) {
+          run_backward(problem, args, deterministic, key_tile, vector, stream);
         },
         backward_workspace_bytes(problem, deterministic));
   }
@@ -180,6 +184,7 @@ class Flash2Backend final : public Backend {
   }
 
   static constexpr std::string_view kBackwardKeyTile = "backward_key_tile";
+  static constexpr std::string_view kBackwardPreprocess = "backward_preprocess";
 
   // The backward_key_tile option: "64" (absent: 64) or "128"; another value is refused.
   static int backward_key_tile(const std::map<std::string, std::string>& options) {
@@ -187,8 +192,14 @@ class Flash2Backend final : public Backend {
     return cuda::option_choice("flash2", options, kBackwardKeyTile, kAllowed) == 1 ? 128 : 64;
   }
 
+  // The backward_preprocess option: "vector" (absent: vector) or "warp"; another value is refused.
+  static bool vector_preprocess(const std::map<std::string, std::string>& options) {
+    static constexpr std::string_view kAllowed[] = {"vector", "warp"};
+    return cuda::option_choice("flash2", options, kBackwardPreprocess, kAllowed) == 0;
+  }
+
   void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic, int key_tile,
-                    Stream stream) const {
+                    bool vector, Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o, &args.d_o, &args.dq, &args.dk, &args.dv}) {
       if (!flash2::rows_aligned(*view)) {
@@ -198,7 +209,8 @@ class Flash2Backend final : public Backend {
       }
     }
     require_backward_workspace(name(), args, backward_workspace_bytes(problem, deterministic));
-    flash2::launch_backward(make_backward_params(problem, args, deterministic), problem.dtype, key_tile, stream);
+    flash2::launch_backward(make_backward_params(problem, args, deterministic), problem.dtype, key_tile, vector,
+                            stream);
   }
 
   std::string name_ = "flash2";

@@ -20,7 +20,9 @@ inline constexpr int kBackwardHeadDims[] = {64, 128};
 // Runs the backward for params on `stream` (a cudaStream_t): dq, dk, dv from q, k, v, o, d_o and
 // the forward's lse, with the workspace pieces set (make_backward_params, flash2.hpp). Throws
 // Error(Unsupported) for a (dtype, head dim) without a kernel. key_tile: keys per CTA of the main
-// kernel, 64 or 128 (the backend option backward_key_tile; anything else runs 64).
-void launch_backward(const BackwardParams& params, DType dtype, int key_tile, void* stream);
+// kernel, 64 or 128 (the backend option backward_key_tile; anything else runs 64);
+// vector_preprocess: the preprocess with 16-byte accesses (backward_preprocess=vector), else one
+// warp a row.
+void launch_backward(const BackwardParams& params, DType dtype, int key_tile, bool vector_preprocess, void* stream);
 
 }  // namespace attnsuite::cuda::flash2

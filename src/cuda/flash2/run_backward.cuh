@@ -8,8 +8,10 @@
 
 namespace attnsuite::cuda::flash2 {
 
-// kKeyTile: keys per CTA of the main kernel (64 or 128; backward_traits.cuh BackwardConfig).
+// kKeyTile: keys per CTA of the main kernel (64 or 128; backward_traits.cuh BackwardConfig);
+// vector_preprocess: the preprocess with 16-byte accesses (common/backward_preprocess.hpp; option
+// backward_preprocess=vector, the default), else one warp a row.
 template <class Element, int kHeadDim, int kKeyTile>
-void run_backward(const BackwardParams& params, cudaStream_t stream);
+void run_backward(const BackwardParams& params, cudaStream_t stream, bool vector_preprocess);
 
 }  // namespace attnsuite::cuda::flash2

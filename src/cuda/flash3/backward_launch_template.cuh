@@ -11,6 +11,7 @@
 
 #include <type_traits>
 
+#include "cuda/common/backward_preprocess.hpp"
 #include "cuda/common/backward_row_kernels.cuh"
 #include "cuda/common/check.hpp"
 #include "cuda/common/launch.cuh"

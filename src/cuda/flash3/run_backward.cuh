@@ -12,14 +12,9 @@
 
 namespace attnsuite::cuda::flash3 {
 
-// vector_preprocess: the preprocess with 16-byte accesses (launch_vector_preprocess; option
+// vector_preprocess: the preprocess with 16-byte accesses (common/backward_preprocess.hpp; option
 // backward_preprocess=vector), else one warp a row.
 template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup = 1>
 void run_backward(const BackwardParams& params, cudaStream_t stream, bool vector_preprocess);
-
-// The preprocess with 16-byte accesses (common/backward_row_kernels.cuh) for params' dtype and head
-// dim (64, 128), instantiated apart (backward_preprocess.cu) so that the backward's translation
-// units keep their kernels.
-void launch_vector_preprocess(const BackwardParams& params, DType dtype, cudaStream_t stream);
 
 }  // namespace attnsuite::cuda::flash3
