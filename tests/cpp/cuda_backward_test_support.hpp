@@ -61,10 +61,7 @@ inline void check_gpu_backward(const std::string& backend_name, const AttentionP
   ASSERT_TRUE(backend.supports_backward(p)) << backend.supports_backward(p).reason;
   const std::unique_ptr<KernelPlan> plan =
       backend.plan(p, backward_options(deterministic, /*opt_in=*/backend_name == "flash2", key_tile, extra));
-  // flash3's fused dQ conversion keeps its block counters after the common layout.
-  const bool fused_dq = extra.contains("backward_dq_convert") && extra.at("backward_dq_convert") == "fused";
-  EXPECT_EQ(plan->backward_workspace_bytes(),
-            cuda::backward_workspace_bytes(p, deterministic) + (fused_dq ? cuda::backward_dq_counter_bytes(p) : 0));
+  EXPECT_EQ(plan->backward_workspace_bytes(), cuda::backward_workspace_bytes(p, deterministic));
 
   const Inputs in = random_inputs(p, seed);
   const HostTensor d_o = random_output_gradient(p, seed + 2);

@@ -39,19 +39,8 @@ const Backend& flash3_backend() { return Registry::global().find("flash3"); }
 TEST(CudaFlash3Backward, RefusalsNeedNoDevice) {
   const Backend& flash3 = flash3_backend();
   EXPECT_EQ(flash3.backward_status(), "");
-  EXPECT_EQ(flash3.option_keys(), (std::vector<std::string>{"backward_dq_convert", "backward_epilogue",
-                                                            "backward_order", "backward_preprocess", "forward_order"}));
-  EXPECT_NO_THROW(flash3.check_options({{"backward_dq_convert", "fused"}}));
-  EXPECT_NO_THROW(flash3.check_options({{"backward_dq_convert", "kernel"}}));
-  try {
-    flash3.check_options({{"backward_dq_convert", "fused"}, {"backward_order", "head-major"}});
-    ADD_FAILURE() << "backward_dq_convert=fused accepted with backward_order=head-major";
-  } catch (const Error& error) {
-    EXPECT_EQ(error.kind(), ErrorKind::Usage);
-    EXPECT_EQ(std::string(error.what()),
-              "flash3: backward_dq_convert=fused is built with the default backward_order and epilogue; drop "
-              "backward_order and backward_epilogue");
-  }
+  EXPECT_EQ(flash3.option_keys(),
+            (std::vector<std::string>{"backward_epilogue", "backward_order", "backward_preprocess", "forward_order"}));
   EXPECT_NO_THROW(flash3.check_options({{"backward_preprocess", "vector"}}));
   EXPECT_NO_THROW(flash3.check_options({{"backward_preprocess", "warp"}}));
   EXPECT_THROW(flash3.check_options({{"backward_preprocess", "lanes"}}), Error);
@@ -146,11 +135,6 @@ TEST(CudaFlash3Backward, SmallCasesForSanitizers) {
                      {{"backward_preprocess", "warp"}});
   check_gpu_backward("flash3", make_problem(1, 2, 1, 100, 130, 128, DType::BF16, Layout::BHSD, false), false, 64,
                      {{"backward_preprocess", "warp"}});
-  const BackendOptions fused = {{"backward_dq_convert", "fused"}};
-  check_gpu_backward("flash3", make_problem(1, 4, 2, 70, 200, 64, DType::F16, Layout::BSHD, true), false, 64, fused);
-  check_gpu_backward("flash3", make_problem(1, 12, 6, 140, 200, 128, DType::BF16, Layout::BSHD, true), false, 64,
-                     fused);
-  check_gpu_backward("flash3", make_problem(1, 2, 2, 150, 40, 64, DType::BF16, Layout::BSHD, true), false, 64, fused);
 }
 
 // dQ's sums in the tiles' fragment order (one bulk reduction a warp, converted per 64-row tile):
@@ -202,28 +186,6 @@ TEST(CudaFlash3Backward, OtherEpiloguesMatchTheReference) {
 TEST(CudaFlash3Backward, WarpPreprocessMatchesTheReference) {
   SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
   check_tiles_and_odd_cases({{"backward_preprocess", "warp"}});
-}
-
-// backward_dq_convert=fused (experimental: not yet run on a GPU): the main kernel's last
-// contributor to each 4 KiB block of dQ's sums writes it — the same cases, GQA over a full and a
-// partial head group, windows on both sides, and rows without a key both inside a converted
-// tile (seq_q 150 over 40 keys: rows 0..109 see none) and filling whole tiles (seq_q 1000 over
-// 33: those problems run the conversion kernel instead).
-TEST(CudaFlash3Backward, FusedDqConvertMatchesTheReference) {
-  SKIP_UNLESS_FLASH3_BACKWARD_RUNS();
-  const BackendOptions fused = {{"backward_dq_convert", "fused"}};
-  check_tiles_and_odd_cases(fused);
-  for (const int head_dim : {64, 128}) {
-    check_gpu_backward("flash3", make_problem(1, 12, 6, 300, 300, head_dim, DType::BF16, Layout::BSHD, true), false, 64,
-                       fused);
-    check_gpu_backward("flash3", make_problem(2, 2, 2, 150, 40, head_dim, DType::F16, Layout::BSHD, true), false, 64,
-                       fused);
-    check_gpu_backward("flash3",
-                       windowed(make_problem(1, 2, 2, 250, 260, head_dim, DType::BF16, Layout::BSHD, false), 17, 9),
-                       false, 64, fused);
-    check_gpu_backward("flash3", make_problem(1, 8, 2, 2048, 2048, head_dim, DType::BF16, Layout::BSHD, true), false,
-                       64, fused);
-  }
 }
 
 // backward_order=head-major (a head's key tiles in a row; the default interleaves 4 heads' key

@@ -31,10 +31,6 @@ std::size_t backward_workspace_bytes(const AttentionProblem& problem, bool deter
   return 2 * row_floats + dq_sums;
 }
 
-std::size_t backward_dq_counter_bytes(const AttentionProblem& problem) {
-  return align_up(padded_rows(problem) * problem.head_dim / 1024 * sizeof(unsigned));
-}
-
 BackwardParams make_backward_params(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic) {
   AttentionArgs forward_args;
   forward_args.q = args.q;

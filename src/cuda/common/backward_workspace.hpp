@@ -15,10 +15,6 @@ namespace attnsuite::cuda {
 // deterministic the fp32 dQ sums, head_dim floats a row; each piece 256-byte aligned.
 std::size_t backward_workspace_bytes(const AttentionProblem& problem, bool deterministic);
 
-// What a backward that counts its dQ blocks adds after the dQ sums (flash3's fused dQ conversion):
-// one 4-byte counter per 1024 floats of sums.
-std::size_t backward_dq_counter_bytes(const AttentionProblem& problem);
-
 // The backward kernels' params for a problem, its views and args.workspace (laid out as above).
 BackwardParams make_backward_params(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic);
 

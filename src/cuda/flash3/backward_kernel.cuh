@@ -126,14 +126,11 @@ __device__ __forceinline__ void to_fragments(const float (&acc)[kN / 2], std::ui
 // stored as they lie in its registers — float4 i of lane l (rows quad_row and quad_row + 8,
 // columns 8i + 2·quad_col) at staging + 16·(32i + l), each warp store 512 contiguous bytes — then
 // added to the warp's 4 KiB block `sums` of the tile (the same order: convert_dq_tiles_kernel
-// reads it back) by one bulk reduction from lane 0. kWaitRead false: the caller's lane 0 has
-// waited for the previous reduction already (the fused conversion waits for it to complete).
-template <bool kWaitRead = true>
+// reads it back) by one bulk reduction from lane 0.
 __device__ __forceinline__ void add_dq_bulk(const float (&acc)[32], float* sums, std::uint32_t staging) {
   int lane;
   asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
-  if constexpr (kWaitRead)
-    if (lane == 0) bulk_wait_group_read<0>();  // the previous tile's reduction has read the staging area
+  if (lane == 0) bulk_wait_group_read<0>();  // the previous tile's reduction has read the staging area
   __syncwarp();
 #pragma unroll
   for (int i = 0; i < 8; ++i)
@@ -184,72 +181,6 @@ __global__ void __launch_bounds__(256) convert_dq_tiles_kernel(const __grid_cons
       const float2 pair = *reinterpret_cast<const float2*>(&rows[r * kStride + c]);
       *reinterpret_cast<std::uint32_t*>(dq + c) =
           pack_row_pair<Element>(sees ? pair.x * params.scale : 0.0f, sees ? pair.y * params.scale : 0.0f);
-    }
-  }
-}
-
-// ---- The fused dQ conversion (Traits::kFusedDq; experimental: not yet run on a GPU) ----
-// A warp's 4 KiB block of a query tile's dQ sums (16 rows × 64 columns) gets one addition from
-// every CTA whose key tile some row of the tile sees (key_tiles_seen_by_query_tile). Each such
-// warp, once its reduction into the block has completed, adds 1 to the block's counter (in the
-// workspace after the sums, zeroed before the kernel); the warp that brings it to that count
-// writes the block's dQ = scale · sums (0 for rows that see no key) — so no conversion kernel
-// runs after. The arrival for tile t is made at the end of tile t + 1 (its reduction long
-// complete) and its ticket read at the end of tile t + 2, so neither the wait nor the atomic's
-// round trip stalls the warp.
-
-// The block counters: after the B · Hq · seq_q_padded · head_dim fp32 sums, one per 4 KiB block.
-__device__ __forceinline__ unsigned* dq_block_counters(const BackwardParams& params) {
-  return reinterpret_cast<unsigned*>(params.dq_accum + static_cast<std::int64_t>(params.batch) * params.heads_q *
-                                                           params.seq_q_padded * params.head_dim);
-}
-
-// Lane 0, after its reductions into the block completed (bulk_wait_group<0>): the ticket, the
-// number of arrivals before this one. Release: the completed sums are visible to whoever
-// acquires the counter after; acquire: so are every earlier contributor's.
-__device__ __forceinline__ unsigned arrive_for_dq_block(unsigned* counter) {
-  unsigned ticket;
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the bulk reductions' writes, then the atomic
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(ticket) : "l"(counter) : "memory");
-  return ticket;
-}
-
-// The warp writes dQ of its block: rows `row` and `row` + 8 (quad_row of the block's 16), columns
-// `column` + 8i (+1), i < 8 — float4 32i + lane of the block, as add_dq_bulk stored it.
-template <class Element>
-__device__ __forceinline__ void convert_dq_block(const BackwardParams& params, const float* sums, int batch, int head,
-                                                 int row, int column) {
-  int lane;
-  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
-  const bool live[2] = {row < params.seq_q, row + 8 < params.seq_q};
-  bool sees[2];
-  Element* dq[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const KeyRange keys = key_range(params, row + 8 * half);
-    sees[half] = keys.begin < keys.end;  // else its sums may hold a hidden key's 0·NaN: dQ = 0
-    dq[half] = static_cast<Element*>(params.dq) + batch * params.dq_batch_stride +
-               static_cast<std::int64_t>(row + 8 * half) * params.dq_row_stride + head * params.dq_head_stride + column;
-  }
-  // Four float4 in flight at a time (16 registers beside the live dK and dV).
-#pragma unroll
-  for (int part = 0; part < 2; ++part) {
-    float4 v[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=f"(v[j].x), "=f"(v[j].y), "=f"(v[j].z), "=f"(v[j].w)
-                   : "l"(sums + 4 * (32 * (4 * part + j) + lane))
-                   : "memory");
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = 4 * part + j;
-      if (live[0])
-        *reinterpret_cast<std::uint32_t*>(dq[0] + 8 * i) =
-            pack_row_pair<Element>(sees[0] ? v[j].x * params.scale : 0.0f, sees[0] ? v[j].y * params.scale : 0.0f);
-      if (live[1])
-        *reinterpret_cast<std::uint32_t*>(dq[1] + 8 * i) =
-            pack_row_pair<Element>(sees[1] ? v[j].z * params.scale : 0.0f, sees[1] ? v[j].w * params.scale : 0.0f);
     }
   }
 }
@@ -353,24 +284,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int dq_column_slab = Traits::kDqByQueries ? 0 : consumer;
     const int dq_query_slab = Traits::kDqByQueries ? consumer : 0;
     const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
-    // The fused dQ conversion (kFusedDq): where tile t's block of this warp lies in the sums (its
-    // counter: the same index over 1024), and the conversion by the warp whose ticket is the last.
-    auto dq_block_offset = [&](int t) {
-      const std::int64_t rows =
-          (static_cast<std::int64_t>(batch) * params.heads_q + work.head(params, kv_head, t)) * params.seq_q_padded +
-          work.row_begin(t) + 64 * dq_query_slab;
-      return rows * kHeadDim + (dq_column_slab * 4 + warp) * 1024;
-    };
-    auto convert_if_last = [&](int t, unsigned ticket) {
-      const int row_begin = work.row_begin(t);
-      const int contributors = key_tiles_seen_by_query_tile(params.seq_q, params.seq_kv, params.window_left,
-                                                            params.window_right, kTileM, kTileN, row_begin / kTileM);
-      if (ticket + 1 == static_cast<unsigned>(contributors))
-        convert_dq_block<Element>(params, params.dq_accum + dq_block_offset(t), batch, work.head(params, kv_head, t),
-                                  row_begin + 64 * dq_query_slab + 16 * warp + quad_row,
-                                  64 * dq_column_slab + 2 * quad_col);
-    };
-    [[maybe_unused]] unsigned previous_ticket = 0;  // tile it - 1's, read at the end of tile it + 1
 
     PipelineState<kStages> stage;
     for (int it = 0; it < work.iterations; ++it) {
@@ -516,39 +429,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
       // dQ's tile into the warp's 4 KiB block of the tile's fp32 sums (slab-major: rows past seq_q
       // are the workspace's padding, never read; convert_dq_tiles_kernel).
-      if constexpr (Traits::kFusedDq) {
-        // Tile it - 1's reduction has completed: its arrival; then this tile's sums; then the
-        // ticket of tile it - 2, taken an iteration ago.
-        unsigned ticket = 0;
-        if (lane == 0) {
-          bulk_wait_group<0>();
-          if (it > 0) ticket = arrive_for_dq_block(dq_block_counters(params) + dq_block_offset(it - 1) / 1024);
-        }
-        add_dq_bulk<false>(acc_dq, params.dq_accum + dq_block_offset(it),
-                           smem + Traits::dq_staging_offset(consumer, warp));
-        if (it > 1) convert_if_last(it - 2, __shfl_sync(0xffffffffu, previous_ticket, 0));
-        previous_ticket = ticket;
-      } else {
-        add_dq_bulk(
-            acc_dq,
-            params.dq_accum + (rows_of_head + 64 * dq_query_slab) * kHeadDim + (dq_column_slab * 4 + warp) * 1024,
-            smem + Traits::dq_staging_offset(consumer, warp));
-      }
+      add_dq_bulk(acc_dq,
+                  params.dq_accum + (rows_of_head + 64 * dq_query_slab) * kHeadDim + (dq_column_slab * 4 + warp) * 1024,
+                  smem + Traits::dq_staging_offset(consumer, warp));
       // No second barrier: the next tile writes the other dSᵀ buffer, and the one after it stores
       // into this one only past the next tile's barrier, which every reader of this buffer
       // reaches after its dQ products are done.
       ++stage;
-    }
-    if constexpr (Traits::kFusedDq) {
-      // The last tile's arrival, then the last two tickets.
-      const int last = work.iterations - 1;
-      unsigned ticket = 0;
-      if (lane == 0) {
-        bulk_wait_group<0>();
-        ticket = arrive_for_dq_block(dq_block_counters(params) + dq_block_offset(last) / 1024);
-      }
-      if (last > 0) convert_if_last(last - 1, __shfl_sync(0xffffffffu, previous_ticket, 0));
-      convert_if_last(last, __shfl_sync(0xffffffffu, ticket, 0));
     }
   }
 

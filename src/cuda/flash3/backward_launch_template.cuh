@@ -22,9 +22,9 @@
 
 namespace attnsuite::cuda::flash3 {
 
-template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup, bool kFusedDq>
+template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup>
 void run_backward(const BackwardParams& params, cudaStream_t stream, bool vector_preprocess) {
-  using Kernel = typename BackwardConfig<Element, kHeadDim, kWideEpilogue, kHeadGroup, kFusedDq>::Kernel;
+  using Kernel = typename BackwardConfig<Element, kHeadDim, kWideEpilogue, kHeadGroup>::Kernel;
   constexpr DType kDType = std::is_same_v<Element, __half> ? DType::F16 : DType::BF16;
   // 64-column boxes (128B swizzle): kTileM rows of Q and dO, kTileN rows of K and V.
   auto map = [&](const void* data, int rows, int heads, std::int64_t row_stride, std::int64_t head_stride,
@@ -46,11 +46,6 @@ void run_backward(const BackwardParams& params, cudaStream_t stream, bool vector
   } else {
     launch_backward_preprocess<Element>(params, stream);
   }
-  if constexpr (kFusedDq) {
-    // The fused conversion's block counters (backward_kernel.cuh), after the sums.
-    const std::int64_t sums = static_cast<std::int64_t>(params.batch) * params.heads_q * params.seq_q_padded * kHeadDim;
-    ATTNSUITE_CUDA_CHECK(cudaMemsetAsync(params.dq_accum + sums, 0, static_cast<std::size_t>(sums / 1024) * 4, stream));
-  }
   // The grid's order (traits): x = key tile · kHeadGroup + head in the group, y = head group.
   const dim3 grid(static_cast<unsigned>((params.seq_kv + Kernel::kTileN - 1) / Kernel::kTileN * kHeadGroup),
                   static_cast<unsigned>((params.heads_kv + kHeadGroup - 1) / kHeadGroup),
@@ -58,7 +53,6 @@ void run_backward(const BackwardParams& params, cudaStream_t stream, bool vector
   launch_kernel(flash3_backward_kernel<Kernel>, grid, Kernel::kThreads, Kernel::kSmemBytes, stream, params, q_map,
                 k_map, v_map, d_o_map);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash3_backward_kernel");
-  if constexpr (kFusedDq) return;  // the kernel wrote dQ
   // dQ from the sums in the tiles' fragment order (add_dq_bulk): one CTA a 64-row tile.
   const std::int64_t tiles = static_cast<std::int64_t>(params.batch) * params.heads_q * ((params.seq_q + 63) / 64);
   convert_dq_tiles_kernel<Element, kHeadDim><<<static_cast<unsigned>(tiles), 256, 0, stream>>>(params);

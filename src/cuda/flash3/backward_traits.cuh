@@ -63,11 +63,7 @@ namespace attnsuite::cuda::flash3 {
 // Every head's key tiles outermost was 1.5-1.9x slower (L2: 2026-12-06g); persistent CTAs walking
 // the head-major order, the next unit's K and V loaded under the dK/dV stores, were no faster dense
 // and 1.11-1.59x slower causal (2026-12-07).
-// kFusedDq (backward_dq_convert=fused; experimental: not yet run on a GPU): each warp counts its
-// finished dQ blocks and the last of a block's contributors writes dQ from the sums itself
-// (backward_kernel.cuh: arrive_for_dq_block, convert_dq_block) — no conversion kernel after.
-template <class Element_, int kHeadDim_, int kTileM_, bool kWideEpilogue_ = false, int kHeadGroup_ = 1,
-          bool kFusedDq_ = false>
+template <class Element_, int kHeadDim_, int kTileM_, bool kWideEpilogue_ = false, int kHeadGroup_ = 1>
 struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -80,7 +76,6 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
   // not yet measured).
   static constexpr bool kWideEpilogue = kWideEpilogue_;
   static constexpr int kHeadGroup = kHeadGroup_;
-  static constexpr bool kFusedDq = kFusedDq_;
 
   static constexpr int kKeysPerConsumer = kTileN / kConsumers;  // 64: one wgmma M
 
@@ -136,9 +131,9 @@ struct BackwardTraits : hopper::WarpSpecialized<2, 24, 240> {
 // 16 KiB K/V, 2 × (16 + 16) KiB Q/dO, 2 × 32 KiB dSᵀ, 2 KiB row statistics, 32 KiB dQ staging =
 // 194 KiB. d128, 64-query tiles: Sᵀ and dPᵀ 32 + 32, dK and dV 64 + 64, dQ 32; 32 + 32 KiB K/V,
 // 2 × (16 + 16) KiB Q/dO, 2 × 16 KiB dSᵀ, 1 KiB row statistics, 32 KiB dQ staging = 194 KiB.
-template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup = 1, bool kFusedDq = false>
+template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup = 1>
 struct BackwardConfig {
-  using Kernel = BackwardTraits<Element, kHeadDim, kHeadDim == 64 ? 128 : 64, kWideEpilogue, kHeadGroup, kFusedDq>;
+  using Kernel = BackwardTraits<Element, kHeadDim, kHeadDim == 64 ? 128 : 64, kWideEpilogue, kHeadGroup>;
 };
 
 }  // namespace attnsuite::cuda::flash3

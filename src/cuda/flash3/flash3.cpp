@@ -90,8 +90,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only (wgmma, TMA); backward: head dim 64/128, "
              "dQ by bulk reductions (no deterministic mode), options backward_epilogue=4-byte|16-byte and "
              "backward_order=grouped-4|head-major (16-byte at d64 opt-in: correct on the H100, speed not yet "
-             "measured), backward_preprocess=vector|warp (vector, the default: 16-byte accesses), "
-             "backward_dq_convert=kernel|fused (fused: experimental, not yet run on a GPU); "
+             "measured), backward_preprocess=vector|warp (vector, the default: 16-byte accesses); "
              "kernel config "
              "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100); "
              "causal problems (sliding windows included) run paired on persistent CTAs (a head's longest and "
@@ -123,8 +122,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
   // persistent CTAs over units of a head's longest and shortest query tiles, head-major) —
   // hopper/scheduler.cuh; absent: builtin_order.
   std::vector<std::string> option_keys() const override {
-    return {std::string(kBackwardDqConvert), std::string(kBackwardEpilogue), std::string(kBackwardOrder),
-            std::string(kBackwardPreprocess), std::string(kForwardOrder)};
+    return {std::string(kBackwardEpilogue), std::string(kBackwardOrder), std::string(kBackwardPreprocess),
+            std::string(kForwardOrder)};
   }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)backward_variant(options);
@@ -201,7 +200,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
         [this, problem, variant](const BackwardArgs& args, Stream stream, RunReport&) {
           run_backward(problem, args, variant, stream);
         },
-        backward_bytes(problem, variant));
+        backward_workspace_bytes(problem, /*deterministic=*/false));
   }
 
  private:
@@ -209,13 +208,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static constexpr std::string_view kBackwardOrder = "backward_order";
   static constexpr std::string_view kForwardOrder = "forward_order";
   static constexpr std::string_view kBackwardPreprocess = "backward_preprocess";
-  static constexpr std::string_view kBackwardDqConvert = "backward_dq_convert";
-
-  // The workspace: the common layout, and the fused conversion's block counters after it.
-  static std::size_t backward_bytes(const AttentionProblem& problem, flash3::BackwardVariant variant) {
-    return backward_workspace_bytes(problem, /*deterministic=*/false) +
-           (variant.fused_dq ? backward_dq_counter_bytes(problem) : 0);
-  }
 
   // The built-in order of a problem run with kernel config `config` (plan()): masked problems
   // with m192 or the default tiles on persistent CTAs — causal ones (a sliding window or not)
@@ -242,28 +234,20 @@ class Flash3Backend final : public Flash3FamilyBackend {
     return kChoices[cuda::option_choice("flash3", options, kForwardOrder, kOrders)];
   }
 
-  // The backward options: backward_dq_convert "kernel" (absent: a kernel after the main one
-  // converts dQ) or "fused" (experimental: the main kernel's last contributor to each dQ block
-  // writes it; with the default order and epilogue only); backward_epilogue absent (the head dim's default), "4-byte"
-  // or "16-byte"; backward_order "grouped-4" or "head-major"; absent: grouped-4 with the default epilogue, head-major
-  // with an explicit one (grouped-4 is built with the default epilogue only, so the two given together are refused);
-  // another value is refused.
+  // The backward options: backward_epilogue absent (the head dim's default), "4-byte" or "16-byte";
+  // backward_order "grouped-4" or "head-major"; absent: grouped-4 with the default epilogue,
+  // head-major with an explicit one (grouped-4 is built with the default epilogue only, so the two
+  // given together are refused); another value is refused.
   static flash3::BackwardVariant backward_variant(const std::map<std::string, std::string>& options) {
     static constexpr std::string_view kEpilogues[] = {"4-byte", "16-byte"};
     static constexpr std::string_view kOrders[] = {"grouped-4", "head-major"};
     static constexpr std::string_view kPreprocesses[] = {"vector", "warp"};
     flash3::BackwardVariant variant;
     variant.vector_preprocess = cuda::option_choice("flash3", options, kBackwardPreprocess, kPreprocesses) == 0;
-    static constexpr std::string_view kConverts[] = {"kernel", "fused"};
-    variant.fused_dq = cuda::option_choice("flash3", options, kBackwardDqConvert, kConverts) == 1;
     if (options.contains(std::string(kBackwardEpilogue)))
       variant.epilogue_bytes = cuda::option_choice("flash3", options, kBackwardEpilogue, kEpilogues) == 1 ? 16 : 4;
     const bool grouped = cuda::option_choice("flash3", options, kBackwardOrder, kOrders) == 0;
     variant.grouped_heads = grouped && (options.contains(std::string(kBackwardOrder)) || variant.epilogue_bytes == 0);
-    if (variant.fused_dq && !(variant.grouped_heads && variant.epilogue_bytes == 0))
-      throw Error(ErrorKind::Usage,
-                  "flash3: backward_dq_convert=fused is built with the default backward_order and epilogue; drop "
-                  "backward_order and backward_epilogue");
     if (!flash3::backward_variant_built(variant))
       throw Error(ErrorKind::Usage,
                   "flash3: backward_order=grouped-4 is built with each head dim's default epilogue; drop "
@@ -285,7 +269,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
                          {"dK", &args.dk},
                          {"dV", &args.dv}},
                         "read by TMA");
-    require_backward_workspace(name(), args, backward_bytes(problem, variant));
+    require_backward_workspace(name(), args, backward_workspace_bytes(problem, false));
     flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, variant, stream);
   }
 

@@ -61,24 +61,18 @@ struct BackwardVariant {
   int epilogue_bytes = 0;
   bool grouped_heads = false;
   bool vector_preprocess = true;  // backward_preprocess=vector (the default) or warp
-  // backward_dq_convert=fused (experimental: not yet run on a GPU): the main kernel writes dQ;
-  // built for the grouped order with the default epilogue.
-  bool fused_dq = false;
 };
 constexpr bool wide_epilogue(BackwardVariant variant, int head_dim) {
   return variant.epilogue_bytes == 16 || (variant.epilogue_bytes == 0 && head_dim == 128);
 }
 // Whether the variant has kernels: the grouped order is built with the default epilogue only.
 constexpr bool backward_variant_built(BackwardVariant variant) {
-  return (!variant.grouped_heads || variant.epilogue_bytes == 0) &&
-         (!variant.fused_dq || (variant.grouped_heads && variant.epilogue_bytes == 0));
+  return !variant.grouped_heads || variant.epilogue_bytes == 0;
 }
 
 // The backward for params on `stream`: dq, dk, dv from q, k, v, o, d_o and the forward's lse, with
 // the workspace pieces set (common/backward_workspace.hpp: dQ summed in fp32 there). Throws
 // Error(Unsupported) for a (dtype, head dim, variant) without a kernel.
-// With fused_dq, a problem with a query tile whose rows see no key (its dQ is 0 and no CTA adds
-// into it) runs the conversion kernel instead.
 void launch_backward(const BackwardParams& params, DType dtype, BackwardVariant variant, void* stream);
 
 }  // namespace attnsuite::cuda::flash3

@@ -14,9 +14,7 @@ namespace attnsuite::cuda::flash3 {
 
 // vector_preprocess: the preprocess with 16-byte accesses (common/backward_preprocess.hpp; option
 // backward_preprocess=vector), else one warp a row.
-// kFusedDq: the main kernel writes dQ itself (backward_dq_convert=fused; experimental), built for
-// the default variant (grouped-4, the default epilogue) only.
-template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup = 1, bool kFusedDq = false>
+template <class Element, int kHeadDim, bool kWideEpilogue, int kHeadGroup = 1>
 void run_backward(const BackwardParams& params, cudaStream_t stream, bool vector_preprocess);
 
 }  // namespace attnsuite::cuda::flash3
