@@ -91,41 +91,6 @@ TEST(CudaFlash2Backward, TileRulesMatchTheProblemsMask) {
   EXPECT_EQ(checked, 4 * 4 * 2 * 4 * 4);
 }
 
-// key_tiles_seen_by_query_tile (flash3's fused dQ conversion counts arrivals against it) against
-// the key tiles' own rule: each key tile visits the query tiles [rows.begin / T, ceil(rows.end / T))
-// of rows_seeing_keys, so a query tile's count is how many key tiles list it.
-TEST(CudaFlash2Backward, KeyTilesSeenByAQueryTileMatchTheKeyTilesVisits) {
-  int checked = 0;
-  for (int seq_q : {1, 7, 64, 65, 200, 333})
-    for (int seq_kv : {1, 9, 128, 129, 300})
-      for (bool causal : {false, true})
-        for (int window_left : {-1, 0, 5, 130})
-          for (int window_right : {-1, 0, 3, 200})
-            for (int tile_rows : {64, 128})
-              for (int key_tile : {64, 128}) {
-                AttentionProblem p = make_problem(1, 1, 1, seq_q, seq_kv, 64, DType::F16, Layout::BSHD, causal);
-                p = windowed(p, window_left, window_right);
-                const cuda::flash2::Params params = cuda::flash2::make_params(p, AttentionArgs{});
-                const int query_tiles = (seq_q + tile_rows - 1) / tile_rows;
-                std::vector<int> visits(query_tiles, 0);
-                for (int key_begin = 0; key_begin < seq_kv; key_begin += key_tile) {
-                  const cuda::RowRange rows =
-                      cuda::rows_seeing_keys(params.seq_q, params.seq_kv, params.window_left, params.window_right,
-                                             key_begin, std::min(key_begin + key_tile, seq_kv));
-                  if (rows.begin >= rows.end) continue;
-                  for (int m = rows.begin / tile_rows; m < (rows.end + tile_rows - 1) / tile_rows; ++m) ++visits[m];
-                }
-                for (int m = 0; m < query_tiles; ++m)
-                  ASSERT_EQ(cuda::key_tiles_seen_by_query_tile(params.seq_q, params.seq_kv, params.window_left,
-                                                               params.window_right, tile_rows, key_tile, m),
-                            visits[m])
-                      << p.describe() << " window " << params.window_left << "," << params.window_right << " tile rows "
-                      << tile_rows << " key tile " << key_tile << " query tile " << m;
-                ++checked;
-              }
-  EXPECT_EQ(checked, 6 * 5 * 2 * 4 * 4 * 2 * 2);
-}
-
 // Not yet run on a GPU: plans refuse the backward unless opted in, with the reason, everywhere
 // (the opt-in is decided before the device is asked about).
 // Both kernels' backward refuses a missing workspace with its size, before any device is asked.

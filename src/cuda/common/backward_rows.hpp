@@ -39,32 +39,6 @@ ATTNSUITE_HOST_DEVICE RowRange rows_seeing_keys(int seq_q, int seq_kv, int windo
   return {static_cast<int>(first), static_cast<int>(last)};
 }
 
-// How many key tiles of `key_tile` keys have a key that some row of query tile `m` (rows
-// [m·tile_rows, min((m + 1)·tile_rows, seq_q))) sees: the CTAs of a backward over key tiles that
-// visit that query tile (rows_seeing_keys, inverted), so the dQ sums of the tile are complete once
-// that many have added theirs. Each row sees keys [b(i), e(i)) with b and e nondecreasing and
-// b(i + 1) <= b(i) + 1 <= e(i) for a row that sees one, so the rows of a tile that see a key —
-// an interval [first, last] — see the keys [b(first), e(last)) without a gap; 0 when no row of
-// the tile sees a key.
-ATTNSUITE_HOST_DEVICE int key_tiles_seen_by_query_tile(int seq_q, int seq_kv, int window_left, int window_right,
-                                                       int tile_rows, int key_tile, int m) {
-  const RowRange seeing = rows_seeing_keys(seq_q, seq_kv, window_left, window_right, 0, seq_kv);
-  const std::int64_t tile_begin = static_cast<std::int64_t>(m) * tile_rows;
-  std::int64_t tile_end = tile_begin + tile_rows;
-  tile_end = tile_end < seq_q ? tile_end : seq_q;
-  const std::int64_t first = tile_begin > seeing.begin ? tile_begin : seeing.begin;
-  const std::int64_t last = (tile_end < seeing.end ? tile_end : seeing.end) - 1;
-  if (first > last) return 0;
-  // Keys of rows `first` and `last` (key_range.cuh's rule, clamped to [0, seq_kv]).
-  const std::int64_t shift = static_cast<std::int64_t>(seq_kv) - seq_q;
-  std::int64_t begin = 0, end = seq_kv;
-  if (window_left >= 0) begin = first + shift - window_left;
-  if (window_right >= 0) end = last + shift + window_right + 1;
-  begin = begin < 0 ? 0 : (begin > seq_kv ? seq_kv : begin);
-  end = end < 0 ? 0 : (end > seq_kv ? seq_kv : end);
-  return static_cast<int>((end + key_tile - 1) / key_tile - begin / key_tile);
-}
-
 // The mask of the same rule as a test on key − row, for the element loops: key j is hidden from
 // row i iff i >= seq_q, j >= seq_kv, j − i < lowest or j − i > highest. (Inside [0, seq_kv) the
 // clamping of key_range changes nothing: j < clamp(diag − window_left) ⟺ j < diag − window_left
