@@ -140,15 +140,16 @@ DeviceRun run_on_device(bench::DeviceContext* context, const Backend& backend, c
 // The peers that return a log-sum-exp (torch-sdpa and torch-math return the output only).
 bool gives_lse(const std::string& name) { return name != "torch-sdpa" && name != "torch-math"; }
 
-// Refusals that are by design (and so do not fail a test): cuDNN's bottom-right causal mask
-// needs seq_q <= seq_kv; PyTorch's is_causal is top-left, so torch-sdpa and torch-cudnn refuse
-// causal with seq_q != seq_kv; only torch-math runs sliding windows. torch-cudnn also goes
-// by PyTorch's own cuDNN gate, which varies with the GPU and cuDNN: its refusals skip.
+// Refusals that are by design (and so do not fail a test): cuDNN's bottom-right diagonal band
+// (causal, sliding windows) needs seq_q <= seq_kv; PyTorch's is_causal is top-left, so
+// torch-sdpa and torch-cudnn refuse causal with seq_q != seq_kv; of PyTorch's backends only
+// torch-math runs sliding windows. torch-cudnn also goes by PyTorch's own cuDNN gate, which
+// varies with the GPU and cuDNN: its refusals skip.
 bool refusal_expected(const std::string& name, const AttentionProblem& p) {
   const bool window = p.window_left >= 0 || p.window_right >= 0;
   if (name == "torch-cudnn") return true;
+  if (name == "cudnn") return (p.causal || window) && p.seq_q > p.seq_kv;
   if (window) return name != "torch-math";
-  if (name == "cudnn") return p.causal && p.seq_q > p.seq_kv;
   if (name == "torch-efficient") return p.causal && p.seq_q > p.seq_kv;
   if (name == "torch-sdpa") return p.causal && p.seq_q != p.seq_kv;
   return false;
@@ -317,6 +318,8 @@ TEST(Peers, RefusalsThatNeedNoDevice) {
   AttentionProblem causal_shorter_q = make_problem(1, 2, 2, 100, 300, 64, DType::BF16, Layout::BSHD, true);
   AttentionProblem windowed = make_problem(1, 2, 2, 64, 64, 64, DType::F16, Layout::BSHD, false);
   windowed.window_left = 16;
+  AttentionProblem windowed_longer_q = make_problem(1, 2, 2, 300, 100, 64, DType::BF16, Layout::BSHD, false);
+  windowed_longer_q.window_left = 16;
   if (peer_registry().contains("cudnn")) {
     EXPECT_EQ(reason("cudnn", p), "cudnn SDPA needs fp16, bf16 or e4m3");
     AttentionProblem odd = make_problem(1, 2, 2, 64, 64, 20, DType::F16, Layout::BSHD, false);
@@ -324,7 +327,10 @@ TEST(Peers, RefusalsThatNeedNoDevice) {
     odd.head_dim = 320;
     EXPECT_NE(reason("cudnn", odd).find("head dim 320"), std::string::npos);
     EXPECT_NE(reason("cudnn", causal_longer_q).find("seq_q 300 > seq_kv 100"), std::string::npos);
-    EXPECT_NE(reason("cudnn", windowed).find("sliding window"), std::string::npos);
+    EXPECT_NE(reason("cudnn", windowed_longer_q).find("sliding window with seq_q 300 > seq_kv 100"), std::string::npos);
+    AttentionProblem windowed_e4m3 = windowed;
+    windowed_e4m3.dtype = DType::E4M3;
+    EXPECT_NE(reason("cudnn", windowed_e4m3).find("sliding window with e4m3"), std::string::npos);
   }
   if (peer_registry().contains("torch-flash")) {
     EXPECT_EQ(reason("torch-flash", p), "torch-flash needs fp16 or bf16");
@@ -381,13 +387,25 @@ TEST_P(PeerBackendTest, GroupedAndMultiQueryHeads) {
 
 TEST_P(PeerBackendTest, SlidingWindows) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  // Only torch-math runs windows (a materialized mask); the others refuse by design.
+  // torch-math (a materialized mask) and cudnn (its diagonal band, seq_q <= seq_kv) run windows;
+  // the others refuse by design.
   AttentionProblem p = make_problem(1, 2, 2, 200, 150, 64, DType::F16, Layout::BSHD, false);
   p.window_left = 16;
   p.window_right = 4;
   check_peer(GetParam(), p);
   p = make_problem(1, 4, 2, 300, 300, 64, DType::BF16, Layout::BHSD, true);
   p.window_left = 33;
+  check_peer(GetParam(), p);
+  // Bottom-right bands with seq_q < seq_kv: a left window alone, causal with a left window, and
+  // both sides of a non-causal window.
+  p = make_problem(1, 2, 2, 150, 400, 128, DType::F16, Layout::BSHD, false);
+  p.window_left = 40;
+  check_peer(GetParam(), p);
+  p.causal = true;
+  check_peer(GetParam(), p);
+  p = make_problem(2, 4, 2, 100, 260, 64, DType::BF16, Layout::BSHD, false);
+  p.window_left = 7;
+  p.window_right = 19;
   check_peer(GetParam(), p);
 }
 
@@ -427,7 +445,11 @@ TEST_P(PeerBackendTest, BackwardSlidingWindow) {
   SKIP_WITHOUT_CUDA_DEVICE();
   AttentionProblem p = make_problem(1, 4, 2, 300, 300, 64, DType::BF16, Layout::BHSD, true);
   p.window_left = 33;
-  check_peer_backward(GetParam(), p);  // torch-math only; the others refuse its forward
+  check_peer_backward(GetParam(), p);  // torch-math and cudnn; the others refuse its forward
+  p = make_problem(1, 2, 2, 100, 260, 128, DType::F16, Layout::BSHD, false);
+  p.window_left = 7;
+  p.window_right = 19;
+  check_peer_backward(GetParam(), p);
 }
 
 // A deterministic plan's backward, run twice from one forward: bitwise equal gradients. Peers

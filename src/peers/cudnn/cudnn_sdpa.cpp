@@ -19,8 +19,9 @@
 // forward's statistics, which it reads as the natural-log LSE the forward writes (the
 // frontend's base-2 option, stats_use_log2, stays off in both), so BackwardArgs::lse is passed
 // as it is. GQA/MQA are native here too (dK, dV with heads_kv heads, summed over the group by
-// cuDNN); the causal mask is the forward's (bottom-right when seq_q != seq_kv, which cuDNN takes
-// for seq_q <= seq_kv only, so no row is ever without a key). PlanOptions::deterministic sets
+// cuDNN); the mask is the forward's — causal and sliding windows as cuDNN's diagonal band
+// (set_mask; bottom-right when seq_q != seq_kv, which cuDNN takes for seq_q <= seq_kv only, so
+// no row is ever without a key). PlanOptions::deterministic sets
 // the frontend's set_deterministic_algorithm; where cuDNN has no such engine for the problem
 // the graph build refuses and so does plan().
 //
@@ -128,6 +129,7 @@ struct GraphKey {
   int batch = 0, heads_q = 0, heads_kv = 0, seq_q = 0, seq_kv = 0, head_dim = 0, head_dim_v = 0;
   DType dtype = DType::F16;
   bool causal = false;
+  int window_left = -1, window_right = -1;  // the problem's sliding window (-1: unbounded)
   float scale = 0.0f;
   bool stats = false;
   bool backward = false;
@@ -143,9 +145,10 @@ struct GraphKeyHash {
     auto mix = [&seed](auto value) {
       seed ^= std::hash<decltype(value)>{}(value) + 0x9e3779b97f4a7c15ull + (seed << 6) + (seed >> 2);
     };
-    for (int value : {key.device, key.batch, key.heads_q, key.heads_kv, key.seq_q, key.seq_kv, key.head_dim,
-                      key.head_dim_v, static_cast<int>(key.dtype), static_cast<int>(key.causal),
-                      static_cast<int>(key.stats), static_cast<int>(key.backward), static_cast<int>(key.deterministic)})
+    for (int value :
+         {key.device, key.batch, key.heads_q, key.heads_kv, key.seq_q, key.seq_kv, key.head_dim, key.head_dim_v,
+          static_cast<int>(key.dtype), static_cast<int>(key.causal), key.window_left, key.window_right,
+          static_cast<int>(key.stats), static_cast<int>(key.backward), static_cast<int>(key.deterministic)})
       mix(value);
     mix(key.scale);
     for (const Strides* strides : {&key.q, &key.k, &key.v, &key.o, &key.d_o, &key.dq, &key.dk, &key.dv})
@@ -190,6 +193,8 @@ GraphKey key_for(const AttentionProblem& p, int device, const Strides& q, const 
           .head_dim_v = p.dim_v(),
           .dtype = p.dtype,
           .causal = p.causal,
+          .window_left = p.window_left,
+          .window_right = p.window_right,
           .scale = p.softmax_scale(),
           .stats = stats,
           .q = q,
@@ -231,16 +236,19 @@ GraphKey dense_key_for(const AttentionProblem& p, int device, bool backward = fa
   return key;
 }
 
-// The causal mask of both passes. Keys j <= i + (seq_kv - seq_q): the band's right bound 0
-// from the diagonal, which starts at the bottom-right corner. For square problems top-left is
-// the same mask and the alignment more engines were built for.
+// The mask of both passes as cuDNN's diagonal band. Row i keeps keys [diag − window_left, diag +
+// window_right] with diag = i + seq_kv − seq_q (causal: window_right at most 0), the diagonal
+// starting at the bottom-right corner — for square problems top-left is the same mask and the
+// alignment more engines were built for. cuDNN keeps key j where j ≤ diag + right_bound and
+// j + left_bound > diag: so right_bound = window_right and left_bound = window_left + 1.
 template <class Attributes>
-void set_causal(Attributes& options, const GraphKey& key) {
-  if (!key.causal) return;
-  options
-      .set_diagonal_alignment(key.seq_q == key.seq_kv ? fe::DiagonalAlignment_t::TOP_LEFT
-                                                      : fe::DiagonalAlignment_t::BOTTOM_RIGHT)
-      .set_diagonal_band_right_bound(0);
+void set_mask(Attributes& options, const GraphKey& key) {
+  const int right = key.causal ? (key.window_right >= 0 ? std::min(key.window_right, 0) : 0) : key.window_right;
+  if (right < 0 && key.window_left < 0) return;
+  options.set_diagonal_alignment(key.seq_q == key.seq_kv ? fe::DiagonalAlignment_t::TOP_LEFT
+                                                         : fe::DiagonalAlignment_t::BOTTOM_RIGHT);
+  if (right >= 0) options.set_diagonal_band_right_bound(right);
+  if (key.window_left >= 0) options.set_diagonal_band_left_bound(key.window_left + 1);
 }
 
 CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
@@ -289,7 +297,7 @@ CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
                        .set_name("attnsuite_sdpa_backward")
                        .set_attn_scale(key.scale)
                        .set_deterministic_algorithm(key.deterministic);
-    set_causal(options, key);
+    set_mask(options, key);
     auto [dq, dk, dv_out] = graph->sdpa_backward(q, k, v, o, d_o, stats, options);
     dq->set_output(true).set_uid(kUidDQ).set_dim({b, hq, sq, d}).set_stride(cudnn_strides(key.dq));
     dk->set_output(true).set_uid(kUidDK).set_dim({b, hkv, skv, d}).set_stride(cudnn_strides(key.dk));
@@ -300,7 +308,7 @@ CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
                        .set_name("attnsuite_sdpa_fp8")
                        .set_generate_stats(key.stats)
                        .set_attn_scale(key.scale);
-    set_causal(options, key);
+    set_mask(options, key);
     auto [o, stats, amax_s, amax_o] =
         graph->sdpa_fp8(q, k, v, scalar("Descale_Q", kUidDescaleQ), scalar("Descale_K", kUidDescaleK),
                         scalar("Descale_V", kUidDescaleV), scalar("Descale_S", kUidDescaleS),
@@ -316,7 +324,7 @@ CachedGraph build_graph(const GraphKey& key, cudnnHandle_t handle) {
   } else {
     auto options =
         fe::graph::SDPA_attributes().set_name("attnsuite_sdpa").set_generate_stats(key.stats).set_attn_scale(key.scale);
-    set_causal(options, key);
+    set_mask(options, key);
     auto [o, stats] = graph->sdpa(q, k, v, options);
     o->set_output(true).set_uid(kUidO).set_dim({b, hq, sq, dv}).set_stride(cudnn_strides(key.o));
     if (key.stats) float_output(stats, kUidStats, stats_dim, stats_stride);
@@ -387,7 +395,7 @@ class CudnnSdpaBackend final : public IdentifiedBackend {
              fmt::format("cuDNN SDPA (cuDNN {} fused flash attention)", cudnn_version_string()),
              {DeviceType::Cuda, 0},
              "fp16/bf16 (and e4m3 in with per-tensor descales, bf16 out: sdpa_fp8), head dims <= 256 and multiples of "
-             "8 (d_v too), causal (bottom-right; seq_q <= seq_kv), "
+             "8 (d_v too), causal and sliding windows (a bottom-right diagonal band; seq_q <= seq_kv; not with e4m3), "
              "GQA/MQA, BSHD/BHSD via strides, LSE; backward (sdpa_backward graph; cuDNN's head-dim limits, "
              "deterministic option); sm80+; one graph per shape, pass and strides",
              "cuDNN"}) {}
@@ -431,13 +439,14 @@ class CudnnSdpaBackend final : public IdentifiedBackend {
             dim));
       }
     }
-    if (problem.window_left >= 0 || problem.window_right >= 0)
-      return Support::no("sliding window not supported by the cudnn peer (only causal masking is wired)");
-    if (problem.causal && problem.seq_q > problem.seq_kv) {
+    const bool windowed = problem.window_left >= 0 || problem.window_right >= 0;
+    if (windowed && problem.dtype == DType::E4M3)
+      return Support::no("sliding window with e4m3 not supported by the cudnn peer (cuDNN's FP8 SDPA: causal only)");
+    if ((problem.causal || windowed) && problem.seq_q > problem.seq_kv) {
       return Support::no(fmt::format(
-          "causal with seq_q {} > seq_kv {} not supported by cuDNN {} SDPA: its bottom-right causal mask needs "
+          "{} with seq_q {} > seq_kv {} not supported by cuDNN {} SDPA: its bottom-right diagonal band needs "
           "seq_q <= seq_kv",
-          problem.seq_q, problem.seq_kv, cudnn_version_string()));
+          windowed ? "sliding window" : "causal", problem.seq_q, problem.seq_kv, cudnn_version_string()));
     }
     Support device_support = cuda::supports_device(name());
     if (!device_support) return device_support;
