@@ -75,7 +75,7 @@ class Flash2Backend final : public Backend {
            "deterministic option";
   }
 
-  // The backward is experimental (it passes its GPU tests but runs 0.71-0.79x FlashAttention-2's
+  // The backward is experimental (it passes its GPU tests but runs 0.69-0.82x FlashAttention-2's
   // backward on the H100, docs/kernels/flash2.md): plans refuse it unless experimental_backward is "1";
   // backward_key_tile (64 or 128) sets the main kernel's keys per CTA (backward_traits.cuh);
   // backward_preprocess "vector" (the default: 16-byte accesses, flash3's default too) or "warp"
