@@ -427,9 +427,11 @@ if [ $run_profile = 1 ]; then
         [ "$pf_dim" != case ] && dim_args=(--head-dim "$pf_dim") dim_label="-d$pf_dim"
         for run_spec in "${runs[@]}"; do
           pf_cli=${run_spec%%|*} label=${run_spec#*|}
-          # -c 1 after one warm-up launch (-s 1): the second launch of the kernel, clocks as the card sets them.
+          # -c 1 after one warm-up launch (-s 1): the second launch of the kernel, clocks as the card
+          # sets them. --print-details all: each section's body too (the warp stall reasons of
+          # WarpStateStats, the pipe utilizations), not only its headline metrics.
           timeout "$(cap 150)" ncu --set full --clock-control none -k "regex:${PROFILE_KERNEL:-sage_wgmma_forward_kernel|flash3_forward_kernel}" \
-            -s 1 -c 1 --page details "$pf_cli" bench "${pf_args[@]}" "${backend_args[@]}" "${dim_args[@]}" --backends "$pf_backend" --seq "${PROFILE_SEQ:-4096}" \
+            -s 1 -c 1 --page details --print-details all "$pf_cli" bench "${pf_args[@]}" "${backend_args[@]}" "${dim_args[@]}" --backends "$pf_backend" --seq "${PROFILE_SEQ:-4096}" \
             --warmup 1 --min-reps 1 --max-reps 1 --out "$out/profile-bench-$label$dim_label" --force -q \
             >"$res/profile-$label$dim_label.txt" 2>>"$out/profile.err"
         done
