@@ -39,7 +39,8 @@ using namespace testing_support;
   } while (0)
 
 // The kernel configs each backend lists, the built-in choice first (Flash3Schedule), without a
-// device: flash3 has the tile configs at their head dims (m192, m192-fmaexp at d64; n176 at d128),
+// device: flash3 has the tile configs at their head dims (m192, m192-fmaexp at d64; n176 at d128;
+// n80 at d256),
 // flash3-fp8 the two schedules only.
 TEST(CudaFlash3, KernelConfigNamesNeedNoDevice) {
   const Backend& flash3 = Registry::global().find("flash3");
@@ -55,7 +56,7 @@ TEST(CudaFlash3, KernelConfigNamesNeedNoDevice) {
   EXPECT_EQ(names(flash3, 128, true, 4096), (Names{"default", "v1", "grid", "n176"}));
   EXPECT_EQ(names(flash3, 128, true, 8192), (Names{"default", "v1", "grid", "n176"}));  // paired (the plan)
   EXPECT_EQ(names(flash3, 128, true, 8193), (Names{"n176", "default", "v1", "grid"}));
-  EXPECT_EQ(names(flash3, 256, false, 64), (Names{"default", "v1", "grid"}));
+  EXPECT_EQ(names(flash3, 256, false, 64), (Names{"default", "v1", "grid", "n80"}));
   EXPECT_EQ(names(Registry::global().find("flash3-fp8"), 128, false, 64), (Names{"default", "v1"}));
 }
 
@@ -160,8 +161,9 @@ void expect_tile_config_matches_reference(const std::string& config, int head_di
   const std::vector<std::string> configs =
       flash3.kernel_configs(make_problem(1, 2, 2, 64, 64, head_dim, DType::BF16, Layout::BSHD, false));
   const std::vector<std::string> expected =
-      head_dim == 64 ? std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"}
-                     : std::vector<std::string>{"n176", "default", "v1", "grid"};
+      head_dim == 64    ? std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"}
+      : head_dim == 128 ? std::vector<std::string>{"n176", "default", "v1", "grid"}
+                        : std::vector<std::string>{"default", "v1", "grid", "n80"};
   ASSERT_EQ(configs, expected);
   for (const DType dtype : {DType::BF16, DType::F16}) {
     for (const TileConfigCase& c : cases) {
@@ -271,6 +273,28 @@ const std::vector<TileConfigCase> kD128Cases = {
 TEST(CudaFlash3, N176MatchesTheReference) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
   expect_tile_config_matches_reference("n176", 128, kD128Cases);
+}
+
+// Kernel config "n80" (d256 only, experimental: not yet run on a GPU; 80-key K/V tiles): K tiles
+// exactly full (80), one key over (81), cut by the end of the keys, the causal diagonal at offsets
+// that 80 and 128 do not share (below 640 keys), seq_q != seq_kv both ways, GQA/MQA, BHSD,
+// windows, more works than SMs (persistent CTAs loop); fp16 and bf16.
+const std::vector<TileConfigCase> kD256Cases = {
+    {1, 2, 2, 1, 1, Layout::BSHD, false, -1, -1},         // one row, one key
+    {2, 2, 2, 7, 7, Layout::BSHD, true, -1, -1},          // seq 7 causal
+    {1, 2, 2, 100, 80, Layout::BSHD, false, -1, -1},      // exactly one full K tile
+    {1, 2, 1, 129, 81, Layout::BHSD, false, -1, -1},      // a second K tile of one key, GQA
+    {1, 2, 2, 353, 353, Layout::BSHD, true, -1, -1},      // causal, 5 K tiles, Q tiles 128 + 128 + 97
+    {2, 4, 2, 640, 640, Layout::BSHD, true, -1, -1},      // causal GQA, 8 K tiles, 5 Q tiles
+    {2, 4, 2, 700, 333, Layout::BSHD, true, -1, -1},      // seq_q > seq_kv: rows and tiles with no key
+    {1, 3, 1, 300, 1041, Layout::BSHD, true, -1, -1},     // seq_q < seq_kv causal, MQA, 14 K tiles
+    {1, 4, 2, 700, 700, Layout::BHSD, true, 129, -1},     // causal + left window (local), GQA
+    {1, 2, 2, 1000, 1000, Layout::BSHD, false, 100, 37},  // two-sided window: tiles skipped on both sides
+    {2, 70, 70, 200, 400, Layout::BHSD, false, -1, -1},   // 280 dense works: persistent CTAs loop
+};
+TEST(CudaFlash3, N80MatchesTheReference) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 256, DType::BF16, Layout::BSHD, false));
+  expect_tile_config_matches_reference("n80", 256, kD256Cases);
 }
 
 // Small cases of the persistent CTAs for compute-sanitizer (tools/device/run.sh): more work tiles
@@ -438,6 +462,19 @@ TEST(CudaFlash3, LongestFirstSmallCases) {
 
 // Small cases of n176 for compute-sanitizer (tools/device/run.sh): a K tile cut by the
 // sequence end, causal GQA, a second Q tile.
+// Small cases of n80 for compute-sanitizer: a partial last K tile, causal and not, 140 dense
+// works (persistent CTAs loop).
+TEST(CudaFlash3, N80SmallCases) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 256, DType::BF16, Layout::BSHD, false));
+  for (const bool causal : {false, true})
+    EXPECT_EQ(check_backend("flash3", make_problem(1, 4, 2, 200, 385, 256, DType::BF16, Layout::BSHD, causal),
+                            with_config("n80")),
+              "n80");
+  EXPECT_EQ(check_backend("flash3", make_problem(1, 140, 140, 100, 170, 256, DType::F16, Layout::BHSD, false),
+                          with_config("n80")),
+            "n80");
+}
+
 TEST(CudaFlash3, N176SmallCases) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
   for (const bool causal : {false, true})
@@ -446,10 +483,10 @@ TEST(CudaFlash3, N176SmallCases) {
               "n176");
 }
 
-// m192 (and the experimental m192-fmaexp) is listed for head dim 64 only, n176 for head dim 128 only, and only by
-// flash3 (flash3-fp8 has no such kernels); the built-in choice first (flash3.hpp). choose_kernel_config, which plan()
-// asks, takes a listed config and refuses any other naming the listed ones. Host only (no plan is made, no
-// kernel-config cache read): runs everywhere, CI included.
+// m192 (and the experimental m192-fmaexp) is listed for head dim 64 only, n176 for head dim 128 only, n80
+// (experimental) for 256 only, and only by flash3 (flash3-fp8 has no such kernels); the built-in choice first
+// (flash3.hpp). choose_kernel_config, which plan() asks, takes a listed config and refuses any other naming the listed
+// ones. Host only (no plan is made, no kernel-config cache read): runs everywhere, CI included.
 TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
   const Backend& flash3 = Registry::global().find("flash3");
   for (const int head_dim : {64, 128, 256}) {
@@ -457,7 +494,7 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
         flash3.kernel_configs(make_problem(1, 2, 2, 300, 300, head_dim, DType::F16, Layout::BSHD, true));
     EXPECT_EQ(configs, head_dim == 64    ? (std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"})
                        : head_dim == 128 ? (std::vector<std::string>{"default", "v1", "grid", "n176"})
-                                         : (std::vector<std::string>{"default", "v1", "grid"}))
+                                         : (std::vector<std::string>{"default", "v1", "grid", "n80"}))
         << "d" << head_dim;
   }
   // The built-in choice where it is a tile config: d64, d128 dense up to 8k keys or causal above

@@ -43,6 +43,10 @@ constexpr TileConfigRow kTileConfigTable[] = {
     {{"n176", 128, "176-key tiles"},
      &run_forward_config<ConfigN176, __half>,
      &run_forward_config<ConfigN176, __nv_bfloat16>},
+    // Experimental: not yet run on a GPU.
+    {{"n80", 256, "80-key tiles"},
+     &run_forward_config<ConfigN80, __half>,
+     &run_forward_config<ConfigN80, __nv_bfloat16>},
 };
 
 // The kernels with their works in another order than head-major (hopper/scheduler.cuh), one row

@@ -131,6 +131,14 @@ template <class Element>
 struct ConfigN176 {
   using Kernel = Traits<Element, 128, 176, 2>;
 };
+// Kernel config "n80" (d256 only, opt-in; experimental: not yet run on a GPU): 80-key K/V tiles,
+// the shape FlashAttention-3 picks for d256, where 64-key tiles pay the row reductions, the O
+// rescale and the barrier hand-overs every 64 keys. S 40 + P 20 + O 128 = 188 live accumulator
+// registers of the consumers' 240; 64 KiB Q + 2 stages × (40 + 40) KiB = 224 KiB.
+template <class Element>
+struct ConfigN80 {
+  using Kernel = Traits<Element, 256, 80, 2>;
+};
 // A config's kernel with its works in another order (kOrder): longest first, m192's on windowed
 // problems (flash3.cpp's plan) and the default tiles' at d64 and d128 with option
 // forward_order=longest-first; paired (forward_order=paired), m192's and the default tiles' at

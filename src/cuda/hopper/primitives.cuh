@@ -247,6 +247,8 @@ __device__ __forceinline__ void wgmma_ss_transposed(float (&acc)[kN / 2], std::u
   " %" #tens "0, %" #tens "1, %" #tens "2, %" #tens "3, %" #tens "4, %" #tens "5, %" #tens "6, %" #tens \
   "7, %" #tens "8, %" #tens "9"
 #define FLASH3_ACC32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9," FLASH3_REGS10(1) "," FLASH3_REGS10(2) ", %30, %31}"
+#define FLASH3_ACC40 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9," FLASH3_REGS10(1) "," FLASH3_REGS10(2) "," FLASH3_REGS10(3) "}"
 #define FLASH3_ACC64                                                                                            \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9," FLASH3_REGS10(1) "," FLASH3_REGS10(2) "," FLASH3_REGS10(3) "," \
       FLASH3_REGS10(4) "," FLASH3_REGS10(5) ", %60, %61, %62, %63}"
@@ -261,6 +263,7 @@ __device__ __forceinline__ void wgmma_ss_transposed(float (&acc)[kN / 2], std::u
 #define FLASH3_OUT4(i) "+f"(acc[i]), "+f"(acc[(i) + 1]), "+f"(acc[(i) + 2]), "+f"(acc[(i) + 3])
 #define FLASH3_OUT16(i) FLASH3_OUT4(i), FLASH3_OUT4((i) + 4), FLASH3_OUT4((i) + 8), FLASH3_OUT4((i) + 12)
 #define FLASH3_OUT32 FLASH3_OUT16(0), FLASH3_OUT16(16)
+#define FLASH3_OUT40 FLASH3_OUT32, FLASH3_OUT4(32), FLASH3_OUT4(36)
 #define FLASH3_OUT64 FLASH3_OUT32, FLASH3_OUT16(32), FLASH3_OUT16(48)
 #define FLASH3_OUT88 FLASH3_OUT64, FLASH3_OUT16(64), FLASH3_OUT4(80), FLASH3_OUT4(84)
 #define FLASH3_OUT128 FLASH3_OUT64, FLASH3_OUT16(64), FLASH3_OUT16(80), FLASH3_OUT16(96), FLASH3_OUT16(112)
@@ -298,14 +301,16 @@ __device__ __forceinline__ void wgmma_ss_transposed(float (&acc)[kN / 2], std::u
                  OUTS : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor), "r"(accumulate));           \
   }
 
-// The shapes the configurations use (traits.cuh): S = Q·Kᵀ with N = kTileN (64, 128, and 176 for
-// kernel config "n176" at d128) and O += P·V with N = head dim (64, 128, 256).
+// The shapes the configurations use (traits.cuh): S = Q·Kᵀ with N = kTileN (64, 128, 176 for
+// kernel config "n176" at d128 and 80 for "n80" at d256) and O += P·V with N = head dim (64, 128, 256).
 FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __half, "f16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
 FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __nv_bfloat16, "bf16", 64, FLASH3_ACC32, FLASH3_OUT32, "%32", "%33", "%34")
 FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __half, "f16", 128, FLASH3_ACC64, FLASH3_OUT64, "%64", "%65", "%66")
 FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __nv_bfloat16, "bf16", 128, FLASH3_ACC64, FLASH3_OUT64, "%64", "%65", "%66")
 FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __half, "f16", 176, FLASH3_ACC88, FLASH3_OUT88, "%88", "%89", "%90")
 FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __nv_bfloat16, "bf16", 176, FLASH3_ACC88, FLASH3_OUT88, "%88", "%89", "%90")
+FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __half, "f16", 80, FLASH3_ACC40, FLASH3_OUT40, "%40", "%41", "%42")
+FLASH3_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", __nv_bfloat16, "bf16", 80, FLASH3_ACC40, FLASH3_OUT40, "%40", "%41", "%42")
 FLASH3_DEFINE_WGMMA_RS(__half, "f16", 64, FLASH3_ACC32, FLASH3_OUT32, "{%32, %33, %34, %35}", "%36", "%37")
 FLASH3_DEFINE_WGMMA_RS(__nv_bfloat16, "bf16", 64, FLASH3_ACC32, FLASH3_OUT32, "{%32, %33, %34, %35}", "%36", "%37")
 FLASH3_DEFINE_WGMMA_RS(__half, "f16", 128, FLASH3_ACC64, FLASH3_OUT64, "{%64, %65, %66, %67}", "%68", "%69")

@@ -1,0 +1,7 @@
+// flash3 forward, fp16, head dim 256, kernel config "n80" (80-key K/V tiles; experimental: not yet
+// run on a GPU).
+#include "cuda/flash3/launch_template.cuh"
+
+namespace attnsuite::cuda::flash3 {
+template void run_forward_config<ConfigN80, __half>(const Params& params, cudaStream_t stream);
+}  // namespace attnsuite::cuda::flash3
