@@ -35,6 +35,11 @@ bool faster_beyond_noise(const bench::ResultRow& candidate, const bench::ResultR
   return *candidate.ms_median < *reference.ms_median * (1 - threshold);
 }
 
+bool accurate_as(const bench::ResultRow& candidate, const bench::ResultRow& reference) {
+  if (!candidate.rel_l2 || !reference.rel_l2) return true;
+  return *candidate.rel_l2 <= 2.0 * *reference.rel_l2 + 1e-4;
+}
+
 KernelTuneResult tune_kernel_case(bench::Runner& runner, Registry& registry, const bench::Case& c,
                                   const std::function<bool()>& cancelled,
                                   const std::function<void(const std::string&, const bench::ResultRow&)>& on_row) {
@@ -74,8 +79,13 @@ KernelTuneResult tune_kernel_case(bench::Runner& runner, Registry& registry, con
   const auto ok = [](const KernelCandidate& k) { return k.row.status == bench::CaseStatus::Ok && k.row.ms_median; };
   const KernelCandidate& first = result.candidates.front();
   const KernelCandidate* best = ok(first) ? &first : nullptr;
-  for (const KernelCandidate& candidate : result.candidates) {
+  for (KernelCandidate& candidate : result.candidates) {
     if (!ok(candidate) || &candidate == &first) continue;
+    if (ok(first) && !accurate_as(candidate.row, first.row)) {
+      candidate.excluded = fmt::format("less accurate than the built-in {}: rel-L2 {:.3g} against {:.3g}", first.config,
+                                       *candidate.row.rel_l2, *first.row.rel_l2);
+      continue;
+    }
     // Against the default: only beyond the noise; among alternatives: the lower median.
     if (best == nullptr || (best == &first ? faster_beyond_noise(candidate.row, first.row)
                                            : *candidate.row.ms_median < *best->row.ms_median)) {
@@ -112,6 +122,7 @@ nlohmann::ordered_json to_json(const KernelTuneResult& r) {
     item["tflops"] = candidate.row.tflops ? nlohmann::ordered_json(*candidate.row.tflops) : nullptr;
     item["rel_l2"] = candidate.row.rel_l2 ? nlohmann::ordered_json(*candidate.row.rel_l2) : nullptr;
     if (!candidate.row.reason.empty()) item["reason"] = candidate.row.reason;
+    if (!candidate.excluded.empty()) item["excluded"] = candidate.excluded;
     candidates.push_back(std::move(item));
   }
   out["candidates"] = std::move(candidates);

@@ -26,6 +26,7 @@ namespace attnsuite::tune {
 struct KernelCandidate {
   std::string config;
   bench::ResultRow row;  // the runner's row of the case with this configuration
+  std::string excluded;  // why it ran but may not be chosen (less accurate than the built-in choice)
 };
 
 struct KernelTuneResult {
@@ -40,6 +41,12 @@ struct KernelTuneResult {
 
 // Whether `candidate` is faster than `reference` beyond the noise of both medians.
 bool faster_beyond_noise(const bench::ResultRow& candidate, const bench::ResultRow& reference);
+
+// Whether `candidate` is about as accurate as `reference` (the built-in choice) against the fp64
+// reference: its relative L2 error at most twice the built-in's plus 1e-4, so a configuration
+// that computes something else (a kernel not yet run on this GPU, say) is never cached for
+// its speed. True when either error was not measured.
+bool accurate_as(const bench::ResultRow& candidate, const bench::ResultRow& reference);
 
 // Tunes one case: runs it once with each configuration. `on_row` sees every row.
 KernelTuneResult tune_kernel_case(bench::Runner& runner, Registry& registry, const bench::Case& c,

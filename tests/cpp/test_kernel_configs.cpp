@@ -133,6 +133,32 @@ TEST(KernelTuner, ABackendWithoutConfigurationsIsNotTuned) {
   EXPECT_NE(result.not_tuned.find("no kernel configurations"), std::string::npos) << result.not_tuned;
 }
 
+// A configuration is chosen only as accurate as the built-in one (twice its rel-L2 plus 1e-4):
+// a kernel that computes something else is not cached for its speed.
+TEST(KernelTuner, ALessAccurateConfigurationIsNeverChosen) {
+  bench::ResultRow reference, candidate;
+  reference.rel_l2 = 2.0e-3;
+  candidate.rel_l2 = 4.0e-3;
+  EXPECT_TRUE(tune::accurate_as(candidate, reference));
+  candidate.rel_l2 = 4.2e-3;
+  EXPECT_FALSE(tune::accurate_as(candidate, reference));
+  candidate.rel_l2 = 0.7;  // a wrong kernel
+  EXPECT_FALSE(tune::accurate_as(candidate, reference));
+  candidate.rel_l2.reset();  // not measured: no judgement
+  EXPECT_TRUE(tune::accurate_as(candidate, reference));
+  reference.rel_l2 = 0.0;  // an exact built-in (fp32 on the CPU, say): the floor
+  candidate.rel_l2 = 5e-5;
+  EXPECT_TRUE(tune::accurate_as(candidate, reference));
+
+  // In a tuning's JSON the excluded candidate says why.
+  tune::KernelTuneResult result;
+  result.candidates.push_back({"default", reference, ""});
+  result.candidates.push_back({"n80", candidate, "less accurate than the built-in default: rel-L2 0.7 against 0.002"});
+  const nlohmann::ordered_json json = tune::to_json(result);
+  EXPECT_FALSE(json["candidates"][0].contains("excluded"));
+  EXPECT_EQ(json["candidates"][1]["excluded"], "less accurate than the built-in default: rel-L2 0.7 against 0.002");
+}
+
 TEST(KernelTuner, TheDefaultStaysUnlessAnotherIsFasterBeyondTheNoise) {
   bench::ResultRow reference, candidate;
   reference.ms_median = 1.0;
