@@ -2,17 +2,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "attnsuite/attnsuite.hpp"
 #include "bench/plan.hpp"
 #include "bench/runner.hpp"
 #include "cli_test_support.hpp"
 #include "core/isa.hpp"
+#include "core/reference.hpp"
 #include "tune/kernel_tuner.hpp"
 
 namespace attnsuite {
@@ -133,8 +136,43 @@ TEST(KernelTuner, ABackendWithoutConfigurationsIsNotTuned) {
   EXPECT_NE(result.not_tuned.find("no kernel configurations"), std::string::npos) << result.not_tuned;
 }
 
-// A configuration is chosen only as accurate as the built-in one (twice its rel-L2 plus 1e-4):
-// a kernel that computes something else is not cached for its speed.
+// A backend with four kernel configs, all on the CPU: "default" the fp64 reference after a 30 ms
+// wait (about 10x the others, whatever the machine's load); "fast-wrong" O × 1.5 at once; "fast-bad-lse" the right O
+// and LSE + 1 at once; "fast-right" the reference at once. The tuner may choose only the last.
+class ConfigurableFake final : public Backend {
+ public:
+  std::string_view name() const override { return "fake-configs"; }
+  std::string_view display_name() const override { return "fake-configs"; }
+  Device device() const override { return {}; }
+  std::string capabilities() const override { return "test"; }
+  Support supports(const AttentionProblem&) const override { return Support::yes(); }
+  std::vector<std::string> kernel_configs(const AttentionProblem&) const override {
+    return {"default", "fast-wrong", "fast-bad-lse", "fast-right"};
+  }
+  std::unique_ptr<KernelPlan> plan(const AttentionProblem& p, const PlanOptions& options) const override {
+    const std::string config = options.kernel_config.empty() ? "default" : options.kernel_config;
+    return std::make_unique<FunctionPlan>(config, 0, [p, config](const AttentionArgs& args, Stream, RunReport&) {
+      if (config == "default") std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      std::vector<double> out(static_cast<std::size_t>(p.seq_q) * p.dim_v()), lse(p.seq_q);
+      for (int b = 0; b < p.batch; ++b)
+        for (int h = 0; h < p.heads_q; ++h) {
+          cpu::reference_head_f64(p, args, b, h, out.data(), lse.data());
+          for (int s = 0; s < p.seq_q; ++s) {
+            for (int d = 0; d < p.dim_v(); ++d)
+              store_from_float(args.o.data, p.dtype, args.o.offset(b, s, h, d),
+                               static_cast<float>(out[s * p.dim_v() + d] * (config == "fast-wrong" ? 1.5 : 1.0)));
+            if (!args.lse.empty())
+              args.lse.data[(static_cast<std::size_t>(b) * p.heads_q + h) * p.seq_q + s] =
+                  static_cast<float>(lse[s] + (config == "fast-bad-lse" ? 1.0 : 0.0));
+          }
+        }
+    });
+  }
+};
+
+// The tuner chooses only a configuration as accurate as the built-in one: rel-L2 at most twice
+// the built-in's plus 1e-4 (accurate_as), the LSE right where the built-in's is; the excluded
+// candidates say why in the tuning's JSON.
 TEST(KernelTuner, ALessAccurateConfigurationIsNeverChosen) {
   bench::ResultRow reference, candidate;
   reference.rel_l2 = 2.0e-3;
@@ -142,21 +180,27 @@ TEST(KernelTuner, ALessAccurateConfigurationIsNeverChosen) {
   EXPECT_TRUE(tune::accurate_as(candidate, reference));
   candidate.rel_l2 = 4.2e-3;
   EXPECT_FALSE(tune::accurate_as(candidate, reference));
-  candidate.rel_l2 = 0.7;  // a wrong kernel
-  EXPECT_FALSE(tune::accurate_as(candidate, reference));
   candidate.rel_l2.reset();  // not measured: no judgement
   EXPECT_TRUE(tune::accurate_as(candidate, reference));
-  reference.rel_l2 = 0.0;  // an exact built-in (fp32 on the CPU, say): the floor
-  candidate.rel_l2 = 5e-5;
-  EXPECT_TRUE(tune::accurate_as(candidate, reference));
 
-  // In a tuning's JSON the excluded candidate says why.
-  tune::KernelTuneResult result;
-  result.candidates.push_back({"default", reference, ""});
-  result.candidates.push_back({"n80", candidate, "less accurate than the built-in default: rel-L2 0.7 against 0.002"});
+  Registry registry;
+  registry.add("fake-configs", [] { return std::make_unique<ConfigurableFake>(); });
+  bench::SweepSpec spec = spec_for("fake-configs");
+  spec.timing.measure.max_reps = 10;
+  bench::Runner runner(spec, registry);
+  const tune::KernelTuneResult result = tune::tune_kernel_case(runner, registry, bench::expand(spec).front(), {});
+  ASSERT_EQ(result.candidates.size(), 4u);
+  EXPECT_EQ(result.best, "fast-right") << result.not_tuned;
+  EXPECT_GT(result.speedup, 1.0);
+  EXPECT_TRUE(result.candidates[0].excluded.empty());
+  EXPECT_NE(result.candidates[1].excluded.find("less accurate than the built-in default: rel-L2"), std::string::npos)
+      << result.candidates[1].excluded;
+  EXPECT_NE(result.candidates[2].excluded.find("log-sum-exp differs from the reference"), std::string::npos)
+      << result.candidates[2].excluded << " / " << result.candidates[2].row.reason;
+  EXPECT_TRUE(result.candidates[3].excluded.empty());
   const nlohmann::ordered_json json = tune::to_json(result);
   EXPECT_FALSE(json["candidates"][0].contains("excluded"));
-  EXPECT_EQ(json["candidates"][1]["excluded"], "less accurate than the built-in default: rel-L2 0.7 against 0.002");
+  EXPECT_EQ(json["candidates"][1]["excluded"], result.candidates[1].excluded);
 }
 
 TEST(KernelTuner, TheDefaultStaysUnlessAnotherIsFasterBeyondTheNoise) {

@@ -102,12 +102,12 @@ __global__ void __launch_bounds__(kRowKernelWarps * 32)
     for (int c = w.lane; c < params.head_dim; c += 32) params.dq_accum[row_index * params.head_dim + c] = 0.0f;
 }
 
-// The preprocess with 16-byte accesses (flash3's default, backward_preprocess=vector; measured
+// The preprocess with 16-byte accesses (flash3's and flash2's default, backward_preprocess=vector;
 // 2.6x faster on the H100): kHeadDim / 8 lanes a workspace row, each one 16-byte load of O and of dO (8
 // elements) and 16-byte stores of zeros into the dQ sums, 32 / (kHeadDim / 8) rows a warp — a
 // quarter (d64) or half (d128) of the warps and load instructions of backward_preprocess_kernel,
 // whose one warp a row issues 2-byte loads. O's and dO's rows must be 16-byte aligned (flash3's
-// TMA rule holds them to it).
+// TMA rule and flash2's cp.async rule hold them to it).
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(kRowKernelWarps * 32)
     backward_preprocess_vector_kernel(const __grid_constant__ BackwardParams params) {

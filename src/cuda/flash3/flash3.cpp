@@ -289,8 +289,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // alone at the end — measured on the H200 (fa3-grid, 2026-12-04 third session) 1.38-1.68x
     // slower than one CTA per work at causal N >= 8k (d128, d256), 1.00-1.05x at N <= 4k, and
     // m192 1.24-1.43x at causal N 1k-4k; dense, 1.00-1.27x faster (N 512: 1.23x at d128).
-    // Paired (the built-in order of causal problems) and longest first (of windowed ones with
-    // m192): their orders balance the round-robin under a mask too (hopper/scheduler.cuh).
+    // Paired (the built-in order of causal problems) and longest first (of non-causal windows
+    // with m192): their orders balance the round-robin under a mask too (hopper/scheduler.cuh).
     const bool ordered = order != hopper::WorkOrder::HeadMajor;
     params.persistent = ordered || (choice.kind != Flash3Schedule::Kind::Grid && !problem.has_mask());
     if (ordered) {

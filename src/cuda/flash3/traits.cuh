@@ -34,7 +34,7 @@ struct Traits : hopper::WarpSpecialized<kConsumers_, 24, kConsumers_ == 2 ? 240 
   static constexpr int kStages = kStages_;
   static constexpr int kFmaExp2Every = kFmaExp2Every_;
   // The works' order (hopper/scheduler.cuh): HeadMajor, each head's query tiles in a row (the
-  // longest first); LongestFirst (m192 on windowed problems, option forward_order=longest-first):
+  // longest first); LongestFirst (m192 on non-causal windows, option forward_order=longest-first):
   // bands of one query tile over every head, the longest band first; Paired (causal problems,
   // option forward_order=paired): units of a head's longest and shortest query tiles,
   // head-major. The last two run on persistent CTAs on masked problems too.
@@ -139,8 +139,8 @@ template <class Element>
 struct ConfigN80 {
   using Kernel = Traits<Element, 256, 80, 2>;
 };
-// A config's kernel with its works in another order (kOrder): longest first, m192's on windowed
-// problems (flash3.cpp's plan) and the default tiles' at d64 and d128 with option
+// A config's kernel with its works in another order (kOrder): longest first, m192's on non-causal
+// windows (flash3.cpp's plan) and the default tiles' at d64 and d128 with option
 // forward_order=longest-first; paired (forward_order=paired), m192's and the default tiles' at
 // d128 and d256.
 template <class Kernel, hopper::WorkOrder kOrder>

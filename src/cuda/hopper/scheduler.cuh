@@ -89,7 +89,7 @@ struct PersistentSchedule {
 // and head and batch from w % (heads · batch): under a causal mask the works come in bands of
 // equal cost, the longest first, so the round-robin hands every CTA about the same cost (a
 // longest-first list schedule) — at the price of K/V sharing: the CTAs in flight work on ~132
-// different heads. flash3's m192 runs windowed problems so (d64; and option forward_order=longest-first):
+// different heads. flash3's m192 runs non-causal windows so (d64; and option forward_order=longest-first):
 // cuDNN's forward runs one persistent CTA per SM at causal N 1024 and was 1.30x faster there than
 // flash3's one CTA per work (ncu, H100, docs/results/h100/2026-12-07/); m192 so is 1.02-1.19x its
 // grid at causal N 512-4096, 1.22-1.24x with a 256-key window, but the 128-row tiles at d128
