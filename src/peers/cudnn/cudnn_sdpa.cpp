@@ -241,14 +241,13 @@ GraphKey dense_key_for(const AttentionProblem& p, int device, bool backward = fa
 // starting at the bottom-right corner — for square problems top-left is the same mask and the
 // alignment more engines were built for. cuDNN keeps key j where j ≤ diag + right_bound and
 // j + left_bound > diag: so right_bound = window_right and left_bound = window_left + 1. A left
-// window alone gets right_bound = seq_kv (the same mask: no key lies that far right), since the
-// frontend refuses a left bound without a right one on some cuDNN versions (before 9.10.2; 9.14
-// with seq_kv > 1024).
+// window alone sets no right bound (as passed its GPU tests on cuDNN 9.19); the frontend refuses
+// that graph before cuDNN 9.10.2, and on 9.14.0 with seq_kv > 1024 (a cuDNN bug there), so the
+// peer refuses such cases, through probe_support, with the frontend's reason.
 template <class Attributes>
 void set_mask(Attributes& options, const GraphKey& key) {
-  int right = key.causal ? (key.window_right >= 0 ? std::min(key.window_right, 0) : 0) : key.window_right;
+  const int right = key.causal ? (key.window_right >= 0 ? std::min(key.window_right, 0) : 0) : key.window_right;
   if (right < 0 && key.window_left < 0) return;
-  if (right < 0) right = key.seq_kv;
   options.set_diagonal_alignment(key.seq_q == key.seq_kv ? fe::DiagonalAlignment_t::TOP_LEFT
                                                          : fe::DiagonalAlignment_t::BOTTOM_RIGHT);
   if (right >= 0) options.set_diagonal_band_right_bound(right);
