@@ -19,6 +19,7 @@
 #include "core/cancel.hpp"
 #include "cpu/common.hpp"
 #include "cpu/cpu_backends.hpp"
+#include "fake_backend_support.hpp"
 #include "report/jsonl.hpp"
 #include "report/sweep.hpp"
 
@@ -63,18 +64,7 @@ class FakeBackend final : public Backend {
     if (calls_) ++*calls_;
     if (mode_ == Mode::OutOfMemory) throw Error(ErrorKind::OutOfMemory, "fake: out of memory, needs 9 GiB, 1 GiB free");
     if (mode_ == Mode::LeaveUnwritten) return;
-    std::vector<double> out(static_cast<std::size_t>(p.seq_q) * p.dim_v()), lse(p.seq_q);
-    for (int b = 0; b < p.batch; ++b)
-      for (int h = 0; h < p.heads_q; ++h) {
-        cpu::reference_head_f64(p, args, b, h, out.data(), lse.data());
-        for (int s = 0; s < p.seq_q; ++s) {
-          for (int d = 0; d < p.dim_v(); ++d)
-            store_from_float(args.o.data, p.dtype, args.o.offset(b, s, h, d),
-                             static_cast<float>(out[s * p.dim_v() + d]));
-          if (!args.lse.empty())
-            args.lse.data[(static_cast<std::size_t>(b) * p.heads_q + h) * p.seq_q + s] = static_cast<float>(lse[s]);
-        }
-      }
+    testing_support::write_reference_output(p, args);
   }
 
   std::string name_;

@@ -15,7 +15,7 @@
 #include "bench/runner.hpp"
 #include "cli_test_support.hpp"
 #include "core/isa.hpp"
-#include "core/reference.hpp"
+#include "fake_backend_support.hpp"
 #include "tune/kernel_tuner.hpp"
 
 namespace attnsuite {
@@ -153,19 +153,8 @@ class ConfigurableFake final : public Backend {
     const std::string config = options.kernel_config.empty() ? "default" : options.kernel_config;
     return std::make_unique<FunctionPlan>(config, 0, [p, config](const AttentionArgs& args, Stream, RunReport&) {
       if (config == "default") std::this_thread::sleep_for(std::chrono::milliseconds(30));
-      std::vector<double> out(static_cast<std::size_t>(p.seq_q) * p.dim_v()), lse(p.seq_q);
-      for (int b = 0; b < p.batch; ++b)
-        for (int h = 0; h < p.heads_q; ++h) {
-          cpu::reference_head_f64(p, args, b, h, out.data(), lse.data());
-          for (int s = 0; s < p.seq_q; ++s) {
-            for (int d = 0; d < p.dim_v(); ++d)
-              store_from_float(args.o.data, p.dtype, args.o.offset(b, s, h, d),
-                               static_cast<float>(out[s * p.dim_v() + d] * (config == "fast-wrong" ? 1.5 : 1.0)));
-            if (!args.lse.empty())
-              args.lse.data[(static_cast<std::size_t>(b) * p.heads_q + h) * p.seq_q + s] =
-                  static_cast<float>(lse[s] + (config == "fast-bad-lse" ? 1.0 : 0.0));
-          }
-        }
+      testing_support::write_reference_output(p, args, config == "fast-wrong" ? 1.5 : 1.0,
+                                              config == "fast-bad-lse" ? 1.0 : 0.0);
     });
   }
 };
