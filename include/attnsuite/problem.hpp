@@ -36,6 +36,10 @@ struct AttentionProblem {
   int group_size() const { return heads_q / heads_kv; }
   int kv_head_of(int q_head) const { return q_head / group_size(); }
   bool has_mask() const { return causal || window_left >= 0 || window_right >= 0; }
+  // The window's right bound with causal folded in: min(window_right, 0) when causal (0 without
+  // a window), else window_right (-1: unbounded). The mask is then [diag − window_left, diag +
+  // right_bound()] with diag = i + seq_kv − seq_q.
+  int right_bound() const { return causal ? (window_right >= 0 ? std::min(window_right, 0) : 0) : window_right; }
 
   // Half-open range [begin, end) of keys that query row i attends to (empty when begin >= end).
   std::int64_t key_begin(std::int64_t i) const {

@@ -83,6 +83,10 @@ KernelTuneResult tune_kernel_case(bench::Runner& runner, Registry& registry, con
     result.not_tuned = fmt::format("the built-in configuration {} did not run: {}", first.config, first.row.reason);
     return result;
   }
+  // The runner leaves a wrong log-sum-exp in the row's reason (the status stays Ok): a
+  // configuration whose LSE is wrong where the built-in's is right is not chosen either (the
+  // backward reads it).
+  const auto lse_wrong = [](const bench::ResultRow& row) { return row.reason.starts_with("log-sum-exp differs"); };
   const KernelCandidate* best = &first;
   for (KernelCandidate& candidate : result.candidates) {
     if (!ok(candidate) || &candidate == &first) continue;
@@ -91,10 +95,6 @@ KernelTuneResult tune_kernel_case(bench::Runner& runner, Registry& registry, con
                                        *candidate.row.rel_l2, *first.row.rel_l2);
       continue;
     }
-    // The runner leaves a wrong log-sum-exp in the row's reason (the status stays Ok): a
-    // configuration whose LSE is wrong where the built-in's is right is not chosen either (the
-    // backward reads it).
-    const auto lse_wrong = [](const bench::ResultRow& row) { return row.reason.starts_with("log-sum-exp differs"); };
     if (lse_wrong(candidate.row) && !lse_wrong(first.row)) {
       candidate.excluded = fmt::format("its {}, the built-in {}'s not", candidate.row.reason, first.config);
       continue;

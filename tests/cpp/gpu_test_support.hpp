@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -43,6 +44,19 @@ inline std::string cuda_device_missing() {
     const std::string missing = ::attnsuite::testing_support::cuda_device_missing(); \
     if (!missing.empty()) GTEST_SKIP() << "no CUDA device: " << missing;             \
   } while (0)
+
+// The one-line usage error with which backend.check_options refuses `options` (a failure when it
+// accepts them or throws another kind); "" when accepted.
+inline std::string options_usage_error(const Backend& backend, const std::map<std::string, std::string>& options) {
+  try {
+    backend.check_options(options);
+    ADD_FAILURE() << backend.name() << " accepted the options";
+    return std::string();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Usage) << error.what();
+    return std::string(error.what());
+  }
+}
 #endif  // ATTNSUITE_HAVE_CUDA
 
 // Runs body(i) for i in [0, count) on the machine's cores (the references are O(N²·D)).

@@ -35,12 +35,11 @@ void fill_sizes(Params& params, const AttentionProblem& problem) {
   params.head_dim = problem.head_dim;
 }
 
-// window_left, window_right with causal folded in: min(window_right, 0), or 0 without a window.
+// window_left, and window_right with causal folded in (AttentionProblem::right_bound).
 template <class Params>
 void fill_window(Params& params, const AttentionProblem& problem) {
   params.window_left = problem.window_left;
-  params.window_right = problem.window_right;
-  if (problem.causal) params.window_right = problem.window_right >= 0 ? std::min(problem.window_right, 0) : 0;
+  params.window_right = problem.right_bound();
 }
 
 template <class Params>

@@ -129,7 +129,9 @@ struct GraphKey {
   int batch = 0, heads_q = 0, heads_kv = 0, seq_q = 0, seq_kv = 0, head_dim = 0, head_dim_v = 0;
   DType dtype = DType::F16;
   bool causal = false;
-  int window_left = -1, window_right = -1;  // the problem's sliding window (-1: unbounded)
+  // The mask's band beside the diagonal (-1: unbounded): window_left, and window_right with causal
+  // folded in (AttentionProblem::right_bound).
+  int window_left = -1, right_bound = -1;
   float scale = 0.0f;
   bool stats = false;
   bool backward = false;
@@ -147,7 +149,7 @@ struct GraphKeyHash {
     };
     for (int value :
          {key.device, key.batch, key.heads_q, key.heads_kv, key.seq_q, key.seq_kv, key.head_dim, key.head_dim_v,
-          static_cast<int>(key.dtype), static_cast<int>(key.causal), key.window_left, key.window_right,
+          static_cast<int>(key.dtype), static_cast<int>(key.causal), key.window_left, key.right_bound,
           static_cast<int>(key.stats), static_cast<int>(key.backward), static_cast<int>(key.deterministic)})
       mix(value);
     mix(key.scale);
@@ -194,7 +196,7 @@ GraphKey key_for(const AttentionProblem& p, int device, const Strides& q, const 
           .dtype = p.dtype,
           .causal = p.causal,
           .window_left = p.window_left,
-          .window_right = p.window_right,
+          .right_bound = p.right_bound(),
           .scale = p.softmax_scale(),
           .stats = stats,
           .q = q,
@@ -246,11 +248,10 @@ GraphKey dense_key_for(const AttentionProblem& p, int device, bool backward = fa
 // peer refuses such cases, through probe_support, with the frontend's reason.
 template <class Attributes>
 void set_mask(Attributes& options, const GraphKey& key) {
-  const int right = key.causal ? (key.window_right >= 0 ? std::min(key.window_right, 0) : 0) : key.window_right;
-  if (right < 0 && key.window_left < 0) return;
+  if (key.right_bound < 0 && key.window_left < 0) return;
   options.set_diagonal_alignment(key.seq_q == key.seq_kv ? fe::DiagonalAlignment_t::TOP_LEFT
                                                          : fe::DiagonalAlignment_t::BOTTOM_RIGHT);
-  if (right >= 0) options.set_diagonal_band_right_bound(right);
+  if (key.right_bound >= 0) options.set_diagonal_band_right_bound(key.right_bound);
   if (key.window_left >= 0) options.set_diagonal_band_left_bound(key.window_left + 1);
 }
 
