@@ -51,11 +51,11 @@ TEST(CudaFlash3, KernelConfigNamesNeedNoDevice) {
   EXPECT_EQ(names(flash3, 64, false, 64), (Names{"m192", "default", "v1", "grid", "m192-fmaexp"}));
   EXPECT_EQ(names(flash3, 64, true, 1024), (Names{"m192", "default", "v1", "grid", "m192-fmaexp"}));
   EXPECT_EQ(names(flash3, 64, true, 2048), (Names{"m192", "default", "v1", "grid", "m192-fmaexp"}));
-  EXPECT_EQ(names(flash3, 128, false, 8192), (Names{"n176", "default", "v1", "grid"}));
-  EXPECT_EQ(names(flash3, 128, false, 16384), (Names{"default", "v1", "grid", "n176"}));
-  EXPECT_EQ(names(flash3, 128, true, 4096), (Names{"default", "v1", "grid", "n176"}));
-  EXPECT_EQ(names(flash3, 128, true, 8192), (Names{"default", "v1", "grid", "n176"}));  // paired (the plan)
-  EXPECT_EQ(names(flash3, 128, true, 8193), (Names{"n176", "default", "v1", "grid"}));
+  EXPECT_EQ(names(flash3, 128, false, 8192), (Names{"n176", "default", "v1", "grid", "s3"}));
+  EXPECT_EQ(names(flash3, 128, false, 16384), (Names{"default", "v1", "grid", "n176", "s3"}));
+  EXPECT_EQ(names(flash3, 128, true, 4096), (Names{"default", "v1", "grid", "n176", "s3"}));
+  EXPECT_EQ(names(flash3, 128, true, 8192), (Names{"default", "v1", "grid", "n176", "s3"}));  // paired (the plan)
+  EXPECT_EQ(names(flash3, 128, true, 8193), (Names{"n176", "default", "v1", "grid", "s3"}));
   EXPECT_EQ(names(flash3, 256, false, 64), (Names{"default", "v1", "grid", "n80"}));
   EXPECT_EQ(names(Registry::global().find("flash3-fp8"), 128, false, 64), (Names{"default", "v1"}));
 }
@@ -85,7 +85,7 @@ TEST(CudaFlash3, EveryKernelConfigMatchesTheReference) {
   const std::vector<std::string> configs =
       flash3.kernel_configs(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
   // The built-in choice first: n176 at d128 for a dense problem up to 8k keys.
-  ASSERT_EQ(configs, (std::vector<std::string>{"n176", "default", "v1", "grid"}));
+  ASSERT_EQ(configs, (std::vector<std::string>{"n176", "default", "v1", "grid", "s3"}));
   for (const std::string config : {"default", "v1", "grid"}) {
     const PlanOptions options = with_config(config);
     SCOPED_TRACE("config " + config);
@@ -165,7 +165,7 @@ void expect_tile_config_matches_reference(const std::string& config, int head_di
       flash3.kernel_configs(make_problem(1, 2, 2, 64, 64, head_dim, DType::BF16, Layout::BSHD, false));
   const std::vector<std::string> expected =
       head_dim == 64    ? std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"}
-      : head_dim == 128 ? std::vector<std::string>{"n176", "default", "v1", "grid"}
+      : head_dim == 128 ? std::vector<std::string>{"n176", "default", "v1", "grid", "s3"}
                         : std::vector<std::string>{"default", "v1", "grid", "n80"};
   ASSERT_EQ(configs, expected);
   for (const DType dtype : {DType::BF16, DType::F16}) {
@@ -314,8 +314,8 @@ TEST(CudaFlash3, PersistentSmallCases) {
   check_backend("flash3", make_problem(1, 140, 140, 100, 200, 128, DType::F16, Layout::BHSD, false));
 }
 
-// forward_order=longest-first, refused without a device: a value it does not have, head dim 256,
-// a kernel config beside it other than m192 at d64.
+// forward_order=longest-first and paired, refused without a device: a value it does not have, a
+// head dim or a kernel config beside it without a kernel in that order (launch.cu's table).
 TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   const Backend& flash3 = Registry::global().find("flash3");
   EXPECT_EQ(options_usage_error(flash3, {{"forward_order", "shortest-first"}}),
@@ -341,27 +341,38 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   PlanOptions with_n176 = options;
   with_n176.kernel_config = "n176";
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), with_n176),
-            std::pair(ErrorKind::Usage, std::string("flash3: forward_order=longest-first runs the default tiles (or "
-                                                    "m192 at d64); kernel config 'n176' cannot be given with it")));
+            std::pair(ErrorKind::Unsupported,
+                      std::string("flash3: forward_order=longest-first is built for m192 at head dim 64, the default "
+                                  "tiles at head dim 64, the default tiles at head dim 128; not for n176 at head dim "
+                                  "128")));
   PlanOptions with_m192 = options;
   with_m192.kernel_config = "m192";
-  EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), with_m192),
-            std::pair(ErrorKind::Usage, std::string("flash3: forward_order=longest-first runs the default tiles (or "
-                                                    "m192 at d64); kernel config 'm192' cannot be given with it")));
-  // Paired: m192 at d64 and the default tiles at d128 and d256 only.
+  EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), with_m192).second,
+            "flash3: forward_order=longest-first is built for m192 at head dim 64, the default tiles at head dim 64, "
+            "the default tiles at head dim 128; not for m192 at head dim 128");
+  // Paired: m192 at d64, the default tiles at d128 and d256 and s3 at d128 only.
   PlanOptions paired;
   paired.options = {{"forward_order", "paired"}};
   EXPECT_NO_THROW(flash3.check_options(paired.options));
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, true), paired),
             std::pair(ErrorKind::Unsupported,
                       std::string("flash3: forward_order=paired is built for m192 at head dim 64, the default tiles "
-                                  "at head dim 128, the default tiles at head dim 256; not for the default tiles at "
-                                  "head dim 64")));
+                                  "at head dim 128, s3 at head dim 128, the default tiles at head dim 256; not for "
+                                  "the default tiles at head dim 64")));
   PlanOptions paired_n176 = paired;
   paired_n176.kernel_config = "n176";
-  EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), paired_n176),
-            std::pair(ErrorKind::Usage, std::string("flash3: forward_order=paired runs the default tiles (or m192 at "
-                                                    "d64); kernel config 'n176' cannot be given with it")));
+  EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), paired_n176).second,
+            "flash3: forward_order=paired is built for m192 at head dim 64, the default tiles at head dim 128, s3 at "
+            "head dim 128, the default tiles at head dim 256; not for n176 at head dim 128");
+  // s3 (experimental) with paired asked for, and s3 alone: a plan without a device (the kernel
+  // runs only on a GPU); its causal problems run paired.
+  PlanOptions paired_s3 = paired;
+  paired_s3.kernel_config = "s3";
+  try {
+    (void)flash3.plan(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), paired_s3);
+  } catch (const Error& error) {  // without a GPU: refused for the device, not for the order
+    EXPECT_EQ(std::string(error.what()).find("forward_order"), std::string::npos) << error.what();
+  }
 }
 
 // forward_order=longest-first: persistent CTAs on every
@@ -442,6 +453,27 @@ TEST(CudaFlash3, PairedSmallCases) {
   check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::BF16, Layout::BSHD, true), options);
 }
 
+// Kernel config "s3" (d128 only, experimental: not yet run on a GPU; three K/V stages): n176's
+// cases (the ring wrapping at every phase: 1 to 9 key tiles, causal ones paired on persistent
+// CTAs as the default tiles'), then more works than SMs; fp16 and bf16.
+TEST(CudaFlash3, S3MatchesTheReference) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  std::vector<TileConfigCase> cases = kD128Cases;
+  cases.push_back({2, 32, 8, 600, 600, Layout::BSHD, true, -1, -1});     // 5 query tiles: 2 pairs + a middle
+  cases.push_back({2, 32, 8, 1000, 1000, Layout::BHSD, false, -1, -1});  // dense, 8 key tiles a work
+  expect_tile_config_matches_reference("s3", 128, cases);
+}
+
+// Small cases of s3 for compute-sanitizer: a partial last K tile, causal (paired) and not, 140
+// dense works (persistent CTAs loop, the ring's phase carried over).
+TEST(CudaFlash3, S3SmallCases) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  for (const bool causal : {false, true})
+    expect_config_matches("s3", make_problem(1, 4, 2, 200, 385, 128, DType::BF16, Layout::BSHD, causal));
+  expect_config_matches("s3", make_problem(1, 140, 140, 100, 300, 128, DType::F16, Layout::BHSD, false));
+  expect_config_matches("s3", make_problem(2, 70, 10, 300, 300, 128, DType::BF16, Layout::BSHD, true));
+}
+
 // Small cases of longest-first for compute-sanitizer (tools/device/run.sh): 420 works, causal with
 // seq_q > seq_kv (rows 0..199 see no key: works without a key between those with keys), at d128,
 // d64 and d64 with m192, and 280 dense ones.
@@ -483,7 +515,7 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
     const std::vector<std::string> configs =
         flash3.kernel_configs(make_problem(1, 2, 2, 300, 300, head_dim, DType::F16, Layout::BSHD, true));
     EXPECT_EQ(configs, head_dim == 64    ? (std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"})
-                       : head_dim == 128 ? (std::vector<std::string>{"default", "v1", "grid", "n176"})
+                       : head_dim == 128 ? (std::vector<std::string>{"default", "v1", "grid", "n176", "s3"})
                                          : (std::vector<std::string>{"default", "v1", "grid", "n80"}))
         << "d" << head_dim;
   }
@@ -492,9 +524,9 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 1500, 1500, 64, DType::F16, Layout::BSHD, true)),
             (std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"}));
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 300, 9000, 128, DType::F16, Layout::BSHD, false)),
-            (std::vector<std::string>{"default", "v1", "grid", "n176"}));
+            (std::vector<std::string>{"default", "v1", "grid", "n176", "s3"}));
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 8193, 8193, 128, DType::F16, Layout::BSHD, true)),
-            (std::vector<std::string>{"n176", "default", "v1", "grid"}));
+            (std::vector<std::string>{"n176", "default", "v1", "grid", "s3"}));
 
   const AttentionProblem d64 = make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true);
   const AttentionProblem d128 = make_problem(1, 2, 2, 300, 300, 128, DType::F16, Layout::BSHD, true);
@@ -515,7 +547,7 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
     }
   };
   EXPECT_EQ(refusal(flash3, d128, "m192"),
-            "flash3: kernel config 'm192' unknown for this problem; allowed: default, v1, grid, n176");
+            "flash3: kernel config 'm192' unknown for this problem; allowed: default, v1, grid, n176, s3");
   EXPECT_EQ(refusal(flash3, d64, "m256"),
             "flash3: kernel config 'm256' unknown for this problem; allowed: m192, default, v1, grid, m192-fmaexp");
   // Not asked for, no cache entry: the built-in choice.

@@ -92,8 +92,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "backward_order=grouped-4|head-major (16-byte at d64 opt-in: correct on the H100, speed not yet "
              "measured), backward_preprocess=vector|warp (vector, the default: 16-byte accesses); "
              "kernel config "
-             "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100), n80 (d256, opt-in; experimental: not yet run "
-             "on a GPU); "
+             "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100), n80 (d256) and s3 (d128: three K/V stages), "
+             "opt-in; experimental: not yet run on a GPU; "
              "causal problems (sliding windows included) run paired on persistent CTAs (a head's longest and "
              "shortest query tiles together; m192 at d64, the default tiles at d128, and at d256 up to seq_q "
              "4096), non-causal windowed ones at d64 longest first; option "
@@ -151,24 +151,18 @@ class Flash3Backend final : public Flash3FamilyBackend {
         throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
     }
     const ForwardOrder order = forward_order(options.options);
-    // Asked for longest first or paired: the default tiles, or m192 at d64 when it is asked for
-    // too, where launch.cu's table has that kernel.
+    // Asked for longest first or paired: the default tiles, or the kernel config asked for too,
+    // where launch.cu's table has that kernel.
     const bool asked_order = order == ForwardOrder::LongestFirst || order == ForwardOrder::Paired;
     const hopper::WorkOrder asked_work_order =
         order == ForwardOrder::Paired ? hopper::WorkOrder::Paired : hopper::WorkOrder::LongestFirst;
     const std::string_view order_name = order == ForwardOrder::Paired ? "paired" : "longest-first";
     std::string config = options.kernel_config.empty() ? std::string("default") : options.kernel_config;
-    if (asked_order && config != "default" && !(config == "m192" && problem.head_dim == 64))
-      throw Error(ErrorKind::Usage,
-                  fmt::format("flash3: forward_order={} runs the default tiles (or m192 at d64); kernel config '{}' "
-                              "cannot be given with it",
-                              order_name, config));
-    const bool m192 = config == "m192";
-    if (asked_order && !flash3::has_ordered_kernel(asked_work_order, problem.head_dim, m192))
-      throw Error(ErrorKind::Unsupported,
-                  fmt::format("flash3: forward_order={} is built for {}; not for {} at head dim {}", order_name,
-                              flash3::ordered_kernels(asked_work_order), m192 ? "m192" : "the default tiles",
-                              problem.head_dim));
+    if (asked_order && !flash3::has_ordered_kernel(asked_work_order, problem.head_dim, config))
+      throw Error(
+          ErrorKind::Unsupported,
+          fmt::format("flash3: forward_order={} is built for {}; not for {} at head dim {}", order_name,
+                      flash3::ordered_kernels(asked_work_order), flash3::describe_tiles(config), problem.head_dim));
     require_support(*this, problem);
     if (!asked_order) config = choose_kernel_config(*this, problem, options);
     // The built-in order: causal problems run paired on persistent CTAs with m192 (d64) and with
@@ -211,17 +205,21 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static constexpr std::string_view kBackwardPreprocess = "backward_preprocess";
 
   // The built-in order of a problem run with kernel config `config` (plan()): masked problems
-  // with m192 or the default tiles on persistent CTAs — causal ones (a sliding window or not)
-  // paired where a measured kernel exists (d256 up to seq_q 4096), non-causal windowed ones
-  // longest first with m192; the rest head-major.
+  // on persistent CTAs where launch.cu's table has the config's kernel in that order — causal
+  // ones (a sliding window or not) paired (d256 up to seq_q 4096), non-causal windowed ones
+  // longest first with m192; the rest head-major. A measured config takes only an ordered kernel
+  // that ran on a GPU; an experimental one (asked for by name) its own.
   static hopper::WorkOrder builtin_order(const AttentionProblem& problem, const std::string& config) {
-    const bool m192 = config == "m192";
-    if (!problem.has_mask() || (!m192 && config != "default")) return hopper::WorkOrder::HeadMajor;
+    if (!problem.has_mask()) return hopper::WorkOrder::HeadMajor;
+    const bool measured_only = Flash3Schedule::measured(config);
     const bool paired_measured = problem.head_dim != 256 || problem.seq_q <= 4096;
     if (problem.causal && paired_measured &&
-        flash3::has_ordered_kernel(hopper::WorkOrder::Paired, problem.head_dim, m192, true))
+        flash3::has_ordered_kernel(hopper::WorkOrder::Paired, problem.head_dim, config, measured_only))
       return hopper::WorkOrder::Paired;
-    return m192 ? hopper::WorkOrder::LongestFirst : hopper::WorkOrder::HeadMajor;
+    if (config == "m192" &&
+        flash3::has_ordered_kernel(hopper::WorkOrder::LongestFirst, problem.head_dim, config, measured_only))
+      return hopper::WorkOrder::LongestFirst;
+    return hopper::WorkOrder::HeadMajor;
   }
 
   // forward_order: absent (the built-in order: builtin_order), "head-major", "longest-first" or
@@ -294,7 +292,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
     const bool ordered = order != hopper::WorkOrder::HeadMajor;
     params.persistent = ordered || (choice.kind != Flash3Schedule::Kind::Grid && !problem.has_mask());
     if (ordered) {
-      flash3::launch_forward_ordered(params, problem.dtype, order, choice.kind == Flash3Schedule::Kind::Tile, stream);
+      const std::string_view tiles =
+          choice.kind == Flash3Schedule::Kind::Tile ? flash3::tile_configs().begin()[choice.tile].name : "default";
+      flash3::launch_forward_ordered(params, problem.dtype, order, tiles, stream);
     } else if (choice.kind == Flash3Schedule::Kind::Tile) {
       flash3::launch_forward_tile_config(choice.tile, params, problem.dtype, stream);
     } else {
@@ -304,6 +304,11 @@ class Flash3Backend final : public Flash3FamilyBackend {
 };
 
 }  // namespace
+
+bool Flash3Schedule::measured(std::string_view config) {
+  const flash3::TileConfig* tile = tile_config(config);
+  return tile == nullptr || tile->measured;
+}
 
 const flash3::TileConfig* Flash3Schedule::tile_config(std::string_view config) {
   for (const flash3::TileConfig& tile : flash3::tile_configs())

@@ -34,43 +34,49 @@ struct TileConfigRow {
   RunForward fp16, bf16;
 };
 constexpr TileConfigRow kTileConfigTable[] = {
-    {{"m192", 64, "192-row tiles"},
+    {{"m192", 64, "192-row tiles", true},
      &run_forward_config<ConfigM192, __half>,
      &run_forward_config<ConfigM192, __nv_bfloat16>},
-    {{"m192-fmaexp", 64, "192-row tiles"},
+    {{"m192-fmaexp", 64, "192-row tiles", true},
      &run_forward_config<ConfigM192FmaExp2, __half>,
      &run_forward_config<ConfigM192FmaExp2, __nv_bfloat16>},
-    {{"n176", 128, "176-key tiles"},
+    {{"n176", 128, "176-key tiles", true},
      &run_forward_config<ConfigN176, __half>,
      &run_forward_config<ConfigN176, __nv_bfloat16>},
     // Experimental: not yet run on a GPU.
-    {{"n80", 256, "80-key tiles"},
+    {{"n80", 256, "80-key tiles", false},
      &run_forward_config<ConfigN80, __half>,
      &run_forward_config<ConfigN80, __nv_bfloat16>},
+    {{"s3", 128, "3 K/V stages", false},
+     &run_forward_config<ConfigS3, __half>,
+     &run_forward_config<ConfigS3, __nv_bfloat16>},
 };
 
 // The kernels with their works in another order than head-major (hopper/scheduler.cuh), one row
 // each. measured: the kernel passed its GPU tests and was measured, so the built-in order may
-// choose it; the others run only when an option asks for them.
+// choose it; the others run only when an option or an experimental kernel config asks for them.
 struct OrderRow {
   hopper::WorkOrder order;
   int head_dim;
-  bool m192;  // m192's 192-row tiles, else the head dim's default tiles
+  std::string_view config;  // "default" (the head dim's default tiles) or a tile config's name
   bool measured;
   RunForward fp16, bf16;
 };
 constexpr OrderRow kOrderTable[] = {
-    {hopper::WorkOrder::LongestFirst, 64, true, true, &run_forward_config<ConfigM192LongestFirst, __half>,
+    {hopper::WorkOrder::LongestFirst, 64, "m192", true, &run_forward_config<ConfigM192LongestFirst, __half>,
      &run_forward_config<ConfigM192LongestFirst, __nv_bfloat16>},
-    {hopper::WorkOrder::LongestFirst, 64, false, true, &run_forward_config<ConfigD64LongestFirst, __half>,
+    {hopper::WorkOrder::LongestFirst, 64, "default", true, &run_forward_config<ConfigD64LongestFirst, __half>,
      &run_forward_config<ConfigD64LongestFirst, __nv_bfloat16>},
-    {hopper::WorkOrder::LongestFirst, 128, false, true, &run_forward_config<ConfigD128LongestFirst, __half>,
+    {hopper::WorkOrder::LongestFirst, 128, "default", true, &run_forward_config<ConfigD128LongestFirst, __half>,
      &run_forward_config<ConfigD128LongestFirst, __nv_bfloat16>},
-    {hopper::WorkOrder::Paired, 64, true, true, &run_forward_config<ConfigM192Paired, __half>,
+    {hopper::WorkOrder::Paired, 64, "m192", true, &run_forward_config<ConfigM192Paired, __half>,
      &run_forward_config<ConfigM192Paired, __nv_bfloat16>},
-    {hopper::WorkOrder::Paired, 128, false, true, &run_forward_config<ConfigD128Paired, __half>,
+    {hopper::WorkOrder::Paired, 128, "default", true, &run_forward_config<ConfigD128Paired, __half>,
      &run_forward_config<ConfigD128Paired, __nv_bfloat16>},
-    {hopper::WorkOrder::Paired, 256, false, true, &run_forward_config<ConfigD256Paired, __half>,
+    // Experimental: not yet run on a GPU.
+    {hopper::WorkOrder::Paired, 128, "s3", false, &run_forward_config<ConfigS3Paired, __half>,
+     &run_forward_config<ConfigS3Paired, __nv_bfloat16>},
+    {hopper::WorkOrder::Paired, 256, "default", true, &run_forward_config<ConfigD256Paired, __half>,
      &run_forward_config<ConfigD256Paired, __nv_bfloat16>},
 };
 
@@ -117,15 +123,19 @@ void launch_forward(const Params& params, DType dtype, void* stream) {
 }
 
 namespace {
-const OrderRow* ordered_row(hopper::WorkOrder order, int head_dim, bool m192) {
+const OrderRow* ordered_row(hopper::WorkOrder order, int head_dim, std::string_view config) {
   for (const OrderRow& row : kOrderTable)
-    if (row.order == order && row.head_dim == head_dim && row.m192 == m192) return &row;
+    if (row.order == order && row.head_dim == head_dim && row.config == config) return &row;
   return nullptr;
 }
 }  // namespace
 
-bool has_ordered_kernel(hopper::WorkOrder order, int head_dim, bool m192, bool measured_only) {
-  const OrderRow* row = ordered_row(order, head_dim, m192);
+std::string describe_tiles(std::string_view config) {
+  return config == "default" ? std::string("the default tiles") : std::string(config);
+}
+
+bool has_ordered_kernel(hopper::WorkOrder order, int head_dim, std::string_view config, bool measured_only) {
+  const OrderRow* row = ordered_row(order, head_dim, config);
   return row != nullptr && (row->measured || !measured_only);
 }
 
@@ -133,20 +143,20 @@ std::string ordered_kernels(hopper::WorkOrder order) {
   std::string built;
   for (const OrderRow& row : kOrderTable) {
     if (row.order != order) continue;
-    built += fmt::format("{}{} at head dim {}", built.empty() ? "" : ", ", row.m192 ? "m192" : "the default tiles",
-                         row.head_dim);
+    built += fmt::format("{}{} at head dim {}", built.empty() ? "" : ", ", describe_tiles(row.config), row.head_dim);
   }
   return built;
 }
 
-void launch_forward_ordered(const Params& params, DType dtype, hopper::WorkOrder order, bool m192, void* stream) {
+void launch_forward_ordered(const Params& params, DType dtype, hopper::WorkOrder order, std::string_view config,
+                            void* stream) {
   if (params.block_index != nullptr) throw Error(ErrorKind::Internal, "flash3: a forward_order takes no block lists");
-  const OrderRow* row = ordered_row(order, params.head_dim, m192);
+  const OrderRow* row = ordered_row(order, params.head_dim, config);
   if (row == nullptr) {
     throw Error(ErrorKind::Internal,
                 fmt::format("flash3: no kernel of this forward_order for {} at head dim {} (built: "
                             "{})",
-                            m192 ? "m192" : "the default tiles", params.head_dim, ordered_kernels(order)));
+                            describe_tiles(config), params.head_dim, ordered_kernels(order)));
   }
   dispatch_16bit(dtype, "flash3", [&](auto element) {
     constexpr bool kHalf = std::is_same_v<typename decltype(element)::type, __half>;

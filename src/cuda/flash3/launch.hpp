@@ -22,13 +22,17 @@ inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
 void launch_forward(const Params& params, DType dtype, void* stream);
 
 // The forward with its works in `order` (hopper/scheduler.cuh; flash3.cpp's plan chooses it, or
-// backend option forward_order): the default tiles, or with m192 the 192-row tiles (d64), where
-// launch.cu's table has that kernel (has_ordered_kernel; measured_only: one that ran on a GPU, as
-// the built-in order needs; ordered_kernels lists them, e.g. "m192 at head dim 64, the default
-// tiles at head dim 128"); else Error(Internal): plan() asks first.
-bool has_ordered_kernel(hopper::WorkOrder order, int head_dim, bool m192, bool measured_only = false);
+// backend option forward_order) on the tiles of kernel config `config` ("default": the head dim's
+// default tiles; m192's 192-row tiles at d64, s3's three K/V stages at d128), where launch.cu's
+// table has that kernel (has_ordered_kernel; measured_only: one that ran on a GPU, as the
+// built-in order of a measured config needs; ordered_kernels lists them, e.g. "m192 at head dim
+// 64, the default tiles at head dim 128"); else Error(Internal): plan() asks first.
+bool has_ordered_kernel(hopper::WorkOrder order, int head_dim, std::string_view config, bool measured_only = false);
 std::string ordered_kernels(hopper::WorkOrder order);
-void launch_forward_ordered(const Params& params, DType dtype, hopper::WorkOrder order, bool m192, void* stream);
+void launch_forward_ordered(const Params& params, DType dtype, hopper::WorkOrder order, std::string_view config,
+                            void* stream);
+// "the default tiles" for "default", else the config's name (for messages).
+std::string describe_tiles(std::string_view config);
 
 // flash3's tile configs: kernel configs with a kernel for one head dim whose tiles are not the
 // default's 128 × 128 (and so take no sparge block list). One table (launch.cu) holds them with
@@ -37,10 +41,12 @@ struct TileConfig {
   std::string_view name;   // the kernel config's name
   int head_dim;            // the one head dim it has a kernel for
   std::string_view tiles;  // what its tiles are, for messages
+  bool measured;           // false: experimental, not yet run on a GPU
 };
 // In the order Flash3Schedule lists them: m192 (three consumer warpgroups, 192-row Q tiles; d64),
 // m192-fmaexp (m192 with 1/8 of the exponentials on the FMA pipe; opt-in), n176 (176-key K/V tiles;
-// d128). Each runs the v2 schedule whatever params.serial_schedule says.
+// d128), n80 (80-key K/V tiles; d256, experimental), s3 (three K/V stages; d128, experimental).
+// Each runs the v2 schedule whatever params.serial_schedule says.
 using TileConfigs = PointerRange<TileConfig>;
 TileConfigs tile_configs();
 
