@@ -51,11 +51,11 @@ TEST(CudaFlash3, KernelConfigNamesNeedNoDevice) {
   EXPECT_EQ(names(flash3, 64, false, 64), (Names{"m192", "default", "v1", "grid", "m192-fmaexp"}));
   EXPECT_EQ(names(flash3, 64, true, 1024), (Names{"m192", "default", "v1", "grid", "m192-fmaexp"}));
   EXPECT_EQ(names(flash3, 64, true, 2048), (Names{"m192", "default", "v1", "grid", "m192-fmaexp"}));
-  EXPECT_EQ(names(flash3, 128, false, 8192), (Names{"n176", "default", "v1", "grid", "s3"}));
-  EXPECT_EQ(names(flash3, 128, false, 16384), (Names{"default", "v1", "grid", "n176", "s3"}));
-  EXPECT_EQ(names(flash3, 128, true, 4096), (Names{"default", "v1", "grid", "n176", "s3"}));
-  EXPECT_EQ(names(flash3, 128, true, 8192), (Names{"default", "v1", "grid", "n176", "s3"}));  // paired (the plan)
-  EXPECT_EQ(names(flash3, 128, true, 8193), (Names{"n176", "default", "v1", "grid", "s3"}));
+  EXPECT_EQ(names(flash3, 128, false, 8192), (Names{"n176", "default", "v1", "grid"}));
+  EXPECT_EQ(names(flash3, 128, false, 16384), (Names{"default", "v1", "grid", "n176"}));
+  EXPECT_EQ(names(flash3, 128, true, 4096), (Names{"default", "v1", "grid", "n176"}));
+  EXPECT_EQ(names(flash3, 128, true, 8192), (Names{"default", "v1", "grid", "n176"}));  // paired (the plan)
+  EXPECT_EQ(names(flash3, 128, true, 8193), (Names{"n176", "default", "v1", "grid"}));
   EXPECT_EQ(names(flash3, 256, false, 64), (Names{"default", "v1", "grid", "n80"}));
   EXPECT_EQ(names(Registry::global().find("flash3-fp8"), 128, false, 64), (Names{"default", "v1"}));
 }
@@ -85,7 +85,7 @@ TEST(CudaFlash3, EveryKernelConfigMatchesTheReference) {
   const std::vector<std::string> configs =
       flash3.kernel_configs(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
   // The built-in choice first: n176 at d128 for a dense problem up to 8k keys.
-  ASSERT_EQ(configs, (std::vector<std::string>{"n176", "default", "v1", "grid", "s3"}));
+  ASSERT_EQ(configs, (std::vector<std::string>{"n176", "default", "v1", "grid"}));
   for (const std::string config : {"default", "v1", "grid"}) {
     const PlanOptions options = with_config(config);
     SCOPED_TRACE("config " + config);
@@ -165,7 +165,7 @@ void expect_tile_config_matches_reference(const std::string& config, int head_di
       flash3.kernel_configs(make_problem(1, 2, 2, 64, 64, head_dim, DType::BF16, Layout::BSHD, false));
   const std::vector<std::string> expected =
       head_dim == 64    ? std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"}
-      : head_dim == 128 ? std::vector<std::string>{"n176", "default", "v1", "grid", "s3"}
+      : head_dim == 128 ? std::vector<std::string>{"n176", "default", "v1", "grid"}
                         : std::vector<std::string>{"default", "v1", "grid", "n80"};
   ASSERT_EQ(configs, expected);
   for (const DType dtype : {DType::BF16, DType::F16}) {
@@ -278,7 +278,7 @@ TEST(CudaFlash3, N176MatchesTheReference) {
   expect_tile_config_matches_reference("n176", 128, kD128Cases);
 }
 
-// Kernel config "n80" (d256 only, experimental: not yet run on a GPU; 80-key K/V tiles): K tiles
+// Kernel config "n80" (d256 only; 80-key K/V tiles): K tiles
 // exactly full (80), one key over (81), cut by the end of the keys, the causal diagonal at offsets
 // that 80 and 128 do not share (below 640 keys), seq_q != seq_kv both ways, GQA/MQA, BHSD,
 // windows, more works than SMs (persistent CTAs loop); fp16 and bf16.
@@ -320,7 +320,7 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   const Backend& flash3 = Registry::global().find("flash3");
   EXPECT_EQ(options_usage_error(flash3, {{"forward_order", "shortest-first"}}),
             "flash3: backend option forward_order='shortest-first' not allowed; allowed: head-major, longest-first, "
-            "paired");
+            "paired, paired-compact");
   PlanOptions options;
   options.options = {{"forward_order", "longest-first"}};
   EXPECT_NO_THROW(flash3.check_options(options.options));
@@ -350,29 +350,20 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), with_m192).second,
             "flash3: forward_order=longest-first is built for m192 at head dim 64, the default tiles at head dim 64, "
             "the default tiles at head dim 128; not for m192 at head dim 128");
-  // Paired: m192 at d64, the default tiles at d128 and d256 and s3 at d128 only.
+  // Paired: m192 at d64 and the default tiles at d128 and d256 only.
   PlanOptions paired;
   paired.options = {{"forward_order", "paired"}};
   EXPECT_NO_THROW(flash3.check_options(paired.options));
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, true), paired),
             std::pair(ErrorKind::Unsupported,
                       std::string("flash3: forward_order=paired is built for m192 at head dim 64, the default tiles "
-                                  "at head dim 128, s3 at head dim 128, the default tiles at head dim 256; not for "
-                                  "the default tiles at head dim 64")));
+                                  "at head dim 128, the default tiles at head dim 256; not for the default tiles at "
+                                  "head dim 64")));
   PlanOptions paired_n176 = paired;
   paired_n176.kernel_config = "n176";
   EXPECT_EQ(refusal(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), paired_n176).second,
-            "flash3: forward_order=paired is built for m192 at head dim 64, the default tiles at head dim 128, s3 at "
-            "head dim 128, the default tiles at head dim 256; not for n176 at head dim 128");
-  // s3 (experimental) with paired asked for, and s3 alone: a plan without a device (the kernel
-  // runs only on a GPU); its causal problems run paired.
-  PlanOptions paired_s3 = paired;
-  paired_s3.kernel_config = "s3";
-  try {
-    (void)flash3.plan(make_problem(1, 2, 2, 300, 300, 128, DType::BF16, Layout::BSHD, true), paired_s3);
-  } catch (const Error& error) {  // without a GPU: refused for the device, not for the order
-    EXPECT_EQ(std::string(error.what()).find("forward_order"), std::string::npos) << error.what();
-  }
+            "flash3: forward_order=paired is built for m192 at head dim 64, the default tiles at head dim 128, the "
+            "default tiles at head dim 256; not for n176 at head dim 128");
 }
 
 // forward_order=longest-first: persistent CTAs on every
@@ -411,18 +402,16 @@ TEST(CudaFlash3, LongestFirstMatchesTheReference) {
       }
 }
 
-// forward_order=paired, the built-in order on causal problems: persistent CTAs on every problem,
-// units of a head's longest and shortest query tiles (the middle one alone after every pair when
-// their number is odd) — n176's cases, then more units than SMs with an odd and an even number
-// of query tiles, causal and not; fp16 and bf16, m192 at d64 and the default tiles at d128 and
-// d256 (experimental there: not yet run on a GPU).
-TEST(CudaFlash3, PairedMatchesTheReference) {
-  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+// forward_order=`order` (paired or paired-compact) at `head_dims`: persistent CTAs on every
+// problem, units of a head's longest and shortest query tiles (the middle one alone after every
+// pair when their number is odd) — n176's cases, then more units than SMs with an odd and an even
+// number of query tiles, causal and not; fp16 and bf16, m192 at d64 and the default tiles above.
+void expect_paired_order_matches_reference(const std::string& order, std::initializer_list<int> head_dims) {
   std::vector<TileConfigCase> cases = kD128Cases;
   cases.push_back({2, 32, 8, 600, 600, Layout::BSHD, true, -1, -1});   // 5 tiles of 128 rows, 4 of 192
   cases.push_back({2, 32, 8, 500, 500, Layout::BHSD, true, -1, -1});   // 4 of 128, 3 of 192
   cases.push_back({2, 32, 8, 600, 600, Layout::BHSD, false, -1, -1});  // dense
-  for (const int head_dim : {64, 128, 256})
+  for (const int head_dim : head_dims)
     for (const DType dtype : {DType::BF16, DType::F16})
       for (const TileConfigCase& c : cases) {
         AttentionProblem p =
@@ -430,48 +419,44 @@ TEST(CudaFlash3, PairedMatchesTheReference) {
         p.window_left = c.window_left;
         p.window_right = c.window_right;
         PlanOptions options;
-        options.options = {{"forward_order", "paired"}};
+        options.options = {{"forward_order", order}};
         if (head_dim == 64) options.kernel_config = "m192";
         EXPECT_EQ(check_backend("flash3", p, options), head_dim == 64 ? "m192" : "default");
-        // The built-in config of causal problems (which run paired: flash3.cpp's builtin_order).
+        // The built-in config of causal problems (paired where flash3.cpp's builtin_order says).
         if (KernelConfigCache::global().size() == 0 && p.causal) {
-          EXPECT_EQ(check_backend("flash3", p), head_dim == 64 ? "m192" : "default");
+          EXPECT_EQ(check_backend("flash3", p), Registry::global().find("flash3").kernel_configs(p).front());
         }
       }
 }
 
-// Small cases of paired for compute-sanitizer: causal with seq_q > seq_kv (works without a key
-// paired with works with keys), 3 query tiles of 128 rows (a middle tile alone) and 2 of 192.
+// paired, the built-in order of causal problems (m192 at d64, the default tiles at d128, d256).
+TEST(CudaFlash3, PairedMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  expect_paired_order_matches_reference("paired", {64, 128, 256});
+}
+
+// paired-compact (experimental: not yet run on a GPU): paired's works with the per-work code
+// compiled once, m192 at d64 and the default tiles at d128.
+TEST(CudaFlash3, PairedCompactMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  expect_paired_order_matches_reference("paired-compact", {64, 128});
+}
+
+// Small cases of paired and paired-compact for compute-sanitizer: causal with seq_q > seq_kv
+// (works without a key paired with works with keys), 3 query tiles of 128 rows (a middle tile
+// alone) and 2 of 192.
 TEST(CudaFlash3, PairedSmallCases) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
-  PlanOptions options;
-  options.options = {{"forward_order", "paired"}};
-  check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true), options);
-  check_backend("flash3", make_problem(1, 140, 140, 200, 200, 128, DType::F16, Layout::BHSD, false), options);
-  check_backend("flash3", make_problem(1, 12, 4, 300, 300, 256, DType::BF16, Layout::BSHD, true), options);
-  options.kernel_config = "m192";
-  check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::BF16, Layout::BSHD, true), options);
-}
-
-// Kernel config "s3" (d128 only, experimental: not yet run on a GPU; three K/V stages): n176's
-// cases (the ring wrapping at every phase: 1 to 9 key tiles, causal ones paired on persistent
-// CTAs as the default tiles'), then more works than SMs; fp16 and bf16.
-TEST(CudaFlash3, S3MatchesTheReference) {
-  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
-  std::vector<TileConfigCase> cases = kD128Cases;
-  cases.push_back({2, 32, 8, 600, 600, Layout::BSHD, true, -1, -1});     // 5 query tiles: 2 pairs + a middle
-  cases.push_back({2, 32, 8, 1000, 1000, Layout::BHSD, false, -1, -1});  // dense, 8 key tiles a work
-  expect_tile_config_matches_reference("s3", 128, cases);
-}
-
-// Small cases of s3 for compute-sanitizer: a partial last K tile, causal (paired) and not, 140
-// dense works (persistent CTAs loop, the ring's phase carried over).
-TEST(CudaFlash3, S3SmallCases) {
-  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
-  for (const bool causal : {false, true})
-    expect_config_matches("s3", make_problem(1, 4, 2, 200, 385, 128, DType::BF16, Layout::BSHD, causal));
-  expect_config_matches("s3", make_problem(1, 140, 140, 100, 300, 128, DType::F16, Layout::BHSD, false));
-  expect_config_matches("s3", make_problem(2, 70, 10, 300, 300, 128, DType::BF16, Layout::BSHD, true));
+  for (const char* order : {"paired", "paired-compact"}) {
+    PlanOptions options;
+    options.options = {{"forward_order", order}};
+    check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true), options);
+    check_backend("flash3", make_problem(1, 140, 140, 200, 200, 128, DType::F16, Layout::BHSD, false), options);
+    if (std::string(order) == "paired")
+      check_backend("flash3", make_problem(1, 12, 4, 300, 300, 256, DType::BF16, Layout::BSHD, true), options);
+    options.kernel_config = "m192";
+    check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::BF16, Layout::BSHD, true), options);
+  }
 }
 
 // Small cases of longest-first for compute-sanitizer (tools/device/run.sh): 420 works, causal with
@@ -515,8 +500,8 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
     const std::vector<std::string> configs =
         flash3.kernel_configs(make_problem(1, 2, 2, 300, 300, head_dim, DType::F16, Layout::BSHD, true));
     EXPECT_EQ(configs, head_dim == 64    ? (std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"})
-                       : head_dim == 128 ? (std::vector<std::string>{"default", "v1", "grid", "n176", "s3"})
-                                         : (std::vector<std::string>{"default", "v1", "grid", "n80"}))
+                       : head_dim == 128 ? (std::vector<std::string>{"default", "v1", "grid", "n176"})
+                                         : (std::vector<std::string>{"n80", "default", "v1", "grid"}))
         << "d" << head_dim;
   }
   // The built-in choice where it is a tile config: d64, d128 dense up to 8k keys or causal above
@@ -524,9 +509,23 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 1500, 1500, 64, DType::F16, Layout::BSHD, true)),
             (std::vector<std::string>{"m192", "default", "v1", "grid", "m192-fmaexp"}));
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 300, 9000, 128, DType::F16, Layout::BSHD, false)),
-            (std::vector<std::string>{"default", "v1", "grid", "n176", "s3"}));
+            (std::vector<std::string>{"default", "v1", "grid", "n176"}));
   EXPECT_EQ(flash3.kernel_configs(make_problem(1, 2, 2, 8193, 8193, 128, DType::F16, Layout::BSHD, true)),
-            (std::vector<std::string>{"n176", "default", "v1", "grid", "s3"}));
+            (std::vector<std::string>{"n176", "default", "v1", "grid"}));
+  // ... but not with a left window (paired default tiles, flash3.cpp); n80 at d256 dense from 1k
+  // keys, causal up to 512 rows and above 4k.
+  AttentionProblem windowed = make_problem(1, 2, 2, 16384, 16384, 128, DType::F16, Layout::BSHD, true);
+  windowed.window_left = 256;
+  EXPECT_EQ(flash3.kernel_configs(windowed).front(), "default");
+  const auto d256_builtin = [&](int seq, bool causal) {
+    return flash3.kernel_configs(make_problem(1, 2, 2, seq, seq, 256, DType::F16, Layout::BSHD, causal)).front();
+  };
+  EXPECT_EQ(d256_builtin(512, false), "default");
+  EXPECT_EQ(d256_builtin(1024, false), "n80");
+  EXPECT_EQ(d256_builtin(512, true), "n80");
+  EXPECT_EQ(d256_builtin(513, true), "default");
+  EXPECT_EQ(d256_builtin(4096, true), "default");
+  EXPECT_EQ(d256_builtin(4097, true), "n80");
 
   const AttentionProblem d64 = make_problem(1, 2, 2, 300, 300, 64, DType::F16, Layout::BSHD, true);
   const AttentionProblem d128 = make_problem(1, 2, 2, 300, 300, 128, DType::F16, Layout::BSHD, true);
@@ -547,7 +546,7 @@ TEST(CudaFlash3, M192IsAConfigOfHeadDim64Only) {
     }
   };
   EXPECT_EQ(refusal(flash3, d128, "m192"),
-            "flash3: kernel config 'm192' unknown for this problem; allowed: default, v1, grid, n176, s3");
+            "flash3: kernel config 'm192' unknown for this problem; allowed: default, v1, grid, n176");
   EXPECT_EQ(refusal(flash3, d64, "m256"),
             "flash3: kernel config 'm256' unknown for this problem; allowed: m192, default, v1, grid, m192-fmaexp");
   // Not asked for, no cache entry: the built-in choice.

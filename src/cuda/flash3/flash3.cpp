@@ -92,12 +92,13 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "backward_order=grouped-4|head-major (16-byte at d64 opt-in: correct on the H100, speed not yet "
              "measured), backward_preprocess=vector|warp (vector, the default: 16-byte accesses); "
              "kernel config "
-             "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100), n80 (d256) and s3 (d128: three K/V stages), "
-             "opt-in; experimental: not yet run on a GPU; "
+             "m192-fmaexp (d64, opt-in: 0.96x m192 on the H100); n80 (80-key tiles) at d256 dense from N 1k "
+             "and causal at N 512 and above 4k; "
              "causal problems (sliding windows included) run paired on persistent CTAs (a head's longest and "
-             "shortest query tiles together; m192 at d64, the default tiles at d128, and at d256 up to seq_q "
-             "4096), non-causal windowed ones at d64 longest first; option "
-             "forward_order=head-major|longest-first|paired (longest-first with m192 or the default tiles "
+             "shortest query tiles together; m192 at d64, the default tiles at d128, and at d256 from seq_q "
+             "1k to 4k), non-causal windowed ones at d64 longest first; option "
+             "forward_order=head-major|longest-first|paired|paired-compact (paired-compact: experimental, not yet "
+             "run on a GPU; longest-first with m192 or the default tiles "
              "at d64/d128: slower than paired)"},
             /*with_tile_configs=*/true) {}
 
@@ -150,13 +151,12 @@ class Flash3Backend final : public Flash3FamilyBackend {
       if (const Support support = supports_backward(problem); !support)
         throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
     }
-    const ForwardOrder order = forward_order(options.options);
-    // Asked for longest first or paired: the default tiles, or the kernel config asked for too,
-    // where launch.cu's table has that kernel.
-    const bool asked_order = order == ForwardOrder::LongestFirst || order == ForwardOrder::Paired;
-    const hopper::WorkOrder asked_work_order =
-        order == ForwardOrder::Paired ? hopper::WorkOrder::Paired : hopper::WorkOrder::LongestFirst;
-    const std::string_view order_name = order == ForwardOrder::Paired ? "paired" : "longest-first";
+    const int order = forward_order(options.options);
+    // Asked for an order with kernels of its own (longest first, paired, paired-compact): the
+    // default tiles, or the kernel config asked for too, where launch.cu's table has that kernel.
+    const bool asked_order = order > 0;
+    const hopper::WorkOrder asked_work_order = kWorkOrders[std::max(order, 0)];
+    const std::string_view order_name = kOrders[std::max(order, 0)];
     std::string config = options.kernel_config.empty() ? std::string("default") : options.kernel_config;
     if (asked_order && !flash3::has_ordered_kernel(asked_work_order, problem.head_dim, config))
       throw Error(
@@ -181,9 +181,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // d256 causal (2026-12-07d): paired 0.174, 0.259, 0.441, 1.55 ms at N 1k, 2k, 4k, 16k against
     // the grid's 0.179, 0.277, 0.474, 1.52 — paired up to seq_q 4096. A kernel not yet run on a
     // GPU is never the built-in choice (launch.cu's table).
-    const hopper::WorkOrder work_order = asked_order                      ? asked_work_order
-                                         : order == ForwardOrder::BuiltIn ? builtin_order(problem, config)
-                                                                          : hopper::WorkOrder::HeadMajor;
+    const hopper::WorkOrder work_order = order < 0 ? builtin_order(problem, config) : asked_work_order;
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
     FunctionPlan::Forward forward = [this, problem, choice, work_order](const AttentionArgs& args, Stream stream,
                                                                         RunReport&) {
@@ -222,15 +220,16 @@ class Flash3Backend final : public Flash3FamilyBackend {
     return hopper::WorkOrder::HeadMajor;
   }
 
-  // forward_order: absent (the built-in order: builtin_order), "head-major", "longest-first" or
-  // "paired"; another value is refused.
-  enum class ForwardOrder { BuiltIn, HeadMajor, LongestFirst, Paired };
-  static ForwardOrder forward_order(const std::map<std::string, std::string>& options) {
-    static constexpr std::string_view kOrders[] = {"head-major", "longest-first", "paired"};
-    static constexpr ForwardOrder kChoices[] = {ForwardOrder::HeadMajor, ForwardOrder::LongestFirst,
-                                                ForwardOrder::Paired};
-    if (!options.contains(std::string(kForwardOrder))) return ForwardOrder::BuiltIn;
-    return kChoices[cuda::option_choice("flash3", options, kForwardOrder, kOrders)];
+  // forward_order: absent (-1: the built-in order, builtin_order), else the index of its value in
+  // kOrders (kWorkOrders[i] the order it asks for); another value is refused. paired-compact
+  // (experimental: not yet run on a GPU) is paired with the per-work code compiled once
+  // (hopper/scheduler.cuh, PersistentPairedCompactSchedule).
+  static constexpr std::string_view kOrders[] = {"head-major", "longest-first", "paired", "paired-compact"};
+  static constexpr hopper::WorkOrder kWorkOrders[] = {hopper::WorkOrder::HeadMajor, hopper::WorkOrder::LongestFirst,
+                                                      hopper::WorkOrder::Paired, hopper::WorkOrder::PairedCompact};
+  static int forward_order(const std::map<std::string, std::string>& options) {
+    if (!options.contains(std::string(kForwardOrder))) return -1;
+    return static_cast<int>(cuda::option_choice("flash3", options, kForwardOrder, kOrders));
   }
 
   // The backward options: backward_epilogue absent (the head dim's default), "4-byte" or "16-byte";
@@ -332,10 +331,20 @@ bool Flash3Schedule::has(std::string_view config, const AttentionProblem& proble
 // fa3-grid d128, bf16, 2026-12-04 third session): causal, one CTA per work tile, 1.02-1.03x the
 // 128-key tiles at 8k and 16k and 1.00x at N <= 4k; dense, persistent, 1.02-1.05x at N 512..8k
 // and 0.97x at 16k. The 128-key tiles now run causal problems paired (the plan): on the H100
-// (2026-12-07) 1.02x n176's grid at N 8k, 0.96x at 16k.
+// (2026-12-07) 1.02x n176's grid at N 8k, 0.96x at 16k. With a 256-key window the paired default
+// tiles were 1.19x n176's grid at causal N 16k (0.168 against 0.200 ms, H100, 2026-12-07e), so
+// n176 takes causal problems without a left window only.
+// n80 at d256: dense from N 1k, causal at N 512 and above N 4k. Measured on the H100 (fa3-grid
+// d256, bf16, 2026-12-07e, one run): dense 1.05, 1.06, 1.07, 1.08, 1.14x the default tiles at N
+// 1k..16k (0.99x at 512); causal, on a grid, 1.13x the paired default tiles at N 512 and 1.08,
+// 1.08x their grid at 8k and 16k, but 0.96-0.98x paired at N 1k-4k.
 std::string Flash3Schedule::builtin(const AttentionProblem& problem) const {
   if (has("m192", problem)) return "m192";
-  if (has("n176", problem) && (problem.causal ? problem.seq_q > 8192 : problem.seq_kv <= 8192)) return "n176";
+  if (has("n176", problem) &&
+      (problem.causal ? problem.seq_q > 8192 && problem.window_left < 0 : problem.seq_kv <= 8192))
+    return "n176";
+  if (has("n80", problem) && (problem.causal ? problem.seq_q <= 512 || problem.seq_q > 4096 : problem.seq_kv >= 1024))
+    return "n80";
   return "default";
 }
 

@@ -28,13 +28,12 @@ Support supports_hopper(std::string_view backend);
 // masked problem runs), "m192" = v2 on three consumer warpgroups (192-row Q tiles, head dim 64)
 // "m192-fmaexp" = m192 with 1/8 of the softmax's exponentials on the FMA pipe instead of MUFU
 // (opt-in, never the built-in choice: 0.96x m192 on the H100, docs/kernels/flash3.md), "n176" = v2 on 176-key K/V
-// tiles (head dim 128), "n80" = v2 on 80-key K/V tiles (head dim 256) and "s3" = v2 with three
-// K/V stages (head dim 128; causal problems paired as the default tiles'), both opt-in and
-// experimental: not yet run on a GPU. A plan runs the one choose_kernel_config
-// picks: PlanOptions::kernel_config, else the kernel-config cache's, else the built-in choice,
-// which names() lists first ("m192" at d64, causal problems paired on persistent CTAs
-// (flash3.cpp's plan); "n176" at d128 dense up to seq_kv 8192 and causal above seq_q 8192; as
-// measured; "default" elsewhere, at d128 causal problems paired).
+// tiles (head dim 128) and "n80" = v2 on 80-key K/V tiles (head dim 256). A plan runs the one
+// choose_kernel_config picks: PlanOptions::kernel_config, else the kernel-config cache's, else the
+// built-in choice, which names() lists first ("m192" at d64, causal problems paired on persistent
+// CTAs (flash3.cpp's plan); "n176" at d128 dense up to seq_kv 8192 and causal above seq_q 8192
+// without a left window; "n80" at d256 dense from seq_kv 1024 and causal at seq_q <= 512 or >
+// 4096; as measured; "default" elsewhere, at d128 causal problems paired).
 class Flash3Schedule {
  public:
   // kind Tile: tile_configs()[tile] (launch.hpp).

@@ -1,5 +1,4 @@
-// flash3 forward, bf16, head dim 256, kernel config "n80" (80-key K/V tiles; experimental: not yet
-// run on a GPU).
+// flash3 forward, bf16, head dim 256, kernel config "n80" (80-key K/V tiles).
 #include "cuda/flash3/launch_template.cuh"
 
 namespace attnsuite::cuda::flash3 {

@@ -43,13 +43,9 @@ constexpr TileConfigRow kTileConfigTable[] = {
     {{"n176", 128, "176-key tiles", true},
      &run_forward_config<ConfigN176, __half>,
      &run_forward_config<ConfigN176, __nv_bfloat16>},
-    // Experimental: not yet run on a GPU.
-    {{"n80", 256, "80-key tiles", false},
+    {{"n80", 256, "80-key tiles", true},
      &run_forward_config<ConfigN80, __half>,
      &run_forward_config<ConfigN80, __nv_bfloat16>},
-    {{"s3", 128, "3 K/V stages", false},
-     &run_forward_config<ConfigS3, __half>,
-     &run_forward_config<ConfigS3, __nv_bfloat16>},
 };
 
 // The kernels with their works in another order than head-major (hopper/scheduler.cuh), one row
@@ -73,11 +69,13 @@ constexpr OrderRow kOrderTable[] = {
      &run_forward_config<ConfigM192Paired, __nv_bfloat16>},
     {hopper::WorkOrder::Paired, 128, "default", true, &run_forward_config<ConfigD128Paired, __half>,
      &run_forward_config<ConfigD128Paired, __nv_bfloat16>},
-    // Experimental: not yet run on a GPU.
-    {hopper::WorkOrder::Paired, 128, "s3", false, &run_forward_config<ConfigS3Paired, __half>,
-     &run_forward_config<ConfigS3Paired, __nv_bfloat16>},
     {hopper::WorkOrder::Paired, 256, "default", true, &run_forward_config<ConfigD256Paired, __half>,
      &run_forward_config<ConfigD256Paired, __nv_bfloat16>},
+    // Experimental: not yet run on a GPU.
+    {hopper::WorkOrder::PairedCompact, 64, "m192", false, &run_forward_config<ConfigM192PairedCompact, __half>,
+     &run_forward_config<ConfigM192PairedCompact, __nv_bfloat16>},
+    {hopper::WorkOrder::PairedCompact, 128, "default", false, &run_forward_config<ConfigD128PairedCompact, __half>,
+     &run_forward_config<ConfigD128PairedCompact, __nv_bfloat16>},
 };
 
 template <std::size_t... kIndex>

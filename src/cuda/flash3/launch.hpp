@@ -23,7 +23,7 @@ void launch_forward(const Params& params, DType dtype, void* stream);
 
 // The forward with its works in `order` (hopper/scheduler.cuh; flash3.cpp's plan chooses it, or
 // backend option forward_order) on the tiles of kernel config `config` ("default": the head dim's
-// default tiles; m192's 192-row tiles at d64, s3's three K/V stages at d128), where launch.cu's
+// default tiles; m192's 192-row tiles at d64), where launch.cu's
 // table has that kernel (has_ordered_kernel; measured_only: one that ran on a GPU, as the
 // built-in order of a measured config needs; ordered_kernels lists them, e.g. "m192 at head dim
 // 64, the default tiles at head dim 128"); else Error(Internal): plan() asks first.
@@ -45,7 +45,7 @@ struct TileConfig {
 };
 // In the order Flash3Schedule lists them: m192 (three consumer warpgroups, 192-row Q tiles; d64),
 // m192-fmaexp (m192 with 1/8 of the exponentials on the FMA pipe; opt-in), n176 (176-key K/V tiles;
-// d128), n80 (80-key K/V tiles; d256, experimental), s3 (three K/V stages; d128, experimental).
+// d128), n80 (80-key K/V tiles; d256).
 // Each runs the v2 schedule whatever params.serial_schedule says.
 using TileConfigs = PointerRange<TileConfig>;
 TileConfigs tile_configs();

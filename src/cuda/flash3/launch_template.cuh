@@ -37,7 +37,7 @@ void run_kernel(const Params& params, cudaStream_t stream) {
   launch.works = static_cast<int>(works);
   int ctas = launch.works;
   // Paired: a CTA's unit is two works (hopper/scheduler.cuh).
-  if constexpr (Kernel::kOrder == hopper::WorkOrder::Paired)
+  if constexpr (Kernel::kOrder == hopper::WorkOrder::Paired || Kernel::kOrder == hopper::WorkOrder::PairedCompact)
     ctas = static_cast<int>(hopper::PersistentPairedSchedule::units(launch.q_tiles, params.heads_q * params.batch));
   if (params.persistent) {
     // One CTA per SM (the kernels' shared memory allows no second): every SM runs one.

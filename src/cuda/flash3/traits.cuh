@@ -131,19 +131,10 @@ template <class Element>
 struct ConfigN176 {
   using Kernel = Traits<Element, 128, 176, 2>;
 };
-// Kernel config "s3" (d128 only, opt-in; experimental: not yet run on a GPU): the default tiles
-// with a third K/V stage, 32 KiB Q + 3 × (32 + 32) KiB = 224 KiB (+ barriers and the alignment
-// slack: 225.1 KiB of the 227). cuDNN's forward at causal d128 N 1024 holds 232 KiB of shared
-// memory a CTA against flash3's 165 KiB and ran 155 µs against flash3 paired's 182 (ncu, H100,
-// docs/results/h100/2026-12-07/ and 2026-12-07c/): with works of 1 to 8 key tiles, a deeper
-// ring lets the producer load the next work's first tiles while the consumers finish this one.
-template <class Element>
-struct ConfigS3 {
-  using Kernel = Traits<Element, 128, 128, 3>;
-};
-// Kernel config "n80" (d256 only, opt-in; experimental: not yet run on a GPU): 80-key K/V tiles,
-// the shape FlashAttention-3 picks for d256, where 64-key tiles pay the row reductions, the O
-// rescale and the barrier hand-overs every 64 keys. S 40 + P 20 + O 128 = 188 live accumulator
+// Kernel config "n80" (d256 only; the built-in choice dense from N 1k, causal at N 512 and above
+// 4k: Flash3Schedule::builtin): 80-key K/V tiles, the shape FlashAttention-3 picks for d256, where
+// 64-key tiles pay the row reductions, the O rescale and the barrier hand-overs every 64 keys
+// (H100: 1.05-1.14x the default tiles dense at N 1k-16k). S 40 + P 20 + O 128 = 188 live accumulator
 // registers of the consumers' 240; 64 KiB Q + 2 stages × (40 + 40) KiB = 224 KiB.
 template <class Element>
 struct ConfigN80 {
@@ -151,8 +142,8 @@ struct ConfigN80 {
 };
 // A config's kernel with its works in another order (kOrder): longest first, m192's on non-causal
 // windows (flash3.cpp's plan) and the default tiles' at d64 and d128 with option
-// forward_order=longest-first; paired (forward_order=paired), m192's, the default tiles' at
-// d128 and d256 and s3's.
+// forward_order=longest-first; paired (forward_order=paired), m192's and the default tiles' at
+// d128 and d256.
 template <class Kernel, hopper::WorkOrder kOrder>
 using Ordered = Traits<typename Kernel::Element, Kernel::kHeadDim, Kernel::kTileN, Kernel::kStages, Kernel::kConsumers,
                        Kernel::kFmaExp2Every, kOrder>;
@@ -178,15 +169,21 @@ template <class Element>
 struct ConfigD128Paired {
   using Kernel = Ordered<typename Config<Element, 128>::Kernel, hopper::WorkOrder::Paired>;
 };
-template <class Element>
-struct ConfigS3Paired {
-  using Kernel = Ordered<typename ConfigS3<Element>::Kernel, hopper::WorkOrder::Paired>;
-};
 // d256: O alone is 128 registers, so K/V tiles are 64 keys (S 32 + P 16); 64 KiB Q + 2 stages
 // × (32 + 32) KiB = 192 KiB.
 template <class Element>
 struct Config<Element, 256> {
   using Kernel = Traits<Element, 256, 64, 2>;
+};
+// paired-compact (experimental: not yet run on a GPU): the paired kernels with the per-work code
+// compiled once (hopper/scheduler.cuh, PersistentPairedCompactSchedule).
+template <class Element>
+struct ConfigM192PairedCompact {
+  using Kernel = Ordered<typename ConfigM192<Element>::Kernel, hopper::WorkOrder::PairedCompact>;
+};
+template <class Element>
+struct ConfigD128PairedCompact {
+  using Kernel = Ordered<typename Config<Element, 128>::Kernel, hopper::WorkOrder::PairedCompact>;
 };
 // Paired at d256: 1.03-1.07x the grid causal up to N 4k on the H100, 0.98x at 16k.
 template <class Element>

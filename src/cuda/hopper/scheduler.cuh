@@ -146,4 +146,31 @@ struct PersistentPairedSchedule {
   }
 };
 
+// PersistentPairedSchedule's works in its order, with `work` called from one place: there it is
+// called at three (a pair's two tiles, a middle tile), so the kernel holds the consumer's and the
+// producer's per-work code three times — flash3's paired kernel at d128 is 9,904 SASS instructions
+// against the head-major one's 3,432 (sm_90a cubins, CUDA 13.0), 158 KiB of code; and at causal
+// d128 N 1024 (H100, ncu, docs/results/h100/2026-12-07e/) its warps stalled on "no instruction"
+// (the instruction cache) in 10.5% of the samples against cuDNN's 1.7%. A unit's works are a loop
+// of one or two turns that is not unrolled. Experimental: not yet run on a GPU.
+struct PersistentPairedCompactSchedule {
+  static constexpr bool kPersistent = true;
+  template <class Tile, class Params, class Work>
+  __device__ __forceinline__ static void for_each_work(const Params& params, Work work) {
+    const int heads_batch = params.heads_q * params.batch;
+    const int pairs_per_head = params.q_tiles / 2;
+    const int paired = heads_batch * pairs_per_head;
+    const int all = static_cast<int>(PersistentPairedSchedule::units(params.q_tiles, heads_batch));
+    for (int u = static_cast<int>(blockIdx.x); u < all; u += static_cast<int>(gridDim.x)) {
+      const bool pair = u < paired;
+      const int head_batch = pair ? u / pairs_per_head : u - paired;
+      const int p = pair ? u % pairs_per_head : pairs_per_head;  // the middle tile: pairs_per_head
+      const int head = head_batch % params.heads_q, batch = head_batch / params.heads_q;
+#pragma unroll 1
+      for (int turn = 0; turn < (pair ? 2 : 1); ++turn)
+        work(Tile(params, pair && turn == 0 ? params.q_tiles - 1 - p : p, head, batch));
+    }
+  }
+};
+
 }  // namespace attnsuite::cuda::hopper

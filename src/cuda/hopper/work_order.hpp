@@ -7,7 +7,8 @@ namespace attnsuite::cuda::hopper {
 // HeadMajor: each head's query tiles in a row, the longest first (one CTA per work, or
 // PersistentSchedule); LongestFirst: bands of one query tile over every head, the longest band
 // first (PersistentLongestFirstSchedule); Paired: units of a head's longest and shortest query
-// tiles, head-major (PersistentPairedSchedule).
-enum class WorkOrder { HeadMajor, LongestFirst, Paired };
+// tiles, head-major (PersistentPairedSchedule); PairedCompact: the same works in the same order with
+// the per-work code compiled once (PersistentPairedCompactSchedule; experimental).
+enum class WorkOrder { HeadMajor, LongestFirst, Paired, PairedCompact };
 
 }  // namespace attnsuite::cuda::hopper
