@@ -152,8 +152,9 @@ class Flash3Backend final : public Flash3FamilyBackend {
         throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
     }
     const int order = forward_order(options.options);
-    // Asked for an order with kernels of its own (longest first, paired, paired-compact): the
-    // default tiles, or the kernel config asked for too, where launch.cu's table has that kernel.
+    // Asked for an order with kernels of its own (kOrders after head-major: longest first, paired,
+    // paired-compact): the default tiles, or the kernel config asked for too, where launch.cu's
+    // table has that kernel.
     const bool asked_order = order > 0;
     const hopper::WorkOrder asked_work_order = kWorkOrders[std::max(order, 0)];
     const std::string_view order_name = kOrders[std::max(order, 0)];
@@ -203,19 +204,16 @@ class Flash3Backend final : public Flash3FamilyBackend {
   static constexpr std::string_view kBackwardPreprocess = "backward_preprocess";
 
   // The built-in order of a problem run with kernel config `config` (plan()): masked problems
-  // on persistent CTAs where launch.cu's table has the config's kernel in that order — causal
-  // ones (a sliding window or not) paired (d256 up to seq_q 4096), non-causal windowed ones
-  // longest first with m192; the rest head-major. A measured config takes only an ordered kernel
-  // that ran on a GPU; an experimental one (asked for by name) its own.
+  // on persistent CTAs where launch.cu's table has the config's kernel in that order and it ran
+  // on a GPU — causal ones (a sliding window or not) paired (d256 up to seq_q 4096), non-causal
+  // windowed ones longest first with m192; the rest head-major.
   static hopper::WorkOrder builtin_order(const AttentionProblem& problem, const std::string& config) {
     if (!problem.has_mask()) return hopper::WorkOrder::HeadMajor;
-    const bool measured_only = Flash3Schedule::measured(config);
     const bool paired_measured = problem.head_dim != 256 || problem.seq_q <= 4096;
     if (problem.causal && paired_measured &&
-        flash3::has_ordered_kernel(hopper::WorkOrder::Paired, problem.head_dim, config, measured_only))
+        flash3::has_ordered_kernel(hopper::WorkOrder::Paired, problem.head_dim, config, true))
       return hopper::WorkOrder::Paired;
-    if (config == "m192" &&
-        flash3::has_ordered_kernel(hopper::WorkOrder::LongestFirst, problem.head_dim, config, measured_only))
+    if (config == "m192" && flash3::has_ordered_kernel(hopper::WorkOrder::LongestFirst, problem.head_dim, config, true))
       return hopper::WorkOrder::LongestFirst;
     return hopper::WorkOrder::HeadMajor;
   }
@@ -303,11 +301,6 @@ class Flash3Backend final : public Flash3FamilyBackend {
 };
 
 }  // namespace
-
-bool Flash3Schedule::measured(std::string_view config) {
-  const flash3::TileConfig* tile = tile_config(config);
-  return tile == nullptr || tile->measured;
-}
 
 const flash3::TileConfig* Flash3Schedule::tile_config(std::string_view config) {
   for (const flash3::TileConfig& tile : flash3::tile_configs())

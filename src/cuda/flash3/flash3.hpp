@@ -51,8 +51,6 @@ class Flash3Schedule {
   std::vector<std::string> names(const AttentionProblem& problem) const;
   // The schedule of a config that names() lists.
   static Choice parse(std::string_view config);
-  // False for a tile config not yet run on a GPU (experimental: launch.hpp's TileConfig::measured).
-  static bool measured(std::string_view config);
 
  private:
   static const flash3::TileConfig* tile_config(std::string_view config);  // null: not a tile config

@@ -34,23 +34,23 @@ struct TileConfigRow {
   RunForward fp16, bf16;
 };
 constexpr TileConfigRow kTileConfigTable[] = {
-    {{"m192", 64, "192-row tiles", true},
+    {{"m192", 64, "192-row tiles"},
      &run_forward_config<ConfigM192, __half>,
      &run_forward_config<ConfigM192, __nv_bfloat16>},
-    {{"m192-fmaexp", 64, "192-row tiles", true},
+    {{"m192-fmaexp", 64, "192-row tiles"},
      &run_forward_config<ConfigM192FmaExp2, __half>,
      &run_forward_config<ConfigM192FmaExp2, __nv_bfloat16>},
-    {{"n176", 128, "176-key tiles", true},
+    {{"n176", 128, "176-key tiles"},
      &run_forward_config<ConfigN176, __half>,
      &run_forward_config<ConfigN176, __nv_bfloat16>},
-    {{"n80", 256, "80-key tiles", true},
+    {{"n80", 256, "80-key tiles"},
      &run_forward_config<ConfigN80, __half>,
      &run_forward_config<ConfigN80, __nv_bfloat16>},
 };
 
 // The kernels with their works in another order than head-major (hopper/scheduler.cuh), one row
 // each. measured: the kernel passed its GPU tests and was measured, so the built-in order may
-// choose it; the others run only when an option or an experimental kernel config asks for them.
+// choose it; the others run only when an option asks for them.
 struct OrderRow {
   hopper::WorkOrder order;
   int head_dim;

@@ -25,7 +25,7 @@ void launch_forward(const Params& params, DType dtype, void* stream);
 // backend option forward_order) on the tiles of kernel config `config` ("default": the head dim's
 // default tiles; m192's 192-row tiles at d64), where launch.cu's
 // table has that kernel (has_ordered_kernel; measured_only: one that ran on a GPU, as the
-// built-in order of a measured config needs; ordered_kernels lists them, e.g. "m192 at head dim
+// built-in order needs; ordered_kernels lists them, e.g. "m192 at head dim
 // 64, the default tiles at head dim 128"); else Error(Internal): plan() asks first.
 bool has_ordered_kernel(hopper::WorkOrder order, int head_dim, std::string_view config, bool measured_only = false);
 std::string ordered_kernels(hopper::WorkOrder order);
@@ -41,7 +41,6 @@ struct TileConfig {
   std::string_view name;   // the kernel config's name
   int head_dim;            // the one head dim it has a kernel for
   std::string_view tiles;  // what its tiles are, for messages
-  bool measured;           // false: experimental, not yet run on a GPU
 };
 // In the order Flash3Schedule lists them: m192 (three consumer warpgroups, 192-row Q tiles; d64),
 // m192-fmaexp (m192 with 1/8 of the exponentials on the FMA pipe; opt-in), n176 (176-key K/V tiles;
