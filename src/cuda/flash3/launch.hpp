@@ -23,10 +23,10 @@ void launch_forward(const Params& params, DType dtype, void* stream);
 
 // The forward with its works in `order` (hopper/scheduler.cuh; flash3.cpp's plan chooses it, or
 // backend option forward_order) on the tiles of kernel config `config` ("default": the head dim's
-// default tiles; m192's 192-row tiles at d64), where launch.cu's
-// table has that kernel (has_ordered_kernel; measured_only: one that ran on a GPU, as the
-// built-in order needs; ordered_kernels lists them, e.g. "m192 at head dim
-// 64, the default tiles at head dim 128"); else Error(Internal): plan() asks first.
+// default tiles; m192's 192-row tiles at d64), where launch.cu's table has that kernel
+// (has_ordered_kernel; measured_only: one that ran on a GPU, as the built-in order needs;
+// ordered_kernels lists them, e.g. "m192 at head dim 64, the default tiles at head dim 128");
+// else Error(Internal): plan() asks first.
 bool has_ordered_kernel(hopper::WorkOrder order, int head_dim, std::string_view config, bool measured_only = false);
 std::string ordered_kernels(hopper::WorkOrder order);
 void launch_forward_ordered(const Params& params, DType dtype, hopper::WorkOrder order, std::string_view config,
@@ -44,8 +44,8 @@ struct TileConfig {
 };
 // In the order Flash3Schedule lists them: m192 (three consumer warpgroups, 192-row Q tiles; d64),
 // m192-fmaexp (m192 with 1/8 of the exponentials on the FMA pipe; opt-in), n176 (176-key K/V tiles;
-// d128), n80 (80-key K/V tiles; d256).
-// Each runs the v2 schedule whatever params.serial_schedule says.
+// d128), n80 (80-key K/V tiles; d256). Each runs the v2 schedule whatever params.serial_schedule
+// says.
 using TileConfigs = PointerRange<TileConfig>;
 TileConfigs tile_configs();
 

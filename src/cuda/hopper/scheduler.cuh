@@ -152,7 +152,9 @@ struct PersistentPairedSchedule {
 // against the head-major one's 3,432 (sm_90a cubins, CUDA 13.0), 158 KiB of code; and at causal
 // d128 N 1024 (H100, ncu, docs/results/h100/2026-12-07e/) its warps stalled on "no instruction"
 // (the instruction cache) in 10.5% of the samples against cuDNN's 1.7%. A unit's works are a loop
-// of one or two turns that is not unrolled. Experimental: not yet run on a GPU.
+// of one or two turns that is not unrolled. Experimental: not yet run on a GPU; if the GPU A/B
+// shows it no slower, it becomes PersistentPairedSchedule (its unit arithmetic is repeated here
+// so that the paired kernels' PTX stays as measured until then).
 struct PersistentPairedCompactSchedule {
   static constexpr bool kPersistent = true;
   template <class Tile, class Params, class Work>
