@@ -187,7 +187,9 @@ void check_backend_options(const SweepSpec& spec, Registry& registry) {
           fmt::format(
               "backend option '{}' is taken by none of the backends ({}); sparse_config: "
               "sparge, sparge-sage, cpu-sparge; block_mask: block-sparse, cpu-block-sparse; ring_world: cpu-ring; "
-              "experimental_backward: flash2; backward_key_tile: flash2; backward_epilogue: flash3; quant_qk: sage, "
+              "experimental_backward: flash2; backward_key_tile: flash2; backward_epilogue: flash3; forward_order: "
+              "flash3, "
+              "flash3-fp8; quant_qk: sage, "
               "sage2",
               key, fmt::join(spec.backends, ", ")));
   }

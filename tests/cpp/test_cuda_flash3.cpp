@@ -436,10 +436,10 @@ TEST(CudaFlash3, PairedMatchesTheReference) {
 }
 
 // paired-compact (experimental: not yet run on a GPU): paired's works with the per-work code
-// compiled once, m192 at d64 and the default tiles at d128.
+// compiled once, m192 at d64 and the default tiles at d128 and d256.
 TEST(CudaFlash3, PairedCompactMatchesTheReference) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
-  expect_paired_order_matches_reference("paired-compact", {64, 128});
+  expect_paired_order_matches_reference("paired-compact", {64, 128, 256});
 }
 
 // Small cases of paired and paired-compact for compute-sanitizer: causal with seq_q > seq_kv
@@ -452,8 +452,7 @@ TEST(CudaFlash3, PairedSmallCases) {
     options.options = {{"forward_order", order}};
     check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true), options);
     check_backend("flash3", make_problem(1, 140, 140, 200, 200, 128, DType::F16, Layout::BHSD, false), options);
-    if (std::string(order) == "paired")
-      check_backend("flash3", make_problem(1, 12, 4, 300, 300, 256, DType::BF16, Layout::BSHD, true), options);
+    check_backend("flash3", make_problem(1, 12, 4, 300, 300, 256, DType::BF16, Layout::BSHD, true), options);
     options.kernel_config = "m192";
     check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::BF16, Layout::BSHD, true), options);
   }

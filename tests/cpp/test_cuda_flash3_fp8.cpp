@@ -332,11 +332,12 @@ E4m3Tensor quantized(const HostTensor& t) {
 
 // flash3-fp8 on e4m3 Q, K, V (`layout`'s shapes and strides, e4m3_p.dtype == E4M3), bf16 O.
 DeviceRun run_e4m3_on_device(const AttentionProblem& e4m3_p, const Inputs& layout, const E4m3Tensor& q,
-                             const E4m3Tensor& k, const E4m3Tensor& v, const std::string& backend_name = "flash3-fp8") {
+                             const E4m3Tensor& k, const E4m3Tensor& v, const std::string& backend_name = "flash3-fp8",
+                             const PlanOptions& options = {}) {
   const AttentionProblem& p = e4m3_p;
   auto context = cuda::make_cuda_context(0);
   const Backend& backend = Registry::global().find(backend_name);
-  const std::unique_ptr<KernelPlan> plan = backend.plan(p, {});
+  const std::unique_ptr<KernelPlan> plan = backend.plan(p, options);
   const HostTensor o_layout({p.batch, p.seq_q, p.heads_q, p.dim_v()}, p.layout);
   auto dq = context->allocate(q.bytes.size()), dk = context->allocate(k.bytes.size()),
        dv = context->allocate(v.bytes.size()), o = context->allocate(o_layout.bytes());
@@ -444,6 +445,82 @@ TEST(CudaFlash3Fp8E4m3, PaddedStridesReadLikeDenseOnesAndUnalignedOnesAreRefused
     EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
     EXPECT_NE(std::string(error.what()).find("q cannot be read in 16-byte pieces"), std::string::npos) << error.what();
   }
+}
+
+// ---- forward_order=persistent (experimental: not yet run on a GPU) -------------------------------
+// flash3's persistent schedules: causal problems paired, unmasked ones on min(works, SMs) CTAs that
+// loop, other masked ones one CTA per work. Each work is computed as in the grid (the same tiles,
+// the key tiles in the same order), so O and LSE must equal the grid's bit for bit.
+
+PlanOptions persistent_order() {
+  PlanOptions options;
+  options.options = {{"forward_order", "persistent"}};
+  return options;
+}
+
+TEST(CudaFlash3Fp8, ForwardOrderValuesNeedNoDevice) {
+  const Backend& fp8 = Registry::global().find("flash3-fp8");
+  EXPECT_EQ(options_usage_error(fp8, {{"forward_order", "paired"}}),
+            "flash3-fp8: backend option forward_order='paired' not allowed; allowed: grid, persistent");
+  EXPECT_NO_THROW(fp8.check_options({{"forward_order", "grid"}}));
+  EXPECT_NO_THROW(fp8.check_options(persistent_order().options));
+}
+
+TEST(CudaFlash3Fp8, PersistentMatchesTheGridBitForBit) {
+  struct Case {
+    int batch, heads_q, heads_kv, seq_q, seq_kv, head_dim;
+    Layout layout;
+    bool causal;
+    int window_left, window_right;
+  };
+  const Case cases[] = {
+      {1, 40, 8, 1024, 1024, 128, Layout::BSHD, false, -1, -1},  // 320 works: the CTAs loop
+      {1, 40, 8, 1000, 1000, 64, Layout::BHSD, false, -1, -1},   // the same at d64, a partial last tile
+      {2, 16, 4, 1000, 1000, 128, Layout::BSHD, true, -1, -1},   // causal, 8 query tiles paired, GQA
+      {1, 12, 4, 1100, 700, 64, Layout::BSHD, true, -1, -1},     // 9 query tiles (a middle one alone), rows with no key
+      {1, 4, 4, 700, 700, 128, Layout::BSHD, false, 100, 0},     // a left window with right bound 0: paired
+      {1, 4, 4, 700, 700, 64, Layout::BSHD, false, 100, 50},     // a two-sided window: one CTA per work
+      {1, 2, 2, 7, 33, 128, Layout::BSHD, false, -1, -1},        // one partial tile
+  };
+  for (const Case& c : cases) {
+    AttentionProblem p =
+        make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, c.head_dim, DType::BF16, c.layout, c.causal);
+    p.window_left = c.window_left;
+    p.window_right = c.window_right;
+    SKIP_UNLESS_FLASH3_FP8_RUNS(p);
+    SCOPED_TRACE(p.describe());
+    const Inputs in = random_inputs(p, std::random_device{}());
+    const DeviceRun want = run_on_device("flash3-fp8", p, in);
+    const DeviceRun got = run_on_device("flash3-fp8", p, in, persistent_order());
+    EXPECT_EQ(std::memcmp(want.out_bits.data(), got.out_bits.data(), want.out_bits.size() * 2), 0);
+    EXPECT_EQ(std::memcmp(want.lse.data(), got.lse.data(), want.lse.size() * 4), 0);
+    // e4m3 inputs, the other entry: the same bits as the grid on the same e4m3 values.
+    if (c.seq_q > 1000 || c.heads_q > 16) continue;
+    AttentionProblem e4m3 = p;
+    e4m3.dtype = DType::E4M3;
+    const E4m3Tensor q8 = quantized(in.q), k8 = quantized(in.k), v8 = quantized(in.v);
+    const DeviceRun grid8 = run_e4m3_on_device(e4m3, in, q8, k8, v8);
+    const DeviceRun persistent8 = run_e4m3_on_device(e4m3, in, q8, k8, v8, "flash3-fp8", persistent_order());
+    EXPECT_EQ(std::memcmp(grid8.out_bits.data(), persistent8.out_bits.data(), grid8.out_bits.size() * 2), 0);
+    EXPECT_EQ(std::memcmp(grid8.lse.data(), persistent8.lse.data(), grid8.lse.size() * 4), 0);
+  }
+  // And against the quantized reference on its own (a wrong descale or tile would match nothing).
+  const AttentionProblem p = make_problem(1, 8, 2, 333, 1000, 128, DType::BF16, Layout::BHSD, true);
+  SKIP_UNLESS_FLASH3_FP8_RUNS(p);
+  (void)check_flash3_fp8(p, persistent_order());
+}
+
+// Small cases for compute-sanitizer (tools/device/run.sh): causal with seq_q > seq_kv (works
+// without a key between works with keys), 280 unmasked works on looping CTAs, a two-sided window.
+TEST(CudaFlash3Fp8, PersistentSmallCases) {
+  const AttentionProblem causal = make_problem(2, 6, 2, 300, 100, 128, DType::BF16, Layout::BSHD, true);
+  SKIP_UNLESS_FLASH3_FP8_RUNS(causal);
+  (void)check_flash3_fp8(causal, persistent_order());
+  (void)check_flash3_fp8(make_problem(1, 140, 140, 200, 200, 64, DType::BF16, Layout::BHSD, false), persistent_order());
+  AttentionProblem window = make_problem(1, 2, 2, 300, 300, 64, DType::BF16, Layout::BSHD, false);
+  window.window_left = 40;
+  window.window_right = 30;
+  (void)check_flash3_fp8(window, persistent_order());
 }
 
 // Without a GPU too: the dtypes it takes and the one it writes; e4m3 has no backward.

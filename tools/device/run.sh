@@ -210,6 +210,8 @@ if [ $run_sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   filter+=':CudaFlash3.M192SmallCases:CudaFlash3.N176SmallCases'
   # flash3's persistent CTAs (several work tiles per CTA, some without a key).
   filter+=':CudaFlash3.PersistentSmallCases:CudaFlash3.LongestFirstSmallCases:CudaFlash3.PairedSmallCases:CudaFlash3.N80SmallCases'
+  # flash3-fp8's persistent schedules (forward_order=persistent).
+  filter+=':CudaFlash3Fp8.PersistentSmallCases'
   # The backward kernels (flash2's both dQ modes, flash3's): partial key and query tiles, causal
   # with seq_q != seq_kv, GQA, a window.
   filter+=':CudaFlash2Backward.SmallCasesForSanitizers:CudaFlash3Backward.SmallCasesForSanitizers'

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <map>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -39,7 +40,9 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
              {DeviceType::Cuda, 0},
              "bf16 in (quantized to e4m3 per tensor inside forward, pre-pass timed) or e4m3 in with per-tensor "
              "descales, bf16 out, head dim 64/128, causal, sliding window, "
-             "GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only"},
+             "GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only; option "
+             "forward_order=grid|persistent (grid, the default: one CTA per query tile; persistent: "
+             "experimental, not yet run on a GPU: causal problems paired, unmasked ones on persistent CTAs)"},
             /*with_tile_configs=*/false) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -57,7 +60,14 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     return supports_kernel(problem, flash3::kFp8HeadDims);
   }
 
+  // forward_order: "grid" (the default: one CTA per 128-row query tile) or "persistent"
+  // (experimental: not yet run on a GPU): causal problems paired on persistent CTAs, unmasked ones
+  // on min(works, SMs) looping CTAs, as flash3 (fp8_run_forward.cuh).
+  std::vector<std::string> option_keys() const override { return {std::string(kForwardOrder)}; }
+  void check_options(const std::map<std::string, std::string>& options) const override { (void)forward_order(options); }
+
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
+    const flash3::Fp8Order order = forward_order(options.options);
     require_support(*this, problem);
     std::string config = choose_kernel_config(*this, problem, options);
     const bool serial = Flash3Schedule::parse(config).kind == Flash3Schedule::Kind::V1;
@@ -65,12 +75,19 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
         problem.dtype == DType::E4M3 ? flash3::kFp8E4m3WorkspaceBytes : workspace_bytes(problem);
     return std::make_unique<FunctionPlan>(
         std::move(config), workspace,
-        [this, problem, serial, workspace](const AttentionArgs& args, Stream stream, RunReport&) {
-          run(problem, args, serial, workspace, stream);
+        [this, problem, serial, order, workspace](const AttentionArgs& args, Stream stream, RunReport&) {
+          run(problem, args, serial, order, workspace, stream);
         });
   }
 
  private:
+  static constexpr std::string_view kForwardOrder = "forward_order";
+  static flash3::Fp8Order forward_order(const std::map<std::string, std::string>& options) {
+    static constexpr std::string_view kOrders[] = {"grid", "persistent"};
+    return cuda::option_choice("flash3-fp8", options, kForwardOrder, kOrders) == 0 ? flash3::Fp8Order::Grid
+                                                                                   : flash3::Fp8Order::Persistent;
+  }
+
   static std::size_t workspace_bytes(const AttentionProblem& problem) {
     flash3::Params params;
     params.batch = problem.batch;
@@ -82,8 +99,8 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     return flash3::fp8_workspace_bytes(params);
   }
 
-  void run(const AttentionProblem& problem, const AttentionArgs& args, bool serial, std::size_t workspace,
-           Stream stream) const {
+  void run(const AttentionProblem& problem, const AttentionArgs& args, bool serial, flash3::Fp8Order order,
+           std::size_t workspace, Stream stream) const {
     check_cuda_args(name(), problem, args);
     // The pre-pass reads Q, K, V in 16-byte pieces and the no-key path writes O so: the same
     // base/stride rule as flash3's TMA reads. e4m3 Q, K, V are read by TMA directly: 16-byte
@@ -99,10 +116,10 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     params.serial_schedule = serial;
     if (e4m3) {
       const float descales[3] = {args.q.descale, args.k.descale, args.v.descale};
-      flash3::launch_forward_fp8_e4m3(params, descales, args.workspace, stream);
+      flash3::launch_forward_fp8_e4m3(params, descales, args.workspace, order, stream);
       return;
     }
-    flash3::launch_forward_fp8(params, args.workspace, stream);
+    flash3::launch_forward_fp8(params, args.workspace, order, stream);
   }
 };
 

@@ -22,7 +22,8 @@ __global__ void write_descales_kernel(float* descales, float q, float k, float v
 
 }  // namespace
 
-void launch_forward_fp8_e4m3(const Params& params, const float (&descales)[3], void* workspace, void* stream) {
+void launch_forward_fp8_e4m3(const Params& params, const float (&descales)[3], void* workspace, Fp8Order order,
+                             void* stream) {
   if (params.head_dim != 64 && params.head_dim != 128) {
     throw Error(ErrorKind::Unsupported,
                 fmt::format("head dim {} not supported by flash3-fp8; allowed: 64, 128", params.head_dim));
@@ -31,8 +32,7 @@ void launch_forward_fp8_e4m3(const Params& params, const float (&descales)[3], v
   auto* device_descales = static_cast<float*>(workspace);
   write_descales_kernel<<<1, 1, 0, cuda_stream>>>(device_descales, descales[0], descales[1], descales[2]);
   ATTNSUITE_CUDA_CHECK_LAUNCH("flash3-fp8 write_descales_kernel");
-  if (params.head_dim == 64) return run_fp8_forward<64>(params, device_descales, cuda_stream);
-  return run_fp8_forward<128>(params, device_descales, cuda_stream);
+  run_fp8_ordered(params, device_descales, order, cuda_stream);
 }
 
 }  // namespace attnsuite::cuda::flash3

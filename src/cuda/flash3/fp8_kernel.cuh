@@ -1,6 +1,7 @@
 // flash3-fp8's fused forward kernel (device code only): flash3's structure (kernel.cuh, over the
 // Hopper layer cuda/hopper/) with e4m3 Q, K, V, per-tensor descale factors and bf16 output, one
-// CTA per 128-row query tile (GridSchedule).
+// CTA per 128-row query tile (GridSchedule) or, with Traits::kPersistent (experimental: not yet
+// run on a GPU), flash3's persistent schedules (Fp8Schedule).
 //
 // Differences from flash3:
 //  - Q·Kᵀ is wgmma m64n128k32 e4m3 (Q and K K-major as TMA loads them: d contiguous);
@@ -20,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/flash3/online_softmax.cuh"
 #include "cuda/flash3/params.hpp"
@@ -77,17 +79,26 @@ __device__ __forceinline__ void transpose_v_tile(std::uint32_t v_tile, std::uint
 template <class Traits>
 using Fp8Tile = WorkTile<Traits::kTileM, Traits::kTileN, false>;
 
+// The order of the works: one CTA each (the grid), or persistent CTAs head-major (the launcher
+// starts min(works, SMs) on unmasked problems, one per work on masked ones) or paired (causal).
+template <class Traits>
+using Fp8Schedule = std::conditional_t<!Traits::kPersistent, GridSchedule,
+                                       std::conditional_t<Traits::kOrder == WorkOrder::PairedCompact,
+                                                          PersistentPairedCompactSchedule, PersistentSchedule>>;
+
 // The mbarriers: Q full, K full, V full (TMA), Vᵀ full (producer warps), K empty and Vᵀ empty
-// (consumer warps) ×stages. Released separately (as in flash3): K after S_j has been waited,
-// V/Vᵀ after P_j·V_j.
+// (consumer warps) ×stages, and with persistent CTAs Q empty (consumer warps). Released
+// separately (as in flash3): K after S_j has been waited, V/Vᵀ after P_j·V_j.
 template <class Traits>
 struct Fp8Barriers : BarrierSet<Traits::kStages, 5> {
   using BarrierSet<Traits::kStages, 5>::BarrierSet;
   BarrierRing<Traits::kStages> k_full = this->ring(0), v_full = this->ring(1), vt_full = this->ring(2),
                                k_empty = this->ring(3), vt_empty = this->ring(4);
+  std::uint32_t q_empty = this->q_empty_entry();
   __device__ __forceinline__ void init() const {
     constexpr int kWarps = Traits::kConsumerWarps;
-    BarrierSet<Traits::kStages, 5>::init({1, 1, Traits::kProducerWarps, kWarps, kWarps}, 0);
+    BarrierSet<Traits::kStages, 5>::init({1, 1, Traits::kProducerWarps, kWarps, kWarps},
+                                         Traits::kPersistent ? kWarps : 0);
   }
 };
 
@@ -96,8 +107,9 @@ struct Fp8Barriers : BarrierSet<Traits::kStages, 5> {
 template <class Traits>
 struct Fp8Consumer : ConsumerBase<Traits, Params, Fp8Tile<Traits>, 32> {
   using Base = ConsumerBase<Traits, Params, Fp8Tile<Traits>, 32>;
-  using Base::acc_o, Base::acc_s, Base::row_max, Base::row_sum;
+  using Base::acc_o, Base::acc_s, Base::row_max, Base::row_sum, Base::lane;
   using Base::kHeadDim, Base::kTileN, Base::params, Base::tile, Base::smem;
+  std::uint32_t q_empty;
   std::uint64_t q_descriptor;
   // Per-tensor descales (written by the quantization pre-pass earlier on the stream).
   float descale_v, scale_log2, scale;
@@ -106,6 +118,7 @@ struct Fp8Consumer : ConsumerBase<Traits, Params, Fp8Tile<Traits>, 32> {
   __device__ __forceinline__ Fp8Consumer(const Kernel& kernel, const Fp8Tile<Traits>& tile_, int consumer,
                                          const Fp8Barriers<Traits>& bar, std::uint32_t smem_)
       : Base(kernel.params, tile_, consumer, smem_, bar.k_full, bar.vt_full, bar.k_empty, bar.vt_empty),
+        q_empty(bar.q_empty),
         // This warpgroup's 64 Q rows start 64 rows into the tile (a multiple of the swizzle period).
         q_descriptor(matrix_descriptor_swizzled<Traits::kSwizzleBytes>(
             smem_ + Traits::kQOffset + consumer * Traits::kRowsPerConsumer * Traits::kRowBytes, 16,
@@ -138,6 +151,22 @@ struct Fp8Consumer : ConsumerBase<Traits, Params, Fp8Tile<Traits>, 32> {
     this->multiply_pv(acc_o, smem + Traits::kVtOffset + stage * Traits::kVtBytes, 0);
   }
 
+  // Persistent: Q is free for the next work's once every consumer warp has waited its last Q·Kᵀ
+  // (as flash3's consumer).
+  __device__ __forceinline__ void release_q(bool last) {
+    if constexpr (Traits::kPersistent) {
+      if (last && lane == 0) barrier_arrive(q_empty);
+    }
+  }
+  __device__ __forceinline__ void release_k(const PipelineState<Traits::kStages>& kv, bool last) {
+    if (lane == 0) {
+      this->k_empty.arrive(kv);
+      if constexpr (Traits::kPersistent) {
+        if (last) barrier_arrive(q_empty);
+      }
+    }
+  }
+
   // Epilogue: O·dv / row sum, LSE = max·scale·dq·dk + ln(sum). A NaN score (NaN in Q or K, ±Inf
   // quantized to NaN) makes the sum NaN, and so O and LSE NaN (docs/reliability.md).
   __device__ __forceinline__ float o_factor(float sum) const { return descale_v / sum; }
@@ -154,16 +183,22 @@ struct Fp8 {
   const float* descales;
   const CUtensorMap *q_map, *k_map, *v_map;
 
-  // The producer warpgroup: thread 0 issues the TMA copies (Q, then per tile K and V once the
-  // consumers are done with K, then Vᵀ — made from this stage's previous V — of the stage's
+  // The producer warpgroup: thread 0 issues the TMA copies (Q — persistent: once every consumer
+  // warp has waited its last Q·Kᵀ of the previous work, "Q empty" —, then per tile K and V once
+  // the consumers are done with K, then Vᵀ — made from this stage's previous V — of the stage's
   // previous tile); all four warps transpose each V tile into Vᵀ once it has landed.
   __device__ __forceinline__ void produce(const Barriers& bar, std::uint32_t smem) const {
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     constexpr int kBytes = Traits::kKVBytes;
-    produce_tiles<GridSchedule, Tile, Traits::kStages>(
+    [[maybe_unused]] std::uint32_t q_phase = 0;  // persistent only
+    produce_tiles<Fp8Schedule<Traits>, Tile, Traits::kStages>(
         params,
         [&](const Tile& tile) {
           if (threadIdx.x != 0) return;
+          if constexpr (Traits::kPersistent) {
+            barrier_wait(bar.q_empty, q_phase ^ 1u);
+            q_phase ^= 1u;
+          }
           barrier_arrive_expect_bytes(bar.q_full, Traits::kQBytes);
           tma_load_4d(smem + Traits::kQOffset, q_map, 0, tile.row_begin, tile.head, tile.batch, bar.q_full);
         },
@@ -194,7 +229,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                               const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                               const __grid_constant__ CUtensorMap v_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  warp_specialized_forward<Traits, GridSchedule>(Fp8<Traits>{params, descales, &q_map, &k_map, &v_map});
+  warp_specialized_forward<Traits, Fp8Schedule<Traits>>(Fp8<Traits>{params, descales, &q_map, &k_map, &v_map});
 #else
   (void)params;
   (void)descales;

@@ -156,7 +156,7 @@ WorkspaceLayout workspace_layout(const Params& params) {
 
 std::size_t fp8_workspace_bytes(const Params& params) { return workspace_layout(params).total; }
 
-void launch_forward_fp8(const Params& params, void* workspace, void* stream) {
+void launch_forward_fp8(const Params& params, void* workspace, Fp8Order order, void* stream) {
   if (params.head_dim != 64 && params.head_dim != 128) {
     throw Error(ErrorKind::Unsupported,
                 fmt::format("head dim {} not supported by flash3-fp8; allowed: 64, 128", params.head_dim));
@@ -221,8 +221,7 @@ void launch_forward_fp8(const Params& params, void* workspace, void* stream) {
   fp8.k_head_stride = fp8.v_head_stride = params.head_dim;
   fp8.k_row_stride = fp8.v_row_stride = static_cast<std::int64_t>(params.heads_kv) * params.head_dim;
   fp8.k_batch_stride = fp8.v_batch_stride = fp8.k_row_stride * params.seq_kv;
-  if (params.head_dim == 64) return run_fp8_forward<64>(fp8, descales, cuda_stream);
-  return run_fp8_forward<128>(fp8, descales, cuda_stream);
+  run_fp8_ordered(fp8, descales, order, cuda_stream);
 }
 
 }  // namespace attnsuite::cuda::flash3

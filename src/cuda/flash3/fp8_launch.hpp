@@ -10,6 +10,11 @@ namespace attnsuite::cuda::flash3 {
 // Head dims with a compiled flash3-fp8 kernel.
 inline constexpr int kFp8HeadDims[] = {64, 128};
 
+// Which CTAs run the works (backend option forward_order): Grid, one CTA per 128-row query tile
+// (the default); Persistent (experimental: not yet run on a GPU), flash3's persistent schedules —
+// causal problems paired, unmasked ones on min(works, SMs) looping CTAs (fp8_run_forward.cuh).
+enum class Fp8Order { Grid, Persistent };
+
 // Bytes of device workspace for the e4m3 copies of Q, K, V (dense BSHD, 256-byte aligned) and
 // the per-tensor amax / descale words.
 std::size_t fp8_workspace_bytes(const Params& params);
@@ -18,7 +23,7 @@ std::size_t fp8_workspace_bytes(const Params& params);
 // Q, K and V per tensor to e4m3 into `workspace` (amax over the tensor, descale = amax / 448),
 // then the e4m3 kernel runs with those descales. Throws Error(Unsupported) for a head dim
 // without a kernel.
-void launch_forward_fp8(const Params& params, void* workspace, void* stream);
+void launch_forward_fp8(const Params& params, void* workspace, Fp8Order order, void* stream);
 
 // Bytes of device workspace of launch_forward_fp8_e4m3: the three descales.
 inline constexpr std::size_t kFp8E4m3WorkspaceBytes = 256;
@@ -27,6 +32,7 @@ inline constexpr std::size_t kFp8E4m3WorkspaceBytes = 256;
 // pre-pass; the descales (q, k, v: real value = e4m3 × descale) are written into `workspace`
 // (kFp8E4m3WorkspaceBytes) for the same e4m3 kernel. Throws Error(Unsupported) for a head dim
 // without a kernel.
-void launch_forward_fp8_e4m3(const Params& params, const float (&descales)[3], void* workspace, void* stream);
+void launch_forward_fp8_e4m3(const Params& params, const float (&descales)[3], void* workspace, Fp8Order order,
+                             void* stream);
 
 }  // namespace attnsuite::cuda::flash3

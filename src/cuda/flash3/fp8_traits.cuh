@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/hopper/register_split.hpp"
+#include "cuda/hopper/work_order.hpp"
 
 namespace attnsuite::cuda::flash3 {
 
@@ -16,13 +17,21 @@ namespace attnsuite::cuda::flash3 {
 // 128 keys is 128 bytes, exactly the 128B swizzle span.
 // The producer transposes V, so it keeps more than flash3's 24 registers (16 loaded words, 16
 // permuted ones, addresses): 128·56 + 256·224 = 64512 <= 65536 (launch bound 168/thread).
-template <int kHeadDim_, int kStages_>
+// kPersistent_ false: one CTA per work (GridSchedule, the default); true (option
+// forward_order=persistent, experimental: not yet run on a GPU): flash3's schedules in kOrder_
+// (HeadMajor: PersistentSchedule; PairedCompact: causal units of a head's longest and shortest
+// query tiles), with a "Q empty" barrier so that the next work's Q is loaded while the consumers
+// finish the current one.
+template <int kHeadDim_, int kStages_, bool kPersistent_ = false,
+          hopper::WorkOrder kOrder_ = hopper::WorkOrder::HeadMajor>
 struct Fp8Traits : hopper::WarpSpecialized<2, 56, 224> {
   using Element = __nv_bfloat16;  // the output
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kTileM = 128;
   static constexpr int kTileN = 128;
   static constexpr int kStages = kStages_;
+  static constexpr bool kPersistent = kPersistent_;
+  static constexpr hopper::WorkOrder kOrder = kOrder_;
 
   static constexpr int kRowsPerConsumer = kTileM / kConsumers;
   static constexpr int kProducerWarps = 4;  // arrivals that publish a transposed V
@@ -44,8 +53,8 @@ struct Fp8Traits : hopper::WarpSpecialized<2, 56, 224> {
   static constexpr int kVtOffset = kVOffset + kStages * kKVBytes;
   static constexpr int kBarrierOffset = kVtOffset + kStages * kVtBytes;
   // Barriers: Q full, K full ×stages, V full ×stages (TMA), Vᵀ full ×stages (producer warps),
-  // K empty ×stages and Vᵀ empty ×stages (consumer warps).
-  static constexpr int kBarrierBytes = 8 * (1 + 5 * kStages);
+  // K empty ×stages and Vᵀ empty ×stages (consumer warps), Q empty (persistent only).
+  static constexpr int kBarrierBytes = 8 * (1 + 5 * kStages + (kPersistent ? 1 : 0));
   static constexpr int kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;  // +1024: base rounded up
 
   static_assert(kHeadDim == 64 || kHeadDim == 128, "a Q/K/V row is one swizzle span: 64 or 128 bytes");
@@ -57,9 +66,10 @@ struct Fp8Traits : hopper::WarpSpecialized<2, 56, 224> {
 };
 
 // d64: 8 KiB per tile; d128: 16 KiB. Three stages: d64 80 KiB, d128 160 KiB of shared memory.
-template <int kHeadDim>
+// kPersistent, kOrder: Fp8Traits.
+template <int kHeadDim, bool kPersistent = false, hopper::WorkOrder kOrder = hopper::WorkOrder::HeadMajor>
 struct Fp8Config {
-  using Kernel = Fp8Traits<kHeadDim, 3>;
+  using Kernel = Fp8Traits<kHeadDim, 3, kPersistent, kOrder>;
 };
 
 }  // namespace attnsuite::cuda::flash3

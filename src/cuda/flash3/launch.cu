@@ -76,6 +76,8 @@ constexpr OrderRow kOrderTable[] = {
      &run_forward_config<ConfigM192PairedCompact, __nv_bfloat16>},
     {hopper::WorkOrder::PairedCompact, 128, "default", false, &run_forward_config<ConfigD128PairedCompact, __half>,
      &run_forward_config<ConfigD128PairedCompact, __nv_bfloat16>},
+    {hopper::WorkOrder::PairedCompact, 256, "default", false, &run_forward_config<ConfigD256PairedCompact, __half>,
+     &run_forward_config<ConfigD256PairedCompact, __nv_bfloat16>},
 };
 
 template <std::size_t... kIndex>

@@ -190,5 +190,9 @@ template <class Element>
 struct ConfigD256Paired {
   using Kernel = Ordered<typename Config<Element, 256>::Kernel, hopper::WorkOrder::Paired>;
 };
+template <class Element>
+struct ConfigD256PairedCompact {
+  using Kernel = Ordered<typename Config<Element, 256>::Kernel, hopper::WorkOrder::PairedCompact>;
+};
 
 }  // namespace attnsuite::cuda::flash3

@@ -122,16 +122,12 @@ struct PersistentLongestFirstSchedule {
 // problems run so (m192 at d64, the default tiles at d128).
 struct PersistentPairedSchedule {
   static constexpr bool kPersistent = true;
-  // Units of a problem of q_tiles query tiles over heads_batch (q head, batch) pairs.
-  __host__ __device__ static constexpr long long units(int q_tiles, int heads_batch) {
-    return static_cast<long long>(heads_batch) * ((q_tiles + 1) / 2);
-  }
   template <class Tile, class Params, class Work>
   __device__ __forceinline__ static void for_each_work(const Params& params, Work work) {
     const int heads_batch = params.heads_q * params.batch;
     const int pairs_per_head = params.q_tiles / 2;
     const int paired = heads_batch * pairs_per_head;  // the units that are pairs; then the middle tiles
-    const int all = static_cast<int>(units(params.q_tiles, heads_batch));
+    const int all = static_cast<int>(paired_units(params.q_tiles, heads_batch));
     for (int u = static_cast<int>(blockIdx.x); u < all; u += static_cast<int>(gridDim.x)) {
       if (u < paired) {
         const int head_batch = u / pairs_per_head, p = u % pairs_per_head;
@@ -162,7 +158,7 @@ struct PersistentPairedCompactSchedule {
     const int heads_batch = params.heads_q * params.batch;
     const int pairs_per_head = params.q_tiles / 2;
     const int paired = heads_batch * pairs_per_head;
-    const int all = static_cast<int>(PersistentPairedSchedule::units(params.q_tiles, heads_batch));
+    const int all = static_cast<int>(paired_units(params.q_tiles, heads_batch));
     for (int u = static_cast<int>(blockIdx.x); u < all; u += static_cast<int>(gridDim.x)) {
       const bool pair = u < paired;
       const int head_batch = pair ? u / pairs_per_head : u - paired;

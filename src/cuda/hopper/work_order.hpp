@@ -11,4 +11,10 @@ namespace attnsuite::cuda::hopper {
 // the per-work code compiled once (PersistentPairedCompactSchedule; experimental).
 enum class WorkOrder { HeadMajor, LongestFirst, Paired, PairedCompact };
 
+// The paired orders' units of a problem of q_tiles query tiles over heads_batch (q head, batch)
+// pairs: a head's query tiles two by two, the middle one alone when q_tiles is odd.
+constexpr long long paired_units(int q_tiles, int heads_batch) {
+  return static_cast<long long>(heads_batch) * ((q_tiles + 1) / 2);
+}
+
 }  // namespace attnsuite::cuda::hopper
