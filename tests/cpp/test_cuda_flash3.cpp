@@ -320,7 +320,7 @@ TEST(CudaFlash3, LongestFirstRefusalsNeedNoDevice) {
   const Backend& flash3 = Registry::global().find("flash3");
   EXPECT_EQ(options_usage_error(flash3, {{"forward_order", "shortest-first"}}),
             "flash3: backend option forward_order='shortest-first' not allowed; allowed: head-major, longest-first, "
-            "paired, paired-compact");
+            "paired");
   PlanOptions options;
   options.options = {{"forward_order", "longest-first"}};
   EXPECT_NO_THROW(flash3.check_options(options.options));
@@ -402,16 +402,17 @@ TEST(CudaFlash3, LongestFirstMatchesTheReference) {
       }
 }
 
-// forward_order=`order` (paired or paired-compact) at `head_dims`: persistent CTAs on every
-// problem, units of a head's longest and shortest query tiles (the middle one alone after every
-// pair when their number is odd) — n176's cases, then more units than SMs with an odd and an even
-// number of query tiles, causal and not; fp16 and bf16, m192 at d64 and the default tiles above.
-void expect_paired_order_matches_reference(const std::string& order, std::initializer_list<int> head_dims) {
+// forward_order=paired, the built-in order of causal problems (m192 at d64, the default tiles at
+// d128 and d256): persistent CTAs on every problem, units of a head's longest and shortest query
+// tiles (the middle one alone after every pair when their number is odd) — n176's cases, then more
+// units than SMs with an odd and an even number of query tiles, causal and not; fp16 and bf16.
+TEST(CudaFlash3, PairedMatchesTheReference) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
   std::vector<TileConfigCase> cases = kD128Cases;
   cases.push_back({2, 32, 8, 600, 600, Layout::BSHD, true, -1, -1});   // 5 tiles of 128 rows, 4 of 192
   cases.push_back({2, 32, 8, 500, 500, Layout::BHSD, true, -1, -1});   // 4 of 128, 3 of 192
   cases.push_back({2, 32, 8, 600, 600, Layout::BHSD, false, -1, -1});  // dense
-  for (const int head_dim : head_dims)
+  for (const int head_dim : {64, 128, 256})
     for (const DType dtype : {DType::BF16, DType::F16})
       for (const TileConfigCase& c : cases) {
         AttentionProblem p =
@@ -419,7 +420,7 @@ void expect_paired_order_matches_reference(const std::string& order, std::initia
         p.window_left = c.window_left;
         p.window_right = c.window_right;
         PlanOptions options;
-        options.options = {{"forward_order", order}};
+        options.options = {{"forward_order", "paired"}};
         if (head_dim == 64) options.kernel_config = "m192";
         EXPECT_EQ(check_backend("flash3", p, options), head_dim == 64 ? "m192" : "default");
         // The built-in config of causal problems (paired where flash3.cpp's builtin_order says).
@@ -429,33 +430,17 @@ void expect_paired_order_matches_reference(const std::string& order, std::initia
       }
 }
 
-// paired, the built-in order of causal problems (m192 at d64, the default tiles at d128, d256).
-TEST(CudaFlash3, PairedMatchesTheReference) {
-  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
-  expect_paired_order_matches_reference("paired", {64, 128, 256});
-}
-
-// paired-compact (experimental: not yet run on a GPU): paired's works with the per-work code
-// compiled once, m192 at d64 and the default tiles at d128 and d256.
-TEST(CudaFlash3, PairedCompactMatchesTheReference) {
-  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
-  expect_paired_order_matches_reference("paired-compact", {64, 128, 256});
-}
-
-// Small cases of paired and paired-compact for compute-sanitizer: causal with seq_q > seq_kv
-// (works without a key paired with works with keys), 3 query tiles of 128 rows (a middle tile
-// alone) and 2 of 192.
+// Small cases of paired for compute-sanitizer: causal with seq_q > seq_kv (works without a key
+// paired with works with keys), 3 query tiles of 128 rows (a middle tile alone) and 2 of 192.
 TEST(CudaFlash3, PairedSmallCases) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
-  for (const char* order : {"paired", "paired-compact"}) {
-    PlanOptions options;
-    options.options = {{"forward_order", order}};
-    check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true), options);
-    check_backend("flash3", make_problem(1, 140, 140, 200, 200, 128, DType::F16, Layout::BHSD, false), options);
-    check_backend("flash3", make_problem(1, 12, 4, 300, 300, 256, DType::BF16, Layout::BSHD, true), options);
-    options.kernel_config = "m192";
-    check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::BF16, Layout::BSHD, true), options);
-  }
+  PlanOptions options;
+  options.options = {{"forward_order", "paired"}};
+  check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true), options);
+  check_backend("flash3", make_problem(1, 140, 140, 200, 200, 128, DType::F16, Layout::BHSD, false), options);
+  check_backend("flash3", make_problem(1, 12, 4, 300, 300, 256, DType::BF16, Layout::BSHD, true), options);
+  options.kernel_config = "m192";
+  check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::BF16, Layout::BSHD, true), options);
 }
 
 // Small cases of longest-first for compute-sanitizer (tools/device/run.sh): 420 works, causal with

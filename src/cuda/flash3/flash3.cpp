@@ -97,8 +97,7 @@ class Flash3Backend final : public Flash3FamilyBackend {
              "causal problems (sliding windows included) run paired on persistent CTAs (a head's longest and "
              "shortest query tiles together; m192 at d64, the default tiles at d128, and at d256 from seq_q "
              "1k to 4k), non-causal windowed ones at d64 longest first; option "
-             "forward_order=head-major|longest-first|paired|paired-compact (paired-compact: experimental, not yet "
-             "run on a GPU; longest-first with m192 or the default tiles "
+             "forward_order=head-major|longest-first|paired (longest-first with m192 or the default tiles "
              "at d64/d128: slower than paired)"},
             /*with_tile_configs=*/true) {}
 
@@ -152,8 +151,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
         throw Error(ErrorKind::Unsupported, fmt::format("flash3: {}", support.reason));
     }
     const int order = forward_order(options.options);
-    // Asked for an order with kernels of its own (kOrders after head-major: longest first, paired,
-    // paired-compact): the default tiles, or the kernel config asked for too, where launch.cu's
+    // Asked for an order with kernels of its own (kOrders after head-major: longest first, paired):
+    // the default tiles, or the kernel config asked for too, where launch.cu's
     // table has that kernel.
     const bool asked_order = order > 0;
     const hopper::WorkOrder asked_work_order = kWorkOrders[std::max(order, 0)];
@@ -219,12 +218,10 @@ class Flash3Backend final : public Flash3FamilyBackend {
   }
 
   // forward_order: absent (-1: the built-in order, builtin_order), else the index of its value in
-  // kOrders (kWorkOrders[i] the order it asks for); another value is refused. paired-compact
-  // (experimental: not yet run on a GPU) is paired with the per-work code compiled once
-  // (hopper/scheduler.cuh, PersistentPairedCompactSchedule).
-  static constexpr std::string_view kOrders[] = {"head-major", "longest-first", "paired", "paired-compact"};
+  // kOrders (kWorkOrders[i] the order it asks for); another value is refused.
+  static constexpr std::string_view kOrders[] = {"head-major", "longest-first", "paired"};
   static constexpr hopper::WorkOrder kWorkOrders[] = {hopper::WorkOrder::HeadMajor, hopper::WorkOrder::LongestFirst,
-                                                      hopper::WorkOrder::Paired, hopper::WorkOrder::PairedCompact};
+                                                      hopper::WorkOrder::Paired};
   static int forward_order(const std::map<std::string, std::string>& options) {
     if (!options.contains(std::string(kForwardOrder))) return -1;
     return static_cast<int>(cuda::option_choice("flash3", options, kForwardOrder, kOrders));

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,8 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
              "bf16 in (quantized to e4m3 per tensor inside forward, pre-pass timed) or e4m3 in with per-tensor "
              "descales, bf16 out, head dim 64/128, causal, sliding window, "
              "GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only; option "
-             "forward_order=grid|persistent (grid, the default: one CTA per query tile; persistent: "
-             "experimental, not yet run on a GPU: causal problems paired, unmasked ones on persistent CTAs)"},
+             "forward_order=grid|persistent (persistent: causal problems paired, unmasked ones on persistent "
+             "CTAs; default: persistent at N <= 2048 unmasked and N <= 1024 causal, the grid elsewhere)"},
             /*with_tile_configs=*/false) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -60,15 +61,16 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     return supports_kernel(problem, flash3::kFp8HeadDims);
   }
 
-  // forward_order: "grid" (the default: one CTA per 128-row query tile) or "persistent"
-  // (experimental: not yet run on a GPU): causal problems paired on persistent CTAs, unmasked ones
-  // on min(works, SMs) looping CTAs, as flash3 (fp8_run_forward.cuh).
+  // forward_order: "grid" (one CTA per 128-row query tile) or "persistent" (causal problems
+  // paired on persistent CTAs, unmasked ones on min(works, SMs) looping CTAs, as flash3's:
+  // fp8_run_forward.cuh); absent: builtin_order.
   std::vector<std::string> option_keys() const override { return {std::string(kForwardOrder)}; }
   void check_options(const std::map<std::string, std::string>& options) const override { (void)forward_order(options); }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
-    const flash3::Fp8Order order = forward_order(options.options);
+    const std::optional<flash3::Fp8Order> asked = forward_order(options.options);
     require_support(*this, problem);
+    const flash3::Fp8Order order = asked ? *asked : builtin_order(problem);
     std::string config = choose_kernel_config(*this, problem, options);
     const bool serial = Flash3Schedule::parse(config).kind == Flash3Schedule::Kind::V1;
     const std::size_t workspace =
@@ -82,10 +84,22 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
 
  private:
   static constexpr std::string_view kForwardOrder = "forward_order";
-  static flash3::Fp8Order forward_order(const std::map<std::string, std::string>& options) {
+  static std::optional<flash3::Fp8Order> forward_order(const std::map<std::string, std::string>& options) {
     static constexpr std::string_view kOrders[] = {"grid", "persistent"};
+    if (!options.contains(std::string(kForwardOrder))) return std::nullopt;
     return cuda::option_choice("flash3-fp8", options, kForwardOrder, kOrders) == 0 ? flash3::Fp8Order::Grid
                                                                                    : flash3::Fp8Order::Persistent;
+  }
+  // Persistent where it measured faster: short works, whose prologue and epilogue the persistent
+  // CTAs overlap with the next work's loads. H100, e4m3 in, B·N = 16384, one run
+  // (docs/results/h100/2026-12-07f/, fa3-fp8-e4m3-{g,pe}-call1): grid time / persistent time,
+  // dense d128 1.13, 1.03, 0.99, 0.98, 0.96 at N 1k, 2k, 4k, 8k, 16k (d64 1.07, 1.02, 0.99, 0.96,
+  // 0.96); causal d128 1.05, 0.97 at N 1k, 2k (d64 1.03, 1.01, 1.00). So: unmasked problems with
+  // seq_kv <= 2048 and causal ones with seq_q <= 1024; the grid elsewhere (and on other masks).
+  static flash3::Fp8Order builtin_order(const AttentionProblem& problem) {
+    if (!problem.has_mask() && problem.seq_kv <= 2048) return flash3::Fp8Order::Persistent;
+    if (problem.causal && problem.seq_q <= 1024) return flash3::Fp8Order::Persistent;
+    return flash3::Fp8Order::Grid;
   }
 
   static std::size_t workspace_bytes(const AttentionProblem& problem) {

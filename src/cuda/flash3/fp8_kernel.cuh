@@ -1,7 +1,7 @@
 // flash3-fp8's fused forward kernel (device code only): flash3's structure (kernel.cuh, over the
 // Hopper layer cuda/hopper/) with e4m3 Q, K, V, per-tensor descale factors and bf16 output, one
-// CTA per 128-row query tile (GridSchedule) or, with Traits::kPersistent (experimental: not yet
-// run on a GPU), flash3's persistent schedules (Fp8Schedule).
+// CTA per 128-row query tile (GridSchedule) or, with Traits::kPersistent, flash3's persistent
+// schedules (Fp8Schedule).
 //
 // Differences from flash3:
 //  - Q·Kᵀ is wgmma m64n128k32 e4m3 (Q and K K-major as TMA loads them: d contiguous);
@@ -82,9 +82,9 @@ using Fp8Tile = WorkTile<Traits::kTileM, Traits::kTileN, false>;
 // The order of the works: one CTA each (the grid), or persistent CTAs head-major (the launcher
 // starts min(works, SMs) on unmasked problems, one per work on masked ones) or paired (causal).
 template <class Traits>
-using Fp8Schedule = std::conditional_t<!Traits::kPersistent, GridSchedule,
-                                       std::conditional_t<Traits::kOrder == WorkOrder::PairedCompact,
-                                                          PersistentPairedCompactSchedule, PersistentSchedule>>;
+using Fp8Schedule = std::conditional_t<
+    !Traits::kPersistent, GridSchedule,
+    std::conditional_t<Traits::kOrder == WorkOrder::Paired, PersistentPairedSchedule, PersistentSchedule>>;
 
 // The mbarriers: Q full, K full, V full (TMA), Vᵀ full (producer warps), K empty and Vᵀ empty
 // (consumer warps) ×stages, and with persistent CTAs Q empty (consumer warps). Released

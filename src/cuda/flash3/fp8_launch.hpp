@@ -10,9 +10,9 @@ namespace attnsuite::cuda::flash3 {
 // Head dims with a compiled flash3-fp8 kernel.
 inline constexpr int kFp8HeadDims[] = {64, 128};
 
-// Which CTAs run the works (backend option forward_order): Grid, one CTA per 128-row query tile
-// (the default); Persistent (experimental: not yet run on a GPU), flash3's persistent schedules —
-// causal problems paired, unmasked ones on min(works, SMs) looping CTAs (fp8_run_forward.cuh).
+// Which CTAs run the works (backend option forward_order, else flash3_fp8.cpp's rule): Grid, one
+// CTA per 128-row query tile; Persistent, flash3's persistent schedules — causal problems paired,
+// unmasked ones on min(works, SMs) looping CTAs (fp8_run_forward.cuh).
 enum class Fp8Order { Grid, Persistent };
 
 // Bytes of device workspace for the e4m3 copies of Q, K, V (dense BSHD, 256-byte aligned) and

@@ -12,7 +12,7 @@ void run_ordered(Params params, const float* descales, Fp8Order order, cudaStrea
   if (order == Fp8Order::Grid) return run_fp8_forward<kHeadDim>(params, descales, stream);
   const bool causal = params.window_right == 0;
   params.persistent = !causal && params.window_left < 0 && params.window_right < 0;
-  if (causal) return run_fp8_forward<kHeadDim, true, hopper::WorkOrder::PairedCompact>(params, descales, stream);
+  if (causal) return run_fp8_forward<kHeadDim, true, hopper::WorkOrder::Paired>(params, descales, stream);
   run_fp8_forward<kHeadDim, true, hopper::WorkOrder::HeadMajor>(params, descales, stream);
 }
 

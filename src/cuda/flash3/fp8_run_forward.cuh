@@ -12,7 +12,7 @@ namespace attnsuite::cuda::flash3 {
 
 // params.q/k/v point at e4m3 tensors (strides in elements = bytes, 16-byte multiples: TMA);
 // descales (device) at descale q, k, v. kPersistent false: one CTA per query tile (the grid);
-// true: the works of kOrder (HeadMajor or PairedCompact) from a 1-D grid (fp8_traits.cuh).
+// true: the works of kOrder (HeadMajor or Paired) from a 1-D grid (fp8_traits.cuh).
 template <int kHeadDim, bool kPersistent = false, hopper::WorkOrder kOrder = hopper::WorkOrder::HeadMajor>
 void run_fp8_forward(const Params& params, const float* descales, cudaStream_t stream);
 

@@ -17,9 +17,9 @@ namespace attnsuite::cuda::flash3 {
 // 128 keys is 128 bytes, exactly the 128B swizzle span.
 // The producer transposes V, so it keeps more than flash3's 24 registers (16 loaded words, 16
 // permuted ones, addresses): 128·56 + 256·224 = 64512 <= 65536 (launch bound 168/thread).
-// kPersistent_ false: one CTA per work (GridSchedule, the default); true (option
-// forward_order=persistent, experimental: not yet run on a GPU): flash3's schedules in kOrder_
-// (HeadMajor: PersistentSchedule; PairedCompact: causal units of a head's longest and shortest
+// kPersistent_ false: one CTA per work (GridSchedule); true (option forward_order=persistent,
+// built in at short N: flash3_fp8.cpp): flash3's schedules in kOrder_
+// (HeadMajor: PersistentSchedule; Paired: causal units of a head's longest and shortest
 // query tiles), with a "Q empty" barrier so that the next work's Q is loaded while the consumers
 // finish the current one.
 template <int kHeadDim_, int kStages_, bool kPersistent_ = false,

@@ -39,11 +39,9 @@ using Tile = WorkTile<Traits::kTileM, Traits::kTileN, Traits::kTakesBlockList>;
 
 // The order of the works (traits, hopper/scheduler.cuh).
 template <class Traits>
-using Schedule =
-    std::conditional_t<Traits::kOrder == WorkOrder::LongestFirst, PersistentLongestFirstSchedule,
-                       std::conditional_t<Traits::kOrder == WorkOrder::Paired, PersistentPairedSchedule,
-                                          std::conditional_t<Traits::kOrder == WorkOrder::PairedCompact,
-                                                             PersistentPairedCompactSchedule, PersistentSchedule>>>;
+using Schedule = std::conditional_t<
+    Traits::kOrder == WorkOrder::LongestFirst, PersistentLongestFirstSchedule,
+    std::conditional_t<Traits::kOrder == WorkOrder::Paired, PersistentPairedSchedule, PersistentSchedule>>;
 
 // The mbarriers: Q full, K full, V full, K empty, V empty (×stages), Q empty. K and V stages are
 // released separately: the overlapped schedule is done with K_j (S_j waited) one P·V earlier than

@@ -71,13 +71,6 @@ constexpr OrderRow kOrderTable[] = {
      &run_forward_config<ConfigD128Paired, __nv_bfloat16>},
     {hopper::WorkOrder::Paired, 256, "default", true, &run_forward_config<ConfigD256Paired, __half>,
      &run_forward_config<ConfigD256Paired, __nv_bfloat16>},
-    // Experimental: not yet run on a GPU.
-    {hopper::WorkOrder::PairedCompact, 64, "m192", false, &run_forward_config<ConfigM192PairedCompact, __half>,
-     &run_forward_config<ConfigM192PairedCompact, __nv_bfloat16>},
-    {hopper::WorkOrder::PairedCompact, 128, "default", false, &run_forward_config<ConfigD128PairedCompact, __half>,
-     &run_forward_config<ConfigD128PairedCompact, __nv_bfloat16>},
-    {hopper::WorkOrder::PairedCompact, 256, "default", false, &run_forward_config<ConfigD256PairedCompact, __half>,
-     &run_forward_config<ConfigD256PairedCompact, __nv_bfloat16>},
 };
 
 template <std::size_t... kIndex>

@@ -175,24 +175,10 @@ template <class Element>
 struct Config<Element, 256> {
   using Kernel = Traits<Element, 256, 64, 2>;
 };
-// paired-compact (experimental: not yet run on a GPU): the paired kernels with the per-work code
-// compiled once (hopper/scheduler.cuh, PersistentPairedCompactSchedule).
-template <class Element>
-struct ConfigM192PairedCompact {
-  using Kernel = Ordered<typename ConfigM192<Element>::Kernel, hopper::WorkOrder::PairedCompact>;
-};
-template <class Element>
-struct ConfigD128PairedCompact {
-  using Kernel = Ordered<typename Config<Element, 128>::Kernel, hopper::WorkOrder::PairedCompact>;
-};
 // Paired at d256: 1.03-1.07x the grid causal up to N 4k on the H100, 0.98x at 16k.
 template <class Element>
 struct ConfigD256Paired {
   using Kernel = Ordered<typename Config<Element, 256>::Kernel, hopper::WorkOrder::Paired>;
-};
-template <class Element>
-struct ConfigD256PairedCompact {
-  using Kernel = Ordered<typename Config<Element, 256>::Kernel, hopper::WorkOrder::PairedCompact>;
 };
 
 }  // namespace attnsuite::cuda::flash3

@@ -22,7 +22,7 @@ int work_grid(Params& launch, int tile_m, hopper::WorkOrder order, std::string_v
   }
   launch.works = static_cast<int>(works);
   int ctas = launch.works;
-  if (order == hopper::WorkOrder::Paired || order == hopper::WorkOrder::PairedCompact)
+  if (order == hopper::WorkOrder::Paired)
     ctas = static_cast<int>(hopper::paired_units(launch.q_tiles, launch.heads_q * launch.batch));
   if (launch.persistent) {
     int device = 0, sms = 0;

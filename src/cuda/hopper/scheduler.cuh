@@ -119,7 +119,15 @@ struct PersistentLongestFirstSchedule {
 // grid reading each head's K/V about once from DRAM (1.30 TB/s over 203 µs at N 1024, the bytes
 // of Q, K, V and O once) — the bands read them once per query tile (ncu: L2 hit rate 34% against
 // paired's 69%, 259 against 182 µs; H100, docs/results/h100/2026-12-07c/). flash3's causal
-// problems run so (m192 at d64, the default tiles at d128).
+// problems run so (m192 at d64, the default tiles at d128 and d256), and flash3-fp8's with
+// forward_order=persistent.
+// A unit's works are a loop of one or two turns, not unrolled, so that `work` — the consumer's
+// and the producer's whole per-work code — is compiled once: called for a pair's two tiles and
+// for a middle tile apart, the kernel held it three times (d128: 9,904 SASS instructions against
+// 3,464, sm_90a, CUDA 13.0), and at causal d128 N 1024 its warps stalled on the instruction cache
+// in 10.5% of ncu's samples against cuDNN's 1.7% (H100, docs/results/h100/2026-12-07e/). Compiled
+// once it was 1.01-1.10x as fast at causal N 512-4096, most at d128 N 512 (0.1268 against 0.1395
+// ms; H100, docs/results/h100/2026-12-07f/).
 struct PersistentPairedSchedule {
   static constexpr bool kPersistent = true;
   template <class Tile, class Params, class Work>
@@ -127,37 +135,6 @@ struct PersistentPairedSchedule {
     const int heads_batch = params.heads_q * params.batch;
     const int pairs_per_head = params.q_tiles / 2;
     const int paired = heads_batch * pairs_per_head;  // the units that are pairs; then the middle tiles
-    const int all = static_cast<int>(paired_units(params.q_tiles, heads_batch));
-    for (int u = static_cast<int>(blockIdx.x); u < all; u += static_cast<int>(gridDim.x)) {
-      if (u < paired) {
-        const int head_batch = u / pairs_per_head, p = u % pairs_per_head;
-        const int head = head_batch % params.heads_q, batch = head_batch / params.heads_q;
-        work(Tile(params, params.q_tiles - 1 - p, head, batch));
-        work(Tile(params, p, head, batch));
-      } else {
-        const int head_batch = u - paired;
-        work(Tile(params, pairs_per_head, head_batch % params.heads_q, head_batch / params.heads_q));
-      }
-    }
-  }
-};
-
-// PersistentPairedSchedule's works in its order, with `work` called from one place: there it is
-// called at three (a pair's two tiles, a middle tile), so the kernel holds the consumer's and the
-// producer's per-work code three times — flash3's paired kernel at d128 is 9,904 SASS instructions
-// against the head-major one's 3,432 (sm_90a cubins, CUDA 13.0), 158 KiB of code; and at causal
-// d128 N 1024 (H100, ncu, docs/results/h100/2026-12-07e/) its warps stalled on "no instruction"
-// (the instruction cache) in 10.5% of the samples against cuDNN's 1.7%. A unit's works are a loop
-// of one or two turns that is not unrolled. Experimental: not yet run on a GPU; if the GPU A/B
-// shows it no slower, it becomes PersistentPairedSchedule (its unit arithmetic is repeated here
-// so that the paired kernels' PTX stays as measured until then).
-struct PersistentPairedCompactSchedule {
-  static constexpr bool kPersistent = true;
-  template <class Tile, class Params, class Work>
-  __device__ __forceinline__ static void for_each_work(const Params& params, Work work) {
-    const int heads_batch = params.heads_q * params.batch;
-    const int pairs_per_head = params.q_tiles / 2;
-    const int paired = heads_batch * pairs_per_head;
     const int all = static_cast<int>(paired_units(params.q_tiles, heads_batch));
     for (int u = static_cast<int>(blockIdx.x); u < all; u += static_cast<int>(gridDim.x)) {
       const bool pair = u < paired;

@@ -7,9 +7,8 @@ namespace attnsuite::cuda::hopper {
 // HeadMajor: each head's query tiles in a row, the longest first (one CTA per work, or
 // PersistentSchedule); LongestFirst: bands of one query tile over every head, the longest band
 // first (PersistentLongestFirstSchedule); Paired: units of a head's longest and shortest query
-// tiles, head-major (PersistentPairedSchedule); PairedCompact: the same works in the same order with
-// the per-work code compiled once (PersistentPairedCompactSchedule; experimental).
-enum class WorkOrder { HeadMajor, LongestFirst, Paired, PairedCompact };
+// tiles, head-major (PersistentPairedSchedule).
+enum class WorkOrder { HeadMajor, LongestFirst, Paired };
 
 // The paired orders' units of a problem of q_tiles query tiles over heads_batch (q head, batch)
 // pairs: a head's query tiles two by two, the middle one alone when q_tiles is odd.
