@@ -19,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnsuite/attnsuite.hpp"
@@ -153,19 +154,23 @@ TEST(CudaFlash3Fp8, MatchesTheQuantizedReference) {
       {1, 2, 2, 700, 700, 128, Layout::BSHD, false, 100, 0},    // sliding window
       {1, 2, 2, 1500, 1500, 128, Layout::BSHD, false, -1, -1},  // 12 K/V tiles: the stage ring wraps 4 times
   };
-  // Both schedules (v2 "default", "v1"), each case against the e4m3 reference.
+  // Both schedules (v2 "default", "v1"), v2 on the grid and on persistent CTAs (v1 on the grid
+  // only), each case against the e4m3 reference.
   const Backend& fp8 = Registry::global().find("flash3-fp8");
   const AttentionProblem listed = make_problem(1, 1, 1, 64, 64, 128, DType::BF16, Layout::BSHD, false);
   ASSERT_EQ(fp8.kernel_configs(listed), (std::vector<std::string>{"default", "v1"}));
-  for (const std::string config : {"default", "v1"}) {
-    SCOPED_TRACE("config " + config);
+  const std::pair<std::string, std::string> runs[] = {{"default", "grid"}, {"default", "persistent"}, {"v1", "grid"}};
+  for (const auto& [config, order] : runs) {
+    SCOPED_TRACE("config " + config + ", forward_order " + order);
+    PlanOptions options = with_config(config);
+    options.options = {{"forward_order", order}};
     for (const Case& c : cases) {
       AttentionProblem p =
           make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, c.head_dim, DType::BF16, c.layout, c.causal);
       p.window_left = c.window_left;
       p.window_right = c.window_right;
       SKIP_UNLESS_FLASH3_FP8_RUNS(p);
-      EXPECT_EQ(check_flash3_fp8(p, with_config(config)), config);
+      EXPECT_EQ(check_flash3_fp8(p, options), config);
     }
   }
   EXPECT_THROW(fp8.plan(listed, with_config("v3")), Error);
@@ -211,16 +216,21 @@ TEST(CudaFlash3Fp8, CosineSimilarity) {
     }
 }
 
+// Both orders (the built-in one is persistent at these lengths): also compute-sanitizer's case of
+// the grid kernel (tools/device/run.sh).
 TEST(CudaFlash3Fp8, Deterministic) {
-  for (const int head_dim : {128, 64}) {
-    const AttentionProblem p = make_problem(2, 4, 2, 1000, 1000, head_dim, DType::BF16, Layout::BSHD, true);
-    SKIP_UNLESS_FLASH3_FP8_RUNS(p);
-    const Inputs in = random_inputs(p, std::random_device{}());
-    const DeviceRun first = run_on_device("flash3-fp8", p, in);
-    const DeviceRun second = run_on_device("flash3-fp8", p, in);
-    EXPECT_EQ(std::memcmp(first.out_bits.data(), second.out_bits.data(), first.out_bits.size() * 2), 0);
-    EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * 4), 0);
-  }
+  for (const char* order : {"grid", "persistent"})
+    for (const int head_dim : {128, 64}) {
+      const AttentionProblem p = make_problem(2, 4, 2, 1000, 1000, head_dim, DType::BF16, Layout::BSHD, true);
+      SKIP_UNLESS_FLASH3_FP8_RUNS(p);
+      PlanOptions options;
+      options.options = {{"forward_order", order}};
+      const Inputs in = random_inputs(p, std::random_device{}());
+      const DeviceRun first = run_on_device("flash3-fp8", p, in, options);
+      const DeviceRun second = run_on_device("flash3-fp8", p, in, options);
+      EXPECT_EQ(std::memcmp(first.out_bits.data(), second.out_bits.data(), first.out_bits.size() * 2), 0);
+      EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * 4), 0);
+    }
 }
 
 // The pre-pass reads the views' strides: padded Q, K, V give bit for bit the dense result.
@@ -447,16 +457,18 @@ TEST(CudaFlash3Fp8E4m3, PaddedStridesReadLikeDenseOnesAndUnalignedOnesAreRefused
   }
 }
 
-// ---- forward_order=persistent (experimental: not yet run on a GPU) -------------------------------
-// flash3's persistent schedules: causal problems paired, unmasked ones on min(works, SMs) CTAs that
-// loop, other masked ones one CTA per work. Each work is computed as in the grid (the same tiles,
-// the key tiles in the same order), so O and LSE must equal the grid's bit for bit.
+// ---- forward_order=persistent (passed on the H100, 2026-12-07f) ----------------------------------
+// flash3's schedules: causal problems in paired units (one CTA a unit), unmasked ones on
+// min(works, SMs) CTAs that loop, other masked ones one CTA per work. Each work is computed as in
+// the grid (the same tiles, the key tiles in the same order), so O and LSE must equal the grid's
+// bit for bit.
 
-PlanOptions persistent_order() {
+PlanOptions forward_order(const char* order) {
   PlanOptions options;
-  options.options = {{"forward_order", "persistent"}};
+  options.options = {{"forward_order", order}};
   return options;
 }
+PlanOptions persistent_order() { return forward_order("persistent"); }
 
 TEST(CudaFlash3Fp8, ForwardOrderValuesNeedNoDevice) {
   const Backend& fp8 = Registry::global().find("flash3-fp8");
@@ -464,6 +476,18 @@ TEST(CudaFlash3Fp8, ForwardOrderValuesNeedNoDevice) {
             "flash3-fp8: backend option forward_order='paired' not allowed; allowed: grid, persistent");
   EXPECT_NO_THROW(fp8.check_options({{"forward_order", "grid"}}));
   EXPECT_NO_THROW(fp8.check_options(persistent_order().options));
+  // Persistent runs the default schedule only (v1 has not run on persistent CTAs).
+  if (!cuda_device_missing().empty() || cuda::query_cuda_device(0).compute_capability() != 90) return;
+  PlanOptions v1 = persistent_order();
+  v1.kernel_config = "v1";
+  try {
+    (void)fp8.plan(make_problem(1, 2, 2, 128, 128, 128, DType::BF16, Layout::BSHD, false), v1);
+    ADD_FAILURE() << "planned forward_order=persistent with v1";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.kind(), ErrorKind::Unsupported);
+    EXPECT_EQ(std::string(error.what()),
+              "flash3-fp8: forward_order=persistent runs kernel config default only; v1 runs on the grid");
+  }
 }
 
 TEST(CudaFlash3Fp8, PersistentMatchesTheGridBitForBit) {
@@ -477,6 +501,7 @@ TEST(CudaFlash3Fp8, PersistentMatchesTheGridBitForBit) {
       {1, 40, 8, 1024, 1024, 128, Layout::BSHD, false, -1, -1},  // 320 works: the CTAs loop
       {1, 40, 8, 1000, 1000, 64, Layout::BHSD, false, -1, -1},   // the same at d64, a partial last tile
       {2, 16, 4, 1000, 1000, 128, Layout::BSHD, true, -1, -1},   // causal, 8 query tiles paired, GQA
+      {2, 40, 8, 1000, 1000, 128, Layout::BSHD, true, -1, -1},   // 320 units, more than SMs
       {1, 12, 4, 1100, 700, 64, Layout::BSHD, true, -1, -1},     // 9 query tiles (a middle one alone), rows with no key
       {1, 4, 4, 700, 700, 128, Layout::BSHD, false, 100, 0},     // a left window with right bound 0: paired
       {1, 4, 4, 700, 700, 64, Layout::BSHD, false, 100, 50},     // a two-sided window: one CTA per work
@@ -490,16 +515,15 @@ TEST(CudaFlash3Fp8, PersistentMatchesTheGridBitForBit) {
     SKIP_UNLESS_FLASH3_FP8_RUNS(p);
     SCOPED_TRACE(p.describe());
     const Inputs in = random_inputs(p, std::random_device{}());
-    const DeviceRun want = run_on_device("flash3-fp8", p, in);
+    const DeviceRun want = run_on_device("flash3-fp8", p, in, forward_order("grid"));
     const DeviceRun got = run_on_device("flash3-fp8", p, in, persistent_order());
     EXPECT_EQ(std::memcmp(want.out_bits.data(), got.out_bits.data(), want.out_bits.size() * 2), 0);
     EXPECT_EQ(std::memcmp(want.lse.data(), got.lse.data(), want.lse.size() * 4), 0);
     // e4m3 inputs, the other entry: the same bits as the grid on the same e4m3 values.
-    if (c.seq_q > 1000 || c.heads_q > 16) continue;
     AttentionProblem e4m3 = p;
     e4m3.dtype = DType::E4M3;
     const E4m3Tensor q8 = quantized(in.q), k8 = quantized(in.k), v8 = quantized(in.v);
-    const DeviceRun grid8 = run_e4m3_on_device(e4m3, in, q8, k8, v8);
+    const DeviceRun grid8 = run_e4m3_on_device(e4m3, in, q8, k8, v8, "flash3-fp8", forward_order("grid"));
     const DeviceRun persistent8 = run_e4m3_on_device(e4m3, in, q8, k8, v8, "flash3-fp8", persistent_order());
     EXPECT_EQ(std::memcmp(grid8.out_bits.data(), persistent8.out_bits.data(), grid8.out_bits.size() * 2), 0);
     EXPECT_EQ(std::memcmp(grid8.lse.data(), persistent8.lse.data(), grid8.lse.size() * 4), 0);
@@ -511,9 +535,10 @@ TEST(CudaFlash3Fp8, PersistentMatchesTheGridBitForBit) {
 }
 
 // Small cases for compute-sanitizer (tools/device/run.sh): causal with seq_q > seq_kv (works
-// without a key between works with keys), 280 unmasked works on looping CTAs, a two-sided window.
+// without a key paired with works with keys), 280 unmasked works on looping CTAs, a two-sided
+// window.
 TEST(CudaFlash3Fp8, PersistentSmallCases) {
-  const AttentionProblem causal = make_problem(2, 6, 2, 300, 100, 128, DType::BF16, Layout::BSHD, true);
+  const AttentionProblem causal = make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true);
   SKIP_UNLESS_FLASH3_FP8_RUNS(causal);
   (void)check_flash3_fp8(causal, persistent_order());
   (void)check_flash3_fp8(make_problem(1, 140, 140, 200, 200, 64, DType::BF16, Layout::BHSD, false), persistent_order());

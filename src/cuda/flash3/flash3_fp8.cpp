@@ -42,8 +42,9 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
              "bf16 in (quantized to e4m3 per tensor inside forward, pre-pass timed) or e4m3 in with per-tensor "
              "descales, bf16 out, head dim 64/128, causal, sliding window, "
              "GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only; option "
-             "forward_order=grid|persistent (persistent: causal problems paired, unmasked ones on persistent "
-             "CTAs; default: persistent at N <= 2048 unmasked and N <= 1024 causal, the grid elsewhere)"},
+             "forward_order=grid|persistent (persistent: causal problems in paired units, unmasked ones on "
+             "persistent CTAs; default: persistent at N <= 2048 unmasked and N <= 1024 causal, the grid elsewhere; "
+             "kernel config v1 on the grid only)"},
             /*with_tile_configs=*/false) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -61,18 +62,22 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     return supports_kernel(problem, flash3::kFp8HeadDims);
   }
 
-  // forward_order: "grid" (one CTA per 128-row query tile) or "persistent" (causal problems
-  // paired on persistent CTAs, unmasked ones on min(works, SMs) looping CTAs, as flash3's:
-  // fp8_run_forward.cuh); absent: builtin_order.
+  // forward_order: "grid" (one CTA per 128-row query tile) or "persistent" (causal problems in
+  // units of a head's longest and shortest query tiles, one CTA a unit; unmasked ones on
+  // min(works, SMs) looping CTAs: fp8_order.cpp); absent: builtin_order. Persistent runs the
+  // default schedule only: with kernel config v1 it has not run on a GPU, so v1 stays on the grid.
   std::vector<std::string> option_keys() const override { return {std::string(kForwardOrder)}; }
   void check_options(const std::map<std::string, std::string>& options) const override { (void)forward_order(options); }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
     const std::optional<flash3::Fp8Order> asked = forward_order(options.options);
     require_support(*this, problem);
-    const flash3::Fp8Order order = asked ? *asked : builtin_order(problem);
     std::string config = choose_kernel_config(*this, problem, options);
     const bool serial = Flash3Schedule::parse(config).kind == Flash3Schedule::Kind::V1;
+    if (serial && asked == flash3::Fp8Order::Persistent)
+      throw Error(ErrorKind::Unsupported,
+                  "flash3-fp8: forward_order=persistent runs kernel config default only; v1 runs on the grid");
+    const flash3::Fp8Order order = serial ? flash3::Fp8Order::Grid : asked ? *asked : builtin_order(problem);
     const std::size_t workspace =
         problem.dtype == DType::E4M3 ? flash3::kFp8E4m3WorkspaceBytes : workspace_bytes(problem);
     return std::make_unique<FunctionPlan>(

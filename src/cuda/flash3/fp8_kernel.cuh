@@ -79,8 +79,9 @@ __device__ __forceinline__ void transpose_v_tile(std::uint32_t v_tile, std::uint
 template <class Traits>
 using Fp8Tile = WorkTile<Traits::kTileM, Traits::kTileN, false>;
 
-// The order of the works: one CTA each (the grid), or persistent CTAs head-major (the launcher
-// starts min(works, SMs) on unmasked problems, one per work on masked ones) or paired (causal).
+// The order of the works: one CTA each (the grid), or from a 1-D grid head-major (the launcher
+// starts min(works, SMs) looping CTAs on unmasked problems, one per work on masked ones) or in
+// paired units (causal; one CTA a unit: fp8_order.cpp).
 template <class Traits>
 using Fp8Schedule = std::conditional_t<
     !Traits::kPersistent, GridSchedule,
@@ -173,7 +174,8 @@ struct Fp8Consumer : ConsumerBase<Traits, Params, Fp8Tile<Traits>, 32> {
   __device__ __forceinline__ float lse(int half, int, float sum) const { return row_max[half] * scale + logf(sum); }
 };
 
-// flash3-fp8 as policies over the Hopper layer (hopper/forward.cuh), one CTA per query tile.
+// flash3-fp8 as policies over the Hopper layer (hopper/forward.cuh): one CTA per query tile, or the
+// works of Fp8Schedule.
 template <class Traits>
 struct Fp8 {
   using Tile = Fp8Tile<Traits>;

@@ -11,8 +11,9 @@ namespace attnsuite::cuda::flash3 {
 inline constexpr int kFp8HeadDims[] = {64, 128};
 
 // Which CTAs run the works (backend option forward_order, else flash3_fp8.cpp's rule): Grid, one
-// CTA per 128-row query tile; Persistent, flash3's persistent schedules — causal problems paired,
-// unmasked ones on min(works, SMs) looping CTAs (fp8_run_forward.cuh).
+// CTA per 128-row query tile; Persistent, flash3's schedules — causal problems in paired units
+// (one CTA per unit of a head's longest and shortest query tiles), unmasked ones on
+// min(works, SMs) looping CTAs (fp8_order.cpp).
 enum class Fp8Order { Grid, Persistent };
 
 // Bytes of device workspace for the e4m3 copies of Q, K, V (dense BSHD, 256-byte aligned) and

@@ -4,9 +4,11 @@
 namespace attnsuite::cuda::flash3 {
 namespace {
 
-// Causal problems (the host folds causal into window_right = 0) paired; unmasked ones on
-// min(works, SMs) looping CTAs; the other masked ones one CTA per work, head-major (a static
-// round-robin leaves long masked works unbalanced: flash3's measurement, hopper/scheduler.cuh).
+// Causal problems (the host folds causal into window_right = 0) in paired units (a head's longest
+// and shortest query tiles), one CTA per unit — as measured; flash3 caps its paired grid at the
+// SMs, which this kernel has not yet run with; unmasked ones on min(works, SMs) looping CTAs; the
+// other masked ones one CTA per work, head-major (a static round-robin leaves long masked works
+// unbalanced: flash3's measurement, hopper/scheduler.cuh).
 template <int kHeadDim>
 void run_ordered(Params params, const float* descales, Fp8Order order, cudaStream_t stream) {
   if (order == Fp8Order::Grid) return run_fp8_forward<kHeadDim>(params, descales, stream);
