@@ -15,10 +15,13 @@ namespace attnsuite::cuda::flash3 {
 int work_grid(Params& launch, int tile_m, hopper::WorkOrder order, std::string_view backend) {
   launch.q_tiles = (launch.seq_q + tile_m - 1) / tile_m;
   const std::int64_t works = std::int64_t{launch.q_tiles} * launch.heads_q * launch.batch;
-  if (works > std::numeric_limits<int>::max()) {
+  // The schedules step a CTA's int work index by the grid size (up to the works themselves), so
+  // twice the works must stay an int.
+  constexpr std::int64_t kMaxWorks = std::numeric_limits<int>::max() / 2;
+  if (works > kMaxWorks) {
     throw Error(ErrorKind::Unsupported,
                 fmt::format("{}: {} query tiles × {} heads × batch {} = {} work tiles; at most {}", backend,
-                            launch.q_tiles, launch.heads_q, launch.batch, works, std::numeric_limits<int>::max()));
+                            launch.q_tiles, launch.heads_q, launch.batch, works, kMaxWorks));
   }
   launch.works = static_cast<int>(works);
   int ctas = launch.works;

@@ -10,7 +10,7 @@
 namespace attnsuite::cuda::flash3 {
 
 // Fills launch.q_tiles (⌈seq_q / tile_m⌉) and launch.works (q_tiles · heads_q · batch; past
-// INT_MAX Error(Unsupported), naming `backend`) and returns how many CTAs to start: one per work,
+// INT_MAX / 2 Error(Unsupported), naming `backend`) and returns how many CTAs to start: one per work,
 // or per unit of the paired orders (hopper::paired_units), and at most one per SM of the current
 // device when launch.persistent (one CTA per SM: the kernels' shared memory or their 168-register
 // launch bound leaves no room for a second).
