@@ -137,14 +137,22 @@ std::string check_flash3_fp8(const AttentionProblem& p, const PlanOptions& optio
   return run.kernel_config;
 }
 
+// A bf16 problem of the tests below: shape, layout, causal, window.
+struct Fp8Case {
+  int batch, heads_q, heads_kv, seq_q, seq_kv, head_dim;
+  Layout layout;
+  bool causal;
+  int window_left, window_right;
+  AttentionProblem problem() const {
+    AttentionProblem p = make_problem(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, DType::BF16, layout, causal);
+    p.window_left = window_left;
+    p.window_right = window_right;
+    return p;
+  }
+};
+
 TEST(CudaFlash3Fp8, MatchesTheQuantizedReference) {
-  struct Case {
-    int batch, heads_q, heads_kv, seq_q, seq_kv, head_dim;
-    Layout layout;
-    bool causal;
-    int window_left, window_right;
-  };
-  const Case cases[] = {
+  const Fp8Case cases[] = {
       {1, 1, 1, 1, 1, 128, Layout::BSHD, false, -1, -1},        // one key
       {1, 2, 2, 7, 33, 64, Layout::BSHD, false, -1, -1},        // partial tiles only
       {2, 4, 4, 257, 257, 128, Layout::BSHD, false, -1, -1},    // 3 K/V tiles, last one 1 key
@@ -164,11 +172,8 @@ TEST(CudaFlash3Fp8, MatchesTheQuantizedReference) {
     SCOPED_TRACE("config " + config + ", forward_order " + order);
     PlanOptions options = with_config(config);
     options.options = {{"forward_order", order}};
-    for (const Case& c : cases) {
-      AttentionProblem p =
-          make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, c.head_dim, DType::BF16, c.layout, c.causal);
-      p.window_left = c.window_left;
-      p.window_right = c.window_right;
+    for (const Fp8Case& c : cases) {
+      const AttentionProblem p = c.problem();
       SKIP_UNLESS_FLASH3_FP8_RUNS(p);
       EXPECT_EQ(check_flash3_fp8(p, options), config);
     }
@@ -491,13 +496,7 @@ TEST(CudaFlash3Fp8, ForwardOrderValuesNeedNoDevice) {
 }
 
 TEST(CudaFlash3Fp8, PersistentMatchesTheGridBitForBit) {
-  struct Case {
-    int batch, heads_q, heads_kv, seq_q, seq_kv, head_dim;
-    Layout layout;
-    bool causal;
-    int window_left, window_right;
-  };
-  const Case cases[] = {
+  const Fp8Case cases[] = {
       {1, 40, 8, 1024, 1024, 128, Layout::BSHD, false, -1, -1},  // 320 works: the CTAs loop
       {1, 40, 8, 1000, 1000, 64, Layout::BHSD, false, -1, -1},   // the same at d64, a partial last tile
       {2, 16, 4, 1000, 1000, 128, Layout::BSHD, true, -1, -1},   // causal, 8 query tiles paired, GQA
@@ -507,11 +506,8 @@ TEST(CudaFlash3Fp8, PersistentMatchesTheGridBitForBit) {
       {1, 4, 4, 700, 700, 64, Layout::BSHD, false, 100, 50},     // a two-sided window: one CTA per work
       {1, 2, 2, 7, 33, 128, Layout::BSHD, false, -1, -1},        // one partial tile
   };
-  for (const Case& c : cases) {
-    AttentionProblem p =
-        make_problem(c.batch, c.heads_q, c.heads_kv, c.seq_q, c.seq_kv, c.head_dim, DType::BF16, c.layout, c.causal);
-    p.window_left = c.window_left;
-    p.window_right = c.window_right;
+  for (const Fp8Case& c : cases) {
+    const AttentionProblem p = c.problem();
     SKIP_UNLESS_FLASH3_FP8_RUNS(p);
     SCOPED_TRACE(p.describe());
     const Inputs in = random_inputs(p, std::random_device{}());
