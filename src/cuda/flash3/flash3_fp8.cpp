@@ -62,22 +62,22 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     return supports_kernel(problem, flash3::kFp8HeadDims);
   }
 
-  // forward_order: "grid" (one CTA per 128-row query tile) or "persistent" (causal problems in
-  // units of a head's longest and shortest query tiles, one CTA a unit; unmasked ones on
-  // min(works, SMs) looping CTAs: fp8_order.cpp); absent: builtin_order. Persistent runs the
-  // default schedule only: with kernel config v1 it has not run on a GPU, so v1 stays on the grid.
+  // forward_order: "grid" (one CTA per 128-row query tile) or "persistent" (persistent_order);
+  // absent: builtin_order. Persistent runs the default schedule only: with kernel config v1 it has
+  // not run on a GPU, so v1 stays on the grid.
   std::vector<std::string> option_keys() const override { return {std::string(kForwardOrder)}; }
   void check_options(const std::map<std::string, std::string>& options) const override { (void)forward_order(options); }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
-    const std::optional<flash3::Fp8Order> asked = forward_order(options.options);
+    const std::optional<bool> asked = forward_order(options.options);  // true: persistent
     require_support(*this, problem);
     std::string config = choose_kernel_config(*this, problem, options);
     const bool serial = Flash3Schedule::parse(config).kind == Flash3Schedule::Kind::V1;
-    if (serial && asked == flash3::Fp8Order::Persistent)
+    if (serial && asked.value_or(false))
       throw Error(ErrorKind::Unsupported,
                   "flash3-fp8: forward_order=persistent runs kernel config default only; v1 runs on the grid");
-    const flash3::Fp8Order order = serial ? flash3::Fp8Order::Grid : asked ? *asked : builtin_order(problem);
+    const bool persistent = !serial && (asked ? *asked : builtin_persistent(problem));
+    const flash3::Fp8Order order = persistent ? persistent_order(problem) : flash3::Fp8Order::Grid;
     const std::size_t workspace =
         problem.dtype == DType::E4M3 ? flash3::kFp8E4m3WorkspaceBytes : workspace_bytes(problem);
     return std::make_unique<FunctionPlan>(
@@ -89,11 +89,19 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
 
  private:
   static constexpr std::string_view kForwardOrder = "forward_order";
-  static std::optional<flash3::Fp8Order> forward_order(const std::map<std::string, std::string>& options) {
+  // Whether forward_order asks for persistent (true) or the grid (false); nullopt when absent.
+  static std::optional<bool> forward_order(const std::map<std::string, std::string>& options) {
     static constexpr std::string_view kOrders[] = {"grid", "persistent"};
     if (!options.contains(std::string(kForwardOrder))) return std::nullopt;
-    return cuda::option_choice("flash3-fp8", options, kForwardOrder, kOrders) == 0 ? flash3::Fp8Order::Grid
-                                                                                   : flash3::Fp8Order::Persistent;
+    return cuda::option_choice("flash3-fp8", options, kForwardOrder, kOrders) == 1;
+  }
+  // flash3's schedules: problems whose right bound is the diagonal (causal) in paired units, one
+  // CTA a unit — as measured; flash3 caps its paired grid at the SMs, which this kernel has not
+  // yet run with; the others head-major (Params::persistent: looping CTAs on unmasked problems,
+  // one CTA per work on masked ones, where a static round-robin leaves long works unbalanced:
+  // flash3's measurement, hopper/scheduler.cuh).
+  static flash3::Fp8Order persistent_order(const AttentionProblem& problem) {
+    return problem.right_bound() == 0 ? flash3::Fp8Order::Paired : flash3::Fp8Order::HeadMajor;
   }
   // Persistent where it measured faster: short works, whose prologue and epilogue the persistent
   // CTAs overlap with the next work's loads. H100, e4m3 in, B·N = 16384, one run
@@ -101,10 +109,8 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
   // dense d128 1.13, 1.03, 0.99, 0.98, 0.96 at N 1k, 2k, 4k, 8k, 16k (d64 1.07, 1.02, 0.99, 0.96,
   // 0.96); causal d128 1.05, 0.97 at N 1k, 2k (d64 1.03, 1.01, 1.00). So: unmasked problems with
   // seq_kv <= 2048 and causal ones with seq_q <= 1024; the grid elsewhere (and on other masks).
-  static flash3::Fp8Order builtin_order(const AttentionProblem& problem) {
-    if (!problem.has_mask() && problem.seq_kv <= 2048) return flash3::Fp8Order::Persistent;
-    if (problem.causal && problem.seq_q <= 1024) return flash3::Fp8Order::Persistent;
-    return flash3::Fp8Order::Grid;
+  static bool builtin_persistent(const AttentionProblem& problem) {
+    return problem.has_mask() ? problem.causal && problem.seq_q <= 1024 : problem.seq_kv <= 2048;
   }
 
   static std::size_t workspace_bytes(const AttentionProblem& problem) {
@@ -133,6 +139,7 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     }
     flash3::Params params = make_params(problem, args);
     params.serial_schedule = serial;
+    params.persistent = order == flash3::Fp8Order::HeadMajor && !problem.has_mask();
     if (e4m3) {
       const float descales[3] = {args.q.descale, args.k.descale, args.v.descale};
       flash3::launch_forward_fp8_e4m3(params, descales, args.workspace, order, stream);

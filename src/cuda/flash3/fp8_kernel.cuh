@@ -81,7 +81,7 @@ using Fp8Tile = WorkTile<Traits::kTileM, Traits::kTileN, false>;
 
 // The order of the works: one CTA each (the grid), or from a 1-D grid head-major (the launcher
 // starts min(works, SMs) looping CTAs on unmasked problems, one per work on masked ones) or in
-// paired units (causal; one CTA a unit: fp8_order.cpp).
+// paired units (causal; one CTA a unit: flash3_fp8.cpp, persistent_order).
 template <class Traits>
 using Fp8Schedule = std::conditional_t<
     !Traits::kPersistent, GridSchedule,

@@ -10,11 +10,11 @@ namespace attnsuite::cuda::flash3 {
 // Head dims with a compiled flash3-fp8 kernel.
 inline constexpr int kFp8HeadDims[] = {64, 128};
 
-// Which CTAs run the works (backend option forward_order, else flash3_fp8.cpp's rule): Grid, one
-// CTA per 128-row query tile; Persistent, flash3's schedules — causal problems in paired units
-// (one CTA per unit of a head's longest and shortest query tiles), unmasked ones on
-// min(works, SMs) looping CTAs (fp8_order.cpp).
-enum class Fp8Order { Grid, Persistent };
+// Which kernel runs the works (flash3_fp8.cpp chooses, from backend option forward_order or its
+// rule): Grid, one CTA per 128-row query tile; HeadMajor, the works head-major from a 1-D grid
+// (params.persistent: min(works, SMs) CTAs that loop, else one CTA per work); Paired, units of a
+// head's longest and shortest query tiles (causal problems), one CTA a unit.
+enum class Fp8Order { Grid, HeadMajor, Paired };
 
 // Bytes of device workspace for the e4m3 copies of Q, K, V (dense BSHD, 256-byte aligned) and
 // the per-tensor amax / descale words.

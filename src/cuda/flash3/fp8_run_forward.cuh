@@ -16,10 +16,9 @@ namespace attnsuite::cuda::flash3 {
 template <int kHeadDim, bool kPersistent = false, hopper::WorkOrder kOrder = hopper::WorkOrder::HeadMajor>
 void run_fp8_forward(const Params& params, const float* descales, cudaStream_t stream);
 
-// The kernel of `order` at params.head_dim (64 or 128; the callers check): Fp8Order::Grid one
-// CTA per query tile; Persistent causal problems in paired units (one CTA a unit), unmasked ones
-// on min(works, SMs) looping CTAs, the other masked ones one CTA per work (fp8_order.cpp). Host code in its own TU: a
-// definition here would instantiate every kernel in every TU that includes the launch template.
+// The kernel of `order` (fp8_launch.hpp) at params.head_dim (64 or 128; the callers check). Host
+// code in its own TU (fp8_order.cpp): a definition here would instantiate every kernel in every
+// TU that includes the launch template.
 void run_fp8_ordered(const Params& params, const float* descales, Fp8Order order, cudaStream_t stream);
 
 }  // namespace attnsuite::cuda::flash3

@@ -120,7 +120,7 @@ struct PersistentLongestFirstSchedule {
 // of Q, K, V and O once) — the bands read them once per query tile (ncu: L2 hit rate 34% against
 // paired's 69%, 259 against 182 µs; H100, docs/results/h100/2026-12-07c/). flash3's causal
 // problems run so (m192 at d64, the default tiles at d128 and d256), and flash3-fp8's with
-// forward_order=persistent (one CTA a unit there, uncapped: flash3/fp8_order.cpp).
+// forward_order=persistent (one CTA a unit there, uncapped: flash3/flash3_fp8.cpp).
 // A unit's works are a loop of one or two turns, not unrolled, so that `work` — the consumer's
 // and the producer's whole per-work code — is compiled once: called for a pair's two tiles and
 // for a middle tile apart, the kernel held it three times (d128: 9,904 SASS instructions against
