@@ -478,9 +478,11 @@ PlanOptions persistent_order() { return forward_order("persistent"); }
 TEST(CudaFlash3Fp8, ForwardOrderValuesNeedNoDevice) {
   const Backend& fp8 = Registry::global().find("flash3-fp8");
   EXPECT_EQ(options_usage_error(fp8, {{"forward_order", "paired"}}),
-            "flash3-fp8: backend option forward_order='paired' not allowed; allowed: grid, persistent");
+            "flash3-fp8: backend option forward_order='paired' not allowed; allowed: grid, persistent, "
+            "persistent-capped");
   EXPECT_NO_THROW(fp8.check_options({{"forward_order", "grid"}}));
   EXPECT_NO_THROW(fp8.check_options(persistent_order().options));
+  EXPECT_NO_THROW(fp8.check_options(forward_order("persistent-capped").options));
   // Persistent runs the default schedule only (v1 has not run on persistent CTAs).
   if (!cuda_device_missing().empty() || cuda::query_cuda_device(0).compute_capability() != 90) return;
   PlanOptions v1 = persistent_order();
@@ -512,9 +514,13 @@ TEST(CudaFlash3Fp8, PersistentMatchesTheGridBitForBit) {
     SCOPED_TRACE(p.describe());
     const Inputs in = random_inputs(p, std::random_device{}());
     const DeviceRun want = run_on_device("flash3-fp8", p, in, forward_order("grid"));
-    const DeviceRun got = run_on_device("flash3-fp8", p, in, persistent_order());
-    EXPECT_EQ(std::memcmp(want.out_bits.data(), got.out_bits.data(), want.out_bits.size() * 2), 0);
-    EXPECT_EQ(std::memcmp(want.lse.data(), got.lse.data(), want.lse.size() * 4), 0);
+    // persistent-capped: the same kernels on at most one CTA per SM (every CTA loops).
+    for (const char* order : {"persistent", "persistent-capped"}) {
+      SCOPED_TRACE(order);
+      const DeviceRun got = run_on_device("flash3-fp8", p, in, forward_order(order));
+      EXPECT_EQ(std::memcmp(want.out_bits.data(), got.out_bits.data(), want.out_bits.size() * 2), 0);
+      EXPECT_EQ(std::memcmp(want.lse.data(), got.lse.data(), want.lse.size() * 4), 0);
+    }
     // e4m3 inputs, the other entry: the same bits as the grid on the same e4m3 values.
     AttentionProblem e4m3 = p;
     e4m3.dtype = DType::E4M3;

@@ -42,9 +42,10 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
              "bf16 in (quantized to e4m3 per tensor inside forward, pre-pass timed) or e4m3 in with per-tensor "
              "descales, bf16 out, head dim 64/128, causal, sliding window, "
              "GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only; option "
-             "forward_order=grid|persistent (persistent: causal problems in paired units, unmasked ones on "
-             "persistent CTAs; default: persistent at N <= 2048 unmasked and N <= 1024 causal, the grid elsewhere; "
-             "kernel config v1 on the grid only)"},
+             "forward_order=grid|persistent|persistent-capped (persistent: causal problems in paired units, "
+             "unmasked ones on persistent CTAs; persistent-capped: as persistent with every grid capped at the "
+             "SMs, experimental: not yet run on a GPU; default: persistent at N <= 2048 unmasked and N <= 1024 "
+             "causal, the grid elsewhere; kernel config v1 on the grid only)"},
             /*with_tile_configs=*/false) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -62,38 +63,43 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     return supports_kernel(problem, flash3::kFp8HeadDims);
   }
 
-  // forward_order: "grid" (one CTA per 128-row query tile) or "persistent" (persistent_order);
-  // absent: builtin_order. Persistent runs the default schedule only: with kernel config v1 it has
-  // not run on a GPU, so v1 stays on the grid.
+  // forward_order: "grid" (one CTA per 128-row query tile), "persistent" (persistent_order) or
+  // "persistent-capped" (the same kernels, every grid capped at the SMs: the CTAs loop over the
+  // works, as flash3's paired grid does; experimental, host-side only); absent: builtin_persistent.
+  // Persistent runs the default schedule only: with kernel config v1 it has not run on a GPU, so
+  // v1 stays on the grid.
   std::vector<std::string> option_keys() const override { return {std::string(kForwardOrder)}; }
   void check_options(const std::map<std::string, std::string>& options) const override { (void)forward_order(options); }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
-    const std::optional<bool> asked = forward_order(options.options);  // true: persistent
+    const std::optional<Order> asked = forward_order(options.options);
     require_support(*this, problem);
     std::string config = choose_kernel_config(*this, problem, options);
     const bool serial = Flash3Schedule::parse(config).kind == Flash3Schedule::Kind::V1;
-    if (serial && asked.value_or(false))
+    if (serial && asked.value_or(Order::Grid) != Order::Grid)
       throw Error(ErrorKind::Unsupported,
-                  "flash3-fp8: forward_order=persistent runs kernel config default only; v1 runs on the grid");
-    const bool persistent = !serial && (asked ? *asked : builtin_persistent(problem));
+                  fmt::format("flash3-fp8: forward_order={} runs kernel config default only; v1 runs on the grid",
+                              options.options.at(std::string(kForwardOrder))));
+    const bool persistent = !serial && (asked ? *asked != Order::Grid : builtin_persistent(problem));
     const flash3::Fp8Order order = persistent ? persistent_order(problem) : flash3::Fp8Order::Grid;
+    const bool capped = asked == Order::PersistentCapped;
     const std::size_t workspace =
         problem.dtype == DType::E4M3 ? flash3::kFp8E4m3WorkspaceBytes : workspace_bytes(problem);
     return std::make_unique<FunctionPlan>(
         std::move(config), workspace,
-        [this, problem, serial, order, workspace](const AttentionArgs& args, Stream stream, RunReport&) {
-          run(problem, args, serial, order, workspace, stream);
+        [this, problem, serial, order, capped, workspace](const AttentionArgs& args, Stream stream, RunReport&) {
+          run(problem, args, serial, order, capped, workspace, stream);
         });
   }
 
  private:
   static constexpr std::string_view kForwardOrder = "forward_order";
-  // Whether forward_order asks for persistent (true) or the grid (false); nullopt when absent.
-  static std::optional<bool> forward_order(const std::map<std::string, std::string>& options) {
-    static constexpr std::string_view kOrders[] = {"grid", "persistent"};
+  enum class Order { Grid, Persistent, PersistentCapped };
+  // The order forward_order asks for; nullopt when absent.
+  static std::optional<Order> forward_order(const std::map<std::string, std::string>& options) {
+    static constexpr std::string_view kOrders[] = {"grid", "persistent", "persistent-capped"};
     if (!options.contains(std::string(kForwardOrder))) return std::nullopt;
-    return cuda::option_choice("flash3-fp8", options, kForwardOrder, kOrders) == 1;
+    return static_cast<Order>(cuda::option_choice("flash3-fp8", options, kForwardOrder, kOrders));
   }
   // flash3's schedules: problems whose right bound is the diagonal (causal) in paired units, one
   // CTA a unit — as measured; flash3 caps its paired grid at the SMs, which this kernel has not
@@ -124,7 +130,7 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     return flash3::fp8_workspace_bytes(params);
   }
 
-  void run(const AttentionProblem& problem, const AttentionArgs& args, bool serial, flash3::Fp8Order order,
+  void run(const AttentionProblem& problem, const AttentionArgs& args, bool serial, flash3::Fp8Order order, bool capped,
            std::size_t workspace, Stream stream) const {
     check_cuda_args(name(), problem, args);
     // The pre-pass reads Q, K, V in 16-byte pieces and the no-key path writes O so: the same
@@ -139,7 +145,7 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     }
     flash3::Params params = make_params(problem, args);
     params.serial_schedule = serial;
-    params.persistent = order == flash3::Fp8Order::HeadMajor && !problem.has_mask();
+    params.persistent = capped || (order == flash3::Fp8Order::HeadMajor && !problem.has_mask());
     if (e4m3) {
       const float descales[3] = {args.q.descale, args.k.descale, args.v.descale};
       flash3::launch_forward_fp8_e4m3(params, descales, args.workspace, order, stream);
