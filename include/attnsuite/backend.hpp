@@ -113,6 +113,9 @@ class KernelPlan {
   virtual ~KernelPlan() = default;
   // The configuration this plan runs ("" for a backend without configurations).
   virtual std::string_view kernel_config() const = 0;
+  // Which CTA runs which work, for a backend that decides it per problem beside the kernel
+  // config (flash3, flash3-fp8: "grid", "persistent", "paired", ...); "" for the others.
+  virtual std::string_view work_order() const { return {}; }
   // Bytes of AttentionArgs::workspace (BackwardArgs::workspace) a run needs on the device.
   virtual std::size_t workspace_bytes() const { return 0; }
   virtual std::size_t backward_workspace_bytes() const { return 0; }
@@ -215,13 +218,15 @@ class FunctionPlan final : public KernelPlan {
         forward_(std::move(forward)),
         backward_(std::move(backward)) {}
   std::string_view kernel_config() const override { return kernel_config_; }
+  std::string_view work_order() const override { return work_order_; }
+  void set_work_order(std::string order) { work_order_ = std::move(order); }
   std::size_t workspace_bytes() const override { return workspace_; }
   std::size_t backward_workspace_bytes() const override { return backward_workspace_; }
   RunReport forward(const AttentionArgs& args, Stream stream) override;
   RunReport backward(const BackwardArgs& args, Stream stream) override;
 
  private:
-  std::string kernel_config_;
+  std::string kernel_config_, work_order_;
   std::size_t workspace_ = 0, backward_workspace_ = 0;
   Forward forward_;
   Backward backward_;

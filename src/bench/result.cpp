@@ -78,6 +78,7 @@ const std::array<Field, 66> kFields = {{
     {"dv_cos_sim", &ResultRow::dv_cos_sim},
     {"sparsity", &ResultRow::sparsity},
     {"kernel_config", &ResultRow::kernel_config},
+    {"work_order", &ResultRow::work_order},
     {"backend_options", &ResultRow::backend_options},
     {"predicted_sparsity", &ResultRow::predicted_sparsity},
     {"predictor_ms", &ResultRow::predictor_ms},

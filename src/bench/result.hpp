@@ -62,6 +62,9 @@ struct ResultRow {
   // choice (Backend::kernel_configs): the case's own (`tune --kernels`), the kernel-config cache's,
   // or the built-in one. Empty for the others.
   std::string kernel_config;
+  // Which CTA ran which work (KernelPlan::work_order: "grid", "persistent", "paired", ...), for
+  // backends that choose it per problem; empty for the others.
+  std::string work_order;
   // The backend options the case ran with, those its backend takes: "key=value;key=value".
   std::string backend_options;
   // GPU SM clock and utilization, sampled through NVML on a thread while the case is timed:

@@ -81,6 +81,8 @@ ResultRow full_row() {
   row.rmse = -std::numeric_limits<double>::infinity();
   row.accuracy_fraction = 1;
   row.clock_mhz = 1980;
+  row.kernel_config = "m192";
+  row.work_order = "paired";
   row.reason = "warning: a \"quoted\", comma-separated\nmulti-line note";
   return row;
 }
@@ -136,8 +138,8 @@ TEST(ResultRow, StatusNamesRoundTrip) {
 TEST(ResultRow, ColumnsAreInOrderAndMatchJsonKeys) {
   const auto& columns = bench::result_columns();
   // 48 + the sparse kernels' predicted_sparsity, predictor_ms, effective_tflops + kernel_config,
-  // backend_options, pass and the three gradients' max_abs_err, rel_l2, rel_l1, cos_sim.
-  ASSERT_EQ(columns.size(), 66u);
+  // work_order, backend_options, pass and the three gradients' max_abs_err, rel_l2, rel_l1, cos_sim.
+  ASSERT_EQ(columns.size(), 67u);
   EXPECT_EQ(columns.front(), "backend");
   EXPECT_EQ(columns[2], "peer_of");
   EXPECT_EQ(columns.back(), "reason");

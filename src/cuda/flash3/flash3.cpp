@@ -183,17 +183,21 @@ class Flash3Backend final : public Flash3FamilyBackend {
     // GPU is never the built-in choice (launch.cu's table).
     const hopper::WorkOrder work_order = order < 0 ? builtin_order(problem, config) : asked_work_order;
     const Flash3Schedule::Choice choice = Flash3Schedule::parse(config);
-    FunctionPlan::Forward forward = [this, problem, choice, work_order](const AttentionArgs& args, Stream stream,
-                                                                        RunReport&) {
-      run(problem, args, choice, work_order, stream);
+    const bool persistent = persistent_ctas(problem, choice, work_order);
+    FunctionPlan::Forward forward = [this, problem, choice, work_order, persistent](const AttentionArgs& args,
+                                                                                    Stream stream, RunReport&) {
+      run(problem, args, choice, work_order, persistent, stream);
     };
-    if (!options.backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
-    return std::make_unique<FunctionPlan>(
-        std::move(config), 0, std::move(forward),
-        [this, problem, variant](const BackwardArgs& args, Stream stream, RunReport&) {
-          run_backward(problem, args, variant, stream);
-        },
-        backward_workspace_bytes(problem, /*deterministic=*/false));
+    std::unique_ptr<FunctionPlan> plan =
+        options.backward ? std::make_unique<FunctionPlan>(
+                               std::move(config), 0, std::move(forward),
+                               [this, problem, variant](const BackwardArgs& args, Stream stream, RunReport&) {
+                                 run_backward(problem, args, variant, stream);
+                               },
+                               backward_workspace_bytes(problem, /*deterministic=*/false))
+                         : std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
+    plan->set_work_order(std::string(work_order_name(work_order, persistent)));
+    return plan;
   }
 
  private:
@@ -266,8 +270,26 @@ class Flash3Backend final : public Flash3FamilyBackend {
     flash3::launch_backward(make_backward_params(problem, args, false), problem.dtype, variant, stream);
   }
 
+  // Persistent CTAs for unmasked attention only: their static round-robin over the work tiles
+  // (kernel.cuh) leaves the CTAs that drew the long diagonal works of a causal problem running
+  // alone at the end — measured on the H200 (fa3-grid, 2026-12-04 third session) 1.38-1.68x
+  // slower than one CTA per work at causal N >= 8k (d128, d256), 1.00-1.05x at N <= 4k, and
+  // m192 1.24-1.43x at causal N 1k-4k; dense, 1.00-1.27x faster (N 512: 1.23x at d128).
+  // Paired (the built-in order of causal problems) and longest first (of non-causal windows
+  // with m192): their orders balance the round-robin under a mask too (hopper/scheduler.cuh).
+  static bool persistent_ctas(const AttentionProblem& problem, Flash3Schedule::Choice choice, hopper::WorkOrder order) {
+    return order != hopper::WorkOrder::HeadMajor || (choice.kind != Flash3Schedule::Kind::Grid && !problem.has_mask());
+  }
+  // The plan's work_order (result rows' column): the order's option value, head-major split into
+  // "persistent" (min(works, SMs) CTAs that loop) and "grid" (one CTA per work).
+  static std::string_view work_order_name(hopper::WorkOrder order, bool persistent) {
+    if (order == hopper::WorkOrder::Paired) return "paired";
+    if (order == hopper::WorkOrder::LongestFirst) return "longest-first";
+    return persistent ? "persistent" : "grid";
+  }
+
   void run(const AttentionProblem& problem, const AttentionArgs& args, Flash3Schedule::Choice choice,
-           hopper::WorkOrder order, Stream stream) const {
+           hopper::WorkOrder order, bool persistent, Stream stream) const {
     check_cuda_args(name(), problem, args);
     // Q, K, V are read by TMA, whose descriptors need 16-byte aligned bases and strides; O is
     // held to the same rule (its rows are written in 16-byte-aligned pieces by the no-key path).
@@ -276,15 +298,8 @@ class Flash3Backend final : public Flash3FamilyBackend {
     flash3::Params params;
     fill_attention_params(params, problem, args);
     params.serial_schedule = choice.kind == Flash3Schedule::Kind::V1;
-    // Persistent CTAs for unmasked attention only: their static round-robin over the work tiles
-    // (kernel.cuh) leaves the CTAs that drew the long diagonal works of a causal problem running
-    // alone at the end — measured on the H200 (fa3-grid, 2026-12-04 third session) 1.38-1.68x
-    // slower than one CTA per work at causal N >= 8k (d128, d256), 1.00-1.05x at N <= 4k, and
-    // m192 1.24-1.43x at causal N 1k-4k; dense, 1.00-1.27x faster (N 512: 1.23x at d128).
-    // Paired (the built-in order of causal problems) and longest first (of non-causal windows
-    // with m192): their orders balance the round-robin under a mask too (hopper/scheduler.cuh).
+    params.persistent = persistent;
     const bool ordered = order != hopper::WorkOrder::HeadMajor;
-    params.persistent = ordered || (choice.kind != Flash3Schedule::Kind::Grid && !problem.has_mask());
     if (ordered) {
       const std::string_view tiles =
           choice.kind == Flash3Schedule::Kind::Tile ? flash3::tile_configs().begin()[choice.tile].name : "default";

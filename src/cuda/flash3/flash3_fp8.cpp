@@ -85,11 +85,16 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     const bool capped = asked == Order::PersistentCapped;
     const std::size_t workspace =
         problem.dtype == DType::E4M3 ? flash3::kFp8E4m3WorkspaceBytes : workspace_bytes(problem);
-    return std::make_unique<FunctionPlan>(
+    // Params::persistent: CTAs that loop over the works (min(works, SMs) of them) on unmasked
+    // problems, or with persistent-capped; one CTA per work (per paired unit) otherwise.
+    const bool looping = capped || (order == flash3::Fp8Order::HeadMajor && !problem.has_mask());
+    auto plan = std::make_unique<FunctionPlan>(
         std::move(config), workspace,
-        [this, problem, serial, order, capped, workspace](const AttentionArgs& args, Stream stream, RunReport&) {
-          run(problem, args, serial, order, capped, workspace, stream);
+        [this, problem, serial, order, looping, workspace](const AttentionArgs& args, Stream stream, RunReport&) {
+          run(problem, args, serial, order, looping, workspace, stream);
         });
+    plan->set_work_order(std::string(work_order_name(order, looping)));
+    return plan;
   }
 
  private:
@@ -115,6 +120,14 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
   // dense d128 1.13, 1.03, 0.99, 0.98, 0.96 at N 1k, 2k, 4k, 8k, 16k (d64 1.07, 1.02, 0.99, 0.96,
   // 0.96); causal d128 1.05, 0.97 at N 1k, 2k (d64 1.03, 1.01, 1.00). So: unmasked problems with
   // seq_kv <= 2048 and causal ones with seq_q <= 1024; the grid elsewhere (and on other masks).
+  // The plan's work_order (result rows' column): "grid"; "paired" (one CTA a unit) or
+  // "paired-capped" (at most one CTA per SM); "persistent" (head-major, CTAs that loop) or
+  // "head-major" (the persistent kernel, one CTA per work: masks other than causal).
+  static std::string_view work_order_name(flash3::Fp8Order order, bool looping) {
+    if (order == flash3::Fp8Order::Grid) return "grid";
+    if (order == flash3::Fp8Order::Paired) return looping ? "paired-capped" : "paired";
+    return looping ? "persistent" : "head-major";
+  }
   static bool builtin_persistent(const AttentionProblem& problem) {
     return problem.has_mask() ? problem.causal && problem.seq_q <= 1024 : problem.seq_kv <= 2048;
   }
@@ -130,8 +143,8 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     return flash3::fp8_workspace_bytes(params);
   }
 
-  void run(const AttentionProblem& problem, const AttentionArgs& args, bool serial, flash3::Fp8Order order, bool capped,
-           std::size_t workspace, Stream stream) const {
+  void run(const AttentionProblem& problem, const AttentionArgs& args, bool serial, flash3::Fp8Order order,
+           bool looping, std::size_t workspace, Stream stream) const {
     check_cuda_args(name(), problem, args);
     // The pre-pass reads Q, K, V in 16-byte pieces and the no-key path writes O so: the same
     // base/stride rule as flash3's TMA reads. e4m3 Q, K, V are read by TMA directly: 16-byte
@@ -145,7 +158,7 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     }
     flash3::Params params = make_params(problem, args);
     params.serial_schedule = serial;
-    params.persistent = capped || (order == flash3::Fp8Order::HeadMajor && !problem.has_mask());
+    params.persistent = looping;
     if (e4m3) {
       const float descales[3] = {args.q.descale, args.k.descale, args.v.descale};
       flash3::launch_forward_fp8_e4m3(params, descales, args.workspace, order, stream);
