@@ -24,7 +24,7 @@ struct Field {
   Member member;
 };
 
-const std::array<Field, 66> kFields = {{
+const std::array<Field, 67> kFields = {{
     {"backend", &ResultRow::backend},
     {"display_name", &ResultRow::display_name},
     {"peer_of", &ResultRow::peer_of},
