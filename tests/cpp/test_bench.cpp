@@ -54,9 +54,11 @@ class FakeBackend final : public Backend {
   }
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& p, const PlanOptions&) const override {
     require_support(*this, p);
-    return std::make_unique<FunctionPlan>(
+    auto plan = std::make_unique<FunctionPlan>(
         "", 0, [this, p](const AttentionArgs& args, Stream, RunReport&) { run(p, args); },
         [](const BackwardArgs&, Stream, RunReport&) {});  // asked only where supports_backward says yes
+    if (mode_ == Mode::Exact) plan->set_work_order("one-cta-per-" + std::to_string(p.seq_q) + "-rows");
+    return plan;
   }
 
  private:
@@ -264,6 +266,8 @@ TEST(Runner, OkSkippedAndFailedRows) {
   EXPECT_LT(*rows[0].rel_l2, 1e-6);
   EXPECT_NEAR(*rows[0].cos_sim, 1.0, 1e-9);
   EXPECT_GT(*rows[0].tflops, 0.0);
+  EXPECT_EQ(rows[0].work_order, "one-cta-per-33-rows");  // the plan's, as planned for this case
+  EXPECT_EQ(rows[1].work_order, "");
   EXPECT_EQ(rows[1].status, CaseStatus::Failed);  // poisoned output never written: NaN never passes
   EXPECT_NE(rows[1].reason.find("NaN"), std::string::npos);
   EXPECT_EQ(rows[2].status, CaseStatus::Skipped);

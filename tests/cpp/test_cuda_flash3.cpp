@@ -430,6 +430,35 @@ TEST(CudaFlash3, PairedMatchesTheReference) {
       }
 }
 
+// The work order each plan names (result rows' work_order): the built-in one of causal problems
+// (paired), of dense ones (persistent CTAs), the grid where head-major is asked for on a causal
+// problem, longest first when asked, and one CTA per work on a two-sided window.
+TEST(CudaFlash3, PlansNameTheirWorkOrder) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  const Backend& flash3 = Registry::global().find("flash3");
+  const auto order_of = [&](const AttentionProblem& p, const char* order = nullptr, const char* config = "") {
+    PlanOptions options;
+    options.kernel_config = config;
+    if (order != nullptr) options.options = {{"forward_order", order}};
+    return std::string(flash3.plan(p, options)->work_order());
+  };
+  const AttentionProblem causal = make_problem(2, 16, 4, 1000, 1000, 128, DType::BF16, Layout::BSHD, true);
+  const AttentionProblem dense = make_problem(2, 16, 4, 1000, 1000, 128, DType::BF16, Layout::BSHD, false);
+  AttentionProblem window = dense;
+  window.window_left = 100;
+  window.window_right = 50;
+  if (KernelConfigCache::global().size() == 0) {
+    EXPECT_EQ(order_of(causal), "paired");
+    EXPECT_EQ(order_of(dense), "persistent");
+    EXPECT_EQ(order_of(window), "grid");
+  }
+  EXPECT_EQ(order_of(causal, "paired"), "paired");
+  EXPECT_EQ(order_of(causal, "head-major"), "grid");
+  EXPECT_EQ(order_of(dense, "head-major"), "persistent");
+  EXPECT_EQ(order_of(dense, "longest-first"), "longest-first");
+  EXPECT_EQ(order_of(dense, nullptr, "v1"), "persistent");
+}
+
 // Small cases of paired for compute-sanitizer: causal with seq_q > seq_kv (works without a key
 // paired with works with keys), 3 query tiles of 128 rows (a middle tile alone) and 2 of 192.
 TEST(CudaFlash3, PairedSmallCases) {

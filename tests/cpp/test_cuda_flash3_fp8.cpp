@@ -485,6 +485,24 @@ TEST(CudaFlash3Fp8, ForwardOrderValuesNeedNoDevice) {
   EXPECT_NO_THROW(fp8.check_options(forward_order("persistent-capped").options));
   // Persistent runs the default schedule only (v1 has not run on persistent CTAs).
   if (!cuda_device_missing().empty() || cuda::query_cuda_device(0).compute_capability() != 90) return;
+  // The work order each plan names (result rows' work_order).
+  const auto order_of = [&](const AttentionProblem& p, const char* order) {
+    return std::string(fp8.plan(p, order == nullptr ? PlanOptions{} : forward_order(order))->work_order());
+  };
+  const AttentionProblem causal = make_problem(2, 16, 4, 1000, 1000, 128, DType::BF16, Layout::BSHD, true);
+  const AttentionProblem dense = make_problem(2, 16, 4, 4096, 4096, 128, DType::BF16, Layout::BSHD, false);
+  AttentionProblem window = make_problem(1, 4, 4, 700, 700, 64, DType::BF16, Layout::BSHD, false);
+  window.window_left = 100;
+  window.window_right = 50;
+  if (KernelConfigCache::global().size() == 0) {
+    EXPECT_EQ(order_of(causal, nullptr), "paired");  // built in at seq_q <= 1024
+    EXPECT_EQ(order_of(dense, nullptr), "grid");     // built in at seq_kv > 2048
+  }
+  EXPECT_EQ(order_of(causal, "grid"), "grid");
+  EXPECT_EQ(order_of(causal, "persistent-capped"), "paired-capped");
+  EXPECT_EQ(order_of(dense, "persistent"), "persistent");
+  EXPECT_EQ(order_of(window, "persistent"), "head-major");
+  EXPECT_EQ(order_of(window, "persistent-capped"), "persistent");
   PlanOptions v1 = persistent_order();
   v1.kernel_config = "v1";
   try {
