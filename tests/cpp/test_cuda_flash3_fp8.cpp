@@ -462,9 +462,9 @@ TEST(CudaFlash3Fp8E4m3, PaddedStridesReadLikeDenseOnesAndUnalignedOnesAreRefused
   }
 }
 
-// ---- forward_order=persistent (passed on the H100, 2026-12-07f) ----------------------------------
-// flash3's schedules: causal problems in paired units (one CTA a unit), unmasked ones on
-// min(works, SMs) CTAs that loop, other masked ones one CTA per work. Each work is computed as in
+// ---- forward_order=persistent (passed on the H100, 2026-12-07f; paired on looping CTAs 2026-12-07g) --
+// flash3's schedules: causal problems in paired units and unmasked ones head-major, both on
+// min(works, SMs) CTAs that loop; other masked ones one CTA per work. Each work is computed as in
 // the grid (the same tiles, the key tiles in the same order), so O and LSE must equal the grid's
 // bit for bit.
 
@@ -478,31 +478,27 @@ PlanOptions persistent_order() { return forward_order("persistent"); }
 TEST(CudaFlash3Fp8, ForwardOrderValuesNeedNoDevice) {
   const Backend& fp8 = Registry::global().find("flash3-fp8");
   EXPECT_EQ(options_usage_error(fp8, {{"forward_order", "paired"}}),
-            "flash3-fp8: backend option forward_order='paired' not allowed; allowed: grid, persistent, "
-            "persistent-capped");
+            "flash3-fp8: backend option forward_order='paired' not allowed; allowed: grid, persistent");
   EXPECT_NO_THROW(fp8.check_options({{"forward_order", "grid"}}));
   EXPECT_NO_THROW(fp8.check_options(persistent_order().options));
-  EXPECT_NO_THROW(fp8.check_options(forward_order("persistent-capped").options));
   // Persistent runs the default schedule only (v1 has not run on persistent CTAs).
   if (!cuda_device_missing().empty() || cuda::query_cuda_device(0).compute_capability() != 90) return;
   // The work order each plan names (result rows' work_order).
   const auto order_of = [&](const AttentionProblem& p, const char* order) {
     return std::string(fp8.plan(p, order == nullptr ? PlanOptions{} : forward_order(order))->work_order());
   };
-  const AttentionProblem causal = make_problem(2, 16, 4, 1000, 1000, 128, DType::BF16, Layout::BSHD, true);
+  const AttentionProblem causal = make_problem(2, 16, 4, 4096, 4096, 128, DType::BF16, Layout::BSHD, true);
   const AttentionProblem dense = make_problem(2, 16, 4, 4096, 4096, 128, DType::BF16, Layout::BSHD, false);
   AttentionProblem window = make_problem(1, 4, 4, 700, 700, 64, DType::BF16, Layout::BSHD, false);
   window.window_left = 100;
   window.window_right = 50;
   if (KernelConfigCache::global().size() == 0) {
-    EXPECT_EQ(order_of(causal, nullptr), "paired");  // built in at seq_q <= 1024
+    EXPECT_EQ(order_of(causal, nullptr), "paired");  // built in at seq_q <= 4096
     EXPECT_EQ(order_of(dense, nullptr), "grid");     // built in at seq_kv > 2048
   }
   EXPECT_EQ(order_of(causal, "grid"), "grid");
-  EXPECT_EQ(order_of(causal, "persistent-capped"), "paired-capped");
   EXPECT_EQ(order_of(dense, "persistent"), "persistent");
   EXPECT_EQ(order_of(window, "persistent"), "head-major");
-  EXPECT_EQ(order_of(window, "persistent-capped"), "persistent");
   PlanOptions v1 = persistent_order();
   v1.kernel_config = "v1";
   try {
@@ -532,13 +528,9 @@ TEST(CudaFlash3Fp8, PersistentMatchesTheGridBitForBit) {
     SCOPED_TRACE(p.describe());
     const Inputs in = random_inputs(p, std::random_device{}());
     const DeviceRun want = run_on_device("flash3-fp8", p, in, forward_order("grid"));
-    // persistent-capped: the same kernels on at most one CTA per SM (every CTA loops).
-    for (const char* order : {"persistent", "persistent-capped"}) {
-      SCOPED_TRACE(order);
-      const DeviceRun got = run_on_device("flash3-fp8", p, in, forward_order(order));
-      EXPECT_EQ(std::memcmp(want.out_bits.data(), got.out_bits.data(), want.out_bits.size() * 2), 0);
-      EXPECT_EQ(std::memcmp(want.lse.data(), got.lse.data(), want.lse.size() * 4), 0);
-    }
+    const DeviceRun got = run_on_device("flash3-fp8", p, in, persistent_order());
+    EXPECT_EQ(std::memcmp(want.out_bits.data(), got.out_bits.data(), want.out_bits.size() * 2), 0);
+    EXPECT_EQ(std::memcmp(want.lse.data(), got.lse.data(), want.lse.size() * 4), 0);
     // e4m3 inputs, the other entry: the same bits as the grid on the same e4m3 values.
     AttentionProblem e4m3 = p;
     e4m3.dtype = DType::E4M3;

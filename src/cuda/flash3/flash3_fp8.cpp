@@ -42,10 +42,9 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
              "bf16 in (quantized to e4m3 per tensor inside forward, pre-pass timed) or e4m3 in with per-tensor "
              "descales, bf16 out, head dim 64/128, causal, sliding window, "
              "GQA/MQA, seq_q != seq_kv, BSHD/BHSD (16-byte aligned strides), LSE; sm_90 only; option "
-             "forward_order=grid|persistent|persistent-capped (persistent: causal problems in paired units, "
-             "unmasked ones on persistent CTAs; persistent-capped: as persistent with every grid capped at the "
-             "SMs, experimental: not yet run on a GPU; default: persistent at N <= 2048 unmasked and N <= 1024 "
-             "causal, the grid elsewhere; kernel config v1 on the grid only)"},
+             "forward_order=grid|persistent (persistent: causal problems in paired units, unmasked ones "
+             "head-major, both on min(works, SMs) CTAs; default: persistent at N <= 2048 unmasked and N <= "
+             "4096 causal, the grid elsewhere; kernel config v1 on the grid only)"},
             /*with_tile_configs=*/false) {}
 
   Support supports(const AttentionProblem& problem) const override {
@@ -63,31 +62,25 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     return supports_kernel(problem, flash3::kFp8HeadDims);
   }
 
-  // forward_order: "grid" (one CTA per 128-row query tile), "persistent" (persistent_order) or
-  // "persistent-capped" (the same kernels, every grid capped at the SMs: the CTAs loop over the
-  // works, as flash3's paired grid does; experimental, host-side only); absent: builtin_persistent.
-  // Persistent runs the default schedule only: with kernel config v1 it has not run on a GPU, so
-  // v1 stays on the grid.
+  // forward_order: "grid" (one CTA per 128-row query tile) or "persistent" (persistent_order);
+  // absent: builtin_persistent. Persistent runs the default schedule only: with kernel config v1
+  // it has not run on a GPU, so v1 stays on the grid.
   std::vector<std::string> option_keys() const override { return {std::string(kForwardOrder)}; }
   void check_options(const std::map<std::string, std::string>& options) const override { (void)forward_order(options); }
 
   std::unique_ptr<KernelPlan> plan(const AttentionProblem& problem, const PlanOptions& options) const override {
-    const std::optional<Order> asked = forward_order(options.options);
+    const std::optional<bool> asked = forward_order(options.options);  // true: persistent
     require_support(*this, problem);
     std::string config = choose_kernel_config(*this, problem, options);
     const bool serial = Flash3Schedule::parse(config).kind == Flash3Schedule::Kind::V1;
-    if (serial && asked.value_or(Order::Grid) != Order::Grid)
+    if (serial && asked.value_or(false))
       throw Error(ErrorKind::Unsupported,
-                  fmt::format("flash3-fp8: forward_order={} runs kernel config default only; v1 runs on the grid",
-                              options.options.at(std::string(kForwardOrder))));
-    const bool persistent = !serial && (asked ? *asked != Order::Grid : builtin_persistent(problem));
+                  "flash3-fp8: forward_order=persistent runs kernel config default only; v1 runs on the grid");
+    const bool persistent = !serial && (asked ? *asked : builtin_persistent(problem));
     const flash3::Fp8Order order = persistent ? persistent_order(problem) : flash3::Fp8Order::Grid;
-    const bool capped = asked == Order::PersistentCapped;
     const std::size_t workspace =
         problem.dtype == DType::E4M3 ? flash3::kFp8E4m3WorkspaceBytes : workspace_bytes(problem);
-    // Params::persistent: CTAs that loop over the works (min(works, SMs) of them) on unmasked
-    // problems, or with persistent-capped; one CTA per work (per paired unit) otherwise.
-    const bool looping = capped || (order == flash3::Fp8Order::HeadMajor && !problem.has_mask());
+    const bool looping = looping_ctas(problem, order);
     auto plan = std::make_unique<FunctionPlan>(
         std::move(config), workspace,
         [this, problem, serial, order, looping, workspace](const AttentionArgs& args, Stream stream, RunReport&) {
@@ -99,37 +92,42 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
 
  private:
   static constexpr std::string_view kForwardOrder = "forward_order";
-  enum class Order { Grid, Persistent, PersistentCapped };
-  // The order forward_order asks for; nullopt when absent.
-  static std::optional<Order> forward_order(const std::map<std::string, std::string>& options) {
-    static constexpr std::string_view kOrders[] = {"grid", "persistent", "persistent-capped"};
+  // Whether forward_order asks for persistent (true) or the grid (false); nullopt when absent.
+  static std::optional<bool> forward_order(const std::map<std::string, std::string>& options) {
+    static constexpr std::string_view kOrders[] = {"grid", "persistent"};
     if (!options.contains(std::string(kForwardOrder))) return std::nullopt;
-    return static_cast<Order>(cuda::option_choice("flash3-fp8", options, kForwardOrder, kOrders));
+    return cuda::option_choice("flash3-fp8", options, kForwardOrder, kOrders) == 1;
   }
-  // flash3's schedules: problems whose right bound is the diagonal (causal) in paired units, one
-  // CTA a unit — as measured; flash3 caps its paired grid at the SMs, which this kernel has not
-  // yet run with; the others head-major (Params::persistent: looping CTAs on unmasked problems,
-  // one CTA per work on masked ones, where a static round-robin leaves long works unbalanced:
-  // flash3's measurement, hopper/scheduler.cuh).
+  // flash3's schedules: problems whose right bound is the diagonal (causal) in paired units, the
+  // others head-major (hopper/scheduler.cuh).
   static flash3::Fp8Order persistent_order(const AttentionProblem& problem) {
     return problem.right_bound() == 0 ? flash3::Fp8Order::Paired : flash3::Fp8Order::HeadMajor;
   }
+  // Params::persistent: min(works, SMs) CTAs that loop over the works, for paired units and
+  // unmasked problems; one CTA per work on other masks, where a static round-robin leaves long
+  // works unbalanced (flash3's measurement, hopper/scheduler.cuh). Paired units on at most one CTA
+  // per SM (as flash3's) against one CTA a unit, H100, e4m3 in, causal, B·N = 16384, one call
+  // (docs/results/h100/2026-12-07g/, fa3-fp8-e4m3-{pc,pe}-call1): 1.19, 1.14, 1.06, 1.03, 1.01x
+  // at d128 N 1k, 2k, 4k, 8k, 16k (d64 1.11, 1.06, 1.02, 1.02, 0.99x).
+  static bool looping_ctas(const AttentionProblem& problem, flash3::Fp8Order order) {
+    return order == flash3::Fp8Order::Paired || (order == flash3::Fp8Order::HeadMajor && !problem.has_mask());
+  }
   // Persistent where it measured faster: short works, whose prologue and epilogue the persistent
-  // CTAs overlap with the next work's loads. H100, e4m3 in, B·N = 16384, one run
-  // (docs/results/h100/2026-12-07f/, fa3-fp8-e4m3-{g,pe}-call1): grid time / persistent time,
-  // dense d128 1.13, 1.03, 0.99, 0.98, 0.96 at N 1k, 2k, 4k, 8k, 16k (d64 1.07, 1.02, 0.99, 0.96,
-  // 0.96); causal d128 1.05, 0.97 at N 1k, 2k (d64 1.03, 1.01, 1.00). So: unmasked problems with
-  // seq_kv <= 2048 and causal ones with seq_q <= 1024; the grid elsewhere (and on other masks).
-  // The plan's work_order (result rows' column): "grid"; "paired" (one CTA a unit) or
-  // "paired-capped" (at most one CTA per SM); "persistent" (head-major, CTAs that loop) or
-  // "head-major" (the persistent kernel, one CTA per work: masks other than causal).
+  // CTAs overlap with the next work's loads. H100, e4m3 in, B·N = 16384, one run each: unmasked
+  // (docs/results/h100/2026-12-07f/, fa3-fp8-e4m3-{g,pe}-call1), grid time / persistent time,
+  // d128 1.13, 1.03, 0.99, 0.98, 0.96 at N 1k, 2k, 4k, 8k, 16k (d64 1.07, 1.02, 0.99, 0.96, 0.96);
+  // causal, paired on looping CTAs (2026-12-07g, fa3-fp8-e4m3-{g,pc}-call1), d128 1.12, 1.05,
+  // 1.00, 0.95 at N 2k, 4k, 8k, 16k (d64 1.07, 1.03, 1.01, 0.96). So: unmasked problems with
+  // seq_kv <= 2048 and causal ones with seq_q <= 4096; the grid elsewhere (and on other masks).
+  // The plan's work_order (result rows' column): "grid", "paired", "persistent" (head-major on
+  // looping CTAs) or "head-major" (the persistent kernel, one CTA per work).
   static std::string_view work_order_name(flash3::Fp8Order order, bool looping) {
     if (order == flash3::Fp8Order::Grid) return "grid";
-    if (order == flash3::Fp8Order::Paired) return looping ? "paired-capped" : "paired";
+    if (order == flash3::Fp8Order::Paired) return "paired";
     return looping ? "persistent" : "head-major";
   }
   static bool builtin_persistent(const AttentionProblem& problem) {
-    return problem.has_mask() ? problem.causal && problem.seq_q <= 1024 : problem.seq_kv <= 2048;
+    return problem.has_mask() ? problem.causal && problem.seq_q <= 4096 : problem.seq_kv <= 2048;
   }
 
   static std::size_t workspace_bytes(const AttentionProblem& problem) {
