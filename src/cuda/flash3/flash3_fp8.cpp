@@ -112,13 +112,6 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
   static bool looping_ctas(const AttentionProblem& problem, flash3::Fp8Order order) {
     return order == flash3::Fp8Order::Paired || (order == flash3::Fp8Order::HeadMajor && !problem.has_mask());
   }
-  // Persistent where it measured faster: short works, whose prologue and epilogue the persistent
-  // CTAs overlap with the next work's loads. H100, e4m3 in, B·N = 16384, one run each: unmasked
-  // (docs/results/h100/2026-12-07f/, fa3-fp8-e4m3-{g,pe}-call1), grid time / persistent time,
-  // d128 1.13, 1.03, 0.99, 0.98, 0.96 at N 1k, 2k, 4k, 8k, 16k (d64 1.07, 1.02, 0.99, 0.96, 0.96);
-  // causal, paired on looping CTAs (2026-12-07g, fa3-fp8-e4m3-{g,pc}-call1), d128 1.12, 1.05,
-  // 1.00, 0.95 at N 2k, 4k, 8k, 16k (d64 1.07, 1.03, 1.01, 0.96). So: unmasked problems with
-  // seq_kv <= 2048 and causal ones with seq_q <= 4096; the grid elsewhere (and on other masks).
   // The plan's work_order (result rows' column): "grid", "paired", "persistent" (head-major on
   // looping CTAs) or "head-major" (the persistent kernel, one CTA per work).
   static std::string_view work_order_name(flash3::Fp8Order order, bool looping) {
@@ -126,6 +119,13 @@ class Flash3Fp8Backend final : public Flash3FamilyBackend {
     if (order == flash3::Fp8Order::Paired) return "paired";
     return looping ? "persistent" : "head-major";
   }
+  // Persistent where it measured faster: short works, whose prologue and epilogue the persistent
+  // CTAs overlap with the next work's loads. H100, e4m3 in, B·N = 16384, one run each: unmasked
+  // (docs/results/h100/2026-12-07f/, fa3-fp8-e4m3-{g,pe}-call1), grid time / persistent time,
+  // d128 1.13, 1.03, 0.99, 0.98, 0.96 at N 1k, 2k, 4k, 8k, 16k (d64 1.07, 1.02, 0.99, 0.96, 0.96);
+  // causal, paired on looping CTAs (2026-12-07g, fa3-fp8-e4m3-{g,pc}-call1), d128 1.12, 1.05,
+  // 1.00, 0.95 at N 2k, 4k, 8k, 16k (d64 1.07, 1.03, 1.01, 0.96). So: unmasked problems with
+  // seq_kv <= 2048 and causal ones with seq_q <= 4096; the grid elsewhere (and on other masks).
   static bool builtin_persistent(const AttentionProblem& problem) {
     return problem.has_mask() ? problem.causal && problem.seq_q <= 4096 : problem.seq_kv <= 2048;
   }
