@@ -436,8 +436,6 @@ bool Runner::check_accuracy(DeviceContext& ctx, KernelPlan& plan, const Prepared
   prepare_outputs(ctx, plan, p, inputs);
   const RunReport report = plan.forward(args, ctx.stream());
   ctx.synchronize();
-  row.kernel_config = std::string(plan.kernel_config());
-  row.work_order = std::string(plan.work_order());
   row.peak_mem_mib = static_cast<double>(ctx.peak_memory_since_reset() + report.own_peak_memory_bytes) / 1048576.0;
   if (const std::optional<std::size_t> used_after = ctx.used_bytes(); used_before && used_after)
     row.mem_reserved_mib = static_cast<double>(*used_after > *used_before ? *used_after - *used_before : 0) / 1048576.0;
