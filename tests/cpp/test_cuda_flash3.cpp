@@ -459,31 +459,30 @@ TEST(CudaFlash3, PlansNameTheirWorkOrder) {
   EXPECT_EQ(order_of(dense, nullptr, "v1"), "persistent");
 }
 
-// Small cases of paired for compute-sanitizer: causal with seq_q > seq_kv (works without a key
-// paired with works with keys), 3 query tiles of 128 rows (a middle tile alone) and 2 of 192.
-TEST(CudaFlash3, PairedSmallCases) {
-  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+// Small cases of an ordered schedule for compute-sanitizer (tools/device/run.sh): 420 works,
+// causal with seq_q > seq_kv (rows 0..199 see no key: works without a key between those with
+// keys) at d128, 280 dense ones, `third`, and the causal case at d64 with m192.
+void check_ordered_small_cases(const char* order, const AttentionProblem& third) {
   PlanOptions options;
-  options.options = {{"forward_order", "paired"}};
+  options.options = {{"forward_order", order}};
   check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true), options);
   check_backend("flash3", make_problem(1, 140, 140, 200, 200, 128, DType::F16, Layout::BHSD, false), options);
-  check_backend("flash3", make_problem(1, 12, 4, 300, 300, 256, DType::BF16, Layout::BSHD, true), options);
+  check_backend("flash3", third, options);
   options.kernel_config = "m192";
   check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::BF16, Layout::BSHD, true), options);
 }
 
-// Small cases of longest-first for compute-sanitizer (tools/device/run.sh): 420 works, causal with
-// seq_q > seq_kv (rows 0..199 see no key: works without a key between those with keys), at d128,
-// d64 and d64 with m192, and 280 dense ones.
+// Paired: the causal d256 case has 3 query tiles of 128 rows (a middle tile alone); m192's have 2
+// of 192.
+TEST(CudaFlash3, PairedSmallCases) {
+  SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
+  check_ordered_small_cases("paired", make_problem(1, 12, 4, 300, 300, 256, DType::BF16, Layout::BSHD, true));
+}
+
+// Longest first: the causal case at d64 with the default tiles too.
 TEST(CudaFlash3, LongestFirstSmallCases) {
   SKIP_UNLESS_FLASH3_RUNS(make_problem(1, 2, 2, 64, 64, 128, DType::BF16, Layout::BSHD, false));
-  PlanOptions options;
-  options.options = {{"forward_order", "longest-first"}};
-  check_backend("flash3", make_problem(2, 70, 10, 300, 100, 128, DType::BF16, Layout::BSHD, true), options);
-  check_backend("flash3", make_problem(1, 140, 140, 200, 200, 128, DType::F16, Layout::BHSD, false), options);
-  check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::F16, Layout::BSHD, true), options);
-  options.kernel_config = "m192";
-  check_backend("flash3", make_problem(2, 70, 10, 300, 100, 64, DType::BF16, Layout::BSHD, true), options);
+  check_ordered_small_cases("longest-first", make_problem(2, 70, 10, 300, 100, 64, DType::F16, Layout::BSHD, true));
 }
 
 // Small cases of n80 for compute-sanitizer: a partial last K tile, causal and not, 140 dense
