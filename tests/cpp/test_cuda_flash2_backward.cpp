@@ -112,7 +112,8 @@ TEST(CudaBackward, MissingWorkspaceIsOneClearError) {
 
 TEST(CudaFlash2Backward, RefusedUnlessOptedIn) {
   const Backend& flash2 = flash2_backend();
-  EXPECT_EQ(flash2.backward_status(), "experimental: opt-in while slower than FlashAttention-2's");
+  EXPECT_EQ(flash2.backward_status(),
+            "experimental: opt-in while slower than FlashAttention-2's; backward_split=tiles not yet run on a GPU");
   const std::vector<std::string> keys = flash2.option_keys();
   EXPECT_NE(std::find(keys.begin(), keys.end(), "experimental_backward"), keys.end());
   const AttentionProblem p = make_problem(1, 2, 2, 128, 128, 64, DType::F16, Layout::BSHD, true);
@@ -142,6 +143,15 @@ TEST(CudaFlash2Backward, RefusedUnlessOptedIn) {
   for (const char* tile : {"32", "256", "", "x"})
     EXPECT_EQ(options_usage_error(flash2, {{"backward_key_tile", tile}}),
               std::string("flash2: backend option backward_key_tile='") + tile + "' not allowed; allowed: 64, 128");
+  // backward_split: keys (the default) or tiles, nothing else; tiles has 128-key tiles only.
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "backward_split"), keys.end());
+  for (const char* split : {"keys", "tiles"}) EXPECT_NO_THROW(flash2.check_options({{"backward_split", split}}));
+  EXPECT_NO_THROW(flash2.check_options({{"backward_split", "tiles"}, {"backward_key_tile", "128"}}));
+  EXPECT_EQ(options_usage_error(flash2, {{"backward_split", "warps"}}),
+            "flash2: backend option backward_split='warps' not allowed; allowed: keys, tiles");
+  EXPECT_EQ(options_usage_error(flash2, {{"backward_split", "tiles"}, {"backward_key_tile", "64"}}),
+            "flash2: backend option backward_key_tile='64' not allowed with backward_split=tiles (128-key tiles); "
+            "allowed: 128");
   // backward_preprocess: vector (the default) or warp, nothing else.
   EXPECT_NE(std::find(keys.begin(), keys.end(), "backward_preprocess"), keys.end());
   for (const char* kind : {"vector", "warp"}) EXPECT_NO_THROW(flash2.check_options({{"backward_preprocess", kind}}));
@@ -265,6 +275,29 @@ TEST(CudaFlash2Backward, KeyTile128MatchesTheReference) {
   }
 }
 
+// backward_split=tiles (FlashAttention-2's split among 8 warps, P and dS through shared memory),
+// both dQ modes; the sanitizer cases and the deterministic mode's repeatability too.
+TEST(CudaFlash2Backward, TiledSplitMatchesTheReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  std::vector<AttentionProblem> cases = configuration_cases();
+  cases.push_back(make_problem(1, 2, 2, 4097, 4097, 128, DType::BF16, Layout::BHSD, true));
+  cases.push_back(make_problem(2, 8, 2, 257, 257, 64, DType::F16, Layout::BSHD, false));
+  for (const AttentionProblem& p : cases) {
+    check_gpu_backward("flash2", p, false, 128, {{"backward_split", "tiles"}});
+    check_gpu_backward("flash2", p, true, 128, {{"backward_split", "tiles"}});
+  }
+}
+
+TEST(CudaFlash2Backward, TiledSplitSmallCasesForSanitizers) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (bool deterministic : {false, true}) {
+    check_gpu_backward("flash2", make_problem(1, 4, 2, 70, 130, 64, DType::F16, Layout::BSHD, true), deterministic, 128,
+                       {{"backward_split", "tiles"}});
+    check_gpu_backward("flash2", windowed(make_problem(1, 2, 2, 100, 90, 128, DType::BF16, Layout::BHSD, false), 20, 5),
+                       deterministic, 128, {{"backward_split", "tiles"}});
+  }
+}
+
 // backward_preprocess=warp (one warp a row; the default is the 16-byte vector preprocess): the
 // configuration cases, both dQ modes (the deterministic one has no dQ sums to zero).
 TEST(CudaFlash2Backward, WarpPreprocessMatchesTheReference) {
@@ -296,11 +329,14 @@ TEST(CudaFlash2Backward, TrainingGradientCases) {
 TEST(CudaFlash2Backward, DeterministicRepeatsBitwise) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (const AttentionProblem& p : {make_problem(2, 8, 2, 300, 300, 64, DType::BF16, Layout::BSHD, true),
-                                    make_problem(1, 4, 1, 1000, 1000, 128, DType::F16, Layout::BHSD, false)}) {
-    const std::unique_ptr<KernelPlan> plan = flash2_backend().plan(p, backward_options(true));
-    auto context = cuda::make_cuda_context(0);
-    expect_backward_repeats_bitwise(context.get(), *plan, p);
-  }
+                                    make_problem(1, 4, 1, 1000, 1000, 128, DType::F16, Layout::BHSD, false)})
+    for (const char* split : {"keys", "tiles"}) {
+      SCOPED_TRACE(std::string("backward_split=") + split);
+      const std::unique_ptr<KernelPlan> plan =
+          flash2_backend().plan(p, backward_options(true, true, 64, {{"backward_split", split}}));
+      auto context = cuda::make_cuda_context(0);
+      expect_backward_repeats_bitwise(context.get(), *plan, p);
+    }
 }
 
 // Without its workspace the backward refuses to run (it never allocates one itself).

@@ -10,28 +10,38 @@
 namespace attnsuite::cuda {
 
 // dK (times the scale) and dV of a thread's two keys, first_key and first_key + 8 (none past
-// seq_kv), 4 bytes per store: columns 8i + 2·quad_col and the next of each, read from the
-// thread's accumulators as dk_at(i, e) and dv_at(i, e) with e = 2·half and 2·half + 1 (the mma
-// and wgmma accumulator layouts differ only in how (i, e) index them).
-template <class Element, int kHeadDim, class DkAt, class DvAt>
-__device__ __forceinline__ void store_key_gradients(const BackwardParams& params, int first_key, int kv_head, int batch,
-                                                    int quad_col, DkAt dk_at, DvAt dv_at) {
+// seq_kv), 4 bytes per store: kColumns / 8 column pairs, columns column_offset + 8i + 2·quad_col
+// and the next, read from the thread's accumulators as dk_at(i, e) and dv_at(i, e) with e = 2·half
+// and 2·half + 1 (the mma and wgmma accumulator layouts differ only in how (i, e) index them).
+template <class Element, int kColumns, class DkAt, class DvAt>
+__device__ __forceinline__ void store_key_gradient_columns(const BackwardParams& params, int first_key, int kv_head,
+                                                           int batch, int column_offset, int quad_col, DkAt dk_at,
+                                                           DvAt dv_at) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int key = first_key + 8 * half;
     if (key >= params.seq_kv) continue;
     auto* dk = static_cast<Element*>(params.dk) + batch * params.dk_batch_stride +
-               static_cast<std::int64_t>(key) * params.dk_row_stride + kv_head * params.dk_head_stride + 2 * quad_col;
+               static_cast<std::int64_t>(key) * params.dk_row_stride + kv_head * params.dk_head_stride + column_offset +
+               2 * quad_col;
     auto* dv = static_cast<Element*>(params.dv) + batch * params.dv_batch_stride +
-               static_cast<std::int64_t>(key) * params.dv_row_stride + kv_head * params.dv_head_stride + 2 * quad_col;
+               static_cast<std::int64_t>(key) * params.dv_row_stride + kv_head * params.dv_head_stride + column_offset +
+               2 * quad_col;
 #pragma unroll
-    for (int i = 0; i < kHeadDim / 8; ++i) {
+    for (int i = 0; i < kColumns / 8; ++i) {
       *reinterpret_cast<std::uint32_t*>(dk + 8 * i) =
           pack_row_pair<Element>(dk_at(i, 2 * half) * params.scale, dk_at(i, 2 * half + 1) * params.scale);
       *reinterpret_cast<std::uint32_t*>(dv + 8 * i) =
           pack_row_pair<Element>(dv_at(i, 2 * half), dv_at(i, 2 * half + 1));
     }
   }
+}
+
+// Every column of the two keys: columns 8i + 2·quad_col and the next.
+template <class Element, int kHeadDim, class DkAt, class DvAt>
+__device__ __forceinline__ void store_key_gradients(const BackwardParams& params, int first_key, int kv_head, int batch,
+                                                    int quad_col, DkAt dk_at, DvAt dv_at) {
+  store_key_gradient_columns<Element, kHeadDim>(params, first_key, kv_head, batch, 0, quad_col, dk_at, dv_at);
 }
 
 // A 4 × 4 transpose of 32-bit values across the lanes of a quad (lanes 4q .. 4q + 3): afterwards

@@ -71,6 +71,64 @@ struct BackwardTraits {
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
 };
 
+// The tiled main kernel (backward_split=tiles; backward_tiles_kernel.cuh): FlashAttention-2's
+// split. A CTA of 8 warps owns kTileN = 128 keys; per query tile of kTileM rows the warps tile
+// each product instead of each owning 16 keys:
+//   S = Q·Kᵀ and dP = dO·Vᵀ   2 × 4 warps, (kTileM / 2) rows × 32 keys each
+//   P, dS                     to shared memory (kTileM × kTileN, 16-bit), one barrier
+//   dV += Pᵀ·dO, dK += dSᵀ·Q  4 × 2 warps, 32 keys × kHeadDim / 2 columns each (registers)
+//   dQ = dS·K                 2 × 4 warps, (kTileM / 2) rows × kHeadDim / 4 columns, atomics
+// so each barrier, Q/dO tile load and dQ atomic serves 128 keys, and a warp's S, dP and dQ
+// tiles hold 2·(kTileM / 2) / 16 independent accumulator rows (the key-row kernel: one).
+template <class Element_, int kHeadDim_, int kTileM_>
+struct TiledBackwardTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kMinBlocksPerSm = 1;
+  static constexpr int kTileN = 128;
+  static constexpr int kTileM = kTileM_;
+
+  static constexpr int kRowBytes = kHeadDim * 2;
+  static constexpr int kKSteps = kHeadDim / 16;  // k-steps of Q·Kᵀ and dO·Vᵀ
+  // S and dP: warp (warp % 2, warp / 2) of a 2 × 4 grid.
+  static constexpr int kSRows = kTileM / 2, kSKeys = kTileN / 4;
+  static constexpr int kSMTiles = kSRows / 16, kSNTiles = kSKeys / 8;
+  // dK and dV: warp (warp % 4, warp / 4) of a 4 × 2 grid; k = the tile's queries.
+  static constexpr int kKVKeys = kTileN / 4, kKVColumns = kHeadDim / 2;
+  static constexpr int kKVMTiles = kKVKeys / 16, kKVDTiles = kKVColumns / 8, kQuerySteps = kTileM / 16;
+  // dQ: warp (warp % 2, warp / 2) of a 2 × 4 grid; k = the tile's keys.
+  static constexpr int kDqRows = kTileM / 2, kDqColumns = kHeadDim / 4;
+  static constexpr int kDqMTiles = kDqRows / 16, kDqDTiles = kDqColumns / 8, kKeySteps = kTileN / 16;
+
+  // Shared memory: K and V, two stages of Q, dO and their rows' LSE·log2 e and D, P and dS
+  // (rows = queries, kTileN keys of 16 bits: 256-byte rows).
+  static constexpr int kKVTileBytes = kTileN * kRowBytes;
+  static constexpr int kQTileBytes = kTileM * kRowBytes;
+  static constexpr int kPRowBytes = kTileN * 2;
+  static constexpr int kPTileBytes = kTileM * kPRowBytes;
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = kKOffset + kKVTileBytes;
+  static constexpr int kQOffset = kVOffset + kKVTileBytes;
+  static constexpr int kDOOffset = kQOffset + 2 * kQTileBytes;
+  static constexpr int kPOffset = kDOOffset + 2 * kQTileBytes;
+  static constexpr int kDsOffset = kPOffset + kPTileBytes;
+  static constexpr int kLseOffset = kDsOffset + kPTileBytes;
+  static constexpr int kDotOffset = kLseOffset + 2 * kTileM * 4;
+  static constexpr int kSmemBytes = kDotOffset + 2 * kTileM * 4;
+
+  static_assert(sizeof(Element) == 2, "flash2 computes on 16-bit inputs (fp16, bf16)");
+  static_assert(kHeadDim % 64 == 0, "the XOR swizzle spans 8 chunks of 16 bytes: head dim >= 64");
+  static_assert(kTileM % 32 == 0 && kBackwardRowPadding % kTileM == 0,
+                "two 16-row blocks per warp row; the workspace's padded rows hold whole query tiles");
+  static_assert(kKVDTiles % 2 == 0 && kDqDTiles % 2 == 0 && kSNTiles % 2 == 0, "16-column ldmatrix pairs");
+  static_assert((kTileN * kHeadDim / 8) % kThreads == 0 && (kTileM * kHeadDim / 8) % kThreads == 0,
+                "tile loads divide evenly among the threads");
+  static_assert(2 * (kTileM / 4) <= kThreads, "one thread per 16-byte chunk of the LSE and D rows");
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than one sm_90 CTA can have");
+};
+
 // The deterministic mode's dQ kernel: the forward's shape (sm80::ForwardTiles: one CTA per kTileM
 // query rows of one (batch, q head), 16 rows a warp, K/V tiles of kTileN keys through a
 // kStages-deep cp.async ring, Q re-read from shared memory), recomputing S, P, dP and dS per K/V
@@ -135,6 +193,15 @@ template <class Element>
 struct BackwardConfig<Element, 128, 128> {
   using Kernel = BackwardTraits<Element, 128, 32, 8, false, 1>;
   using DqKernel = typename BackwardConfig<Element, 128>::DqKernel;
+};
+
+// The tiled kernel's configuration (backward_split=tiles): FlashAttention-2's sm80 tiles — 128
+// query rows at d64, 64 at d128 (dK and dV are then 2 × 32 + 2 × 64 fp32 a thread at d64 and
+// d128 alike; S and dP 2 × 32 at d128). The deterministic mode's dQ kernel as the key-row one.
+template <class Element, int kHeadDim>
+struct TiledBackwardConfig {
+  using Kernel = TiledBackwardTraits<Element, kHeadDim, kHeadDim == 64 ? 128 : 64>;
+  using DqKernel = typename BackwardConfig<Element, kHeadDim>::DqKernel;
 };
 
 }  // namespace attnsuite::cuda::flash2

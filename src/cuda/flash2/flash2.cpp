@@ -77,21 +77,26 @@ class Flash2Backend final : public Backend {
 
   // The backward is experimental (it passes its GPU tests but runs 0.69-0.82x FlashAttention-2's
   // backward on the H100, docs/kernels/flash2.md): plans refuse it unless experimental_backward is "1";
-  // backward_key_tile (64 or 128) sets the main kernel's keys per CTA (backward_traits.cuh);
+  // backward_key_tile (64 or 128) sets the key-row main kernel's keys per CTA (backward_traits.cuh);
+  // backward_split "keys" (the default: each warp owns 16 keys) or "tiles" (FlashAttention-2's
+  // split among 8 warps, 128 keys; experimental, not yet run on a GPU: backward_tiles_kernel.cuh);
   // backward_preprocess "vector" (the default: 16-byte accesses, flash3's default too) or "warp"
   // (one warp a row): common/backward_row_kernels.cuh.
   std::vector<std::string> option_keys() const override {
     if (variant_.launch != nullptr) return {};
-    return {std::string(kExperimentalBackwardOption), std::string(kBackwardKeyTile), std::string(kBackwardPreprocess)};
+    return {std::string(kExperimentalBackwardOption), std::string(kBackwardKeyTile), std::string(kBackwardSplit),
+            std::string(kBackwardPreprocess)};
   }
   void check_options(const std::map<std::string, std::string>& options) const override {
     (void)experimental_backward_opted_in(name(), options);
-    (void)backward_key_tile(options);
+    (void)backward_main(options);
     (void)vector_preprocess(options);
   }
   std::string_view backward_status() const override {
     return variant_.launch != nullptr ? std::string_view{}
-                                      : std::string_view{"experimental: opt-in while slower than FlashAttention-2's"};
+                                      : std::string_view{
+                                            "experimental: opt-in while slower than FlashAttention-2's; "
+                                            "backward_split=tiles not yet run on a GPU"};
   }
 
   // The head dim rule first (it needs no device), then the forward's.
@@ -137,7 +142,7 @@ class Flash2Backend final : public Backend {
                               kExperimentalBackwardOption, kExperimentalBackwardOption));
     }
     const bool deterministic = options.deterministic;
-    const int key_tile = backward_key_tile(options.options);
+    const flash2::BackwardMain main = backward_main(options.options);
     const bool vector = vector_preprocess(options.options);
     if (backward)
       if (const Support support = supports_backward(problem); !support)
@@ -154,8 +159,8 @@ class Flash2Backend final : public Backend {
     if (!backward) return std::make_unique<FunctionPlan>(std::move(config), 0, std::move(forward));
     return std::make_unique<FunctionPlan>(
         std::move(config), 0, std::move(forward),
-        [this, problem, deterministic, key_tile, vector](const BackwardArgs& args, Stream stream, RunReport&) {
-          run_backward(problem, args, deterministic, key_tile, vector, stream);
+        [this, problem, deterministic, main, vector](const BackwardArgs& args, Stream stream, RunReport&) {
+          run_backward(problem, args, deterministic, main, vector, stream);
         },
         backward_workspace_bytes(problem, deterministic));
   }
@@ -184,12 +189,24 @@ class Flash2Backend final : public Backend {
   }
 
   static constexpr std::string_view kBackwardKeyTile = "backward_key_tile";
+  static constexpr std::string_view kBackwardSplit = "backward_split";
   static constexpr std::string_view kBackwardPreprocess = "backward_preprocess";
 
-  // The backward_key_tile option: "64" (absent: 64) or "128"; another value is refused.
-  static int backward_key_tile(const std::map<std::string, std::string>& options) {
-    static constexpr std::string_view kAllowed[] = {"64", "128"};
-    return cuda::option_choice("flash2", options, kBackwardKeyTile, kAllowed) == 1 ? 128 : 64;
+  // The main kernel from the backward_split option, "keys" (absent: keys) or "tiles", and
+  // backward_key_tile, "64" (absent: 64) or "128" (the key-row kernel's; the tiled kernel has 128
+  // keys, so 64 with it is refused); another value of either is refused.
+  static flash2::BackwardMain backward_main(const std::map<std::string, std::string>& options) {
+    static constexpr std::string_view kKeyTiles[] = {"64", "128"};
+    static constexpr std::string_view kSplits[] = {"keys", "tiles"};
+    const bool keys_128 = cuda::option_choice("flash2", options, kBackwardKeyTile, kKeyTiles) == 1;
+    if (cuda::option_choice("flash2", options, kBackwardSplit, kSplits) == 0)
+      return keys_128 ? flash2::BackwardMain::KeyRows128 : flash2::BackwardMain::KeyRows64;
+    if (options.contains(std::string(kBackwardKeyTile)) && !keys_128) {
+      throw Error(ErrorKind::Usage,
+                  fmt::format("flash2: backend option {}='{}' not allowed with {}=tiles (128-key tiles); allowed: 128",
+                              kBackwardKeyTile, options.at(std::string(kBackwardKeyTile)), kBackwardSplit));
+    }
+    return flash2::BackwardMain::Tiles;
   }
 
   // The backward_preprocess option: "vector" (absent: vector) or "warp"; another value is refused.
@@ -198,8 +215,8 @@ class Flash2Backend final : public Backend {
     return cuda::option_choice("flash2", options, kBackwardPreprocess, kAllowed) == 0;
   }
 
-  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic, int key_tile,
-                    bool vector, Stream stream) const {
+  void run_backward(const AttentionProblem& problem, const BackwardArgs& args, bool deterministic,
+                    flash2::BackwardMain main, bool vector, Stream stream) const {
     check_cuda_backward_args(name(), problem, args);
     for (const TensorView* view : {&args.q, &args.k, &args.v, &args.o, &args.d_o, &args.dq, &args.dk, &args.dv}) {
       if (!flash2::rows_aligned(*view)) {
@@ -209,8 +226,7 @@ class Flash2Backend final : public Backend {
       }
     }
     require_backward_workspace(name(), args, backward_workspace_bytes(problem, deterministic));
-    flash2::launch_backward(make_backward_params(problem, args, deterministic), problem.dtype, key_tile, vector,
-                            stream);
+    flash2::launch_backward(make_backward_params(problem, args, deterministic), problem.dtype, main, vector, stream);
   }
 
   std::string name_ = "flash2";

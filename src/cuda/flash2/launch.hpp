@@ -17,12 +17,17 @@ void launch_forward(const Params& params, DType dtype, void* stream);
 // registers, 2 × 256 / 2 = 256 fp32 per thread, above the 255 a thread can have.
 inline constexpr int kBackwardHeadDims[] = {64, 128};
 
+// The backward's main kernel (backward_kernel.cuh, backward_tiles_kernel.cuh): the key-row kernel
+// with 64 or 128 keys a CTA (each warp owns 16 keys), or the tiled one (FlashAttention-2's split
+// of every product among 8 warps, 128 keys; experimental, not yet run on a GPU).
+enum class BackwardMain { KeyRows64, KeyRows128, Tiles };
+
 // Runs the backward for params on `stream` (a cudaStream_t): dq, dk, dv from q, k, v, o, d_o and
 // the forward's lse, with the workspace pieces set (make_backward_params, flash2.hpp). Throws
-// Error(Unsupported) for a (dtype, head dim) without a kernel. key_tile: keys per CTA of the main
-// kernel, 64 or 128 (the backend option backward_key_tile; anything else runs 64);
-// vector_preprocess: the preprocess with 16-byte accesses (backward_preprocess=vector), else one
-// warp a row.
-void launch_backward(const BackwardParams& params, DType dtype, int key_tile, bool vector_preprocess, void* stream);
+// Error(Unsupported) for a (dtype, head dim) without a kernel. main: the main kernel (the backend
+// options backward_key_tile and backward_split); vector_preprocess: the preprocess with 16-byte
+// accesses (backward_preprocess=vector), else one warp a row.
+void launch_backward(const BackwardParams& params, DType dtype, BackwardMain main, bool vector_preprocess,
+                     void* stream);
 
 }  // namespace attnsuite::cuda::flash2

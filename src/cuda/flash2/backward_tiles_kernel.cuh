@@ -1,0 +1,286 @@
+// flash2's tiled backward main kernel (device code only; backward_split=tiles, experimental):
+// FlashAttention-2's split of the five products among 8 warps (TiledBackwardTraits). Per CTA
+// (128-key tile, kv head, batch), K and V loaded once; per query tile of every q head of the
+// group that sees the keys:
+//
+//   S = Q·Kᵀ, dP = dO·Vᵀ            warps 2 × 4 over (queries, keys), operands from shared memory
+//   P = exp2(S·scale·log2 e − LSE·log2 e),  dS = P∘(dP − D)     in the accumulators, masked
+//   P, dS → shared memory            one barrier
+//   dV += Pᵀ·dO,  dK += dSᵀ·Q         warps 4 × 2 over (keys, columns), kept in registers
+//   dQ_i += dS·K                     warps 2 × 4 over (queries, columns), fp32 atomics
+//
+// The preprocess, the dQ conversion and the deterministic dQ kernel are the key-row kernel's
+// (backward_kernel.cuh); so are the mask rule and the workspace.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/backward_epilogue.cuh"
+#include "cuda/common/backward_rows.hpp"
+#include "cuda/common/key_range.cuh"
+#include "cuda/flash2/backward_kernel.cuh"
+#include "cuda/flash2/backward_traits.cuh"
+#include "cuda/sm80/primitives.cuh"
+#include "cuda/sm80/tile.cuh"
+
+namespace attnsuite::cuda::flash2 {
+
+// acc[mt][dt] += A·B over kKSteps k-steps, both operands read transposed from shared memory: A's
+// rows (m) are the columns of the stored tile at a_tile (a_addresses: k-step as its 16-row block,
+// m tile as its step), B's columns (n) those of the tile at b_tile (b_addresses: k-step as its
+// row block, 16-column pair as its step) — Pᵀ·dO and dSᵀ·Q with P, dS stored by query rows.
+template <class Element, int kKSteps, int kMTiles, int kDTiles, class AAddresses, class BAddresses>
+__device__ __forceinline__ void accumulate_transposed(float (&acc)[kMTiles][kDTiles][4], const AAddresses& a_addresses,
+                                                      std::uint32_t a_tile, const BAddresses& b_addresses,
+                                                      std::uint32_t b_tile) {
+#pragma unroll
+  for (int ks = 0; ks < kKSteps; ++ks) {
+    std::uint32_t a[kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) load_matrix_x4_transposed(a[mt], a_addresses.at(a_tile, ks, mt));
+#pragma unroll
+    for (int dp = 0; dp < kDTiles / 2; ++dp) {
+      std::uint32_t b[4];
+      load_matrix_x4_transposed(b, b_addresses.at(b_tile, ks, dp));
+      multiply_b_pair(acc, dp, a, b, Mma16x8x16<Element>{});
+    }
+  }
+}
+
+// Issues the cp.async copies of query tile rows row_begin.. of (batch, head): kTileM rows of Q
+// and dO into their swizzled tiles, and their LSE·log2 e and D (the workspace holds every padded
+// row) into lse and dot.
+template <int kTileM, int kRowBytes, int kThreads>
+__device__ __forceinline__ void load_query_tile_async(const BackwardParams& params, int batch, int head, int row_begin,
+                                                      std::uint32_t q_tile, std::uint32_t d_o_tile, float* lse,
+                                                      float* dot) {
+  const char* q_rows =
+      static_cast<const char*>(params.q) + 2 * (batch * params.q_batch_stride + head * params.q_head_stride +
+                                                static_cast<std::int64_t>(row_begin) * params.q_row_stride);
+  const char* d_o_rows =
+      static_cast<const char*>(params.d_o) + 2 * (batch * params.d_o_batch_stride + head * params.d_o_head_stride +
+                                                  static_cast<std::int64_t>(row_begin) * params.d_o_row_stride);
+  load_rows_async<kTileM, kRowBytes, kThreads>(q_tile, q_rows, 2 * params.q_row_stride, params.seq_q - row_begin,
+                                               params.q);
+  load_rows_async<kTileM, kRowBytes, kThreads>(d_o_tile, d_o_rows, 2 * params.d_o_row_stride,
+                                               params.seq_q - row_begin, params.d_o);
+  constexpr int kFloatChunks = kTileM / 4;
+  const int thread = static_cast<int>(threadIdx.x);
+  if (thread < 2 * kFloatChunks) {
+    const bool is_dot = thread >= kFloatChunks;
+    const int chunk = thread % kFloatChunks;
+    const std::int64_t first =
+        (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin + 4 * chunk;
+    float* dst = (is_dot ? dot : lse) + 4 * chunk;
+    copy_16_bytes_async(shared_address(dst), (is_dot ? params.row_dot : params.lse_log2) + first, true);
+  }
+}
+
+// Adds a thread's dQ fragment (kDTiles m16n8 accumulators: rows row and row + 8, columns
+// column + 8·dt and the next) into the workspace's fp32 sums of (batch, head).
+template <int kHeadDim, int kDTiles>
+__device__ __forceinline__ void add_dq_rows(const BackwardParams& params, int batch, int head, int row, int column,
+                                            const float (&acc_dq)[kDTiles][4]) {
+  float* sums =
+      params.dq_accum +
+      ((static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row) * kHeadDim + column;
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float* pair = sums + 8 * half * kHeadDim + dt * 8;  // 8-byte aligned: an even column
+#if __CUDA_ARCH__ >= 900
+      // sm_90's vector reduction, as the key-row kernel's.
+      atomicAdd(reinterpret_cast<float2*>(pair), make_float2(acc_dq[dt][2 * half], acc_dq[dt][2 * half + 1]));
+#else
+      atomicAdd(pair, acc_dq[dt][2 * half]);
+      atomicAdd(pair + 1, acc_dq[dt][2 * half + 1]);
+#endif
+    }
+}
+
+template <class Traits, bool kAtomicDq>
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
+    flash2_backward_tiles_kernel(const __grid_constant__ BackwardParams params) {
+  using Element = typename Traits::Element;
+  constexpr int kHeadDim = Traits::kHeadDim, kRowBytes = Traits::kRowBytes, kPRowBytes = Traits::kPRowBytes;
+  constexpr int kTileM = Traits::kTileM, kTileN = Traits::kTileN, kThreads = Traits::kThreads;
+  constexpr int kSMTiles = Traits::kSMTiles, kSNTiles = Traits::kSNTiles;
+  constexpr int kKVMTiles = Traits::kKVMTiles, kKVDTiles = Traits::kKVDTiles;
+  constexpr int kDqMTiles = Traits::kDqMTiles, kDqDTiles = Traits::kDqDTiles;
+
+  extern __shared__ __align__(128) unsigned char shared_bytes[];
+  const std::uint32_t smem = shared_address(shared_bytes);
+  const std::uint32_t smem_k = smem + Traits::kKOffset, smem_v = smem + Traits::kVOffset;
+  const std::uint32_t smem_q = smem + Traits::kQOffset, smem_do = smem + Traits::kDOOffset;
+  const std::uint32_t smem_p = smem + Traits::kPOffset, smem_ds = smem + Traits::kDsOffset;
+  float* smem_lse = reinterpret_cast<float*>(shared_bytes + Traits::kLseOffset);  // 2 stages × kTileM
+  float* smem_dot = reinterpret_cast<float*>(shared_bytes + Traits::kDotOffset);
+
+  const int n_block = static_cast<int>(blockIdx.x);  // early key tiles (the most rows, causal) first
+  const int kv_head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int quad_row = lane / 4, quad_col = lane % 4;
+  const int key_begin = n_block * kTileN;
+  const int key_end = min(key_begin + kTileN, params.seq_kv);
+
+  const RowRange rows =
+      rows_seeing_keys(params.seq_q, params.seq_kv, params.window_left, params.window_right, key_begin, key_end);
+  const int m_begin = rows.begin / kTileM;
+  const int tiles_per_head = rows.begin < rows.end ? (rows.end + kTileM - 1) / kTileM - m_begin : 0;
+  const int iterations = tiles_per_head * params.group_size;
+
+  const char* k_tile_rows =
+      static_cast<const char*>(params.k) + 2 * (batch * params.k_batch_stride + kv_head * params.k_head_stride +
+                                                static_cast<std::int64_t>(key_begin) * params.k_row_stride);
+  const char* v_tile_rows =
+      static_cast<const char*>(params.v) + 2 * (batch * params.v_batch_stride + kv_head * params.v_head_stride +
+                                                static_cast<std::int64_t>(key_begin) * params.v_row_stride);
+  load_rows_async<kTileN, kRowBytes, kThreads>(smem_k, k_tile_rows, 2 * params.k_row_stride, params.seq_kv - key_begin,
+                                               params.k);
+  load_rows_async<kTileN, kRowBytes, kThreads>(smem_v, v_tile_rows, 2 * params.v_row_stride, params.seq_kv - key_begin,
+                                               params.v);
+
+  // Iteration `it` visits q head kv_head·group + it / tiles_per_head, query tile
+  // m_begin + it % tiles_per_head, from stage it % 2.
+  auto head_of = [&](int it) { return kv_head * params.group_size + it / tiles_per_head; };
+  auto row_begin_of = [&](int it) { return (m_begin + it % tiles_per_head) * kTileM; };
+  auto load_query_tile = [&](int it) {
+    load_query_tile_async<kTileM, kRowBytes, kThreads>(params, batch, head_of(it), row_begin_of(it),
+                                                       smem_q + (it % 2) * Traits::kQTileBytes,
+                                                       smem_do + (it % 2) * Traits::kQTileBytes,
+                                                       smem_lse + (it % 2) * kTileM, smem_dot + (it % 2) * kTileM);
+  };
+  if (iterations > 0) load_query_tile(0);
+  commit_async_copies();
+
+  // ldmatrix lane patterns (flash2's forward): "a" for A operands and for B operands read
+  // transposed, "b" for B operands read as stored and for A operands read transposed.
+  const int a_row = (lane % 8) + 8 * ((lane / 8) % 2), a_chunk = lane / 16;
+  const int b_row = (lane % 8) + 8 * (lane / 16), b_chunk = (lane / 8) % 2;
+
+  // S and dP: this warp's rows s_row.. of the query tile and keys s_key.. of the key tile.
+  const int s_row = (warp % 2) * Traits::kSRows, s_key = (warp / 2) * Traits::kSKeys;
+  const FragmentAddresses<kRowBytes> a_addresses(a_row, a_chunk);
+  const FragmentAddresses<kRowBytes> b_addresses(b_row, b_chunk);
+  // dK and dV: keys kv_key.. and columns kv_column..; Pᵀ's and dSᵀ's m tiles are 16-key steps of
+  // the P tile's rows, dO's and Q's 16-column pairs steps of theirs (both from the warp's place).
+  const int kv_key = (warp % 4) * Traits::kKVKeys, kv_column = (warp / 4) * Traits::kKVColumns;
+  const FragmentAddresses<kPRowBytes> pt_addresses(b_row, b_chunk, kv_key / 16);
+  const FragmentAddresses<kRowBytes> kv_b_addresses(a_row, a_chunk, kv_column / 16);
+  // dQ: rows dq_row.. and columns dq_column.. (K's columns from the warp's place).
+  const int dq_row = (warp % 2) * Traits::kDqRows, dq_column = (warp / 2) * Traits::kDqColumns;
+  const FragmentAddresses<kPRowBytes> ds_addresses(a_row, a_chunk);
+  const FragmentAddresses<kRowBytes> dq_k_addresses(a_row, a_chunk, dq_column / 16);
+
+  float acc_dk[kKVMTiles][kKVDTiles][4], acc_dv[kKVMTiles][kKVDTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kKVMTiles; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < kKVDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dk[mt][dt][e] = acc_dv[mt][dt][e] = 0.0f;
+
+  const Mma16x8x16<Element> mma{};
+  const std::uint32_t no_fragments[1][1][4] = {};
+  const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
+
+  for (int it = 0; it < iterations; ++it) {
+    wait_async_copies<0>();
+    __syncthreads();  // tile `it` visible to all; the other stage, P and dS are free
+    if (it + 1 < iterations) load_query_tile(it + 1);
+    commit_async_copies();
+    const int stage = it % 2, head = head_of(it), row_begin = row_begin_of(it);
+    const std::uint32_t q_tile = smem_q + stage * Traits::kQTileBytes;
+    const std::uint32_t d_o_tile = smem_do + stage * Traits::kQTileBytes;
+    const float* lse_log2 = smem_lse + stage * kTileM;
+    const float* row_dot = smem_dot + stage * kTileM;
+
+    // S = Q·Kᵀ and dP = dO·Vᵀ of this warp's rows and keys.
+    float acc_s[kSMTiles][kSNTiles][4], acc_dp[kSMTiles][kSNTiles][4];
+    multiply_qk<0, Traits::kKSteps>(acc_s, no_fragments, a_addresses, q_tile + s_row * kRowBytes, b_addresses,
+                                    smem_k + s_key * kRowBytes, mma);
+    multiply_qk<0, Traits::kKSteps>(acc_dp, no_fragments, a_addresses, d_o_tile + s_row * kRowBytes, b_addresses,
+                                    smem_v + s_key * kRowBytes, mma);
+
+    // P and dS; the mask only where the tile crosses a row's key range or the ends.
+    const bool unmasked = row_begin + kTileM <= params.seq_q &&
+                          key_range(params, row_begin + kTileM - 1).begin <= key_begin &&
+                          key_range(params, row_begin).end >= key_begin + kTileN;
+#pragma unroll
+    for (int mt = 0; mt < kSMTiles; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = s_row + mt * 16 + quad_row + 8 * half;
+        const float row_lse = lse_log2[row], dot = row_dot[row];
+#pragma unroll
+        for (int nt = 0; nt < kSNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = key_begin + s_key + nt * 8 + 2 * quad_col + e;
+            softmax_gradient(acc_s[mt][nt][2 * half + e], acc_dp[mt][nt][2 * half + e], params.scale_log2, row_lse,
+                             dot, !unmasked && mask.hidden(row_begin + row, key));
+          }
+      }
+
+    // P and dS to shared memory, rounded to the 16-bit type, rows = queries.
+#pragma unroll
+    for (int mt = 0; mt < kSMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kSNTiles; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int offset =
+              swizzled_byte_offset<kPRowBytes>(s_row + mt * 16 + quad_row + 8 * half, s_key / 8 + nt) + 4 * quad_col;
+          *reinterpret_cast<std::uint32_t*>(shared_bytes + Traits::kPOffset + offset) =
+              pack_pair<Element>(acc_s[mt][nt][2 * half], acc_s[mt][nt][2 * half + 1]);
+          *reinterpret_cast<std::uint32_t*>(shared_bytes + Traits::kDsOffset + offset) =
+              pack_pair<Element>(acc_dp[mt][nt][2 * half], acc_dp[mt][nt][2 * half + 1]);
+        }
+    __syncthreads();
+
+    // dV += Pᵀ·dO and dK += dSᵀ·Q (k = the tile's queries).
+    accumulate_transposed<Element, Traits::kQuerySteps>(acc_dv, pt_addresses, smem_p, kv_b_addresses, d_o_tile);
+    accumulate_transposed<Element, Traits::kQuerySteps>(acc_dk, pt_addresses, smem_ds, kv_b_addresses, q_tile);
+
+    if constexpr (kAtomicDq) {
+      // dQ = dS·K (k = the tile's keys): dS as stored, K read transposed; added into the sums.
+      float acc_dq[kDqMTiles][kDqDTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kDqMTiles; ++mt)
+#pragma unroll
+        for (int dt = 0; dt < kDqDTiles; ++dt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_dq[mt][dt][e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < Traits::kKeySteps; ++ks) {
+        std::uint32_t a[kDqMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < kDqMTiles; ++mt)
+          load_matrix_x4(a[mt], ds_addresses.at(smem_ds + dq_row * kPRowBytes, mt, ks));
+#pragma unroll
+        for (int dp = 0; dp < kDqDTiles / 2; ++dp) {
+          std::uint32_t b[4];
+          load_matrix_x4_transposed(b, dq_k_addresses.at(smem_k, ks, dp));
+          multiply_b_pair(acc_dq, dp, a, b, mma);
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < kDqMTiles; ++mt)
+        add_dq_rows<kHeadDim, kDqDTiles>(params, batch, head, row_begin + dq_row + mt * 16 + quad_row,
+                                         dq_column + 2 * quad_col, acc_dq[mt]);
+    }
+  }
+  wait_async_copies<0>();  // with no query tile, K and V may still be in flight
+
+  // dK (times the scale) and dV of this thread's keys and columns.
+#pragma unroll
+  for (int mt = 0; mt < kKVMTiles; ++mt)
+    store_key_gradient_columns<Element, Traits::kKVColumns>(
+        params, key_begin + kv_key + mt * 16 + quad_row, kv_head, batch, kv_column, quad_col,
+        [&](int dt, int e) { return acc_dk[mt][dt][e]; }, [&](int dt, int e) { return acc_dv[mt][dt][e]; });
+}
+
+}  // namespace attnsuite::cuda::flash2
