@@ -2,5 +2,6 @@
 #include "cuda/flash2/backward_launch_template.cuh"
 
 namespace attnsuite::cuda::flash2 {
-template void run_tiled_backward<__nv_bfloat16, 128>(const BackwardParams& params, cudaStream_t stream, bool vector_preprocess);
+template void run_tiled_backward<__nv_bfloat16, 128>(const BackwardParams& params, cudaStream_t stream,
+                                                     bool vector_preprocess);
 }  // namespace attnsuite::cuda::flash2

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/backward_epilogue.cuh"
 #include "cuda/common/backward_rows.hpp"
@@ -49,43 +50,77 @@ __device__ __forceinline__ void accumulate_transposed(float (&acc)[kMTiles][kDTi
   }
 }
 
-// Issues the cp.async copies of query tile rows row_begin.. of (batch, head): kTileM rows of Q
-// and dO into their swizzled tiles, and their LSE·log2 e and D (the workspace holds every padded
-// row) into lse and dot.
+// The cp.async copies of a query tile: kTileM rows of Q and dO of one (batch, head) into their
+// swizzled tiles, and the rows' LSE·log2 e and D (the workspace holds every padded row). What
+// does not change between tiles — a thread's rows and chunk, its swizzled shared offsets, its
+// byte offsets into Q and dO — is computed once here: through load_rows_async per tile, the
+// addresses took ~280 of the ~1,350 instructions of a d128 query tile (sm_90a SASS).
 template <int kTileM, int kRowBytes, int kThreads>
-__device__ __forceinline__ void load_query_tile_async(const BackwardParams& params, int batch, int head, int row_begin,
-                                                      std::uint32_t q_tile, std::uint32_t d_o_tile, float* lse,
-                                                      float* dot) {
-  const char* q_rows =
-      static_cast<const char*>(params.q) + 2 * (batch * params.q_batch_stride + head * params.q_head_stride +
-                                                static_cast<std::int64_t>(row_begin) * params.q_row_stride);
-  const char* d_o_rows =
-      static_cast<const char*>(params.d_o) + 2 * (batch * params.d_o_batch_stride + head * params.d_o_head_stride +
-                                                  static_cast<std::int64_t>(row_begin) * params.d_o_row_stride);
-  load_rows_async<kTileM, kRowBytes, kThreads>(q_tile, q_rows, 2 * params.q_row_stride, params.seq_q - row_begin,
-                                               params.q);
-  load_rows_async<kTileM, kRowBytes, kThreads>(d_o_tile, d_o_rows, 2 * params.d_o_row_stride,
-                                               params.seq_q - row_begin, params.d_o);
-  constexpr int kFloatChunks = kTileM / 4;
-  const int thread = static_cast<int>(threadIdx.x);
-  if (thread < 2 * kFloatChunks) {
-    const bool is_dot = thread >= kFloatChunks;
-    const int chunk = thread % kFloatChunks;
-    const std::int64_t first =
-        (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin + 4 * chunk;
-    float* dst = (is_dot ? dot : lse) + 4 * chunk;
-    copy_16_bytes_async(shared_address(dst), (is_dot ? params.row_dot : params.lse_log2) + first, true);
+struct QueryTileLoader {
+  static constexpr int kChunks = kRowBytes / 16;
+  static constexpr int kRowStep = kThreads / kChunks;  // rows between a thread's copies
+  static constexpr int kCopies = kTileM / kRowStep;
+  static constexpr int kFloatChunks = kTileM / 4;
+  static_assert(kThreads % kChunks == 0 && kTileM % kRowStep == 0 && kRowStep % 8 == 0,
+                "whole rows per pass, and a swizzle phase that repeats every pass");
+
+  const BackwardParams& params;
+  const char* q_batch;
+  const char* d_o_batch;
+  std::int64_t q_thread, d_o_thread;  // bytes from a tile's first row to this thread's first copy
+  std::int64_t q_step, d_o_step;      // bytes between its copies
+  std::uint32_t smem_offset;
+  int first_row;
+
+  __device__ __forceinline__ QueryTileLoader(const BackwardParams& p, int batch) : params(p) {
+    const int thread = static_cast<int>(threadIdx.x), chunk = thread % kChunks;
+    first_row = thread / kChunks;
+    smem_offset = static_cast<std::uint32_t>(swizzled_byte_offset<kRowBytes>(first_row, chunk));
+    q_batch = static_cast<const char*>(p.q) + 2 * batch * p.q_batch_stride;
+    d_o_batch = static_cast<const char*>(p.d_o) + 2 * batch * p.d_o_batch_stride;
+    q_thread = 2 * first_row * p.q_row_stride + 16 * chunk;
+    d_o_thread = 2 * first_row * p.d_o_row_stride + 16 * chunk;
+    q_step = 2 * static_cast<std::int64_t>(kRowStep) * p.q_row_stride;
+    d_o_step = 2 * static_cast<std::int64_t>(kRowStep) * p.d_o_row_stride;
   }
-}
+
+  __device__ __forceinline__ void load(int batch, int head, int row_begin, std::uint32_t q_tile, std::uint32_t d_o_tile,
+                                       float* lse, float* dot) const {
+    const char* q_rows =
+        q_batch + 2 * (head * params.q_head_stride + static_cast<std::int64_t>(row_begin) * params.q_row_stride) +
+        q_thread;
+    const char* d_o_rows =
+        d_o_batch + 2 * (head * params.d_o_head_stride + static_cast<std::int64_t>(row_begin) * params.d_o_row_stride) +
+        d_o_thread;
+    const int valid_rows = params.seq_q - row_begin - first_row;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const bool valid = i * kRowStep < valid_rows;
+      const std::uint32_t offset = smem_offset + i * kRowStep * kRowBytes;
+      copy_16_bytes_async(q_tile + offset, valid ? static_cast<const void*>(q_rows + i * q_step) : params.q, valid);
+      copy_16_bytes_async(d_o_tile + offset, valid ? static_cast<const void*>(d_o_rows + i * d_o_step) : params.d_o,
+                          valid);
+    }
+    const int thread = static_cast<int>(threadIdx.x);
+    if (thread < 2 * kFloatChunks) {
+      const bool is_dot = thread >= kFloatChunks;
+      const int chunk = thread % kFloatChunks;
+      const std::int64_t first =
+          (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin + 4 * chunk;
+      float* dst = (is_dot ? dot : lse) + 4 * chunk;
+      copy_16_bytes_async(shared_address(dst), (is_dot ? params.row_dot : params.lse_log2) + first, true);
+    }
+  }
+};
 
 // Adds a thread's dQ fragment (kDTiles m16n8 accumulators: rows row and row + 8, columns
 // column + 8·dt and the next) into the workspace's fp32 sums of (batch, head).
 template <int kHeadDim, int kDTiles>
 __device__ __forceinline__ void add_dq_rows(const BackwardParams& params, int batch, int head, int row, int column,
                                             const float (&acc_dq)[kDTiles][4]) {
-  float* sums =
-      params.dq_accum +
-      ((static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row) * kHeadDim + column;
+  float* sums = params.dq_accum +
+                ((static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row) * kHeadDim +
+                column;
 #pragma unroll
   for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
@@ -143,15 +178,22 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   load_rows_async<kTileN, kRowBytes, kThreads>(smem_v, v_tile_rows, 2 * params.v_row_stride, params.seq_kv - key_begin,
                                                params.v);
 
-  // Iteration `it` visits q head kv_head·group + it / tiles_per_head, query tile
-  // m_begin + it % tiles_per_head, from stage it % 2.
-  auto head_of = [&](int it) { return kv_head * params.group_size + it / tiles_per_head; };
-  auto row_begin_of = [&](int it) { return (m_begin + it % tiles_per_head) * kTileM; };
-  auto load_query_tile = [&](int it) {
-    load_query_tile_async<kTileM, kRowBytes, kThreads>(params, batch, head_of(it), row_begin_of(it),
-                                                       smem_q + (it % 2) * Traits::kQTileBytes,
-                                                       smem_do + (it % 2) * Traits::kQTileBytes,
-                                                       smem_lse + (it % 2) * kTileM, smem_dot + (it % 2) * kTileM);
+  // Iteration `it` visits query tile m_begin + it % tiles_per_head of q head kv_head·group +
+  // it / tiles_per_head, from stage it % 2; (load_head, load_m) is the next tile to load and
+  // (head, m) the one computed, both advanced by `next` (no division per tile).
+  const int m_end = m_begin + tiles_per_head;
+  auto next = [&](int& tile_head, int& m) {
+    if (++m == m_end) {
+      m = m_begin;
+      ++tile_head;
+    }
+  };
+  const QueryTileLoader<kTileM, kRowBytes, kThreads> loader(params, batch);
+  int load_head = kv_head * params.group_size, load_m = m_begin;
+  auto load_query_tile = [&](int stage) {
+    loader.load(batch, load_head, load_m * kTileM, smem_q + stage * Traits::kQTileBytes,
+                smem_do + stage * Traits::kQTileBytes, smem_lse + stage * kTileM, smem_dot + stage * kTileM);
+    next(load_head, load_m);
   };
   if (iterations > 0) load_query_tile(0);
   commit_async_copies();
@@ -187,12 +229,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const std::uint32_t no_fragments[1][1][4] = {};
   const MaskBounds mask = mask_bounds(params.seq_q, params.seq_kv, params.window_left, params.window_right);
 
-  for (int it = 0; it < iterations; ++it) {
+  int head = kv_head * params.group_size, m = m_begin;
+  for (int it = 0; it < iterations; ++it, next(head, m)) {
     wait_async_copies<0>();
     __syncthreads();  // tile `it` visible to all; the other stage, P and dS are free
-    if (it + 1 < iterations) load_query_tile(it + 1);
+    const int stage = it & 1, row_begin = m * kTileM;
+    if (it + 1 < iterations) load_query_tile(stage ^ 1);
     commit_async_copies();
-    const int stage = it % 2, head = head_of(it), row_begin = row_begin_of(it);
     const std::uint32_t q_tile = smem_q + stage * Traits::kQTileBytes;
     const std::uint32_t d_o_tile = smem_do + stage * Traits::kQTileBytes;
     const float* lse_log2 = smem_lse + stage * kTileM;
@@ -205,27 +248,35 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     multiply_qk<0, Traits::kKSteps>(acc_dp, no_fragments, a_addresses, d_o_tile + s_row * kRowBytes, b_addresses,
                                     smem_v + s_key * kRowBytes, mma);
 
-    // P and dS; the mask only where the tile crosses a row's key range or the ends.
+    // P and dS; the mask only where the tile crosses a row's key range or the ends, in its own copy
+    // of the loop (the key-row kernel's single loop with `!unmasked && hidden` per element executes
+    // the mask's compares and selects everywhere: ~270 of its ~1,250 instructions a tile at d128).
     const bool unmasked = row_begin + kTileM <= params.seq_q &&
                           key_range(params, row_begin + kTileM - 1).begin <= key_begin &&
                           key_range(params, row_begin).end >= key_begin + kTileN;
+    auto softmax_gradients = [&](auto masked) {
 #pragma unroll
-    for (int mt = 0; mt < kSMTiles; ++mt)
+      for (int mt = 0; mt < kSMTiles; ++mt)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = s_row + mt * 16 + quad_row + 8 * half;
-        const float row_lse = lse_log2[row], dot = row_dot[row];
+        for (int half = 0; half < 2; ++half) {
+          const int row = s_row + mt * 16 + quad_row + 8 * half;
+          const float row_lse = lse_log2[row], dot = row_dot[row];
 #pragma unroll
-        for (int nt = 0; nt < kSNTiles; ++nt)
+          for (int nt = 0; nt < kSNTiles; ++nt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = key_begin + s_key + nt * 8 + 2 * quad_col + e;
-            softmax_gradient(acc_s[mt][nt][2 * half + e], acc_dp[mt][nt][2 * half + e], params.scale_log2, row_lse,
-                             dot, !unmasked && mask.hidden(row_begin + row, key));
-          }
-      }
+            for (int e = 0; e < 2; ++e) {
+              const int key = key_begin + s_key + nt * 8 + 2 * quad_col + e;
+              softmax_gradient(acc_s[mt][nt][2 * half + e], acc_dp[mt][nt][2 * half + e], params.scale_log2, row_lse,
+                               dot, decltype(masked)::value && mask.hidden(row_begin + row, key));
+            }
+        }
+    };
+    if (unmasked)
+      softmax_gradients(std::false_type{});
+    else
+      softmax_gradients(std::true_type{});
 
-    // P and dS to shared memory, rounded to the 16-bit type, rows = queries.
+      // P and dS to shared memory, rounded to the 16-bit type, rows = queries.
 #pragma unroll
     for (int mt = 0; mt < kSMTiles; ++mt)
 #pragma unroll
