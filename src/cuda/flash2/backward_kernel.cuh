@@ -44,6 +44,35 @@ __device__ __forceinline__ void softmax_gradient(float& s_to_p, float& dp_to_ds,
   dp_to_ds = hidden ? 0.0f : ds;
 }
 
+// The query tiles (of kTileM rows) of each q head that see any key of [key_begin, key_end): the
+// first, and how many (0 when none).
+struct QueryTiles {
+  int first, count;
+};
+template <int kTileM>
+__device__ __forceinline__ QueryTiles query_tiles_seeing(const BackwardParams& params, int key_begin, int key_end) {
+  const RowRange rows =
+      rows_seeing_keys(params.seq_q, params.seq_kv, params.window_left, params.window_right, key_begin, key_end);
+  const int first = rows.begin / kTileM;
+  return {first, rows.begin < rows.end ? (rows.end + kTileM - 1) / kTileM - first : 0};
+}
+
+// Issues the cp.async copies of a CTA's K and V rows key_begin.. (kTileN of each) of (batch, kv head).
+template <int kTileN, int kRowBytes, int kThreads>
+__device__ __forceinline__ void load_key_tile_async(const BackwardParams& params, int batch, int kv_head, int key_begin,
+                                                    std::uint32_t smem_k, std::uint32_t smem_v) {
+  const char* k_tile_rows =
+      static_cast<const char*>(params.k) + 2 * (batch * params.k_batch_stride + kv_head * params.k_head_stride +
+                                                static_cast<std::int64_t>(key_begin) * params.k_row_stride);
+  const char* v_tile_rows =
+      static_cast<const char*>(params.v) + 2 * (batch * params.v_batch_stride + kv_head * params.v_head_stride +
+                                                static_cast<std::int64_t>(key_begin) * params.v_row_stride);
+  load_rows_async<kTileN, kRowBytes, kThreads>(smem_k, k_tile_rows, 2 * params.k_row_stride, params.seq_kv - key_begin,
+                                               params.k);
+  load_rows_async<kTileN, kRowBytes, kThreads>(smem_v, v_tile_rows, 2 * params.v_row_stride, params.seq_kv - key_begin,
+                                               params.v);
+}
+
 // The main kernel (see the top of the file). kAtomicDq: add dS·K into params.dq_accum; without,
 // dQ is left to flash2_backward_dq_kernel.
 template <class Traits, bool kAtomicDq>
@@ -71,22 +100,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const int key_end = min(key_begin + kTileN, params.seq_kv);
 
   // The query tiles of each q head of the group that see any of the keys.
-  const RowRange rows =
-      rows_seeing_keys(params.seq_q, params.seq_kv, params.window_left, params.window_right, key_begin, key_end);
-  const int m_begin = rows.begin / kTileM;
-  const int tiles_per_head = rows.begin < rows.end ? (rows.end + kTileM - 1) / kTileM - m_begin : 0;
+  const QueryTiles tiles = query_tiles_seeing<kTileM>(params, key_begin, key_end);
+  const int m_begin = tiles.first, tiles_per_head = tiles.count;
   const int iterations = tiles_per_head * params.group_size;
-
-  const char* k_tile_rows =
-      static_cast<const char*>(params.k) + 2 * (batch * params.k_batch_stride + kv_head * params.k_head_stride +
-                                                static_cast<std::int64_t>(key_begin) * params.k_row_stride);
-  const char* v_tile_rows =
-      static_cast<const char*>(params.v) + 2 * (batch * params.v_batch_stride + kv_head * params.v_head_stride +
-                                                static_cast<std::int64_t>(key_begin) * params.v_row_stride);
-  load_rows_async<kTileN, kRowBytes, kThreads>(smem_k, k_tile_rows, 2 * params.k_row_stride, params.seq_kv - key_begin,
-                                               params.k);
-  load_rows_async<kTileN, kRowBytes, kThreads>(smem_v, v_tile_rows, 2 * params.v_row_stride, params.seq_kv - key_begin,
-                                               params.v);
+  load_key_tile_async<kTileN, kRowBytes, kThreads>(params, batch, kv_head, key_begin, smem_k, smem_v);
 
   // Iteration `it` visits q head kv_head·group + it / tiles_per_head, query tile
   // m_begin + it % tiles_per_head, from stage it % 2.

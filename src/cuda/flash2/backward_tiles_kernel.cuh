@@ -161,22 +161,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const int key_begin = n_block * kTileN;
   const int key_end = min(key_begin + kTileN, params.seq_kv);
 
-  const RowRange rows =
-      rows_seeing_keys(params.seq_q, params.seq_kv, params.window_left, params.window_right, key_begin, key_end);
-  const int m_begin = rows.begin / kTileM;
-  const int tiles_per_head = rows.begin < rows.end ? (rows.end + kTileM - 1) / kTileM - m_begin : 0;
+  const QueryTiles tiles = query_tiles_seeing<kTileM>(params, key_begin, key_end);
+  const int m_begin = tiles.first, tiles_per_head = tiles.count;
   const int iterations = tiles_per_head * params.group_size;
-
-  const char* k_tile_rows =
-      static_cast<const char*>(params.k) + 2 * (batch * params.k_batch_stride + kv_head * params.k_head_stride +
-                                                static_cast<std::int64_t>(key_begin) * params.k_row_stride);
-  const char* v_tile_rows =
-      static_cast<const char*>(params.v) + 2 * (batch * params.v_batch_stride + kv_head * params.v_head_stride +
-                                                static_cast<std::int64_t>(key_begin) * params.v_row_stride);
-  load_rows_async<kTileN, kRowBytes, kThreads>(smem_k, k_tile_rows, 2 * params.k_row_stride, params.seq_kv - key_begin,
-                                               params.k);
-  load_rows_async<kTileN, kRowBytes, kThreads>(smem_v, v_tile_rows, 2 * params.v_row_stride, params.seq_kv - key_begin,
-                                               params.v);
+  load_key_tile_async<kTileN, kRowBytes, kThreads>(params, batch, kv_head, key_begin, smem_k, smem_v);
 
   // Iteration `it` visits query tile m_begin + it % tiles_per_head of q head kv_head·group +
   // it / tiles_per_head, from stage it % 2; (load_head, load_m) is the next tile to load and
