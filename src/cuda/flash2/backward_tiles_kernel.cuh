@@ -195,6 +195,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const int s_row = (warp % 2) * Traits::kSRows, s_key = (warp / 2) * Traits::kSKeys;
   const FragmentAddresses<kRowBytes> a_addresses(a_row, a_chunk);
   const FragmentAddresses<kRowBytes> b_addresses(b_row, b_chunk);
+#if __CUDA_ARCH__ >= 900
+  const FragmentAddresses<kPRowBytes> ps_addresses(a_row, a_chunk, s_key / 16);  // P's, dS's stores
+#endif
   // dK and dV: keys kv_key.. and columns kv_column..; Pᵀ's and dSᵀ's m tiles are 16-key steps of
   // the P tile's rows, dO's and Q's 16-column pairs steps of theirs (both from the warp's place).
   const int kv_key = (warp % 4) * Traits::kKVKeys, kv_column = (warp / 4) * Traits::kKVColumns;
@@ -265,6 +268,25 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       softmax_gradients(std::true_type{});
 
       // P and dS to shared memory, rounded to the 16-bit type, rows = queries.
+#if __CUDA_ARCH__ >= 900
+      // sm_90's stmatrix: an 16-row × 16-key block of each a store (8 stores a tensor at d128
+      // instead of 32).
+#pragma unroll
+    for (int mt = 0; mt < kSMTiles; ++mt)
+#pragma unroll
+      for (int j = 0; j < kSNTiles / 2; ++j) {
+        const std::uint32_t p[4] = {pack_pair<Element>(acc_s[mt][2 * j][0], acc_s[mt][2 * j][1]),
+                                    pack_pair<Element>(acc_s[mt][2 * j][2], acc_s[mt][2 * j][3]),
+                                    pack_pair<Element>(acc_s[mt][2 * j + 1][0], acc_s[mt][2 * j + 1][1]),
+                                    pack_pair<Element>(acc_s[mt][2 * j + 1][2], acc_s[mt][2 * j + 1][3])};
+        const std::uint32_t ds[4] = {pack_pair<Element>(acc_dp[mt][2 * j][0], acc_dp[mt][2 * j][1]),
+                                     pack_pair<Element>(acc_dp[mt][2 * j][2], acc_dp[mt][2 * j][3]),
+                                     pack_pair<Element>(acc_dp[mt][2 * j + 1][0], acc_dp[mt][2 * j + 1][1]),
+                                     pack_pair<Element>(acc_dp[mt][2 * j + 1][2], acc_dp[mt][2 * j + 1][3])};
+        store_matrix_x4(ps_addresses.at(smem_p + s_row * kPRowBytes, mt, j), p);
+        store_matrix_x4(ps_addresses.at(smem_ds + s_row * kPRowBytes, mt, j), ds);
+      }
+#else
 #pragma unroll
     for (int mt = 0; mt < kSMTiles; ++mt)
 #pragma unroll
@@ -278,6 +300,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
           *reinterpret_cast<std::uint32_t*>(shared_bytes + Traits::kDsOffset + offset) =
               pack_pair<Element>(acc_dp[mt][nt][2 * half], acc_dp[mt][nt][2 * half + 1]);
         }
+#endif
     __syncthreads();
 
     // dV += Pᵀ·dO and dK += dSᵀ·Q (k = the tile's queries).

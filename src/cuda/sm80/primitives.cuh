@@ -44,6 +44,15 @@ __device__ __forceinline__ void load_matrix_x4_transposed(std::uint32_t (&frag)[
                : "r"(row_address));
 }
 
+// stmatrix (sm_90): ldmatrix's inverse — lanes 8i .. 8i + 7 address the rows of 8×8 matrix i,
+// whose 16-bit pairs each lane holds in frag[i] in the accumulator's layout (row lane / 4, columns
+// 2·(lane % 4) and the next).
+__device__ __forceinline__ void store_matrix_x4(std::uint32_t row_address, const std::uint32_t (&frag)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(row_address), "r"(frag[0]),
+               "r"(frag[1]), "r"(frag[2]), "r"(frag[3])
+               : "memory");
+}
+
 // ACC (16×8) += A (row-major fragment) · B (k-major fragment B0, B1) by one
 // `mma.sync.aligned.SHAPE_AND_TYPES`: ACC's 4 registers (CONSTRAINT "+f" or "+r") are C and D.
 #define ATTNSUITE_SM80_MMA(SHAPE_AND_TYPES, CONSTRAINT, ACC, A, B0, B1)                         \
