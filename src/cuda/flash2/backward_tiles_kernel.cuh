@@ -113,29 +113,6 @@ struct QueryTileLoader {
   }
 };
 
-// Adds a thread's dQ fragment (kDTiles m16n8 accumulators: rows row and row + 8, columns
-// column + 8·dt and the next) into the workspace's fp32 sums of (batch, head).
-template <int kHeadDim, int kDTiles>
-__device__ __forceinline__ void add_dq_rows(const BackwardParams& params, int batch, int head, int row, int column,
-                                            const float (&acc_dq)[kDTiles][4]) {
-  float* sums = params.dq_accum +
-                ((static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row) * kHeadDim +
-                column;
-#pragma unroll
-  for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float* pair = sums + 8 * half * kHeadDim + dt * 8;  // 8-byte aligned: an even column
-#if __CUDA_ARCH__ >= 900
-      // sm_90's vector reduction, as the key-row kernel's.
-      atomicAdd(reinterpret_cast<float2*>(pair), make_float2(acc_dq[dt][2 * half], acc_dq[dt][2 * half + 1]));
-#else
-      atomicAdd(pair, acc_dq[dt][2 * half]);
-      atomicAdd(pair + 1, acc_dq[dt][2 * half + 1]);
-#endif
-    }
-}
-
 template <class Traits, bool kAtomicDq>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     flash2_backward_tiles_kernel(const __grid_constant__ BackwardParams params) {
@@ -146,24 +123,20 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   constexpr int kKVMTiles = Traits::kKVMTiles, kKVDTiles = Traits::kKVDTiles;
   constexpr int kDqMTiles = Traits::kDqMTiles, kDqDTiles = Traits::kDqDTiles;
 
+  // This CTA's 128 keys (one kv head, one batch) and the query tiles that see them.
+  const KeyTileCta<kTileM, kTileN> cta(params);
+  const int kv_head = cta.kv_head, batch = cta.batch, key_begin = cta.key_begin;
+  const int warp = cta.warp, lane = cta.lane, quad_row = cta.quad_row, quad_col = cta.quad_col;
+  const int m_begin = cta.m_begin, tiles_per_head = cta.tiles_per_head, iterations = cta.iterations;
+
+  // Shared memory: K, V; two stages of Q, dO, LSE·log2 e and D; P and dS.
   extern __shared__ __align__(128) unsigned char shared_bytes[];
   const std::uint32_t smem = shared_address(shared_bytes);
   const std::uint32_t smem_k = smem + Traits::kKOffset, smem_v = smem + Traits::kVOffset;
   const std::uint32_t smem_q = smem + Traits::kQOffset, smem_do = smem + Traits::kDOOffset;
   const std::uint32_t smem_p = smem + Traits::kPOffset, smem_ds = smem + Traits::kDsOffset;
-  float* smem_lse = reinterpret_cast<float*>(shared_bytes + Traits::kLseOffset);  // 2 stages × kTileM
+  float* smem_lse = reinterpret_cast<float*>(shared_bytes + Traits::kLseOffset);
   float* smem_dot = reinterpret_cast<float*>(shared_bytes + Traits::kDotOffset);
-
-  const int n_block = static_cast<int>(blockIdx.x);  // early key tiles (the most rows, causal) first
-  const int kv_head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int quad_row = lane / 4, quad_col = lane % 4;
-  const int key_begin = n_block * kTileN;
-  const int key_end = min(key_begin + kTileN, params.seq_kv);
-
-  const QueryTiles tiles = query_tiles_seeing<kTileM>(params, key_begin, key_end);
-  const int m_begin = tiles.first, tiles_per_head = tiles.count;
-  const int iterations = tiles_per_head * params.group_size;
   load_key_tile_async<kTileN, kRowBytes, kThreads>(params, batch, kv_head, key_begin, smem_k, smem_v);
 
   // Iteration `it` visits query tile m_begin + it % tiles_per_head of q head kv_head·group +
@@ -209,12 +182,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const FragmentAddresses<kRowBytes> dq_k_addresses(a_row, a_chunk, dq_column / 16);
 
   float acc_dk[kKVMTiles][kKVDTiles][4], acc_dv[kKVMTiles][kKVDTiles][4];
-#pragma unroll
-  for (int mt = 0; mt < kKVMTiles; ++mt)
-#pragma unroll
-    for (int dt = 0; dt < kKVDTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_dk[mt][dt][e] = acc_dv[mt][dt][e] = 0.0f;
+  clear_accumulators(acc_dk);
+  clear_accumulators(acc_dv);
 
   const Mma16x8x16<Element> mma{};
   const std::uint32_t no_fragments[1][1][4] = {};
@@ -267,40 +236,36 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     else
       softmax_gradients(std::true_type{});
 
-      // P and dS to shared memory, rounded to the 16-bit type, rows = queries.
-#if __CUDA_ARCH__ >= 900
-      // sm_90's stmatrix: an 16-row × 16-key block of each a store (8 stores a tensor at d128
-      // instead of 32).
+      // P and dS to shared memory, rounded to the 16-bit type, rows = queries: per 16-row × 16-key
+      // block four 8 × 8 matrices (rows 0-7 and 8-15 of keys 0-7, then of keys 8-15), each lane's
+      // pair of each in the accumulator's layout. sm_90: one stmatrix a block and tensor (8 stores
+      // a tensor at d128 instead of 32; the 4-byte stores' addresses had cost 32-56 bytes of
+      // spills, ptxas); sm_80: four 4-byte stores.
 #pragma unroll
     for (int mt = 0; mt < kSMTiles; ++mt)
 #pragma unroll
       for (int j = 0; j < kSNTiles / 2; ++j) {
-        const std::uint32_t p[4] = {pack_pair<Element>(acc_s[mt][2 * j][0], acc_s[mt][2 * j][1]),
-                                    pack_pair<Element>(acc_s[mt][2 * j][2], acc_s[mt][2 * j][3]),
-                                    pack_pair<Element>(acc_s[mt][2 * j + 1][0], acc_s[mt][2 * j + 1][1]),
-                                    pack_pair<Element>(acc_s[mt][2 * j + 1][2], acc_s[mt][2 * j + 1][3])};
-        const std::uint32_t ds[4] = {pack_pair<Element>(acc_dp[mt][2 * j][0], acc_dp[mt][2 * j][1]),
-                                     pack_pair<Element>(acc_dp[mt][2 * j][2], acc_dp[mt][2 * j][3]),
-                                     pack_pair<Element>(acc_dp[mt][2 * j + 1][0], acc_dp[mt][2 * j + 1][1]),
-                                     pack_pair<Element>(acc_dp[mt][2 * j + 1][2], acc_dp[mt][2 * j + 1][3])};
+        std::uint32_t p[4], ds[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int nt = 2 * j + r / 2, e = 2 * (r % 2);
+          p[r] = pack_pair<Element>(acc_s[mt][nt][e], acc_s[mt][nt][e + 1]);
+          ds[r] = pack_pair<Element>(acc_dp[mt][nt][e], acc_dp[mt][nt][e + 1]);
+        }
+#if __CUDA_ARCH__ >= 900
         store_matrix_x4(ps_addresses.at(smem_p + s_row * kPRowBytes, mt, j), p);
         store_matrix_x4(ps_addresses.at(smem_ds + s_row * kPRowBytes, mt, j), ds);
-      }
 #else
 #pragma unroll
-    for (int mt = 0; mt < kSMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kSNTiles; ++nt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
+        for (int r = 0; r < 4; ++r) {
           const int offset =
-              swizzled_byte_offset<kPRowBytes>(s_row + mt * 16 + quad_row + 8 * half, s_key / 8 + nt) + 4 * quad_col;
-          *reinterpret_cast<std::uint32_t*>(shared_bytes + Traits::kPOffset + offset) =
-              pack_pair<Element>(acc_s[mt][nt][2 * half], acc_s[mt][nt][2 * half + 1]);
-          *reinterpret_cast<std::uint32_t*>(shared_bytes + Traits::kDsOffset + offset) =
-              pack_pair<Element>(acc_dp[mt][nt][2 * half], acc_dp[mt][nt][2 * half + 1]);
+              swizzled_byte_offset<kPRowBytes>(s_row + mt * 16 + quad_row + 8 * (r % 2), s_key / 8 + 2 * j + r / 2) +
+              4 * quad_col;
+          *reinterpret_cast<std::uint32_t*>(shared_bytes + Traits::kPOffset + offset) = p[r];
+          *reinterpret_cast<std::uint32_t*>(shared_bytes + Traits::kDsOffset + offset) = ds[r];
         }
 #endif
+      }
     __syncthreads();
 
     // dV += Pᵀ·dO and dK += dSᵀ·Q (k = the tile's queries).
@@ -310,12 +275,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
     if constexpr (kAtomicDq) {
       // dQ = dS·K (k = the tile's keys): dS as stored, K read transposed; added into the sums.
       float acc_dq[kDqMTiles][kDqDTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kDqMTiles; ++mt)
-#pragma unroll
-        for (int dt = 0; dt < kDqDTiles; ++dt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc_dq[mt][dt][e] = 0.0f;
+      clear_accumulators(acc_dq);
 #pragma unroll
       for (int ks = 0; ks < Traits::kKeySteps; ++ks) {
         std::uint32_t a[kDqMTiles][4];
@@ -331,8 +291,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
       }
 #pragma unroll
       for (int mt = 0; mt < kDqMTiles; ++mt)
-        add_dq_rows<kHeadDim, kDqDTiles>(params, batch, head, row_begin + dq_row + mt * 16 + quad_row,
-                                         dq_column + 2 * quad_col, acc_dq[mt]);
+        add_dq_fragment<kHeadDim>(
+            params.dq_accum +
+                ((static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin + dq_row +
+                 mt * 16 + quad_row) *
+                    kHeadDim +
+                dq_column + 2 * quad_col,
+            acc_dq[mt]);
     }
   }
   wait_async_copies<0>();  // with no query tile, K and V may still be in flight

@@ -99,17 +99,23 @@ __device__ __forceinline__ void keep_q_fragments(QFragments<kQRegisterTiles, kKS
   }
 }
 
+// Every entry of a warp's m16n8 accumulators set to 0.
+template <class Acc, int kMTiles, int kTiles>
+__device__ __forceinline__ void clear_accumulators(Acc (&acc)[kMTiles][kTiles][4]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][t][e] = Acc(0);
+}
+
 // A warp's rows before the first K tile: O = 0, running max -inf, running sum 0 (per fragment row
 // (mt, half): half 0 is row quad_row, half 1 is row quad_row + 8).
 template <int kMTiles, int kDTiles>
 __device__ __forceinline__ void start_rows(float (&acc_o)[kMTiles][kDTiles][4], float (&row_max)[kMTiles][2],
                                            float (&row_sum)[kMTiles][2]) {
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.0f;
+  clear_accumulators(acc_o);
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -142,12 +148,7 @@ template <int kQRegisterTiles, int kKSteps, class Acc, int kMTiles, int kNTiles,
 __device__ __forceinline__ void multiply_qk(Acc (&acc)[kMTiles][kNTiles][4], const QFragments& q_frag,
                                             const QAddresses& q_addresses, std::uint32_t q_address,
                                             const KAddresses& k_addresses, std::uint32_t k_tile, Mma mma) {
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = Acc(0);
+  clear_accumulators(acc);
 #pragma unroll
   for (int ks = 0; ks < kKSteps; ++ks) {
     std::uint32_t a[kMTiles][4];
