@@ -67,6 +67,7 @@ struct QueryTileLoader {
   const BackwardParams& params;
   const char* q_batch;
   const char* d_o_batch;
+  std::int64_t row_stats_batch;       // the batch's first row in the LSE and D rows of the workspace
   std::int64_t q_thread, d_o_thread;  // bytes from a tile's first row to this thread's first copy
   std::int64_t q_step, d_o_step;      // bytes between its copies
   std::uint32_t smem_offset;
@@ -78,13 +79,14 @@ struct QueryTileLoader {
     smem_offset = static_cast<std::uint32_t>(swizzled_byte_offset<kRowBytes>(first_row, chunk));
     q_batch = static_cast<const char*>(p.q) + 2 * batch * p.q_batch_stride;
     d_o_batch = static_cast<const char*>(p.d_o) + 2 * batch * p.d_o_batch_stride;
+    row_stats_batch = static_cast<std::int64_t>(batch) * p.heads_q * p.seq_q_padded;
     q_thread = 2 * first_row * p.q_row_stride + 16 * chunk;
     d_o_thread = 2 * first_row * p.d_o_row_stride + 16 * chunk;
     q_step = 2 * static_cast<std::int64_t>(kRowStep) * p.q_row_stride;
     d_o_step = 2 * static_cast<std::int64_t>(kRowStep) * p.d_o_row_stride;
   }
 
-  __device__ __forceinline__ void load(int batch, int head, int row_begin, std::uint32_t q_tile, std::uint32_t d_o_tile,
+  __device__ __forceinline__ void load(int head, int row_begin, std::uint32_t q_tile, std::uint32_t d_o_tile,
                                        float* lse, float* dot) const {
     const char* q_rows =
         q_batch + 2 * (head * params.q_head_stride + static_cast<std::int64_t>(row_begin) * params.q_row_stride) +
@@ -106,7 +108,7 @@ struct QueryTileLoader {
       const bool is_dot = thread >= kFloatChunks;
       const int chunk = thread % kFloatChunks;
       const std::int64_t first =
-          (static_cast<std::int64_t>(batch) * params.heads_q + head) * params.seq_q_padded + row_begin + 4 * chunk;
+          row_stats_batch + static_cast<std::int64_t>(head) * params.seq_q_padded + row_begin + 4 * chunk;
       float* dst = (is_dot ? dot : lse) + 4 * chunk;
       copy_16_bytes_async(shared_address(dst), (is_dot ? params.row_dot : params.lse_log2) + first, true);
     }
@@ -152,8 +154,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm)
   const QueryTileLoader<kTileM, kRowBytes, kThreads> loader(params, batch);
   int load_head = kv_head * params.group_size, load_m = m_begin;
   auto load_query_tile = [&](int stage) {
-    loader.load(batch, load_head, load_m * kTileM, smem_q + stage * Traits::kQTileBytes,
-                smem_do + stage * Traits::kQTileBytes, smem_lse + stage * kTileM, smem_dot + stage * kTileM);
+    loader.load(load_head, load_m * kTileM, smem_q + stage * Traits::kQTileBytes, smem_do + stage * Traits::kQTileBytes,
+                smem_lse + stage * kTileM, smem_dot + stage * kTileM);
     next(load_head, load_m);
   };
   if (iterations > 0) load_query_tile(0);

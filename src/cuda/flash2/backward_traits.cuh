@@ -196,8 +196,8 @@ struct BackwardConfig<Element, 128, 128> {
 };
 
 // The tiled kernel's configuration (backward_split=tiles): FlashAttention-2's sm80 tiles — 128
-// query rows at d64, 64 at d128 (dK and dV are then 2 × 32 + 2 × 64 fp32 a thread at d64 and
-// d128 alike; S and dP 2 × 32 at d128). The deterministic mode's dQ kernel as the key-row one.
+// query rows at d64, 64 at d128. Per thread: dK and dV 32 + 32 fp32 at d64, 64 + 64 at d128; S and
+// dP 64 + 64 at d64, 32 + 32 at d128. The deterministic mode's dQ kernel as the key-row one.
 template <class Element, int kHeadDim>
 struct TiledBackwardConfig {
   using Kernel = TiledBackwardTraits<Element, kHeadDim, kHeadDim == 64 ? 128 : 64>;
